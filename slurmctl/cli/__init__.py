@@ -1,0 +1,1 @@
+"""Command-line layer: click commands only."""

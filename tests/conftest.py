@@ -1,0 +1,14 @@
+from pathlib import Path
+
+import pytest
+
+from slurmctl.spec import SiteConfig, load_site_config
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def local_site() -> SiteConfig:
+    """The shipped site config of the local cluster (deploy/local/site.yaml)."""
+    return load_site_config(REPO / "deploy" / "local" / "site.yaml")

@@ -1,0 +1,60 @@
+"""Golden-file test of the rendered sbatch script, plus quoting of hostile input."""
+
+import os
+import subprocess
+from pathlib import Path
+
+from slurmctl.render import render
+from slurmctl.spec import RunSpec
+from slurmctl.submit import TEMPLATE, sbatch_context
+
+GOLDEN = Path(__file__).parent / "golden" / "torchrun.sbatch"
+
+
+def context(local_site, **overrides):
+    fields = dict(name="tiny-lm", entrypoint="train.py", args=["--steps", "600"], nodes=2, gpus_per_node=2,
+                  gpu_type="h100", partition=["h100-spot", "h100-ondemand"], time_limit="15m",
+                  env={"HF_HOME": "/data/hf cache"}, secrets=["WANDB_API_KEY"],
+                  tracking={"backend": "wandb", "project": "tiny"})
+    spec = RunSpec(**{**fields, **overrides})
+    local_site = local_site.model_copy(update={"secrets_file": "/home/alice/.config/slurmctl/secrets.env"})
+    return sbatch_context(spec, local_site, "tiny-lm-20261129-abcd", Path("/runs/tiny-lm-20261129-abcd"),
+                          Path("/home/alice/tiny-lm"))
+
+
+def test_rendered_script_matches_golden(local_site):
+    script = render(TEMPLATE, context(local_site))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(script)
+    assert script == GOLDEN.read_text(), "rendered script changed; rerun with UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_script_has_the_contract_lines(local_site):
+    script = render(TEMPLATE, context(local_site))
+    for line in ["#SBATCH --job-name=tiny-lm-20261129-abcd", "#SBATCH --comment=slurmctl:tiny-lm-20261129-abcd",
+                 "#SBATCH --partition=h100-spot,h100-ondemand", "#SBATCH --gres=gpu:h100:2",
+                 "#SBATCH --signal=B:USR1@60", "#SBATCH --no-requeue", "#SBATCH --open-mode=append",
+                 "--nproc-per-node=2", "--rdzv-backend=c10d", "export WANDB_RUN_ID=tiny-lm-20261129-abcd",
+                 "export WANDB_RESUME=allow", "export NCCL_SOCKET_IFNAME=lo"]:
+        assert line in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_hostile_args_and_env_are_quoted_not_executed(local_site, tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's", 'a"b', "line1\nline2", "; touch " + str(marker)]
+    spec_ctx = context(local_site, args=hostile, env={"EVIL": f"$(touch {marker})"})
+    script = render(TEMPLATE, spec_ctx)
+    # Execute only the quoted words: the env export line and the argument list, through a real bash.
+    export_line = next(line for line in script.splitlines() if line.startswith("export EVIL="))
+    arg_words = script.split("train.py", 1)[1].split(" &\n", 1)[0]
+    probe = f"{export_line}\nprintf '%s\\0' \"$EVIL\" {arg_words}"
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split("\0")[:-1] == [f"$(touch {marker})", *hostile]
+    assert not marker.exists()
+
+
+def test_secret_values_never_in_script(local_site):
+    script = render(TEMPLATE, context(local_site))
+    assert "slurmctl.runtime.secrets" in script and "WANDB_API_KEY" in script
+    assert "WANDB_API_KEY=" not in script
