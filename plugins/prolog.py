@@ -1,79 +1,38 @@
 #!/usr/bin/env python3
-"""Slurm Prolog hook for slurmctl (runs as root on each allocated node, NO PATH in env).
+"""Slurm Prolog (slurmd, as root, NO PATH): thin entry point into slurmctl.plugins.prolog.
 
-Today it only records that it ran: one JSON line appended to
-``$SLURMCTL_LOCAL_DIR/log/hooks.jsonl`` (override with ``SLURMCTL_HOOKS_LOG``).
-It must never fail: a non-zero exit drains the node and requeues the job held.
-Standard library only.
+Exit 0: node healthy, scratch dir and GPU map written. Exit 1: a health check failed; the node is
+drained with "slurmctl prolog: <reason>" (sinfo -R) and Slurm requeues the job held. A bug in our
+code exits 0 (logged): it must not take every node of the fleet down.
+Runs with any python3 >= 3.11 (standard library only): the repo root is put on sys.path.
 """
-import datetime
-import json
 import os
 import sys
 import time
 
-HOOK = "prolog"
-DEFAULT_STATE_DIR = "/var/lib/slurmctl-local"
-FIELDS = {
-    "job_id": "SLURM_JOB_ID",
-    "node": "SLURMD_NODENAME",
-    "context": "SLURM_SCRIPT_CONTEXT",
-    "user": "SLURM_JOB_USER",
-    "uid": "SLURM_JOB_UID",
-    "account": "SLURM_JOB_ACCOUNT",
-    "partition": "SLURM_JOB_PARTITION",
-    "num_nodes": "SLURM_JOB_NUM_NODES",
-    "restart_count": "SLURM_JOB_RESTART_COUNT",
-    "comment": "SLURM_JOB_COMMENT",
-    "gpus": "SLURM_JOB_GPUS",
-    "cuda_visible_devices": "CUDA_VISIBLE_DEVICES",
-}
+STARTED = time.monotonic()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from slurmctl.plugins.hooklog import log_hook  # noqa: E402
 
 
-def hooks_log_path(env):
-    explicit = env.get("SLURMCTL_HOOKS_LOG")
-    if explicit:
-        return explicit
-    state = env.get("SLURMCTL_LOCAL_DIR") or DEFAULT_STATE_DIR
-    return os.path.join(state, "log", "hooks.jsonl")
-
-
-def build_record(env):
-    now = time.time()
-    record = {
-        "hook": HOOK,
-        "time": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(),
-        "ts": round(now, 3),
-    }
-    for key, var in FIELDS.items():
-        record[key] = env.get(var)
-    return record
-
-
-def append_line(path, record):
-    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def main() -> int:
+    env = os.environ
     try:
-        try:
-            import fcntl
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except Exception:
-            pass
-        os.write(fd, line)  # one write with O_APPEND: lines from parallel slurmds don't interleave
-    finally:
-        os.close(fd)
+        from slurmctl.plugins.prolog import drain_node, run_prolog
+        from slurmctl.plugins.config import HookConfig
 
-
-def main(env=None):
-    env = os.environ if env is None else env
-    try:
-        append_line(hooks_log_path(env), build_record(env))
-    except Exception as exc:  # never fail the hook
-        try:
-            sys.stderr.write("slurmctl %s: could not log: %r\n" % (HOOK, exc))
-        except Exception:
-            pass
+        cfg = HookConfig.from_env(env)
+        result = run_prolog(env, cfg)
+    except Exception as exc:  # noqa: BLE001
+        log_hook(env, "prolog", STARTED, ok=True, bug=f"{type(exc).__name__}: {exc}")
+        print(f"slurmctl prolog: internal error, node NOT drained: {exc!r}", file=sys.stderr)
+        return 0
+    drained = drain_node(cfg, result.reason) if not result.ok else None
+    log_hook(env, "prolog", STARTED, drained=drained, **result.to_dict())
+    if not result.ok:
+        print(f"slurmctl prolog: {result.reason}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,3 +62,31 @@ def _emit_new(path: Path, offset: int, emit: Callable[[str], None]) -> int:
     if data:
         emit(data.decode(errors="replace"))
     return offset + len(data)
+
+
+_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job \d+")
+_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+): )")
+
+
+def split_attempts(lines: list[str]) -> dict[int, list[str]]:
+    """logs/<job>.out holds every attempt behind a 'slurmctl: attempt N of job J' header."""
+    attempts: dict[int, list[str]] = {}
+    current = 0
+    for line in lines:
+        m = _ATTEMPT_HEADER.match(line)
+        if m:
+            current = int(m.group(1))
+        attempts.setdefault(current, []).append(line)
+    return attempts
+
+
+def training_lines(lines: list[str], rank: int | None = 0) -> list[str]:
+    """Training output of one rank (None = all): lines tagged with another rank are dropped;
+    untagged lines (batch shell, rank-0-only prints) are kept."""
+    kept = []
+    for line in lines:
+        m = _RANK_PREFIX.match(line)
+        if m and rank is not None and int(m.group(1) or m.group(2)) != rank:
+            continue
+        kept.append(line)
+    return kept

@@ -31,6 +31,9 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
 
     source = resources.files("slurmctl") / "init_templates" / template
     targets = {directory / "run.yaml": None, directory / "train.py": source / "train.py"}
+    base_image = site.containers.base_image if site is not None and site.containers.runtime != "none" else None
+    if base_image:  # the site runs container images: a Dockerfile for `submit --build`
+        targets[directory / "Dockerfile"] = source / "Dockerfile"
     existing = [str(p) for p in targets if p.exists()]
     if existing:
         raise SlurmctlError(f"{', '.join(existing)} already exist; init never overwrites.",
@@ -42,4 +45,7 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
         name=name, partition=partition, gpu_type=gpu_type, spec_file=str(directory / "run.yaml"))
     (directory / "run.yaml").write_text(run_yaml)
     (directory / "train.py").write_text((source / "train.py").read_text())
+    if base_image:
+        (directory / "Dockerfile").write_text(
+            env.from_string((source / "Dockerfile").read_text()).render(name=name, base_image=base_image))
     return list(targets)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, SpecError
+from .pricing import Discounts
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -65,6 +66,29 @@ class TrackingSpec(_Strict):
     project: str | None = Field(None, description="W&B project / MLflow experiment name")
 
 
+class BuildSpec(_Strict):
+    """Build the run's image at submit: pushed to the site registry and pinned by digest."""
+
+    dockerfile: str = Field("Dockerfile", description="Dockerfile, relative to workdir")
+    context: str = Field(".", description="build context directory, relative to workdir")
+    repository: str | None = Field(None, description="repository in the site registry; default: slurmctl/<name>")
+    args: dict[str, str] = Field(default_factory=dict, description="Docker build arguments (--build-arg)")
+
+
+class ModelSpec(_Strict):
+    """What the memory estimate needs (see slurmctl/memory.py for the formula)."""
+
+    params: str | float = Field(description="parameter count: 7e9, '7b', '350m'")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="training precision (bf16/fp16/fp8 = mixed, with fp32 master weights)")
+    optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "lion", "adafactor"] = Field("adamw", description="optimizer")
+    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = Field("ddp", description="ddp, zero1/2/3 or fsdp (= zero3)")
+    micro_batch: int | None = Field(None, ge=1, description="sequences per GPU per step")
+    seq_len: int | None = Field(None, ge=1, description="tokens per sequence")
+    hidden_size: int | None = Field(None, ge=1, description="model width, for the activation estimate")
+    num_layers: int | None = Field(None, ge=1, description="transformer layers, for the activation estimate")
+    activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
+
+
 class RunSpec(_Strict):
     """run.yaml: my code + some GPUs + a launch script."""
 
@@ -85,6 +109,11 @@ class RunSpec(_Strict):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     python: str | None = Field(None, description="python on the compute nodes; default from site config")
+    max_restarts: int = Field(3, ge=0, le=100, description="automatic restarts after failures (preemptions and time-limit drains do not count)")
+    image: str | None = Field(None, description="container image the training runs in, pinned as registry/repo@sha256:<digest>")
+    build: BuildSpec | None = Field(None, description="build the image from a Dockerfile at submit (see `submit --build`)")
+    config_files: list[str] = Field(default_factory=list, description="config files the training reads (YAML/JSON/TOML/.env), relative to workdir; checked for unresolved ${VAR}")
+    model: ModelSpec | None = Field(None, description="model size, precision, optimizer, sharding: enables the GPU memory check")
 
     @field_validator("name")
     @classmethod
@@ -162,6 +191,26 @@ class PartitionConfig(_Strict):
     gpus_per_node: int = Field(ge=0)
     price_per_gpu_hour: float = Field(ge=0, description="$ per GPU-hour")
     preemptible: bool = False
+    arch: Literal["amd64", "arm64"] = Field("amd64", description="CPU architecture of the nodes (images must match)")
+
+
+class ContainersConfig(_Strict):
+    """How training images are built, stored and run on this cluster."""
+
+    runtime: Literal["none", "pyxis", "podman"] = Field("none", description="none, pyxis (srun --container-image) or podman")
+    registry: str | None = Field(None, description="registry host[:port] that `submit --build` pushes to")
+    engine_host: str | None = Field(None, description="DOCKER_HOST of the build engine when $DOCKER_HOST is unset")
+    base_image: str | None = Field(None, description="FROM image of the Dockerfile that `slurmctl init` writes")
+    podman: str = Field("podman", description="podman command on the nodes (runtime: podman)")
+    mounts: list[str] = Field(default_factory=list, description="extra host paths mounted at the same path in the container")
+
+
+class AccountingConfig(_Strict):
+    """Where the cost ledger and showback reports live, and the price discounts."""
+
+    ledger_path: str = Field("~/.local/share/slurmctl/ledger.sqlite", description="SQLite cost ledger")
+    reports_dir: str = Field("~/slurmctl/reports", description="where the cron report writes dated files")
+    discounts: Discounts = Field(default_factory=Discounts)
 
 
 class SiteConfig(_Strict):
@@ -178,6 +227,15 @@ class SiteConfig(_Strict):
     secrets_file: str = "~/.config/slurmctl/secrets.env"
     nccl_env: dict[str, str] = Field(default_factory=dict)
     sbatch_templates_dir: str | None = None
+    accounting: AccountingConfig = Field(default_factory=AccountingConfig)
+    containers: ContainersConfig = Field(default_factory=ContainersConfig)
+    cost_confirm_threshold: float | None = Field(None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
+    require_smoke: bool = Field(False, description="first full submit needs a passed `submit --smoke` of the same code+config")
+    smoke_time_limit: str = Field("10m", description="time limit of `submit --smoke` jobs")
+    gpu_memory_gb: dict[str, float] = Field(default_factory=dict, description="GPU memory per GPU model (overrides built-ins)")
+    # issue 6: node hooks and the orphan sweeper
+    cost_records_dir: str = Field("/var/spool/slurmctl/cost-records", description="spool of per-attempt cost records (epilog)")
+    dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
 
     @model_validator(mode="after")
     def _smoke(self) -> "SiteConfig":
@@ -227,7 +285,7 @@ def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise error(f"{what} not found: {path}.", f"Check the path; `slurmctl init NAME` writes a run.yaml.") from None
+        raise error(f"{what} not found: {path}.", "Check the path; `slurmctl init NAME` writes a run.yaml.") from None
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror}.", "Check the file's permissions.") from None
     try:

@@ -142,6 +142,9 @@ def main() -> None:
             (rt.run_dir / "result.json").write_text(json.dumps(result, indent=2))
             print(f"after training: {json.dumps(after)}", flush=True)
     dist.barrier()  # no rank may leave while rank 0 still saves or evaluates (gloo aborts on a gone peer)
+    # Drop DDP (it holds the process group and its gloo threads) before destroying the group, so the
+    # group is really torn down here and not during interpreter exit, where gloo can std::terminate.
+    del ddp
     dist.destroy_process_group()
 
 

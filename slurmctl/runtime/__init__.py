@@ -5,9 +5,17 @@
     for step in ...:
         rt.log(step, loss=loss)           # rank 0: metrics.jsonl + heartbeat.json
         if rt.should_stop():              # drain requested (time limit, preemption, cancel)
-            rt.checkpoints.save(step, write)   # rank 0
+            rt.checkpoints.save(step, write)   # rank 0 (rt.sharded_checkpoints: every rank its shard)
             rt.ack_drain(step)
             break
+
+Module-level shortcuts over one default Runtime: `drain_requested()`, `ack_drain(step)`,
+`heartbeat(step=..., **metrics)`.
+
+Drain requests arrive two ways: the file `drain.request` in the run dir (written by the batch
+shell's USR1 trap or by `slurmctl cancel`), and SIGTERM to the training process (slurmstepd sends
+it to every step process at preemption and torchrun forwards it, then waits ~30 s before SIGKILL).
+Both end up in should_stop(), so the training checkpoints and acknowledges either way.
 
 Standard library only (torch is used if it is importable and initialised), so the runtime works
 in any training image that has slurmctl installed.
@@ -15,8 +23,11 @@ in any training image that has slurmctl installed.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +35,53 @@ from pathlib import Path
 from ..checkpoint import CheckpointManager
 from ..fsutil import append_jsonl, write_atomic
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
+
+DRAIN_REQUEST = "drain.request"
+DRAIN_ACK = "drain.ack"
+
+
+def write_drain_request(run_dir: Path, reason: str, **fields) -> dict:
+    """reason: time-limit | preemption | cancel | signal. Atomic, so a poller never reads half."""
+    request = {"reason": reason, "time": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"), **fields}
+    write_atomic(Path(run_dir) / DRAIN_REQUEST, json.dumps(request))
+    return request
+
+
+def read_drain_request(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / DRAIN_REQUEST).read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError:
+        return {"reason": "unknown"}
+
+
+def _sigusr2_caught_at_c_level() -> bool:
+    """A handler Python's signal module does not know about (faulthandler, a C library)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGUSR2 - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def install_stack_dump_handler() -> bool:
+    """SIGUSR2 -> every thread's stack on stderr (the job log): the watchdog's fallback when py-spy
+    cannot attach. Leaves any SIGUSR2 handler the training already has alone, and never raises
+    (faulthandler.register works from any thread, unlike signal.signal). SLURMCTL_FAULTHANDLER=0 opts out."""
+    if os.environ.get("SLURMCTL_FAULTHANDLER") == "0":
+        return False
+    try:
+        if signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL or _sigusr2_caught_at_c_level():
+            return False
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
+    except (AttributeError, OSError, RuntimeError, ValueError):  # e.g. sys.stderr is None or has no fileno
+        return False
+    return True
 
 
 @dataclass
@@ -35,9 +92,11 @@ class Runtime:
     world_size: int = 1
     checkpoint_interval: int = 100
     checkpoints: CheckpointManager | None = None
+    signalled: bool = False  # SIGTERM seen by this process (preemption / scancel of the step)
 
     @classmethod
-    def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run") -> "Runtime":
+    def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run",
+                 handle_sigterm: bool = True) -> Runtime:
         run_dir = Path(os.environ.get("SLURMCTL_RUN_DIR", default_run_dir))
         ckpt_dir = Path(os.environ.get("SLURMCTL_CHECKPOINT_DIR", run_dir / "checkpoints"))
         rt = cls(
@@ -50,7 +109,19 @@ class Runtime:
         )
         if rt.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
+        if handle_sigterm:
+            rt.install_sigterm_handler()
+        install_stack_dump_handler()
         return rt
+
+    def install_sigterm_handler(self) -> None:
+        """Turn SIGTERM into a drain request instead of death (main thread only, as Python requires)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum, frame):
+            self.signalled = True
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     @property
     def is_main(self) -> bool:
@@ -66,9 +137,26 @@ class Runtime:
         heartbeat = {"step": step, "time": now, "job_id": os.environ.get("SLURM_JOB_ID"),
                      "world_size": self.world_size, "metrics": record}
         write_atomic(self.run_dir / "heartbeat.json", json.dumps(heartbeat))
+        if self.smoke:  # issue 5: `submit --smoke` stops after one step via the normal drain path
+            write_drain_request(self.run_dir, "smoke")
+
+    heartbeat = log
+
+    # --- smoke test (issue 5) ------------------------------------------------------------------
+    @property
+    def smoke(self) -> bool:
+        """SLURMCTL_SMOKE=1 (`slurmctl submit --smoke`): one step, a checkpoint round-trip, exit.
+        Training code may also shrink its batch when this is true."""
+        return os.environ.get("SLURMCTL_SMOKE") == "1"
+
+    @property
+    def sharded_checkpoints(self) -> CheckpointManager:
+        """Same directory, but every rank saves its shard (FSDP, DCP); rank 0 finalizes."""
+        return CheckpointManager(self.checkpoints.root, keep_last=self.checkpoints.keep_last, distributed=True)
 
     def drain_requested(self) -> bool:
-        return (self.run_dir / "drain.request").exists()
+        """Cheap enough for every step: one flag and one stat()."""
+        return self.signalled or (self.run_dir / DRAIN_REQUEST).exists()
 
     def should_stop(self) -> bool:
         """True on every rank once any rank sees drain.request (one tiny all-reduce)."""
@@ -90,4 +178,26 @@ class Runtime:
             return
         ack = {"step": step, "time": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"),
                "checkpoint": str(checkpoint_path) if checkpoint_path else None}
-        write_atomic(self.run_dir / "drain.ack", json.dumps(ack))
+        write_atomic(self.run_dir / DRAIN_ACK, json.dumps(ack))
+
+
+_default: Runtime | None = None
+
+
+def _runtime() -> Runtime:
+    global _default
+    if _default is None:
+        _default = Runtime.from_env()
+    return _default
+
+
+def drain_requested() -> bool:
+    return _runtime().drain_requested()
+
+
+def ack_drain(step: int, checkpoint_path: Path | None = None) -> None:
+    _runtime().ack_drain(step, checkpoint_path)
+
+
+def heartbeat(step: int, **metrics: float) -> None:
+    _runtime().log(step, **metrics)

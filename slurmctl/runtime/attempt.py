@@ -1,6 +1,13 @@
-"""Batch-shell hooks: record an attempt's start and end in attempts.jsonl.
+"""Batch-shell hooks, called by the rendered sbatch script as ``python -m slurmctl.runtime.attempt EVENT``:
 
-Called by the rendered sbatch script as ``python -m slurmctl.runtime.attempt start|end``.
+  start           record the attempt in attempts.jsonl; clear the previous attempt's drain handshake
+  drain-signal    the USR1 trap: write drain.request, classified as time-limit or preemption
+  watch-requeue   background: once the first valid checkpoint exists, make the job requeueable
+  end --exit-code decide requeue or stop (runtime/policy.py), record it, and requeue if so
+
+Requeue is enabled from the batch shell (not from the training's save()) because the batch shell
+always runs where Slurm's client commands are, while training images may not have scontrol and a
+rank should never block a step on a Slurm RPC.
 """
 
 from __future__ import annotations
@@ -12,40 +19,137 @@ import sys
 import time
 from pathlib import Path
 
-from ..fsutil import append_jsonl
+from ..checkpoint import CheckpointManager
+from ..errors import SlurmctlError
+from ..fsutil import append_jsonl, read_jsonl
+from ..slurm.client import SlurmClient
+from . import DRAIN_ACK, DRAIN_REQUEST, read_drain_request, write_drain_request
+from .policy import REQUEUE, decide
+
+# USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
+# signal timer is up to ~60 s early, see shared/slurm-local.md).
+_PREEMPTION_SLACK_SECONDS = 90
+
+
+def _env_int(name: str, default: int = 0) -> int:
+    try:
+        return int(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+def _checkpoints(run_dir: Path) -> CheckpointManager:
+    return CheckpointManager(os.environ.get("SLURMCTL_CHECKPOINT_DIR") or run_dir / "checkpoints")
+
+
+def _max_restarts(run_dir: Path) -> int:
+    try:
+        import yaml
+
+        return int((yaml.safe_load((run_dir / "run.yaml").read_text()) or {}).get("max_restarts", 3))
+    except (OSError, ValueError, ImportError):
+        return 3
+
+
+def _base_record(event: str) -> dict:
+    return {
+        "event": event,
+        "time": time.time(),
+        "job_id": _env_int("SLURM_JOB_ID"),
+        "restart_count": _env_int("SLURM_RESTART_COUNT"),
+        "nodes": os.environ.get("SLURM_JOB_NODELIST", ""),
+        "batch_host": socket.gethostname(),
+    }
+
+
+def start(run_dir: Path) -> int:
+    record = _base_record("start")
+    # A fresh attempt must not inherit the previous attempt's drain handshake.
+    for name in (DRAIN_REQUEST, DRAIN_ACK):
+        (run_dir / name).unlink(missing_ok=True)
+    ck = _checkpoints(run_dir).latest()
+    record["resume_step"] = ck.step if ck else None
+    print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} starting on "
+          f"{record['nodes']}" + (f", resuming from checkpoint step {ck.step}" if ck else ""), file=sys.stderr)
+    append_jsonl(run_dir / "attempts.jsonl", record)
+    return 0
+
+
+def drain_signal(run_dir: Path, client: SlurmClient) -> int:
+    margin = _env_int("SLURMCTL_DRAIN_MARGIN", 120)
+    left = None
+    try:
+        left = client.time_left_seconds(_env_int("SLURM_JOB_ID"))
+    except SlurmctlError:
+        pass
+    reason = "preemption" if left is not None and left > margin + _PREEMPTION_SLACK_SECONDS else "time-limit"
+    write_drain_request(run_dir, reason, time_left_seconds=left)
+    print(f"slurmctl: drain requested ({reason}, {left} s left); waiting for the training to "
+          "checkpoint and acknowledge", file=sys.stderr)
+    return 0
+
+
+def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
+    checkpoints, job_id = _checkpoints(run_dir), _env_int("SLURM_JOB_ID")
+    while (ck := checkpoints.latest()) is None:
+        time.sleep(poll)
+    try:
+        client.update_job(job_id, Requeue=1)
+    except SlurmctlError as exc:
+        print(f"slurmctl: could not make job {job_id} requeueable: {exc.message}", file=sys.stderr)
+        return 1
+    # Only logged: attempts.jsonl keeps one start and one end line per attempt.
+    print(f"slurmctl: first valid checkpoint (step {ck.step}) exists; job {job_id} is now requeueable",
+          file=sys.stderr)
+    return 0
+
+
+def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
+    events = read_jsonl(run_dir / "attempts.jsonl")
+    last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
+    previous_ends = [e for e in events[last_submit + 1:] if e.get("event") == "end"]
+    drain = read_drain_request(run_dir)
+    acked = (run_dir / DRAIN_ACK).exists()
+    ck = _checkpoints(run_dir).latest()
+    decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
+                      previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
+    record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
+              "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
+              "checkpoint_step": ck.step if ck else None, **decision.to_dict()}
+    # Record first: `scontrol requeue` SIGTERMs this very batch script.
+    append_jsonl(run_dir / "attempts.jsonl", record)
+    loud = "" if acked or drain is None else "WARNING: DRAIN NOT ACKNOWLEDGED. "
+    print(f"slurmctl: attempt ended with exit code {exit_code}: {loud}{decision.reason}", file=sys.stderr)
+    if decision.action != REQUEUE:
+        return 0 if decision.outcome in {"completed", "cancelled"} and (acked or drain is None) else (exit_code or 1)
+    job_id = _env_int("SLURM_JOB_ID")
+    try:
+        client.update_job(job_id, Requeue=1)  # normally already done by watch-requeue
+        client.requeue(job_id)
+    except SlurmctlError as exc:
+        append_jsonl(run_dir / "attempts.jsonl", {**_base_record("requeue-failed"), "message": exc.message})
+        print(f"slurmctl: requeue of job {job_id} failed: {exc.message}", file=sys.stderr)
+        return exit_code or 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
-    parser.add_argument("event", choices=["start", "end"])
+    parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue"])
     parser.add_argument("--exit-code", type=int, default=None)
     args = parser.parse_args(argv)
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
     if not run_dir:
         print("slurmctl: SLURMCTL_RUN_DIR is not set; not inside a slurmctl job", file=sys.stderr)
         return 2
-    run_path = Path(run_dir)
-    record = {
-        "event": args.event,
-        "time": time.time(),
-        "job_id": int(os.environ.get("SLURM_JOB_ID", "0")),
-        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
-        "nodes": os.environ.get("SLURM_JOB_NODELIST", ""),
-        "batch_host": socket.gethostname(),
-    }
+    run_path, client = Path(run_dir), SlurmClient()
     if args.event == "start":
-        # A fresh attempt must not inherit the previous attempt's drain handshake.
-        for name in ("drain.request", "drain.ack"):
-            (run_path / name).unlink(missing_ok=True)
-        print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} "
-              f"starting on {record['nodes']}", file=sys.stderr)
-    else:
-        record["exit_code"] = args.exit_code
-        record["drain_requested"] = (run_path / "drain.request").exists()
-        record["drain_acked"] = (run_path / "drain.ack").exists()
-        print(f"slurmctl: attempt ended with exit code {args.exit_code}", file=sys.stderr)
-    append_jsonl(run_path / "attempts.jsonl", record)
-    return 0
+        return start(run_path)
+    if args.event == "drain-signal":
+        return drain_signal(run_path, client)
+    if args.event == "watch-requeue":
+        return watch_requeue(run_path, client)
+    return end(run_path, client, args.exit_code if args.exit_code is not None else 1)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Hot paths make one batched call with an ``-o`` format and a \\x1f separator (10x
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ..errors import SlurmCommandError, SlurmUnreachable
 from .runner import CommandResult, LocalRunner, Runner
+from .scontrol import JobInfo, job_info_from_output
 
 SEP = "\x1f"
 
@@ -117,6 +119,86 @@ class NodeInfo:
     state: str = ""
 
 
+@dataclass
+class QueueEntry:
+    """One queued or running job, as the exporter needs it (lean: no names, no node lists)."""
+
+    job_id: int
+    state: str
+    reason: str
+    partitions: list[str]
+    num_nodes: int
+    gpus: int  # total GPUs requested (pending) or allocated (running), from tres-alloc
+    submit_time: datetime | None
+    start_time: datetime | None
+    comment: str
+    user: str
+
+    @property
+    def run_id(self) -> str | None:
+        return self.comment.removeprefix("slurmctl:") if self.comment.startswith("slurmctl:") else None
+
+
+@dataclass
+class NodeUsage:
+    """One (node, partition) row of sinfo: GPUs configured and in use, state and drain reason."""
+
+    name: str
+    partition: str
+    gpu_type: str | None
+    gpus: int
+    gpus_used: int
+    state: str
+    reason: str
+
+
+@dataclass
+class StartEstimate:
+    """`sbatch --test-only`: when and where Slurm would start the job now, or why it can't."""
+
+    ok: bool
+    start_time: datetime | None = None
+    partition: str = ""
+    nodes: str = ""
+    message: str = ""
+
+
+@dataclass
+class PartitionInfo:
+    name: str
+    max_time_seconds: int | None  # None = UNLIMITED
+    available: str = "up"
+
+
+@dataclass
+class Association:
+    account: str
+    qos: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QuotaJob:
+    """One active job as quota usage counts it."""
+
+    job_id: int
+    state: str
+    user: str
+    account: str
+    qos: str
+    tres: str  # 'cpu=2,mem=1G,node=1,billing=2,gres/gpu=1'
+
+
+@dataclass
+class QueueView:
+    """The queue as status/ls need it: the wanted jobs in full, every other job as a queue place."""
+
+    jobs: dict[int, Job] = field(default_factory=dict)
+    pending_by_partition: dict[str, list[int]] = field(default_factory=dict)  # squeue order, holds left out
+
+
+_TEST_ONLY_RE = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition (\S+)")
+
+
 class SlurmClient:
     def __init__(self, runner: Runner | None = None):
         self.runner = runner or LocalRunner()
@@ -146,6 +228,17 @@ class SlurmClient:
                                     "Check `sbatch --version` and the cluster's job_submit plugins.")
         return int(job_id)
 
+    # --- dev sessions (issue 9) ----------------------------------------------------------------------
+    def submit_wrapped(self, sbatch_args: Sequence[str], environment: dict[str, str] | None = None) -> int:
+        """`sbatch --parsable ARGS` (with --wrap among them); `environment` reaches the job via `env`."""
+        prefix = ["env", *(f"{k}={v}" for k, v in (environment or {}).items())] if environment else []
+        result = self._run([*prefix, "sbatch", "--parsable", *sbatch_args])
+        job_id = result.stdout.strip().splitlines()[-1].split(";", 1)[0] if result.stdout.strip() else ""
+        if not job_id.isdigit():
+            raise SlurmCommandError(f"sbatch answered something unexpected: {result.stdout!r}.",
+                                    "Check `sbatch --version` and the cluster's job_submit plugins.")
+        return int(job_id)
+
     def cancel(self, job_id: int, signal: str | None = None, batch_only: bool = False, full: bool = False) -> None:
         argv = ["scancel"]
         if signal:
@@ -155,6 +248,66 @@ class SlurmClient:
         if full:
             argv.append("--full")
         self._run([*argv, str(job_id)])
+
+    def cancel_many(self, job_ids: Iterable[int], chunk: int = 1000) -> None:
+        """scancel many jobs, 1,000 ids per call (~0.8 s each on 22.05)."""
+        ids = [str(int(j)) for j in job_ids]
+        for start in range(0, len(ids), chunk):
+            self._run(["scancel", *ids[start:start + chunk]])
+
+    # --- reliability (issue 3): requeue, update, release, time left --------------------------------
+    def requeue(self, job_id: int) -> None:
+        """`scontrol requeue`: needs Requeue=1 on the job; the next attempt waits ~120 s (BeginTime)."""
+        self._run(["scontrol", "requeue", str(job_id)])
+
+    def update_job(self, job_id: int, **fields: str | int) -> None:
+        """`scontrol update JobId=N Key=Value ...`, e.g. update_job(7, Requeue=1, StartTime="now")."""
+        self._run(["scontrol", "update", f"JobId={job_id}", *(f"{k}={v}" for k, v in fields.items())])
+
+    def release(self, job_id: int) -> None:
+        self._run(["scontrol", "release", str(job_id)])
+
+    def time_left_seconds(self, job_id: int) -> int | None:
+        result = self._run(["squeue", "-h", "-j", str(job_id), "-o", "%L"], check=False)
+        return parse_slurm_duration(result.stdout) if result.returncode == 0 else None
+
+    # --- steps and holds (watchdog, cleanup: issue 6) -------------------------------------------
+    def job_steps(self, job_id: int) -> list[str]:
+        """The job's srun steps ('123.0', ...), without the batch and extern steps."""
+        result = self._run(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i"], check=False)
+        steps = [s.strip() for s in result.stdout.split() if s.strip()]
+        return [s for s in steps if s.rsplit(".", 1)[-1].isdigit()]
+
+    def cancel_step(self, step: str) -> None:
+        """End one step (SIGTERM, then SIGKILL after KillWait); the batch shell goes on."""
+        self._run(["scancel", step])
+
+    def held_jobs(self) -> list[Job]:
+        """Pending jobs that will never start by themselves (user/admin hold, requeue hold)."""
+        jobs = self.queue(mine=False)
+        return [j for j in jobs if j.state in {"PENDING", "REQUEUE_HOLD"}
+                and (j.reason.startswith("JobHeld") or "held" in j.reason.lower() or j.state == "REQUEUE_HOLD")]
+
+    # --- node-side hooks (Prolog/Epilog: slurmctl.plugins) ----------------------------------------
+    def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
+        """`scontrol show job -o JOB` (~5-25 ms); None when the controller no longer knows the job."""
+        try:
+            result = self._run(["scontrol", "show", "job", "-o", str(job_id)], timeout=timeout)
+        except SlurmCommandError as exc:
+            if "invalid job id" in exc.message.lower():
+                return None
+            raise
+        return job_info_from_output(job_id, result.stdout)
+
+    def node_job_ids(self, node: str, timeout: float = 60.0) -> set[int]:
+        """Jobs Slurm still runs on `node` (running, completing, configuring, suspended). %A, not %i:
+        an array task's own job id, the SLURM_JOB_ID its processes carry (%i says <array id>_<task>)."""
+        result = self._run(["squeue", "-h", "-o", "%A", "-w", node, "-t", "R,CG,CF,S"], timeout=timeout)
+        return {int(x) for x in result.stdout.split() if x.isdigit()}
+
+    def drain_node(self, node: str, reason: str, timeout: float = 60.0) -> None:
+        """Drain `node` with `reason` (shown by `sinfo -R`; Slurm keeps 250 characters or so)."""
+        self._run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
 
     # --- queries ------------------------------------------------------------------------------
     def queue(self, mine: bool = True) -> list[Job]:
@@ -166,6 +319,23 @@ class SlurmClient:
         result = self._run(argv)
         return [self._job_from_squeue(line) for line in result.stdout.splitlines() if line.strip()]
 
+    def queue_view(self, job_ids: Iterable[int]) -> QueueView:
+        """One squeue of every user's jobs, fully parsed only for `job_ids` (status/ls at scale: building
+        a Job per line costs more than squeue itself with 1,000 jobs); the rest only feeds queue positions."""
+        wanted = {int(j) for j in job_ids}
+        result = self._run(["squeue", "-h", "-o", SEP.join(code for _, code in _SQUEUE_FIELDS)])
+        view = QueueView()
+        for line in result.stdout.splitlines():
+            job_id, _name, state, reason, partition, _rest = (line.split(SEP, 5) + [""] * 6)[:6]
+            job_id = job_id.split("_")[0]
+            if not job_id.isdigit():
+                continue
+            if int(job_id) in wanted:
+                view.jobs[int(job_id)] = self._job_from_squeue(line)
+            if state == "PENDING" and not reason.startswith("JobHeld"):
+                view.pending_by_partition.setdefault(partition.split(",")[0], []).append(int(job_id))
+        return view
+
     def history(self, job_ids: Iterable[int]) -> list[Job]:
         """Accounting records (one row per job: the latest attempt), one sacct call."""
         ids = sorted({int(j) for j in job_ids})
@@ -176,6 +346,26 @@ class SlurmClient:
                             "-j", ",".join(map(str, ids))])
         jobs = [self._job_from_sacct(line) for line in result.stdout.splitlines() if line.strip()]
         return [j for j in jobs if j is not None]
+
+    def all_attempts(self, fields: Sequence[str], *, start: datetime, end: datetime,
+                     job_ids: Iterable[int] = ()) -> list[str]:
+        """Raw sacct lines for every attempt (--duplicates) of every user's job: the cost ledger's input."""
+        argv = ["sacct", "-a", "-X", "--duplicates", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(fields)]
+        ids = ",".join(map(str, job_ids))
+        argv += ["-j", ids] if ids else ["-S", start.isoformat(timespec="seconds"),
+                                         "-E", end.isoformat(timespec="seconds")]
+        return self._run(argv, timeout=600).stdout.splitlines()
+
+    def gpu_utilization(self, start: datetime, end: datetime) -> dict[str, float]:
+        """Cluster GPU-hours allocated/down/idle from sreport (complete hours only: slurmdbd rolls up hourly)."""
+        result = self._run(["sreport", "-n", "-P", "cluster", "Utilization", "-T", "gres/gpu", "-t", "hours",
+                            f"start={start.isoformat(timespec='seconds')}", f"end={end.isoformat(timespec='seconds')}"])
+        names = ["allocated", "down", "planned_down", "idle", "planned", "reported"]
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 8 and parts[1] == "gres/gpu":
+                return {n: float(v) for n, v in zip(names, parts[2:8]) if v.replace(".", "", 1).isdigit()}
+        return {}
 
     def jobs(self, job_ids: Iterable[int]) -> dict[int, Job]:
         """Current view of the given jobs: squeue for live ones, sacct for the rest."""
@@ -207,6 +397,126 @@ class SlurmClient:
             node.memory_mb = int(mem) if mem.isdigit() else 0
             node.state = state
         return list(by_name.values())
+
+    # --- monitoring snapshot (the exporter: one call each per interval) ------------------------
+    # squeue -O (not -o) because only -O has tres-alloc, which counts GPUs however they were asked
+    # for (--gres, --gpus, --gpus-per-node); empty ':' widths mean "no padding, no truncation".
+    _QUEUE_SNAPSHOT_FIELDS = ["JobID", "State", "Reason", "Partition", "NumNodes", "tres-alloc",
+                              "SubmitTime", "StartTime", "Comment", "UserName"]
+    _NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
+
+    def queue_filtered(self, partitions: Sequence[str] = (), users: Sequence[str] = (),
+                       states: Sequence[str] = ()) -> list[Job]:
+        """The whole queue like `squeue -p/-u/-t` (issue 4: `slurmctl queue`), one squeue call."""
+        argv = ["squeue", "-h", "-o", SEP.join(code for _, code in _SQUEUE_FIELDS)]
+        for flag, values in (("-p", partitions), ("-u", users), ("-t", states)):
+            if values:
+                argv += [flag, ",".join(values)]
+        result = self._run(argv)
+        return [self._job_from_squeue(line) for line in result.stdout.splitlines() if line.strip()]
+
+    def queue_snapshot(self) -> list[QueueEntry]:
+        """Every active job of every user, one squeue call."""
+        fmt = ",".join(f"{name}:{SEP}" for name in self._QUEUE_SNAPSHOT_FIELDS)
+        result = self._run(["squeue", "-h", "-O", fmt])
+        entries = []
+        for line in result.stdout.splitlines():
+            values = line.split(SEP)
+            if len(values) < len(self._QUEUE_SNAPSHOT_FIELDS) or not values[0].split("_")[0].isdigit():
+                continue
+            job_id, state, reason, partition, nodes, tres, submit, start, comment, user = values[:10]
+            gpus = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+            entries.append(QueueEntry(
+                job_id=int(job_id.split("_")[0]), state=state,
+                reason=reason if reason not in {"None", "(null)"} else "",
+                partitions=[p for p in partition.split(",") if p], num_nodes=int(nodes) if nodes.isdigit() else 0,
+                gpus=int(gpus.group(1)) if gpus else 0, submit_time=_parse_time(submit),
+                start_time=_parse_time(start), comment=comment if comment != "(null)" else "", user=user,
+            ))
+        return entries
+
+    def node_usage(self) -> list[NodeUsage]:
+        """GPUs configured/in use, state and reason of every (node, partition), one sinfo call."""
+        fmt = ",".join(f"{name}:{SEP}" for name in self._NODE_USAGE_FIELDS)
+        result = self._run(["sinfo", "-h", "-N", "-O", fmt])
+        rows = []
+        for line in result.stdout.splitlines():
+            values = line.split(SEP)
+            if len(values) < len(self._NODE_USAGE_FIELDS):
+                continue
+            name, partition, gres, gres_used, state, reason = values[:6]
+            total, used = _GPU_RE.search(gres), _GPU_RE.search(gres_used)
+            rows.append(NodeUsage(
+                name=name, partition=partition.rstrip("*"), gpu_type=total.group(1) if total else None,
+                gpus=int(total.group(2)) if total else 0, gpus_used=int(used.group(2)) if used else 0,
+                state=state, reason=reason if reason not in {"none", "None", "(null)"} else "",
+            ))
+        return rows
+
+    # --- preflight and placement (issue 5) ----------------------------------------------------
+    def test_only(self, script: Path | None, args: Sequence[str] = ()) -> StartEstimate:
+        """`sbatch --test-only`: submits nothing; a refusal is an answer, not an error.
+        With script=None the options in `args` describe the job (no file needed on a remote login node)."""
+        argv = ["sbatch", "--test-only", *args, str(script) if script else "--wrap=true"]
+        for pause in (0.5, 1.0, 2.0, None):
+            try:
+                result = self._run(argv)
+                break
+            except SlurmCommandError as exc:
+                message = exc.message.removeprefix("`sbatch` failed: ").rstrip(".")
+                if pause is None or "temporarily unavailable" not in message:  # EAGAIN: slurmctld busy, retry
+                    return StartEstimate(ok=False, message=message)
+                time.sleep(pause)
+        text = f"{result.stderr}\n{result.stdout}"
+        m = _TEST_ONLY_RE.search(text)
+        if not m:
+            return StartEstimate(ok=False, message=text.strip() or "sbatch --test-only gave no estimate")
+        return StartEstimate(ok=True, start_time=_parse_time(m.group(1)), nodes=m.group(2), partition=m.group(3))
+
+    def partitions(self) -> dict[str, PartitionInfo]:
+        """Each partition's MaxTime and availability, one sinfo call."""
+        result = self._run(["sinfo", "-h", "-o", SEP.join(["%R", "%l", "%a"])])
+        found = {}
+        for line in result.stdout.splitlines():
+            if line.count(SEP) == 2:
+                name, limit, available = line.split(SEP)
+                found[name] = PartitionInfo(name, parse_slurm_duration(limit), available)
+        return found
+
+    def associations(self, user: str) -> list[Association]:
+        """Accounts (with their QOS) the user may submit to, one sacctmgr call."""
+        result = self._run(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", "format=account,qos"])
+        rows = [line.split("|") for line in result.stdout.splitlines() if line.strip()]
+        return [Association(r[0], [q for q in r[1].split(",") if q] if len(r) > 1 else []) for r in rows if r[0]]
+
+    # --- quota numbers (issue 4: status of a job pending for a QOS*/Assoc* limit) --------------
+    def quota_jobs(self) -> list[QuotaJob]:
+        """Every active job's user, account, QOS and TRES (requested if pending), one squeue call."""
+        names = ["JobID", "State", "UserName", "Account", "QOS", "tres-alloc"]
+        result = self._run(["squeue", "-h", "-O", ",".join(f"{n}:{SEP}" for n in names)])
+        rows = [line.split(SEP) for line in result.stdout.splitlines()]
+        return [QuotaJob(int(r[0].split("_")[0]), *r[1:6]) for r in rows
+                if len(r) >= 6 and r[0].split("_")[0].isdigit()]
+
+    def qos_limits(self, qos: str, fields: Sequence[str]) -> dict[str, str]:
+        """{field: raw value} of one QOS from sacctmgr (e.g. MaxTRESPU -> 'gres/gpu=1')."""
+        result = self._run(["sacctmgr", "-n", "-P", "show", "qos", f"name={qos}", f"format=Name,{','.join(fields)}"])
+        for line in result.stdout.splitlines():
+            values = line.split("|")
+            if values[0] == qos:
+                return dict(zip(fields, values[1:]))
+        return {}
+
+    def assoc_limits(self, account: str, fields: Sequence[str]) -> dict[str, dict[str, str]]:
+        """{user ('' = the account's own row): {field: raw value}} for one account, one sacctmgr call."""
+        result = self._run(["sacctmgr", "-n", "-P", "show", "associations", f"account={account}",
+                            f"format=Account,User,{','.join(fields)}"])
+        rows = {}
+        for line in result.stdout.splitlines():
+            values = line.split("|")
+            if len(values) >= 2 and values[0] == account:
+                rows[values[1]] = dict(zip(fields, values[2:]))
+        return rows
 
     # --- parsing ------------------------------------------------------------------------------
     @staticmethod

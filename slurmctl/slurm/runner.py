@@ -2,10 +2,12 @@
 
 A runner never builds shell strings from user input: LocalRunner passes argv straight to
 exec. The client only sees the ``Runner`` interface, so tests can assert exact argv.
+Standard library only: the Prolog/Epilog (system python3, no venv) use it too.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,17 +28,30 @@ class Runner(Protocol):
 
 
 class LocalRunner:
-    """Runs Slurm commands on this host (login node or inside a job)."""
+    """Runs Slurm commands on this host (login node, inside a job, or a node's Prolog/Epilog).
+
+    ``bin_dir``: run bare command names from this directory (slurmd starts the hooks with no PATH).
+    ``env``: the commands' whole environment instead of this process's (hooks pass LC_ALL=C).
+    """
+
+    def __init__(self, bin_dir: str | None = None, env: dict[str, str] | None = None):
+        self.bin_dir = bin_dir
+        self.env = env
 
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        if self.bin_dir and "/" not in argv[0]:
+            argv = [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self.env)
         except FileNotFoundError:
             raise SlurmUnreachable(
                 f"`{argv[0]}` is not installed on this machine, so Slurm cannot be reached.",
                 "Run slurmctl on the cluster's login node, or install the Slurm client tools "
                 "(on the local dev cluster: deploy/local/up).",
             ) from None
+        except OSError as exc:  # e.g. not executable
+            raise SlurmUnreachable(f"`{argv[0]}` could not be started: {exc.strerror or exc}.",
+                                   "Check the Slurm client tools' installation on this machine.") from None
         except subprocess.TimeoutExpired:
             raise SlurmUnreachable(
                 f"`{argv[0]}` did not answer within {timeout:.0f} s.",

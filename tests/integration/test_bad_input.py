@@ -1,10 +1,8 @@
 """Bad input: one clear paragraph naming what and how to fix, exit code != 0, no traceback."""
 
-import os
 import re
 from pathlib import Path
 
-import pytest
 
 from .conftest import slurmctl, write_run
 

@@ -1,8 +1,6 @@
 """The walking skeleton on the real cluster: init -> submit -> srun torchrun -> status/logs/cancel."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import yaml

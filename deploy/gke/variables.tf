@@ -1,0 +1,49 @@
+variable "project" {
+  type        = string
+  description = "GCP project id"
+}
+
+variable "region" {
+  type    = string
+  default = "us-central1"
+}
+
+variable "zone" {
+  type        = string
+  default     = "us-central1-a"
+  description = "GPU pools live in one zone (compact placement, H100/L4 capacity)"
+}
+
+variable "cluster_name" {
+  type    = string
+  default = "ml-gke"
+}
+
+# GPU pools: the names are the Slurm partitions and the Slinky NodeSets (one name each, checked
+# by tests/unit/test_deploy_consistency.py). All scale from 0.
+variable "gpu_pools" {
+  type = map(object({
+    machine_type        = string
+    accelerator_type    = string
+    gpus_per_node       = number
+    max_nodes           = number
+    spot                = bool
+    queued_provisioning = bool
+  }))
+  default = {
+    "h100-ondemand" = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, queued_provisioning = false }
+    "h100-spot"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 8, spot = true, queued_provisioning = false }
+    "h100-flex"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, queued_provisioning = true }
+    "l4-dev"        = { machine_type = "g2-standard-8", accelerator_type = "nvidia-l4", gpus_per_node = 1, max_nodes = 4, spot = false, queued_provisioning = false }
+  }
+}
+
+variable "checkpoint_bucket" {
+  type        = string
+  description = "GCS bucket for runs and checkpoints (mounted with gcsfuse CSI)"
+}
+
+variable "slurm_namespace" {
+  type    = string
+  default = "slurm"
+}

@@ -1,0 +1,150 @@
+"""Cost commands: `cost RUN`, `report`, `accounting ingest` (the cron entry point)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..errors import SpecError
+from .main import Context, err, json_option, out, pass_ctx, print_json
+
+
+def _related_runs(ctx: Context, run_id: str) -> list:
+    """The run plus runs resumed or forked from it (their run.json names a parent)."""
+    runs = ctx.registry.list()
+    family, frontier = [r for r in runs if r.run_id == run_id], {run_id}
+    while frontier:
+        children = [r for r in runs if (r.meta.get("parent_run") or r.meta.get("resumed_from")) in frontier
+                    and r not in family]
+        family += children
+        frontier = {r.run_id for r in children}
+    return family
+
+
+@click.command()
+@click.argument("run")
+@json_option
+@pass_ctx
+def cost(ctx: Context, run: str, as_json: bool) -> None:
+    """What RUN cost: every attempt (requeues, resumes, forks), GPU-hours, dollars and waste."""
+    from ..accounting import run_cost
+
+    family = _related_runs(ctx, ctx.registry.get(run).run_id)
+    job_ids = [j for r in family for j in r.job_ids()]
+    result = run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("JOB", "RUN", "STATE", "PARTITION", "GPUS", "START", "HOURS", "COST", "WASTE"):
+        table.add_column(column)
+    for a in result.attempts:
+        table.add_row(str(a.job_id), a.run_id, a.state.lower(), a.partition, f"{a.gpus}x{a.gpu_type}", a.start,
+                      f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
+                      f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
+    out.print(table)
+    out.print(f"[bold]{result.run_id}[/]: {len(result.attempts)} attempt(s), {result.gpu_hours:.2f} GPU-hours, "
+              f"[bold]${result.cost_usd:,.2f}[/]; waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
+    for note in result.notes:
+        out.print(f"  note: {note}")
+
+
+def _parse_when(value: str | None, default: datetime) -> datetime:
+    if not value:
+        return default
+    if value.endswith("d") and value[:-1].isdigit():
+        return datetime.now().replace(microsecond=0) - timedelta(days=int(value[:-1]))
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise SpecError(f"'{value}' is not a date.", "Use YYYY-MM-DD, YYYY-MM-DDTHH:MM or '7d' (7 days ago).") from None
+
+
+@click.command()
+@click.option("--since", help="Start: YYYY-MM-DD[THH:MM] or '7d' (default: 7 days ago).")
+@click.option("--until", help="End (default: now).")
+@click.option("--by", type=click.Choice(["account", "user", "partition", "gpu", "run"]), default="account",
+              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file (never overwrites).")
+@click.option("--no-ingest", is_flag=True, help="Report from the ledger as it is; do not ask sacct first.")
+@pass_ctx
+def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str, output: Path | None,
+           no_ingest: bool) -> None:
+    """Showback: GPU-hours, dollars, waste and queue wait by account, user, partition, GPU or run."""
+    from .. import report as reports
+    from ..accounting import Ledger, cost_records_dir, ingest
+
+    now = datetime.now().replace(microsecond=0)
+    start, end = _parse_when(since, now - timedelta(days=7)), _parse_when(until, now)
+    if not no_ingest:
+        ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))
+    ledger = Ledger(Path(ctx.site.accounting.ledger_path))
+    result = reports.build_report(ledger, by, start, end, ctx.client.gpu_utilization(start, end))
+    if fmt == "table":
+        _print_report(result)
+        return
+    text = {"csv": reports.to_csv, "json": reports.to_json, "html": reports.to_html}[fmt](result)
+    if output:
+        with open(output, "x") as fh:  # "x": a report file is never clobbered
+            fh.write(text)
+        err.print(f"wrote {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+def _print_report(result) -> None:
+    table = Table(box=None, pad_edge=False, title=f"GPU showback {result.since} .. {result.until}")
+    for column in (result.by.upper(), "ATTEMPTS", "GPU-H", "COST", "WASTE", "WAIT P50", "WAIT P95"):
+        table.add_column(column)
+    for g in [*result.groups, result.totals]:
+        table.add_row(g.group, str(g.attempts), f"{g.gpu_hours:,.2f}", f"${g.cost_usd:,.2f}", f"${g.waste_usd:,.2f}",
+                      f"{g.queue_wait_p50_s / 60:.1f}m", f"{g.queue_wait_p95_s / 60:.1f}m")
+    out.print(table)
+    if result.waste_by_cause:
+        out.print("waste by cause: " + ", ".join(f"{k} ${v:,.2f}" for k, v in result.waste_by_cause.items()))
+
+
+@click.group()
+def accounting() -> None:
+    """The cost ledger (admins and cron)."""
+
+
+@accounting.command("ingest")
+@click.option("--since", help="Re-read from this date instead of the high-water mark.")
+@json_option
+@pass_ctx
+def ingest_command(ctx: Context, since: str | None, as_json: bool) -> None:
+    """Ingest new sacct attempts and epilog records into the ledger (idempotent)."""
+    from ..accounting import cost_records_dir, ingest
+
+    start = _parse_when(since, datetime.now()) if since else None
+    result = ingest(ctx.site, ctx.client, since=start, spool=cost_records_dir(ctx.site))
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        out.print(f"ingested {result.attempts} attempt(s) from {result.window_start} to {result.window_end}"
+                  f" ({result.missing_epilog} without an epilog record)")
+
+
+@accounting.command("showback")
+@click.option("--days", default=7, show_default=True, help="Window: the last N days.")
+@json_option
+@pass_ctx
+def showback_command(ctx: Context, days: int, as_json: bool) -> None:
+    """Ingest, then write dated showback files (html/csv/json by account, user, partition, run)."""
+    from ..accounting import Ledger, cost_records_dir, ingest
+    from ..report import write_dated_reports
+
+    now = datetime.now().replace(microsecond=0)
+    ingested = ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))
+    start = now - timedelta(days=days)
+    written = write_dated_reports(Ledger(Path(ctx.site.accounting.ledger_path)), ctx.site.accounting.reports_dir,
+                                  start, now, ctx.client.gpu_utilization(start, now))
+    if as_json:
+        print_json({"ingest": ingested.to_dict(), "files": [str(p) for p in written]})
+    else:
+        out.print(f"ingested {ingested.attempts} attempt(s); wrote {len(written)} files to {written[0].parent}")

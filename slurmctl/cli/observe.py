@@ -1,0 +1,238 @@
+"""Observation commands (issue 4): status, ls, logs, explain, diagnose, queue, compare. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..status import RunStatus, human_duration
+from .main import Context, err, json_option, out, pass_ctx, print_json
+
+
+def _when(iso: str | None) -> str:
+    if not iso:
+        return "no estimate yet"
+    delta = datetime.fromisoformat(iso).timestamp() - datetime.now().timestamp()
+    return "now" if delta <= 60 else f"in ~{human_duration(delta)}"
+
+
+def _print_status(s: RunStatus) -> None:
+    colour = {"finished": "green", "training": "cyan", "queued": "yellow"}.get(s.phase, "red")
+    out.print(f"[bold]Run:[/] {s.run_id}   [bold]Phase:[/] [{colour}]{s.phase}[/]   "
+              f"(Slurm: {s.state.lower()}{f', job {s.job_id}' if s.job_id else ''})")
+    out.print(f"[bold]Why:[/] {s.why or s.headline}")
+    if s.state == "PENDING":
+        pos = f" · position {s.queue_position}" if s.queue_position else ""
+        out.print(f"[bold]Queue:[/] {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
+                  f"estimated start {_when(s.estimated_start)}")
+    if s.gpus:
+        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){f' on {s.nodes}' if s.nodes else ''}"
+                  f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
+    if s.last_step is not None:
+        total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
+        loss = s.last_metrics.get("loss")
+        rate = f" · {s.steps_per_second:.2f} steps/s" if s.steps_per_second else ""
+        out.print(f"[bold]Progress:[/] step {s.last_step}{total}"
+                  f"{f' · loss {loss:.4g}' if isinstance(loss, (int, float)) else ''}"
+                  f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {s.health}")
+    ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
+          if s.latest_checkpoint_step is not None else "none")
+    left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
+    out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left}")
+    if s.diagnosis:
+        d = s.diagnosis
+        out.print(f"[bold]Diagnosis:[/] [red]{d['category']}[/] — {d['summary']}")
+        for line in d["evidence"][:3]:
+            out.print(f"    {line}")
+        out.print(f"  [bold]Fix:[/] {d['hint']}")
+    if s.watchdog:  # the message holds paths: escape them from rich markup
+        from rich.markup import escape
+        out.print(f"[bold]Watchdog:[/] [red]{escape(s.watchdog['message'])}[/]")
+    if s.suggestions:
+        out.print(f"[bold]Try:[/] {' or '.join(s.suggestions)}")
+    out.print(f"[bold]What to do:[/] {s.action.replace('RUN', s.run_id)}")
+
+
+@click.command()
+@click.argument("run")
+@json_option
+@pass_ctx
+def status(ctx: Context, run: str, as_json: bool) -> None:
+    """Explain in plain words what RUN is doing and what to do next."""
+    from ..status import run_status
+
+    result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site)
+    print_json(result.to_dict()) if as_json else _print_status(result)
+
+
+@click.command(name="ls")
+@click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
+@json_option
+@pass_ctx
+def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
+    """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
+    from ..status import runs_statuses
+
+    runs = ctx.registry.list()[-limit:]
+    statuses = runs_statuses(runs, ctx.client, site=ctx.site)
+    if as_json:
+        print_json([s.to_dict() for s in statuses])
+        return
+    if not statuses:
+        out.print(f"no runs under {ctx.registry.root}; start one with `slurmctl init NAME`")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING"):
+        table.add_column(column)
+    for s in statuses:
+        step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
+        table.add_row(s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
+                      human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
+                      f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
+                      s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+    out.print(table)
+
+
+@click.command()
+@click.argument("run")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (across requeues).")
+@click.option("-n", "--lines", default=100, show_default=True, help="Lines from the end (0 = all).")
+@click.option("--rank", default="0", show_default=True, help="Rank to show, or 'all'.")
+@click.option("--attempt", type=int, help="Only this attempt (restart count) of the job.")
+@click.option("--job", "job_id", type=int, help="A specific job id of the run (default: the latest).")
+@json_option
+@pass_ctx
+def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: int | None, job_id: int | None,
+         as_json: bool) -> None:
+    """Print the training output of RUN (rank 0 by default)."""
+    from ..logs import follow as follow_log, log_file, split_attempts, tail_lines, training_lines
+
+    the_run = ctx.registry.get(run)
+    wanted_rank = None if rank == "all" else int(rank)
+    if follow:
+        state = follow_log(the_run, ctx.client, lambda text: click.echo(
+            "\n".join(training_lines(text.split("\n"), wanted_rank)), nl=False))
+        err.print(f"[bold]slurmctl:[/] job ended: {state.lower()} — `slurmctl status {the_run.run_id}` explains it")
+        return
+    path = log_file(the_run, job_id)
+    text = tail_lines(path, 0 if attempt is not None else lines)
+    if attempt is not None:
+        text = split_attempts(text).get(attempt, [])
+        text = text[-lines:] if lines else text
+    text = training_lines(text, wanted_rank)
+    if as_json:
+        print_json({"run_id": the_run.run_id, "path": str(path), "rank": rank, "attempt": attempt, "lines": text})
+        return
+    if not text and not path.exists():
+        err.print(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`")
+        return
+    click.echo("\n".join(text))
+
+
+@click.command()
+@click.argument("word", nargs=-1, required=True)
+@json_option
+def explain(word: tuple[str, ...], as_json: bool) -> None:
+    """Explain any Slurm state or reason (PD, Resources, QOSMaxGRESPerUser, ...) in plain words."""
+    from ..slurm.explain import explain_word
+
+    text = " ".join(word)
+    kind, expl = explain_word(text)
+    if as_json:
+        print_json({"word": text, "type": kind, **expl.to_dict()})
+        return
+    out.print(f"[bold]{text}[/] ({kind}): {expl.headline}")
+    out.print(f"  [bold]What to do:[/] {expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>')}")
+    if not expl.known:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument("run", required=False)
+@click.option("--log", "log_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Diagnose a log file instead of a run.")
+@json_option
+@pass_ctx
+def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool) -> None:
+    """Name why RUN (or --log FILE) failed, with the evidence and a fix."""
+    from ..diagnose import diagnose_file
+    from ..errors import SpecError
+
+    if bool(run) == bool(log_path):
+        raise SpecError("give either RUN or --log FILE (not both, not neither).",
+                        "e.g. `slurmctl diagnose my-run` or `slurmctl diagnose --log slurm-123.out`.")
+    if log_path:
+        result = diagnose_file(log_path)
+    else:
+        the_run = ctx.registry.get(run)
+        job_id = the_run.latest_job_id()
+        job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
+        from ..logs import log_file
+        result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
+    if as_json:
+        print_json(result.to_dict())
+        return
+    out.print(f"[bold]Cause:[/] [red]{result.category}[/] — {result.summary}")
+    out.print("[bold]Evidence:[/]")
+    for line in result.evidence:
+        out.print(f"    {line}", markup=False)
+    out.print(f"[bold]Fix:[/] {result.hint}")
+
+
+@click.command()
+@click.option("-p", "--partition", "partitions", multiple=True, help="Only these partitions (like squeue -p).")
+@click.option("-u", "--user", "users", multiple=True, help="Only these users (like squeue -u).")
+@click.option("-t", "--state", "states", multiple=True, help="Only these states (like squeue -t).")
+@json_option
+@pass_ctx
+def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
+    """The whole queue, every user, with the reason in plain words and the estimated start."""
+    from ..slurm.explain import explain_reason
+
+    jobs = ctx.client.queue_filtered(partitions, users, states)
+    rows = []
+    for j in jobs:
+        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        rows.append({**j.to_dict(), "why": expl.headline if expl else "",
+                     "estimated_start": j.start_time.isoformat() if j.state == "PENDING" and j.start_time else None})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(str(r["job_id"]), r["user"], r["name"][:30], r["partition"], r["state"].lower(),
+                      str(r["num_nodes"]), _when(r["estimated_start"]) if r["state"] == "PENDING" else "running",
+                      r["why"])
+    out.print(table)
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), help="Write a loss plot here.")
+@click.option("--metric", default="loss", show_default=True)
+@json_option
+@pass_ctx
+def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str, as_json: bool) -> None:
+    """Compare two runs: steps, loss and throughput, a sparkline each, and a PNG plot."""
+    from ..compare import compare_runs
+
+    result = compare_runs(ctx.registry.get(run_a), ctx.registry.get(run_b), png, metric)
+    if as_json:
+        print_json(result)
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("RUN", "LAST STEP", f"LAST {metric.upper()}", f"MIN {metric.upper()}", "STEPS/S", metric.upper()):
+        table.add_column(column)
+    for r in result["runs"]:
+        fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+        table.add_row(r["run_id"], str(r["last_step"] if r["last_step"] is not None else "-"), fmt(r["last_loss"]),
+                      fmt(r["min_loss"]), fmt(r["steps_per_second"]), result["sparklines"][r["run_id"]])
+    out.print(table)
+    if result["png"]:
+        out.print(f"plot: {result['png']}")

@@ -1,0 +1,34 @@
+"""Admin operations (issue 6): `slurmctl cleanup`."""
+
+from __future__ import annotations
+
+import click
+
+from .main import Context, json_option, out, pass_ctx, print_json
+
+
+@click.command()
+@click.option("--apply", "apply_", is_flag=True, help="Release what is found (default: list only).")
+@click.option("--run", "run_ref", default=None, help="Only this run (id, prefix or name).")
+@json_option
+@pass_ctx
+def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> None:
+    """Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."""
+    from ..cleanup import find_orphans, release
+
+    only_run = ctx.registry.get(run_ref).run_id if run_ref else None
+    orphans = find_orphans(ctx.site, ctx.client, ctx.registry, only_run)
+    if apply_:
+        release(orphans, ctx.client)
+    if as_json:
+        print_json({"applied": apply_, "orphans": [o.to_dict() for o in orphans]})
+        return
+    if not orphans:
+        out.print("nothing to clean up")
+        return
+    for o in orphans:
+        what = f"job {o.job_id}" if o.job_id is not None else o.path
+        done = ("released" if o.released else f"FAILED: {o.error}") if apply_ else "would release"
+        out.print(f"{o.kind:20} {what}: {o.reason} [{done}]")
+    if not apply_:
+        out.print("dry run: rerun with --apply to release these")

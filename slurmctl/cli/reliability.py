@@ -1,0 +1,80 @@
+"""Reliability commands: `cancel` (drain + verified ACK), `resume`, `fork`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .main import Context, err, json_option, out, pass_ctx, print_json
+
+
+@click.command()
+@click.argument("run")
+@click.option("--now", is_flag=True, help="Skip the drain: stop at once (work since the last checkpoint is lost).")
+@click.option("--timeout", "drain_timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to wait for the training to checkpoint and acknowledge the drain.")
+@json_option
+@pass_ctx
+def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: bool) -> None:
+    """Stop RUN: ask it to checkpoint and acknowledge, wait for that, then cancel and verify."""
+    from ..cancel import cancel_run
+
+    def progress(waited: float, heartbeat: dict | None) -> None:
+        if not as_json:
+            step = heartbeat.get("step") if heartbeat else None
+            err.print(f"  waiting for the drain acknowledgement: {waited:.0f}/{drain_timeout:.0f} s"
+                      + (f", training at step {step}" if step is not None else ""), end="\r")
+
+    result = cancel_run(ctx.registry.get(run), ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        if result.drain == "acknowledged":
+            out.print(f"drain acknowledged after {result.drain_seconds:.1f} s: checkpoint at step {result.ack_step}"
+                      f" ({result.ack_checkpoint})")
+        elif result.drain == "unacknowledged":
+            err.print(f"[red bold]DRAIN NOT ACKNOWLEDGED[/] within {result.drain_seconds:.0f} s: the training did not "
+                      "save and confirm; work since its last checkpoint is lost. Make it poll "
+                      "`rt.should_stop()` every step (see README), or raise --timeout.")
+        out.print(f"job {result.job_id} of {result.run_id} is {result.final_state.lower()} "
+                  f"(verified after {result.seconds:.1f} s)")
+    if not result.ok:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("run")
+@json_option
+@pass_ctx
+def resume(ctx: Context, run: str, as_json: bool) -> None:
+    """Start a new job for an ended RUN from its newest valid checkpoint (same run id)."""
+    from ..resume import resume_run
+
+    result = resume_run(ctx.registry.get(run), ctx.client)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    out.print(f"[green]resumed[/] run [bold]{result.run_id}[/] from checkpoint step {result.from_step} "
+              f"as Slurm job {result.job_id}")
+    out.print(f"  next: slurmctl status {result.run_id}")
+
+
+@click.command()
+@click.argument("source")
+@click.argument("new_name")
+@click.option("--from", "from_step", type=click.IntRange(min=0), help="Checkpoint step (default: the newest valid).")
+@json_option
+@pass_ctx
+def fork(ctx: Context, source: str, new_name: str, from_step: int | None, as_json: bool) -> None:
+    """Start a new run NEW_NAME from a checkpoint of SOURCE (SOURCE is not changed)."""
+    from ..resume import fork_run
+
+    result = fork_run(ctx.registry.get(source), new_name, ctx.registry, ctx.site, ctx.client, from_step)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    out.print(f"[green]forked[/] {result.source_run_id} at step {result.from_step} into run "
+              f"[bold]{result.run_id}[/] (Slurm job {result.job_id})")
+    out.print(f"  run dir: {result.run_dir}")
+    out.print(f"  next: slurmctl status {result.run_id}")

@@ -1,0 +1,123 @@
+"""`slurmctl submit`: the preflight checklist, placement table and cost line, then sbatch."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..cost import CostEstimate
+from ..placement import Placement
+from ..preflight import PreflightFailed, PreflightReport
+from .main import Context, err, json_option, out, pass_ctx, print_json
+
+_MARK = {"ok": "[green]✓[/]", "warning": "[yellow]![/]", "error": "[red]✗[/]"}
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("run_spec", type=click.Path(path_type=Path))
+@click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--dry-run", is_flag=True, help="Check, place and print the sbatch script; submit nothing.")
+@click.option("--smoke", is_flag=True, help="Run it on the smoke partition: 1 GPU, one step; wait for pass/fail.")
+@click.option("--where", metavar="PARTITION", help="Use this partition instead of the earliest-start choice.")
+@click.option("--force", is_flag=True, help="Submit despite preflight errors (recorded in the run dir).")
+@click.option("--allow-mutable-image", is_flag=True, help="Accept an image tag that is not pinned by digest.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask to confirm a cost above the site threshold.")
+@click.option("--build", is_flag=True, help="Build the image from the Dockerfile, push it and pin its digest.")
+@json_option
+@pass_ctx
+def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: bool, smoke: bool,
+           where: str | None, force: bool, allow_mutable_image: bool, yes: bool, as_json: bool,
+           build: bool = False) -> None:
+    """Check RUN_SPEC (run.yaml) before any GPU is spent, pick the partition that starts it
+    first, show its cost, and submit it.
+
+    Extra sbatch arguments go after `--`, e.g. `slurmctl submit run.yaml -- --hold`.
+    """
+    from ..submit import SubmitOptions, submit as do_submit
+
+    def confirm(cost: CostEstimate) -> bool:
+        return click.confirm(f"Worst case ${cost.max_usd:,.2f} ({cost.sentence()}) Submit?", default=False,
+                             err=True)
+
+    interactive = not as_json and sys.stdin.isatty()
+    options = SubmitOptions(dry_run=dry_run, extra_sbatch_args=sbatch_args, force=force,
+                            allow_mutable_image=allow_mutable_image, smoke=smoke, where=where, yes=yes, build=build,
+                            confirm=confirm if interactive else None)
+    try:
+        result = do_submit(run_spec, ctx.site, ctx.client, options)
+    except PreflightFailed as exc:
+        if not as_json:
+            print_checklist(exc.report, err)
+        raise
+    if as_json:
+        data = result.to_dict()
+        if dry_run:
+            data["script"] = result.script
+        print_json(data)
+        if result.smoke and not result.smoke.passed:
+            sys.exit(1)
+        return
+    console = err if dry_run else out
+    print_checklist(result.report, console)
+    if result.placement:
+        print_placement(result.placement, console)
+    console.print(f"[bold]cost[/]: {result.estimate.sentence()}")
+    if result.forced:
+        console.print(f"[red]forced[/] past: {', '.join(result.forced)} (recorded in the run dir)")
+    if dry_run:
+        click.echo(result.script, nl=False)
+        err.print("[bold]dry run[/]: nothing submitted.")
+        return
+    out.print(f"[green]submitted[/] run [bold]{result.run_id}[/] as Slurm job {result.job_id}")
+    out.print(f"  run dir: {result.run_dir}")
+    if result.smoke:
+        verdict = result.smoke
+        word = "[green]PASSED[/]" if verdict.passed else "[red]FAILED[/]"
+        out.print(f"smoke test {word} in {verdict.seconds:.0f} s ({verdict.state.lower()}): {verdict.diagnosis}")
+        if not verdict.passed:
+            for line in verdict.log_tail:
+                out.print(f"  | {line}", markup=False)
+            sys.exit(1)
+        out.print(f"  code+config {verdict.code_hash} recorded; a full submit of it may follow.")
+        return
+    out.print(f"  next: slurmctl status {result.run_id}   |   slurmctl logs {result.run_id} -f")
+
+
+def print_checklist(report: PreflightReport, console: Console) -> None:
+    console.print("[bold]preflight[/]")
+    for check in report.checks:
+        note = f" [dim]({escape(check.note)})[/]" if check.note and check.status == "ok" else ""
+        console.print(f"  {_MARK[check.status]} {check.title}{note}")
+        for finding in check.findings:
+            colour = "red" if finding.level == "error" else "yellow"
+            console.print(f"      [{colour}]{finding.code}[/]: {escape(finding.message)}")
+            console.print(f"      [dim]→ {escape(finding.hint)}[/]")
+
+
+def print_placement(placement: Placement, console: Console) -> None:
+    table = Table(box=None, pad_edge=False, title_justify="left")
+    for column in ("", "PARTITION", "EST. START", "$/HOUR", "PREEMPTIBLE"):
+        table.add_column(column)
+    for option in placement.options:
+        chosen = option.partition == placement.chosen
+        start = _when(option.start_time) if option.ok else f"cannot run: {escape(option.message)}"
+        table.add_row("→" if chosen else "", option.partition, start, f"{option.usd_per_hour:,.2f}",
+                      "yes" if option.preemptible else "no")
+    console.print(f"[bold]placement[/]: {placement.chosen} ({placement.reason})")
+    console.print(table)
+
+
+def _when(start: datetime | None) -> str:
+    if start is None:
+        return "unknown"
+    seconds = (start - datetime.now()).total_seconds()
+    if seconds < 60:
+        return "now"
+    hours, rest = divmod(int(seconds) // 60, 60)
+    return f"{start:%Y-%m-%d %H:%M} (in {hours}h{rest:02d}m)" if hours else f"{start:%H:%M} (in {rest}m)"

@@ -1,0 +1,65 @@
+"""The user's own settings (~/.config/slurmctl/config.yaml, or $SLURMCTL_USER_CONFIG).
+
+Today: how to reach the cluster from a laptop through its SSH login node.
+
+    login_host: alice@login.example.org:22   # run every Slurm command there
+    ssh_key: ~/.ssh/id_ed25519               # default: ssh-agent, then ~/.ssh/id_*
+    known_hosts: ~/.ssh/known_hosts
+    strict_host_key_checking: true           # false only for throwaway test clusters
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import ConfigError
+from .spec import format_validation_error
+
+USER_CONFIG_ENV = "SLURMCTL_USER_CONFIG"
+DEFAULT_USER_CONFIG = Path("~/.config/slurmctl/config.yaml")
+
+
+class UserConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    login_host: str | None = None
+    ssh_key: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    strict_host_key_checking: bool = True
+
+
+def user_config_path() -> Path:
+    return Path(os.environ.get(USER_CONFIG_ENV) or DEFAULT_USER_CONFIG).expanduser()
+
+
+def load_user_config(path: Path | None = None) -> UserConfig:
+    import yaml
+
+    path = path or user_config_path()
+    if not path.exists():
+        return UserConfig()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return UserConfig.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}.", "Fix the file or remove it.") from None
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(path)),
+                          "Known keys: login_host, ssh_key, known_hosts, strict_host_key_checking.") from None
+
+
+def ssh_runner_for(host: str | None, config: UserConfig | None = None):
+    """An SSHRunner for `--host` (or the config's login_host); None means run locally."""
+    config = config or load_user_config()
+    host = host or config.login_host
+    if not host:
+        return None
+    from .slurm.ssh import SSHRunner, SSHTarget
+
+    return SSHRunner(SSHTarget.parse(host),
+                     key_filename=str(Path(config.ssh_key).expanduser()) if config.ssh_key else None,
+                     known_hosts=Path(config.known_hosts).expanduser(),
+                     strict_host_key=config.strict_host_key_checking)

@@ -1,0 +1,91 @@
+"""Preflight, cost confirmation, --force, placement and --smoke on the real local cluster."""
+
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+from .conftest import REPO, slurmctl, slurmctl_json, write_run
+
+TINY = {"name": "pf-tiny", "entrypoint": "train.py", "partition": "l4-dev", "gpus_per_node": 1, "time_limit": "5m"}
+
+
+def site_copy(tmp_path, **changes) -> dict:
+    """SLURMCTL_SITE_CONFIG pointing at the installed site.yaml with `changes`."""
+    data = yaml.safe_load(Path("/etc/slurmctl/site.yaml").read_text())
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({**data, **changes}))
+    return {"SLURMCTL_SITE_CONFIG": str(path)}
+
+
+def scancel(job_id):
+    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=30)
+
+
+def test_three_problems_are_listed_at_once(tmp_path):
+    spec = write_run(tmp_path, {**TINY, "entrypoint": "nope.py", "env": {"URI": "${TRACKING_URI}"},
+                                "time_limit": "6h"}, {"train.py": "pass\n"})
+    result = slurmctl("submit", spec, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    for code in ("missing-entrypoint", "unresolved-variable", "time-limit-too-long", "3 problems"):
+        assert code in result.stderr, result.stderr
+    assert "✓ partition, GPU type and node shape fit the cluster" in result.stderr  # the checklist
+
+
+def test_cost_threshold_then_force_is_recorded(tmp_path):
+    env = site_copy(tmp_path, cost_confirm_threshold=0.001)
+    spec = write_run(tmp_path / "run", {**TINY, "env": {"URI": "${TRACKING_URI}"}}, {"train.py": "pass\n"})
+    refused = slurmctl("submit", spec, "--force", check=False, env=env)
+    assert refused.returncode == 2 and "cost-not-confirmed" in refused.stderr and "--yes" in refused.stderr
+    result = slurmctl_json("submit", spec, "--force", "--yes", "--", "--hold", env=env)
+    try:
+        assert result["forced"] == ["unresolved-variable"]
+        run_dir = Path(result["run_dir"])
+        assert json.loads((run_dir / "run.json").read_text())["forced"] == ["unresolved-variable"]
+        assert json.loads((run_dir / "preflight.json").read_text())["forced"] == ["unresolved-variable"]
+    finally:
+        scancel(result["job_id"])
+
+
+def test_placement_picks_the_free_partition(tmp_path):
+    """Hold l4-1's only GPU with a sleep job: the run that accepts l4-dev (cheapest) or h100-spot goes to h100-spot."""
+    filler = subprocess.run(["sbatch", "--parsable", "-p", "l4-dev", "--gres=gpu:l4:1", "-t", "3",
+                             f"--job-name=pf-filler-{uuid.uuid4().hex[:4]}", "--wrap", "sleep 170"],
+                            capture_output=True, text=True, check=True, timeout=90).stdout.strip()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and subprocess.run(
+                ["squeue", "-h", "-j", filler, "-o", "%T"], capture_output=True, text=True).stdout.strip() == "PENDING":
+            time.sleep(1)  # pending behind someone else's l4 job keeps l4 busy too
+        spec = write_run(tmp_path, {**TINY, "partition": ["l4-dev", "h100-spot"]}, {"train.py": "pass\n"})
+        placed = slurmctl_json("submit", spec, "--dry-run")["placement"]
+        options = {o["partition"]: o for o in placed["options"]}
+        assert placed["chosen"] == "h100-spot", placed
+        assert options["l4-dev"]["start_time"] > options["h100-spot"]["start_time"]
+        forced = slurmctl_json("submit", spec, "--dry-run", "--where", "l4-dev")
+        assert forced["placement"]["chosen"] == "l4-dev" and "--partition=l4-dev" in forced["script"]
+    finally:
+        scancel(filler)
+
+
+def test_smoke_on_l4_dev_gates_the_full_submit(tmp_path):
+    code = tmp_path / "tiny-lm"
+    shutil.copytree(REPO / "examples" / "tiny-lm", code)
+    with open(code / "train.py", "a") as fh:
+        fh.write(f"# {uuid.uuid4()}: a code hash of its own\n")
+    env = site_copy(tmp_path, require_smoke=True)
+    gated = slurmctl("submit", code / "run.yaml", "--dry-run", check=False, env=env)
+    assert gated.returncode == 2 and "smoke-required" in gated.stderr and "--smoke" in gated.stderr
+    smoke = slurmctl_json("submit", code / "run.yaml", "--smoke", env=env, timeout=400)
+    assert smoke["placement"]["chosen"] == "l4-dev" and smoke["smoke"]["passed"], smoke["smoke"]
+    run_yaml = yaml.safe_load((Path(smoke["run_dir"]) / "run.yaml").read_text())
+    assert run_yaml["nodes"] == 1 and run_yaml["gpus_per_node"] == 1 and run_yaml["env"]["SLURMCTL_SMOKE"] == "1"
+    steps = [json.loads(line)["step"] for line in (Path(smoke["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0]  # one step, then the drain path: checkpoint + ack
+    full = slurmctl_json("submit", code / "run.yaml", "--dry-run", env=env)
+    gate = next(c for c in full["checks"] if c["name"] == "smoke-gate")
+    assert gate["status"] == "ok" and smoke["run_id"] in gate["note"]

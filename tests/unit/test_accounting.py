@@ -1,0 +1,115 @@
+"""Pricing, sacct parsing, waste and the ledger. Sacct lines are in the exact format the local
+cluster's `sacct -a -X --duplicates -P --delimiter=\\x1f` printed (Slurm 22.05.8, 2026-11-29)."""
+
+from pathlib import Path
+from datetime import datetime
+
+import pytest
+
+from slurmctl.accounting import SACCT_FIELDS, Ledger, attempts_from_lines, ingest, parse_gpus
+from slurmctl.pricing import Discounts, allocation_cost
+from slurmctl.report import build_report, to_csv, to_html
+from slurmctl.slurm.client import SEP
+
+
+def line(job_id, state, start, end, gpus=4, partition="h100-ondemand", user="alice", account="ml-research",
+         comment="slurmctl:tiny-lm-20261129-6340", submit=None):
+    tres = f"billing={gpus},cpu={gpus},gres/gpu:h100={gpus},gres/gpu={gpus},mem=4000M,node=2" if gpus else ""
+    values = [str(job_id), "tiny-lm-20261129-6340", user, account, partition, tres, "2", submit or start,
+              submit or start, start, end, "0", "00:15:00", state, "0:0", comment]
+    assert len(values) == len(SACCT_FIELDS)
+    return SEP.join(values)
+
+
+@pytest.fixture
+def site(local_site, tmp_path):
+    acc = local_site.accounting.model_copy(update={"ledger_path": str(tmp_path / "ledger.sqlite"),
+                                                   "discounts": Discounts()})
+    return local_site.model_copy(update={"accounting": acc})
+
+
+def test_parse_gpus_from_real_alloc_tres():
+    assert parse_gpus("billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M,node=2") == (4, "h100")
+    assert parse_gpus("billing=1,cpu=1,mem=1000M,node=1") == (0, "")
+
+
+def test_cost_is_gpus_times_hours_times_price(site):
+    [a] = attempts_from_lines([line(1, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:30:00")], site, {})
+    assert a.gpus == 4 and a.elapsed_s == 9000 and a.gpu_hours == pytest.approx(10.0)
+    assert a.cost_usd == pytest.approx(10.0 * 3.90)  # h100-ondemand list price in deploy/local/site.yaml
+
+
+def test_offpeak_and_weekend_discounts_split_at_boundaries():
+    d = Discounts(offpeak=0.5, weekend=0.25)
+    # Friday 21:00 -> 23:00: one hour full price, one hour off-peak
+    assert allocation_cost(1, datetime(2026, 11, 27, 21), datetime(2026, 11, 27, 23), 10.0, d) == pytest.approx(15.0)
+    # Saturday noon, 1 hour: weekend discount only
+    assert allocation_cost(2, datetime(2026, 11, 28, 12), datetime(2026, 11, 28, 13), 10.0, d) == pytest.approx(15.0)
+    # Saturday 23:00: the larger discount wins, they do not stack
+    assert allocation_cost(1, datetime(2026, 11, 28, 23), datetime(2026, 11, 29, 0), 10.0, d) == pytest.approx(5.0)
+
+
+def test_pending_running_and_unallocated_rows_are_not_costed(site):
+    lines = [line(2, "RUNNING", "2026-11-27T10:00:00", "Unknown"),
+             line(3, "CANCELLED by 0", "None", "2026-11-27T10:00:00", gpus=0),
+             line(4, "FAILED", "2026-11-27T10:00:00", "2026-11-27T10:00:00", gpus=0)]
+    costed = list(attempts_from_lines(lines, site, {}))
+    assert [(a.job_id, a.cost_usd) for a in costed] == [(4, 0.0)]
+
+
+def test_requeued_job_costs_the_sum_of_its_attempts_and_waste_uses_checkpoints(site):
+    lines = [line(9, "PREEMPTED", "2026-11-27T10:00:00", "2026-11-27T11:00:00", partition="h100-spot"),
+             line(9, "COMPLETED", "2026-11-27T11:05:00", "2026-11-27T12:05:00", partition="h100-spot")]
+    ckpt_time = datetime(2026, 11, 27, 10, 45).timestamp()
+    records = {(9, "0"): {"job_id": 9, "restart_count": 0, "last_checkpoint_step": 450,
+                          "last_checkpoint_time": ckpt_time, "drain_requested": True, "drain_acknowledged": True},
+               (9, "1"): {"job_id": 9, "restart_count": 1}}
+    first, second = attempts_from_lines(lines, site, records)
+    assert first.cost_usd + second.cost_usd == pytest.approx(2 * 4 * 1.40)
+    assert first.waste_cause == "lost-since-checkpoint" and first.waste_gpu_hours == pytest.approx(4 * 0.25)
+    assert second.waste_usd == 0 and not first.missing_epilog
+
+
+def test_failure_before_first_checkpoint_is_all_waste_and_missing_records_are_flagged(site):
+    lines = [line(10, "FAILED", "2026-11-27T10:00:00", "2026-11-27T10:30:00"),
+             line(11, "NODE_FAIL", "2026-11-27T10:00:00", "2026-11-27T10:30:00")]
+    records = {(10, "0"): {"job_id": 10, "restart_count": 0, "last_checkpoint_step": None}}
+    failed, crashed = attempts_from_lines(lines, site, records)
+    assert failed.waste_cause == "failed-before-checkpoint" and failed.waste_usd == pytest.approx(failed.cost_usd)
+    assert crashed.missing_epilog == 1 and crashed.cost_usd > 0  # costed from sacct alone, flagged
+
+
+def test_unacknowledged_drain_is_its_own_waste_cause(site):
+    records = {(12, "0"): {"job_id": 12, "drain_requested": True, "drain_acknowledged": False,
+                           "last_checkpoint_time": datetime(2026, 11, 27, 10, 10).timestamp()}}
+    [a] = attempts_from_lines([line(12, "TIMEOUT", "2026-11-27T10:00:00", "2026-11-27T10:30:00")], site, records)
+    assert a.waste_cause == "drain-unacknowledged" and a.waste_gpu_hours == pytest.approx(4 * 20 / 60)
+
+
+def test_ingest_is_idempotent_and_report_totals_do_not_change(site):
+    lines = [line(20 + i, "COMPLETED", f"2026-11-2{i}T10:00:00", f"2026-11-2{i}T11:00:00",
+                  user=f"u{i % 2}", account=f"team{i % 3}") for i in range(1, 6)]
+    when = dict(since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    first = ingest(site, None, lines=lines, **when)
+    again = ingest(site, None, lines=lines, **when)
+    assert first.attempts == again.attempts == 5
+    ledger = Ledger(Path(site.accounting.ledger_path))
+    report = build_report(ledger, "account", datetime(2026, 11, 20), datetime(2026, 11, 30))
+    assert report.totals.attempts == 5 and report.totals.cost_usd == pytest.approx(5 * 4 * 3.90)
+    assert {g.group for g in report.groups} == {"team0", "team1", "team2"}
+    assert "team1" in to_csv(report) and "<svg" in to_html(report)
+    assert ledger.high_water_mark() == datetime(2026, 11, 29)
+
+
+def test_dated_reports_never_clobber(site, tmp_path):
+    from slurmctl.report import write_dated_reports
+
+    ingest(site, None, lines=[line(30, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
+           since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    ledger = Ledger(Path(site.accounting.ledger_path))
+    window = (datetime(2026, 11, 20), datetime(2026, 11, 29, 6, 10))
+    first = write_dated_reports(ledger, tmp_path / "reports", *window, {})
+    second = write_dated_reports(ledger, tmp_path / "reports", *window, {})
+    assert len(first) == len(second) == 12
+    assert first[0].parent.name == "2026-11-29" and second[0].parent.name == "2026-11-29_061000"
+    assert first[0].read_text() == second[0].read_text()

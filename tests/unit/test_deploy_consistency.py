@@ -1,0 +1,256 @@
+"""One source of truth for partitions, GPU types and pools across every deployment file.
+
+Terraform (deploy/gke, parsed with python-hcl2), the Slinky Helm values (deploy/slinky), the
+shared slurm.conf parts (deploy/slurm), the local cluster (deploy/local/site.yaml and the
+slurm.conf that deploy/local/up writes) must name the same partitions with the same GPUs.
+Kubernetes manifests and pod specs are schema-checked offline with kubernetes-validate.
+"""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import hcl2
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+PRODUCTION_PARTITIONS = {"h100-ondemand", "h100-spot", "h100-flex", "l4-dev"}
+ACCELERATOR_GPU_TYPE = {"nvidia-h100-80gb": "h100", "nvidia-l4": "l4"}
+K8S_VERSION = "1.30"
+
+# Keys of the real `slurm` chart's values.yaml (SlinkyProject/slurm-operator helm/slurm, chart 1.x):
+# a typo here would be silently ignored by Helm.
+CHART_TOP_KEYS = {
+    "nameOverride", "fullnameOverride", "namespaceOverride", "asciiArt", "imagePullSecrets", "imagePullPolicy",
+    "priorityClass", "slurmKey", "jwtKey", "jwksKeys", "clusterName", "configFiles", "prologSlurmctldScripts",
+    "epilogSlurmctldScripts", "prologScripts", "epilogScripts", "controller", "restapi", "accounting", "sssd",
+    "loginsets", "nodesets", "partitions", "vendor", "extraObjects",
+}
+CHART_NODESET_KEYS = {
+    "enabled", "scalingMode", "replicas", "pinToNode", "taintKubeNodes", "workloadDisruptionProtection",
+    "pruneSlurmNodeRecords", "ordinalPadding", "slurmd", "logfile", "extraConf", "extraConfMap", "partition",
+    "ssh", "updateStrategy", "metadata", "podSpec",
+}
+CHART_PARTITION_KEYS = {"enabled", "nodesets", "config", "configMap"}
+OPERATOR_TOP_KEYS = {
+    "nameOverride", "fullnameOverride", "namespaceOverride", "imagePullSecrets", "imagePullPolicy",
+    "priorityClassName", "crds", "operator", "webhook", "certManager", "propagatedNodeConditions", "extraObjects",
+}
+
+
+def _unquote(value):
+    """python-hcl2 keeps HCL string quotes: '"x"' -> 'x', recursively."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    if isinstance(value, dict):
+        return {_unquote(k): _unquote(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    return value
+
+
+def _terraform() -> dict:
+    merged: dict = {}
+    for path in sorted((DEPLOY / "gke").glob("*.tf")):
+        with path.open() as f:
+            for key, blocks in _unquote(hcl2.load(f)).items():
+                merged.setdefault(key, []).extend(blocks)
+    return merged
+
+
+def _tf_variable(tf: dict, name: str) -> dict:
+    return next(block[name] for block in tf["variable"] if name in block)
+
+
+def _tf_resources(tf: dict, kind: str) -> dict:
+    return {name: body for block in tf["resource"] if kind in block for name, body in block[kind].items()}
+
+
+def _gpu_pools() -> dict:
+    return _tf_variable(_terraform(), "gpu_pools")["default"]
+
+
+def _values() -> dict:
+    return yaml.safe_load((DEPLOY / "slinky" / "values.yaml").read_text())
+
+
+def _enabled(section: dict) -> dict:
+    return {name: body for name, body in section.items() if body.get("enabled")}
+
+
+def _conf_lines(text: str, key: str) -> dict[str, dict[str, str]]:
+    """`PartitionName=x A=1 B=2` lines -> {x: {A: 1, B: 2}}."""
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(f"{key}="):
+            fields = dict(part.split("=", 1) for part in line.split())
+            found[fields.pop(key)] = fields
+    return found
+
+
+def _conf_settings(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in map(str.strip, text.splitlines())
+                if line and not line.startswith("#") and "=" in line)
+
+
+def _shared_partitions() -> dict[str, dict[str, str]]:
+    return _conf_lines((DEPLOY / "slurm" / "partitions.conf").read_text(), "PartitionName")
+
+
+def _local_slurm_conf() -> str:
+    """The slurm.conf heredoc that deploy/local/up writes to /etc/slurm/slurm.conf."""
+    return (DEPLOY / "local" / "up").read_text()
+
+
+def _gres(spec: str) -> tuple[str, int]:
+    m = re.fullmatch(r"gpu:([a-z0-9]+):(\d+)", spec)
+    assert m, f"GRES {spec!r} is not gpu:TYPE:COUNT"
+    return m.group(1), int(m.group(2))
+
+
+# --- syntax and schema ------------------------------------------------------------------------
+def test_terraform_parses_and_is_formatted():
+    tf = _terraform()
+    assert {"terraform", "provider", "variable", "resource", "output"} <= set(tf)
+    if shutil.which("terraform"):  # in the dev image; providers cannot be fetched offline, so no `validate`
+        fmt = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(DEPLOY / "gke")],
+                             capture_output=True, text=True)
+        assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_kubernetes_manifests_match_the_api_schema():
+    docs = [d for f in sorted((DEPLOY / "gke" / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    assert {d["kind"] for d in docs} >= {"NetworkPolicy", "PersistentVolume", "PersistentVolumeClaim"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_helm_values_use_only_keys_the_charts_know_and_valid_pod_specs():
+    values = _values()
+    assert set(values) <= CHART_TOP_KEYS, set(values) - CHART_TOP_KEYS
+    for name, nodeset in values["nodesets"].items():
+        assert set(nodeset) <= CHART_NODESET_KEYS, (name, set(nodeset) - CHART_NODESET_KEYS)
+    for name, partition in values["partitions"].items():
+        assert set(partition) <= CHART_PARTITION_KEYS, (name, set(partition) - CHART_PARTITION_KEYS)
+    operator = yaml.safe_load((DEPLOY / "slinky" / "operator-values.yaml").read_text())
+    assert set(operator) <= OPERATOR_TOP_KEYS
+    # every pod spec we extend must be a valid Kubernetes PodSpec once the chart adds its container
+    pods = {f"nodeset/{n}": (s.get("podSpec", {}), s.get("slurmd", {})) for n, s in _enabled(values["nodesets"]).items()}
+    pods.update({f"loginset/{n}": (s.get("podSpec", {}), s.get("login", {}))
+                 for n, s in _enabled(values["loginsets"]).items()})
+    pods.update({c: (values[c].get("podSpec", {}), {}) for c in ("controller", "restapi", "accounting")})
+    for where, (pod_spec, container) in pods.items():
+        container = {"name": "main", "image": "slurm", **{k: v for k, v in container.items() if k != "image"}}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": where.replace("/", "-")},
+               "spec": {**pod_spec, "containers": [container]}}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_slurm_parts_and_accounting_script_parse():
+    settings = _conf_settings((DEPLOY / "slurm" / "scheduling.conf").read_text())
+    assert settings["PreemptMode"] == "REQUEUE" and "preempt_send_user_signal" in settings["SlurmctldParameters"]
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", settings["PreemptExemptTime"])
+    assert settings["PriorityType"] == "priority/multifactor" and int(settings["PriorityWeightFairshare"]) > 0
+    assert {"qos", "limits"} <= set(settings["AccountingStorageEnforce"].split(","))
+    assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm" / "accounting.sh")]).returncode == 0
+
+
+# --- one source of truth -------------------------------------------------------------------------
+def test_terraform_pools_are_the_production_partitions():
+    tf = _terraform()
+    pools = _gpu_pools()
+    assert set(pools) == PRODUCTION_PARTITIONS
+    assert pools["h100-spot"]["spot"] and pools["h100-flex"]["queued_provisioning"]
+    assert not any(p["spot"] and p["queued_provisioning"] for p in pools.values())
+    node_pools = _tf_resources(tf, "google_container_node_pool")
+    gpu = node_pools["gpu"]
+    assert gpu["initial_node_count"] == 0 and gpu["autoscaling"][0]["total_min_node_count"] == 0
+    taint = gpu["node_config"][0]["taint"][0]
+    assert (taint["key"], taint["value"], taint["effect"]) == ("slurmctl/pool", "${each.key}", "NO_SCHEDULE")
+    assert gpu["node_config"][0]["labels"]["slurmctl/pool"] == "${each.key}"
+    assert "guest_accelerator" not in node_pools["system"]["node_config"][0]  # the control plane's pool
+    for pool in pools.values():
+        assert pool["accelerator_type"] in ACCELERATOR_GPU_TYPE
+
+
+def test_helm_nodesets_and_partitions_match_the_pools():
+    values, pools = _values(), _gpu_pools()
+    nodesets, partitions = _enabled(values["nodesets"]), _enabled(values["partitions"])
+    assert set(nodesets) == set(partitions) == set(pools)
+    for name, nodeset in nodesets.items():
+        pool = pools[name]
+        gpu_type, count = _gres(nodeset["extraConfMap"]["Gres"][0])
+        assert (gpu_type, count) == (ACCELERATOR_GPU_TYPE[pool["accelerator_type"]], pool["gpus_per_node"]), name
+        assert nodeset["slurmd"]["resources"]["limits"]["nvidia.com/gpu"] == count
+        assert nodeset["podSpec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": name}
+        assert {"key": "slurmctl/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"} \
+            in nodeset["podSpec"]["tolerations"]
+        assert partitions[name]["nodesets"] == [name]
+    for component in ("controller", "restapi", "accounting"):
+        assert values[component]["podSpec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "system"}
+    for loginset in _enabled(values["loginsets"]).values():
+        assert loginset["podSpec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "system"}
+
+
+def test_helm_partition_options_equal_the_shared_slurm_parts():
+    shared = _shared_partitions()
+    assert set(shared) == PRODUCTION_PARTITIONS
+    for name, partition in _enabled(_values()["partitions"]).items():
+        assert {k: str(v) for k, v in partition["configMap"].items()} == shared[name], name
+
+
+def test_accounting_knows_every_gpu_type_and_the_quota_total():
+    pools = _gpu_pools()
+    gpu_types = {ACCELERATOR_GPU_TYPE[p["accelerator_type"]] for p in pools.values()}
+    tres = set(_conf_settings((DEPLOY / "slurm" / "scheduling.conf").read_text())["AccountingStorageTRES"].split(","))
+    assert {f"gres/gpu:{t}" for t in gpu_types} | {"gres/gpu"} <= tres
+    h100_total = sum(p["max_nodes"] * p["gpus_per_node"] for p in pools.values()
+                     if p["accelerator_type"] == "nvidia-h100-80gb")
+    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
+    assert f"H100_GPUS=${{H100_GPUS:-{h100_total}}}" in script
+    assert {"pct 60", "pct 30", "pct 10"} <= set(re.findall(r"pct \d+", script))
+
+
+def test_local_cluster_is_a_consistent_subset_of_production():
+    pools, shared = _gpu_pools(), _shared_partitions()
+    site = yaml.safe_load((DEPLOY / "local" / "site.yaml").read_text())["partitions"]
+    conf = _local_slurm_conf()
+    local_parts, local_nodes = _conf_lines(conf, "PartitionName"), _conf_lines(conf, "NodeName")
+    assert set(site) == set(local_parts) and set(site) <= PRODUCTION_PARTITIONS
+    for name, part in site.items():
+        pool = pools[name]
+        assert part["gpu_type"] == ACCELERATOR_GPU_TYPE[pool["accelerator_type"]], name
+        assert part["gpus_per_node"] == pool["gpus_per_node"], name
+        node_names = _expand(local_parts[name]["Nodes"])
+        assert {_gres(local_nodes[n]["Gres"]) for n in node_names} == {(part["gpu_type"], part["gpus_per_node"])}
+        # same preemption semantics as production (local GraceTime is shorter so tests stay fast)
+        assert local_parts[name].get("PreemptMode", "OFF") == shared[name].get("PreemptMode", "OFF"), name
+        assert part.get("preemptible", False) == (shared[name].get("PreemptMode") == "REQUEUE"), name
+    tiers = {n: int(p.get("PriorityTier", 1)) for n, p in local_parts.items()}
+    assert tiers["h100-ondemand"] > tiers["h100-spot"]
+    local_tres = set(re.search(r"^AccountingStorageTRES=(\S+)", conf, re.M).group(1).split(","))
+    assert {f"gres/gpu:{p['gpu_type']}" for p in site.values()} <= local_tres
+
+
+def _expand(nodes: str) -> list[str]:
+    """'h100-[1-3]' -> ['h100-1', 'h100-2', 'h100-3']; 'l4-1' -> ['l4-1']."""
+    m = re.fullmatch(r"(.*)\[(\d+)-(\d+)\]", nodes)
+    return [f"{m.group(1)}{i}" for i in range(int(m.group(2)), int(m.group(3)) + 1)] if m else nodes.split(",")
+
+
+@pytest.mark.parametrize("broken", ["pool", "gres"])
+def test_the_consistency_check_catches_drift(broken, monkeypatch):
+    """The checks above fail when one file drifts (guards against a test that cannot fail)."""
+    values = _values()
+    if broken == "pool":
+        values["nodesets"]["l4-dev"]["podSpec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "l4-devv"}
+    else:
+        values["nodesets"]["h100-spot"]["extraConfMap"]["Gres"] = ["gpu:h100:4"]
+    monkeypatch.setitem(globals(), "_values", lambda: values)
+    with pytest.raises(AssertionError):
+        test_helm_nodesets_and_partitions_match_the_pools()

@@ -1,0 +1,57 @@
+"""`slurmctl dev` plans and the SSH target/command building, without Slurm or sshd."""
+
+from pathlib import Path
+
+import pytest
+
+from slurmctl.dev import DevRequest, jupyter_plan, shell_plan, ssh_wrap, tunnel_command
+from slurmctl.errors import SlurmctlError, SpecError
+from slurmctl.slurm.ssh import SSHRunner, SSHTarget
+from slurmctl.spec import SiteConfig
+
+SITE = SiteConfig.model_validate({
+    "cluster": "t", "account": "ml", "cpus_per_gpu": 4,
+    "partitions": {"l4-dev": {"capacity": "dev", "gpu_type": "l4", "gpus_per_node": 1, "price_per_gpu_hour": 0.35},
+                   "h100-spot": {"capacity": "spot", "gpu_type": "h100", "gpus_per_node": 8,
+                                 "price_per_gpu_hour": 1.4, "preemptible": True}}})
+
+
+def test_shell_plan_is_srun_pty_with_ttl_and_idle_logout():
+    plan = shell_plan(SITE, DevRequest(time="1m", idle="15s"))
+    assert plan.command == ["env", "TMOUT=15", "srun", "--partition=l4-dev", "--time=00:01:00",
+                            "--job-name=slurmctl-dev", plan.command[6], "--nodes=1", "--ntasks=1",
+                            "--cpus-per-task=4", "--gres=gpu:l4:1", "--account=ml", "--pty", "bash", "-i"]
+    assert plan.command[6].startswith("--comment=slurmctl-dev:")
+
+
+def test_jupyter_plan_keeps_the_token_out_of_the_script():
+    plan = jupyter_plan(SITE, DevRequest(time="2h", idle="30m", jupyter=True, port=8899), "s3cret")
+    assert plan.command[:2] == ["sbatch", "--parsable"] and "--export=ALL,JUPYTER_TOKEN" in plan.command
+    wrap = next(a for a in plan.command if a.startswith("--wrap="))
+    assert "--port=8899" in wrap and "shutdown_no_activity_timeout=1800" in wrap and "s3cret" not in wrap
+    assert plan.environment == {"JUPYTER_TOKEN": "s3cret"}
+    assert tunnel_command("alice@login", "l4-1", 8899) == "ssh -N -L 8899:l4-1:8899 alice@login"
+
+
+@pytest.mark.parametrize("request_, message", [
+    (DevRequest(time="soon"), "--time"), (DevRequest(idle="0s"), "--idle"),
+    (DevRequest(partition="nope"), "nope"), (DevRequest(gpus=2), "--gpus 2"),
+])
+def test_bad_dev_requests_name_the_option(request_, message):
+    with pytest.raises(SpecError) as err:
+        shell_plan(SITE, request_)
+    assert message in err.value.message
+
+
+def test_ssh_targets_parse_and_bad_ones_are_refused():
+    assert SSHTarget.parse("alice@login.example.org:2222") == SSHTarget("login.example.org", "alice", 2222)
+    assert SSHTarget.parse("login") == SSHTarget("login", None, 22)
+    with pytest.raises(SlurmctlError):
+        SSHTarget.parse("alice@host:ssh")
+
+
+def test_interactive_ssh_uses_strict_host_keys_and_quotes_the_remote_command():
+    runner = SSHRunner(SSHTarget("login", "alice", 2222), key_filename="/k", known_hosts=Path("/kh"))
+    argv = ssh_wrap(["srun", "--pty", "bash", "-i"], {"A": "x y"}, runner)
+    assert argv[:2] == ["ssh", "-t"] and "StrictHostKeyChecking=yes" in argv and "UserKnownHostsFile=/kh" in argv
+    assert argv[-2:] == ["alice@login", "env 'A=x y' srun --pty bash -i"]

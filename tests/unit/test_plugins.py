@@ -1,0 +1,140 @@
+"""slurmctl.plugins without Slurm: scontrol parsing, cost records, prolog checks, epilog cleanup.
+
+SCONTROL_LINE was captured from the local cluster (`scontrol show job -o 20` after it failed)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from slurmctl.plugins import epilog, prolog
+from slurmctl.plugins.config import HookConfig
+from slurmctl.plugins.records import SCHEMA_VERSION, read_records
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.scontrol import JobInfo, parse_scontrol_line
+
+from .fakes import ReplayRunner
+
+SCONTROL_LINE = (
+    "JobId=20 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901744 Nice=0 Account=root "
+    "QOS=normal JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 "
+    "Reboot=0 ExitCode=3:0 RunTime=00:00:02 TimeLimit=04:00:00 TimeMin=N/A SubmitTime=2026-11-29T13:26:46 "
+    "StartTime=2026-11-29T13:26:49 EndTime=2026-11-29T13:26:51 Partition=l4-dev NodeList=l4-1 BatchHost=l4-1 "
+    "NumNodes=1 TRES=cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1 WorkDir=/tmp "
+    "Comment=slurmctl:probe-x  StdErr=/tmp/slurm-20.out StdIn=/dev/null StdOut=/tmp/slurm-20.out Power= "
+    "TresPerNode=gres:gpu:l4:1 ")
+
+
+def cfg_for(tmp_path, **over):
+    env = {"SLURMD_NODENAME": "n1", "SLURMCTL_LOCAL_DIR": str(tmp_path), "SLURMCTL_SLURM_BIN_DIR": "/nonexistent",
+           "SLURMCTL_MIN_FREE_SCRATCH_MB": "1", "SLURMCTL_MIN_FREE_SHM_MB": "1", **over}
+    cfg = HookConfig.from_env(env)
+    cfg.slurm, cfg.nvidia_smi = None, None
+    return cfg
+
+
+def test_scontrol_line_parses_into_job_info():
+    info = JobInfo.from_fields(20, parse_scontrol_line(SCONTROL_LINE))
+    assert (info.state, info.exit_code, info.gpu_model, info.gpu_count) == ("FAILED", "3:0", "l4", 1)
+    assert info.start_time and info.end_time - info.start_time == 2
+    assert info.raw["Comment"] == "slurmctl:probe-x" and info.std_out == "/tmp/slurm-20.out"
+
+
+def test_final_state_while_the_controller_still_says_completing():
+    completing = JobInfo(1, state="COMPLETING", exit_code="0:0")
+    assert epilog.final_state(completing, {"SLURM_JOB_EXIT_CODE2": "3:0"}) == ("FAILED", True, "3:0")
+    assert epilog.final_state(completing, {"SLURM_JOB_EXIT_CODE2": "0:0"}) == ("COMPLETING", False, "0:0")
+    done = JobInfo(1, state="CANCELLED", exit_code="0:15")
+    assert epilog.final_state(done, {"SLURM_JOB_EXIT_CODE2": "0:0"}) == ("CANCELLED", True, "0:15")
+
+
+def test_prolog_test_trigger_fails_with_one_line_and_only_on_the_local_cluster(tmp_path):
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_COMMENT": "slurmctl:r1", "SLURM_JOB_GPUS": "2,3"}
+    (tmp_path / "test-triggers" / "prolog-fail").mkdir(parents=True)
+    (tmp_path / "test-triggers" / "prolog-fail" / "slurmctl:r1").touch()
+    result = prolog.run_prolog(env, cfg_for(tmp_path))
+    assert not result.ok and result.reason == "test trigger prolog-fail/slurmctl:r1 (local dev cluster)"
+    production = cfg_for(tmp_path)
+    production.test_trigger_dir = None
+    production.scratch_root, production.gpu_map_dir = tmp_path / "scratch", tmp_path / "map"
+    assert prolog.run_prolog(env, production).ok
+    assert (tmp_path / "map" / "2").read_text() == "5\n" and (tmp_path / "scratch" / "5").is_dir()
+
+
+def test_prolog_fails_when_shm_is_too_full(tmp_path):
+    cfg = cfg_for(tmp_path, SLURMCTL_MIN_FREE_SHM_MB=str(10**9))
+    result = prolog.run_prolog({"SLURM_JOB_ID": "5"}, cfg)
+    assert not result.ok and result.reason.startswith("/dev/shm has") and "needs 1000000000 MB" in result.reason
+
+
+def test_epilog_cleans_up_and_writes_one_record_per_attempt(tmp_path):
+    cfg = cfg_for(tmp_path)
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0", "SLURM_JOB_RESTART_COUNT": "2", "SLURM_JOB_UID": "0",
+           "SLURM_JOB_COMMENT": "slurmctl:run-a", "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_USER": "u"}
+    assert prolog.run_prolog(env, cfg).ok
+    (cfg.gpu_map_dir / "1").write_text("78\n")  # another job's GPU
+    epilog.run_epilog(env, cfg)
+    assert not (cfg.gpu_map_dir / "0").exists() and (cfg.gpu_map_dir / "1").exists()
+    assert not (cfg.scratch_root / "77").exists()
+    [record] = read_records(cfg.cost_spool)
+    assert (record.job_id, record.restart_count, record.run_id, record.state) == (77, 2, "run-a", "FAILED")
+    assert record.schema_version == SCHEMA_VERSION and os.listdir(cfg.cost_spool) == ["77.2.json"]
+
+
+def test_epilog_kills_a_process_of_the_ended_job_and_spares_others(tmp_path):
+    cfg = cfg_for(tmp_path)
+    env_base = {**os.environ, "SLURMD_NODENAME": "n1"}
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**env_base, "SLURM_JOB_ID": "4242"})
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**env_base, "SLURMD_NODENAME": "n2", "SLURM_JOB_ID": "4242"})
+    try:
+        result = epilog.run_epilog({"SLURM_JOB_ID": "4242", "SLURM_JOB_UID": str(os.getuid())}, cfg)
+        assert mine.wait(timeout=5) is not None
+        assert other.poll() is None  # same job id, but on another node of the job
+        assert any(n.startswith("killed 1 orphan") for n in result.notes), result.notes
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait()
+
+
+def test_record_file_is_json_with_every_documented_field(tmp_path):
+    cfg = cfg_for(tmp_path)
+    epilog.run_epilog({"SLURM_JOB_ID": "9", "SLURM_JOB_UID": "0"}, cfg)
+    data = json.loads((cfg.cost_spool / "9.0.json").read_text())
+    for key in ("job_id", "restart_count", "run_id", "user", "account", "partition", "gpu_model", "gpu_count",
+                "start_time", "end_time", "state", "exit_code", "drain_requested", "drain_acknowledged",
+                "last_checkpoint_step", "last_checkpoint_time", "schema_version"):
+        assert key in data
+
+
+def test_hooks_reach_slurm_only_through_the_client_and_degrade_when_it_is_down(tmp_path):
+    cfg = cfg_for(tmp_path)
+    down = ReplayRunner({}, returncode=1, stderr="slurm_load_jobs error: Unable to contact slurm controller")
+    cfg.slurm = SlurmClient(down)
+    result = epilog.run_epilog({"SLURM_JOB_ID": "31", "SLURM_JOB_UID": "0", "SLURM_JOB_EXIT_CODE2": "0:0"}, cfg)
+    assert "scontrol did not describe the job; record has no state/times" in result.notes
+    assert (cfg.cost_spool / "31.0.json").is_file()
+    assert prolog.drain_node(cfg, "gpu 3 lost") is False
+    assert down.calls[0] == ["scontrol", "show", "job", "-o", "31"]
+    assert down.calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain", "reason=slurmctl prolog: gpu 3 lost"]
+
+
+def test_epilog_record_uses_the_job_info_from_the_client(tmp_path):
+    cfg = cfg_for(tmp_path)
+    cfg.slurm = SlurmClient(ReplayRunner({"scontrol": SCONTROL_LINE + "\n"}))
+    epilog.run_epilog({"SLURM_JOB_ID": "20", "SLURM_JOB_UID": "0"}, cfg)
+    [record] = read_records(cfg.cost_spool)
+    assert (record.state, record.state_final, record.exit_code, record.gpu_model) == ("FAILED", True, "3:0", "l4")
+    assert record.elapsed_seconds == 2
+
+
+def test_hooks_and_the_slurm_client_import_only_the_standard_library():
+    """slurmd runs the hooks under the system python3, without the venv."""
+    probe = ("import sys; sys.path.insert(0, '.'); before = set(sys.modules)\n"
+             "import slurmctl.plugins.prolog, slurmctl.plugins.epilog, slurmctl.slurm\n"
+             "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names"
+             " and m.split('.')[0] != 'slurmctl'))")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(["/usr/bin/python3", "-c", probe], cwd=repo, env={}, capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr

@@ -1,0 +1,60 @@
+"""--smoke: the derived spec, the code+config hash, and the pass/fail judgement of a finished run."""
+
+import json
+
+from slurmctl.checkpoint import CheckpointManager
+from slurmctl.runs import Run
+from slurmctl.smoke import code_config_hash, judge, smoke_passed, smoke_spec
+from slurmctl.spec import RunSpec
+
+BIG = RunSpec(name="big", entrypoint="train.py", partition="h100-ondemand", nodes=4, gpus_per_node=8, gpu_type="h100",
+              time_limit="2d", env={"A": "1"}, model={"params": "7b", "micro_batch": 8})
+
+
+def test_smoke_spec_is_one_small_gpu_one_step(local_site):
+    smoke = smoke_spec(BIG, local_site)
+    assert (smoke.partitions, smoke.nodes, smoke.gpus_per_node, smoke.nprocs_per_node) == (["l4-dev"], 1, 1, 1)
+    assert smoke.gpu_type is None and smoke.time_limit == "10m" and smoke.model.micro_batch == 1
+    assert smoke.env == {"A": "1", "SLURMCTL_SMOKE": "1"} and smoke.name == "big-smoke"
+
+
+def test_hash_follows_code_and_config_not_placement(tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "cfg.yaml").write_text("lr: 1\n")
+    spec = BIG.model_copy(update={"config_files": ["cfg.yaml"]})
+    first = code_config_hash(spec, tmp_path)
+    assert code_config_hash(spec.model_copy(update={"nodes": 1, "partition": "l4-dev"}), tmp_path) == first
+    (tmp_path / "cfg.yaml").write_text("lr: 2\n")
+    second = code_config_hash(spec, tmp_path)
+    (tmp_path / "train.py").write_text("print(2)\n")
+    assert len({first, second, code_config_hash(spec, tmp_path)}) == 3
+
+
+def finished_run(tmp_path, step=0, ack=True, valid=True) -> Run:
+    tmp_path.mkdir(parents=True)
+    run = Run("big-smoke-20261129-0001", tmp_path)
+    (tmp_path / "run.yaml").write_text(json.dumps(BIG.model_dump(mode="json")))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": step}) + "\n")
+    ck = CheckpointManager(tmp_path / "checkpoints").save(step, lambda d: (d / "state.pt").write_text("x"))
+    if not valid:
+        (ck.path / ".complete").unlink()
+    if ack:
+        (tmp_path / "drain.ack").write_text(json.dumps({"step": step, "checkpoint": str(ck.path)}))
+    return run
+
+
+def test_judge_pass_and_each_failure(tmp_path):
+    assert judge(finished_run(tmp_path / "ok"), "COMPLETED")[0] is True
+    assert judge(finished_run(tmp_path / "f"), "FAILED") == (False, "the job ended failed; its log tail below says why.")
+    assert "rt.ack_drain" in judge(finished_run(tmp_path / "n", ack=False), "COMPLETED")[1]
+    assert "no valid checkpoint" in judge(finished_run(tmp_path / "v", valid=False), "COMPLETED")[1]
+
+
+def test_smoke_record_lookup(local_site, tmp_path):
+    site = local_site.model_copy(update={"runs_root": str(tmp_path)})
+    assert smoke_passed(site, "abc") is None
+    (tmp_path / ".smoke").mkdir()
+    (tmp_path / ".smoke" / "abc.json").write_text(json.dumps({"passed": False}))
+    assert smoke_passed(site, "abc") is None
+    (tmp_path / ".smoke" / "abc.json").write_text(json.dumps({"passed": True, "run_id": "r"}))
+    assert smoke_passed(site, "abc")["run_id"] == "r"
