@@ -282,6 +282,11 @@ def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | No
                    f"to checkpoint and stop at {when}")
     elif kind == "drained":
         message = f"the watchdog asked the stalled training to stop; it checkpointed and acknowledged at {when}"
+    elif kind == "warned":
+        message = (f"no progress in {described} for {state.get('stalled_seconds', '?')} s at {when}; the watchdog "
+                   f"asks the training to drain after {state.get('window_seconds', '?')} s without progress")
+    elif kind == "watching" and not scenes:
+        return None  # a warning that progress has since cleared
     elif kind == "config-problem":
         message = (f"the watchdog never found its progress field {described}, so it cannot detect a hang "
                    "(set SLURMCTL_WATCHDOG_STEP_FIELD / SLURMCTL_WATCHDOG_SOURCE; it never ends a job for this)")

@@ -226,7 +226,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
                 status.cost_usd = round(spec.nodes * spec.gpus_per_node * status.elapsed_seconds / 3600 * prices[0], 2)
 
     status.attempts = len(starts)
-    _reliability_details(status, run.events())
+    _reliability_details(status, events)
     status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
     if spec is not None:
         status.gpus = spec.nodes * spec.gpus_per_node
@@ -260,6 +260,8 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status.watchdog = watchdog_report(run.path, job_id)
     if status.watchdog:
         status.details.append(f"Watchdog: {status.watchdog['message']}.")
+        if status.watchdog["state"] == "warned" and status.health == "ok":
+            status.health = "stalled: no step progress (the watchdog warned)"
         if status.watchdog["state"] in {"drain-requested", "killed"}:
             status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
                                         else "the watchdog asked it to drain")

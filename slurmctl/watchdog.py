@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .fsutil import write_atomic
+from .plugins.procs import pid_alive
 from .spec import parse_duration
 
 EXIT_OK, EXIT_KILLED = 0, 3
@@ -143,6 +145,8 @@ class Watchdog:
         if value is not None and value != self.last_value:
             if self.warned or self.drain_since:
                 log(f"progress resumed: {self.s.reader.field_spec} = {value:g}")
+                if self.drain_since is None:
+                    self._write_state("watching", now)  # status stops showing the warning
             self.last_value, self.last_progress = value, now
             self.progressed, self.warned = True, False
         if self.drain_since is not None:
@@ -163,6 +167,7 @@ class Watchdog:
             self.warned = True
             log(f"WARNING: no progress in {self.s.reader.describe()} for {stalled:.1f} s "
                 f"(last value {self.last_value:g}); acting after {self.window:g} s")
+            self._write_state("warned", now, {"stalled_seconds": round(stalled, 1), "window_seconds": self.window})
         return None
 
     def _start_drain(self, now: float, stalled: float) -> None:
@@ -170,7 +175,7 @@ class Watchdog:
         log("HUNG: " + diagnosis["summary"] + "\n--- log tail ---\n" + diagnosis["log_tail"] + "\n---")
         self._write_state("drain-requested", now, diagnosis)
         request = {"reason": "watchdog", "job_id": self.s.job_id, "time": now, "summary": diagnosis["summary"]}
-        _write_atomic(self.s.run_dir / "drain.request", json.dumps(request))
+        write_atomic(self.s.run_dir / "drain.request", json.dumps(request))
         log(f"asked the training to drain; ending the step in {self.s.drain_timeout_seconds:.0f} s "
             "unless it acknowledges or moves")
         self.drain_since = now
@@ -208,7 +213,7 @@ class Watchdog:
                 "source": str(self.s.reader.source), "last_value": self.last_value, **(extra or {})}
         try:
             (self.s.run_dir / "watchdog").mkdir(parents=True, exist_ok=True)
-            _write_atomic(self.s.run_dir / "watchdog" / "state.json", json.dumps(data, indent=2))
+            write_atomic(self.s.run_dir / "watchdog" / "state.json", json.dumps(data, indent=2))
         except OSError as exc:
             log(f"could not write watchdog state: {exc}")
 
@@ -218,28 +223,13 @@ class Watchdog:
             f"{self.s.drain_timeout_seconds:g} s")
         while True:
             time.sleep(min(self.s.check_seconds, 5.0) if self.drain_since else self.s.check_seconds)
-            if self.s.parent_pid and not _pid_alive(self.s.parent_pid):
+            if self.s.parent_pid and not pid_alive(self.s.parent_pid):
                 return EXIT_OK
             outcome = self.check()
             if outcome == "done":
                 return EXIT_OK
             if outcome == "killed":
                 return EXIT_KILLED
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _pid_alive(pid: int) -> bool:
-    """Exists and is not a zombie (a killed child nobody reaped yet still answers kill -0)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def rank_pids(settings: Settings) -> list[int]:
@@ -315,7 +305,7 @@ def end_step(settings: Settings) -> None:
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + settings.kill_grace_seconds
-            while time.monotonic() < deadline and any(_pid_alive(p) for p in settings.target_pids):
+            while time.monotonic() < deadline and any(pid_alive(p) for p in settings.target_pids):
                 time.sleep(0.1)
         return
     from .slurm.client import SlurmClient

@@ -71,7 +71,8 @@ def job_processes(uid: int | None = None) -> list[Proc]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Exists and is not a zombie (a killed child nobody reaped yet still answers kill -0)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             state = fh.read().rsplit(")", 1)[1].split()[0]
@@ -90,7 +91,7 @@ def kill_all(pids: list[int], grace_seconds: float) -> list[int]:
                 pass
         deadline = time.monotonic() + (grace_seconds if sig == signal.SIGTERM else 1.0)
         while True:
-            pids = [p for p in pids if _alive(p)]
+            pids = [p for p in pids if pid_alive(p)]
             if not pids or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)

@@ -38,9 +38,8 @@ def test_qos_gpu_limit_shows_limit_and_usage(tmp_path):
         assert quota["limit"] == 1 and quota["usage"] == 1, quota
         human = slurmctl("status", runs[1]).stdout
         assert "MaxTRESPU" in human and "1 GPUs" in human, human
-        print(human)
     finally:
         for run_id in runs:
-            slurmctl("cancel", run_id, check=False)
+            slurmctl("cancel", run_id, "--now", check=False)
         subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos-={qos}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "qos", qos], capture_output=True)

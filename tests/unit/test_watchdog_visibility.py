@@ -106,3 +106,18 @@ def test_a_configuration_problem_is_reported_without_a_hang(tmp_path):
     status = build_status(run, Job(job_id=42, name="r", state="RUNNING"), now=clock[0])
     assert status.watchdog["state"] == "config-problem" and status.health == "ok"
     assert "never found its progress field 'step'" in status.watchdog["message"]
+
+
+def test_a_first_warning_shows_in_status_and_clears_when_progress_resumes(tmp_path):
+    run = make_run(tmp_path)
+    dog, clock = stalled_watchdog(run)
+    clock[0] += 46
+    dog.check()  # past one check interval without progress: a warning, not an action
+    report = watchdog_report(run.path, 42)
+    assert report["state"] == "warned" and "no progress" in report["message"]
+    running = Job(job_id=42, name="r", state="RUNNING", nodelist="h100-1")
+    assert build_status(run, running, now=clock[0]).health.startswith("stalled")
+    (run.path / "heartbeat.json").write_text(json.dumps({"step": 42, "time": clock[0], "job_id": "42"}))
+    clock[0] += 1
+    dog.check()
+    assert watchdog_report(run.path, 42) is None
