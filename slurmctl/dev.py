@@ -16,7 +16,6 @@ import getpass
 import secrets
 import shlex
 import socket
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -130,28 +129,11 @@ def tunnel_command(login: str | None, node: str, port: int) -> str:
     return f"ssh -N -L {port}:{node}:{port} {login or socket.getfqdn()}"
 
 
-def ssh_wrap(command: list[str], environment: dict[str, str], runner) -> list[str]:
-    """Run `command` on the login node through OpenSSH with the same trust settings as SSHRunner."""
-    target = runner.target
-    argv = ["ssh", "-t", "-o", "StrictHostKeyChecking=yes" if runner.strict_host_key else "StrictHostKeyChecking=no",
-            "-o", f"UserKnownHostsFile={runner.known_hosts}", "-o", f"ConnectTimeout={int(runner.connect_timeout)}",
-            "-p", str(target.port)]
-    if runner.key_filename:
-        argv += ["-i", runner.key_filename]
-    remote = shlex.join([*(["env", *(f"{k}={v}" for k, v in environment.items())] if environment else []), *command])
-    return [*argv, f"{target.user + '@' if target.user else ''}{target.host}", remote]
-
-
-def run_shell(plan: DevPlan, runner=None) -> tuple[int, float]:
-    """Attach the terminal to the allocation; returns (exit code, seconds)."""
-    argv = plan.command if runner is None else ssh_wrap(plan.command, {}, runner)
+def run_shell(plan: DevPlan, client) -> tuple[int, float]:
+    """Attach the terminal to the allocation (locally, or through the login node); returns
+    (exit code, seconds)."""
     started = time.monotonic()
-    try:
-        code = subprocess.call(argv)
-    except FileNotFoundError:
-        raise SlurmctlError(f"`{argv[0]}` is not installed here.",
-                            "Run slurmctl dev on the login node, or pass --host to reach it over SSH.",
-                            code="slurm-unreachable") from None
+    code = client.interactive(plan.command)
     return code, time.monotonic() - started
 
 

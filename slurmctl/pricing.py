@@ -8,7 +8,7 @@ week-long attempt costs a handful of iterations.
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import datetime, time
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,31 +23,36 @@ class Discounts(BaseModel):
     weekend: float = Field(0.0, ge=0, lt=1, description="fraction off on Saturday and Sunday")
 
 
-def _is_offpeak(t: time, d: Discounts) -> bool:
-    if d.offpeak_start <= d.offpeak_end:
-        return d.offpeak_start <= t < d.offpeak_end
-    return t >= d.offpeak_start or t < d.offpeak_end
-
-
-def _next_boundary(at: datetime, d: Discounts) -> datetime:
-    day = at.date()
-    candidates = [datetime.combine(day, d.offpeak_start), datetime.combine(day, d.offpeak_end),
-                  datetime.combine(day + timedelta(days=1), time(0))]
-    return min(c for c in candidates if c > at)
+def _seconds(t: time) -> int:
+    return t.hour * 3600 + t.minute * 60 + t.second
 
 
 def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hour: float,
                     discounts: Discounts | None = None) -> float:
-    """Dollars for `gpus` GPUs held from start to end (naive local times, as sacct prints them)."""
+    """Dollars for `gpus` GPUs held from start to end (naive local times, as sacct prints them).
+
+    Walks seconds-of-day from one price boundary (off-peak start/end, midnight) to the next: a
+    report prices a million attempts, so no datetime objects are built in the loop."""
     if end <= start or gpus <= 0 or price_per_gpu_hour <= 0:
         return 0.0
+    remaining = (end - start).total_seconds()
     if discounts is None or (discounts.offpeak == 0 and discounts.weekend == 0):
-        return gpus * (end - start).total_seconds() / 3600 * price_per_gpu_hour
-    total, at = 0.0, start
-    while at < end:
-        nxt = min(_next_boundary(at, discounts), end)
-        off = max(discounts.offpeak if _is_offpeak(at.time(), discounts) else 0.0,
-                  discounts.weekend if at.weekday() >= 5 else 0.0)
-        total += (nxt - at).total_seconds() / 3600 * price_per_gpu_hour * (1 - off)
-        at = nxt
-    return gpus * total
+        return gpus * remaining / 3600 * price_per_gpu_hour
+    off_start, off_end = _seconds(discounts.offpeak_start), _seconds(discounts.offpeak_end)
+    bounds = sorted({off_start, off_end, 86400} - {0}) or [86400]
+    wraps = off_start > off_end
+    second_of_day = _seconds(start.time()) + start.microsecond / 1e6
+    weekday = start.weekday()
+    weighted = 0.0
+    while remaining > 0:
+        boundary = next(b for b in bounds if b > second_of_day)
+        span = min(boundary - second_of_day, remaining)
+        offpeak = (second_of_day >= off_start or second_of_day < off_end) if wraps else \
+            off_start <= second_of_day < off_end
+        off = max(discounts.offpeak if offpeak else 0.0, discounts.weekend if weekday >= 5 else 0.0)
+        weighted += span * (1 - off)
+        remaining -= span
+        second_of_day = boundary
+        if second_of_day >= 86400:
+            second_of_day, weekday = 0.0, (weekday + 1) % 7
+    return gpus * weighted / 3600 * price_per_gpu_hour

@@ -45,10 +45,7 @@ def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | Non
     plan = shell_plan(ctx.site, request)
     err.print(f"[bold]slurmctl dev[/]: {plan.gpu_type} on {plan.partition} for {plan.time_limit}; the shell "
               f"logs out after {plan.idle_seconds} s idle. Ctrl-D ends the session.")
-    from ..slurm.ssh import SSHRunner
-
-    runner = ctx.client.runner if isinstance(ctx.client.runner, SSHRunner) else None
-    code, seconds = run_shell(plan, runner)
+    code, seconds = run_shell(plan, ctx.client)
     if as_json:
         print_json({"exit_code": code, "seconds": round(seconds, 1), **plan.to_dict()})
     else:

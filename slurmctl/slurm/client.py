@@ -239,6 +239,10 @@ class SlurmClient:
                                     "Check `sbatch --version` and the cluster's job_submit plugins.")
         return int(job_id)
 
+    def interactive(self, argv: list[str]) -> int:
+        """An interactive Slurm command (`srun --pty ...`) on the user's terminal; its exit code."""
+        return self.runner.attach(argv)
+
     def cancel(self, job_id: int, signal: str | None = None, batch_only: bool = False, full: bool = False) -> None:
         argv = ["scancel"]
         if signal:

@@ -26,6 +26,8 @@ class CommandResult:
 class Runner(Protocol):
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult: ...
 
+    def attach(self, argv: list[str]) -> int: ...
+
 
 class LocalRunner:
     """Runs Slurm commands on this host (login node, inside a job, or a node's Prolog/Epilog).
@@ -58,3 +60,13 @@ class LocalRunner:
                 "The Slurm controller may be overloaded or down; try again in a minute, then tell your admin.",
             ) from None
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def attach(self, argv: list[str]) -> int:
+        """Run an interactive command (srun --pty) on this terminal; returns its exit code."""
+        if self.bin_dir and "/" not in argv[0]:
+            argv = [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
+        try:
+            return subprocess.call(argv, env=self.env)
+        except FileNotFoundError:
+            raise SlurmUnreachable(f"`{argv[0]}` is not installed on this machine.",
+                                   "Run this on the cluster's login node, or pass --host to reach it over SSH.") from None

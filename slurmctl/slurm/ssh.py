@@ -16,6 +16,7 @@ import os
 import posixpath
 import shlex
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -93,6 +94,26 @@ class SSHRunner:
         self.connections = 0  # how many SSH connections this runner opened (one is the goal)
 
     # --- connection -------------------------------------------------------------------------
+
+    def openssh_argv(self, command: list[str], environment: dict[str, str] | None = None) -> list[str]:
+        """OpenSSH argv (with a terminal) running `command` on the login node under the same trust
+        settings as the paramiko connection: paramiko cannot hand a local TTY to a remote pty."""
+        argv = ["ssh", "-t", "-o", "StrictHostKeyChecking=yes" if self.strict_host_key else "StrictHostKeyChecking=no",
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", f"ConnectTimeout={int(self.connect_timeout)}",
+                "-p", str(self.target.port)]
+        if self.key_filename:
+            argv += ["-i", self.key_filename]
+        remote = shlex.join([*(["env", *(f"{k}={v}" for k, v in environment.items())] if environment else []),
+                             *command])
+        return [*argv, f"{self.target.user + '@' if self.target.user else ''}{self.target.host}", remote]
+
+    def attach(self, argv: list[str]) -> int:
+        """Run an interactive command on the login node with this terminal attached."""
+        try:
+            return subprocess.call(self.openssh_argv(argv))
+        except FileNotFoundError:
+            raise SSHError("the OpenSSH client (`ssh`) is not installed here.",
+                           "Install openssh-client to open interactive sessions through the login node.") from None
     def _connect(self) -> paramiko.SSHClient:
         if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
             return self._client

@@ -113,3 +113,24 @@ def test_dated_reports_never_clobber(site, tmp_path):
     assert len(first) == len(second) == 12
     assert first[0].parent.name == "2026-11-29" and second[0].parent.name == "2026-11-29_061000"
     assert first[0].read_text() == second[0].read_text()
+
+
+def test_discounted_cost_matches_a_minute_by_minute_reference():
+    import random
+    from datetime import timedelta
+
+    d = Discounts(offpeak=0.3, weekend=0.2)
+
+    def reference(gpus, start, end, price):
+        total, at = 0.0, start
+        while at < end:
+            off = max(0.3 if (at.hour >= 22 or at.hour < 7) else 0.0, 0.2 if at.weekday() >= 5 else 0.0)
+            total += price / 60 * (1 - off)
+            at += timedelta(minutes=1)
+        return gpus * total
+
+    rng = random.Random(3)
+    for _ in range(150):
+        start = datetime(2026, 11, 20) + timedelta(minutes=rng.randrange(14 * 24 * 60))
+        end = start + timedelta(minutes=rng.randrange(1, 3 * 24 * 60))
+        assert allocation_cost(8, start, end, 3.9, d) == pytest.approx(reference(8, start, end, 3.9), rel=1e-9)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.dev import DevRequest, jupyter_plan, shell_plan, ssh_wrap, tunnel_command
+from slurmctl.dev import DevRequest, jupyter_plan, shell_plan, tunnel_command
 from slurmctl.errors import SlurmctlError, SpecError
 from slurmctl.slurm.ssh import SSHRunner, SSHTarget
 from slurmctl.spec import SiteConfig
@@ -52,6 +52,24 @@ def test_ssh_targets_parse_and_bad_ones_are_refused():
 
 def test_interactive_ssh_uses_strict_host_keys_and_quotes_the_remote_command():
     runner = SSHRunner(SSHTarget("login", "alice", 2222), key_filename="/k", known_hosts=Path("/kh"))
-    argv = ssh_wrap(["srun", "--pty", "bash", "-i"], {"A": "x y"}, runner)
+    argv = runner.openssh_argv(["srun", "--pty", "bash", "-i"], {"A": "x y"})
     assert argv[:2] == ["ssh", "-t"] and "StrictHostKeyChecking=yes" in argv and "UserKnownHostsFile=/kh" in argv
     assert argv[-2:] == ["alice@login", "env 'A=x y' srun --pty bash -i"]
+
+
+def test_dev_shell_goes_through_the_client_seam():
+    class RecordingRunner:
+        def __init__(self):
+            self.attached = []
+
+        def attach(self, argv):
+            self.attached.append(argv)
+            return 0
+
+    from slurmctl.dev import run_shell
+    from slurmctl.slurm.client import SlurmClient
+
+    runner = RecordingRunner()
+    plan = shell_plan(SITE, DevRequest())
+    code, _ = run_shell(plan, SlurmClient(runner))
+    assert code == 0 and runner.attached == [plan.command] and "srun" in plan.command and "--pty" in plan.command
