@@ -70,6 +70,7 @@ class Attempt:
         return asdict(self)
 
 
+@lru_cache(maxsize=4096)  # a cluster has few distinct allocation shapes; a report sees each many times
 def parse_gpus(alloc_tres: str) -> tuple[int, str]:
     """'billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M,node=2' -> (4, 'h100')."""
     total, model = 0, ""

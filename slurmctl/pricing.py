@@ -9,6 +9,7 @@ week-long attempt costs a handful of iterations.
 from __future__ import annotations
 
 from datetime import datetime, time
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +28,13 @@ def _seconds(t: time) -> int:
     return t.hour * 3600 + t.minute * 60 + t.second
 
 
+@lru_cache(maxsize=16)
+def _day_boundaries(offpeak_start: time, offpeak_end: time) -> tuple[int, int, tuple[int, ...]]:
+    """Seconds of the day where the price can change (midnight included as 86400)."""
+    start, end = _seconds(offpeak_start), _seconds(offpeak_end)
+    return start, end, tuple(sorted({start, end, 86400} - {0}))
+
+
 def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hour: float,
                     discounts: Discounts | None = None) -> float:
     """Dollars for `gpus` GPUs held from start to end (naive local times, as sacct prints them).
@@ -38,8 +46,7 @@ def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hou
     remaining = (end - start).total_seconds()
     if discounts is None or (discounts.offpeak == 0 and discounts.weekend == 0):
         return gpus * remaining / 3600 * price_per_gpu_hour
-    off_start, off_end = _seconds(discounts.offpeak_start), _seconds(discounts.offpeak_end)
-    bounds = sorted({off_start, off_end, 86400} - {0}) or [86400]
+    off_start, off_end, bounds = _day_boundaries(discounts.offpeak_start, discounts.offpeak_end)
     wraps = off_start > off_end
     second_of_day = _seconds(start.time()) + start.microsecond / 1e6
     weekday = start.weekday()
