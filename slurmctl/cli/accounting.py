@@ -6,10 +6,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from ..errors import SpecError
-from .main import Context, err, json_option, out, pass_ctx, print_json
+from .main import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _related_runs(ctx: Context, run_id: str) -> list:
@@ -38,9 +37,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
     if as_json:
         print_json(result.to_dict())
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "RUN", "STATE", "PARTITION", "GPUS", "START", "HOURS", "COST", "WASTE"):
-        table.add_column(column)
+    table = plain_table("JOB", "RUN", "STATE", "PARTITION", "GPUS", "START", "HOURS", "COST", "WASTE")
     for a in result.attempts:
         table.add_row(str(a.job_id), a.run_id, a.state.lower(), a.partition, f"{a.gpus}x{a.gpu_type}", a.start,
                       f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
@@ -97,9 +94,8 @@ def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str
 
 
 def _print_report(result) -> None:
-    table = Table(box=None, pad_edge=False, title=f"GPU showback {result.since} .. {result.until}")
-    for column in (result.by.upper(), "ATTEMPTS", "GPU-H", "COST", "WASTE", "WAIT P50", "WAIT P95"):
-        table.add_column(column)
+    table = plain_table(result.by.upper(), "ATTEMPTS", "GPU-H", "COST", "WASTE", "WAIT P50", "WAIT P95",
+                        title=f"GPU showback {result.since} .. {result.until}")
     for g in [*result.groups, result.totals]:
         table.add_row(g.group, str(g.attempts), f"{g.gpu_hours:,.2f}", f"${g.cost_usd:,.2f}", f"${g.waste_usd:,.2f}",
                       f"{g.queue_wait_p50_s / 60:.1f}m", f"{g.queue_wait_p95_s / 60:.1f}m")

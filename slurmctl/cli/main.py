@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from .. import __version__
 from ..errors import SlurmctlError
@@ -16,8 +17,27 @@ from ..runs import RunRegistry
 from ..slurm.client import SlurmClient
 from ..spec import SiteConfig, load_site_config
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
+_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+
+class _PlainTable(Table):
+    """Identifiers and numbers keep their full width (min_width grows with each row); only the last,
+    free-text column is cut with an ellipsis on a narrow terminal."""
+
+    def add_row(self, *cells, **kwargs) -> None:
+        super().add_row(*cells, **kwargs)
+        for column, cell in zip(self.columns[:-1], cells):
+            column.min_width = max(column.min_width or len(str(column.header)), len(str(cell or "")))
+
+
+def plain_table(*columns: str, title: str | None = None) -> Table:
+    table = _PlainTable(box=None, pad_edge=False, title=title, title_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, no_wrap=True, overflow="ellipsis" if i == len(columns) - 1 else "fold")
+    return table
 
 
 class Context:

@@ -6,10 +6,9 @@ from datetime import datetime
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from ..status import RunStatus, human_duration
-from .main import Context, err, json_option, out, pass_ctx, print_json
+from .main import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _when(iso: str | None) -> str:
@@ -84,9 +83,7 @@ def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
     if not statuses:
         out.print(f"no runs under {ctx.registry.root}; start one with `slurmctl init NAME`")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING"):
-        table.add_column(column)
+    table = plain_table("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
     for s in statuses:
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
         table.add_row(s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
@@ -201,9 +198,7 @@ def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY"):
-        table.add_column(column)
+    table = plain_table("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY")
     for r in rows:
         table.add_row(str(r["job_id"]), r["user"], r["name"][:30], r["partition"], r["state"].lower(),
                       str(r["num_nodes"]), _when(r["estimated_start"]) if r["state"] == "PENDING" else "running",
@@ -226,9 +221,8 @@ def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str,
     if as_json:
         print_json(result)
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("RUN", "LAST STEP", f"LAST {metric.upper()}", f"MIN {metric.upper()}", "STEPS/S", metric.upper()):
-        table.add_column(column)
+    table = plain_table("RUN", "LAST STEP", f"LAST {metric.upper()}", f"MIN {metric.upper()}", "STEPS/S",
+                        metric.upper())
     for r in result["runs"]:
         fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
         table.add_row(r["run_id"], str(r["last_step"] if r["last_step"] is not None else "-"), fmt(r["last_loss"]),

@@ -9,12 +9,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..cost import CostEstimate
 from ..placement import Placement
 from ..preflight import PreflightFailed, PreflightReport
-from .main import Context, err, json_option, out, pass_ctx, print_json
+from .main import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 _MARK = {"ok": "[green]✓[/]", "warning": "[yellow]![/]", "error": "[red]✗[/]"}
 
@@ -101,9 +100,7 @@ def print_checklist(report: PreflightReport, console: Console) -> None:
 
 
 def print_placement(placement: Placement, console: Console) -> None:
-    table = Table(box=None, pad_edge=False, title_justify="left")
-    for column in ("", "PARTITION", "EST. START", "$/HOUR", "PREEMPTIBLE"):
-        table.add_column(column)
+    table = plain_table("", "PARTITION", "EST. START", "$/HOUR", "PREEMPTIBLE")
     for option in placement.options:
         chosen = option.partition == placement.chosen
         start = _when(option.start_time) if option.ok else f"cannot run: {escape(option.message)}"
