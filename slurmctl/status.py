@@ -319,6 +319,13 @@ def _reliability_details(status: RunStatus, events: list[dict]) -> None:
     ends = [e for e in current if e.get("event") == "end" and e.get("reason")]
     if ends:
         status.details.append(f"Last attempt: {ends[-1]['reason']}")
+        # A drained cancel exits 0, so Slurm says COMPLETED: the run was stopped, not finished.
+        if status.state == "COMPLETED" and ends[-1].get("outcome") == "cancelled":
+            step = ends[-1].get("checkpoint_step")
+            status.phase = "cancelled"
+            status.headline = (f"Stopped on request after checkpointing at step {step} (drain acknowledged)."
+                               if ends[-1].get("drain_acked") else "Stopped on request.")
+            status.action = f"Continue it with `slurmctl resume {status.run_id}`, or branch it with `slurmctl fork`."
     if any(e.get("event") == "drain-unacknowledged" or
            (e.get("event") == "end" and e.get("drain_requested") and not e.get("drain_acked")) for e in current):
         status.drain_unacknowledged = True

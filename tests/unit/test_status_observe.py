@@ -73,3 +73,13 @@ def test_sparkline_and_png(tmp_path):
     assert sparkline([3, 2, 1, 0]) == "█▅▃▁"
     png = write_png(tmp_path / "p.png", [])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_drained_cancel_reads_as_stopped_not_finished(tmp_path):
+    # A drained cancel exits 0, so Slurm reports COMPLETED; the run's own end record says why.
+    run = _run(tmp_path, "c", 9)
+    run.record("start", job_id=9, restart_count=0)
+    run.record("end", job_id=9, outcome="cancelled", drain_acked=True, checkpoint_step=292,
+               reason="cancelled by request; drain acknowledged; checkpoint step 292.")
+    status = build_status(run, Job(job_id=9, name="c", state="COMPLETED", exit_code="0:0"))
+    assert status.phase == "cancelled" and "step 292" in status.headline and "slurmctl resume" in status.action
