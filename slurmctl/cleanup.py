@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .checkpoint import CheckpointManager
+from .errors import SlurmctlError
 from .runs import Run, RunRegistry
 from .slurm.client import Job, SlurmClient
 from .spec import SiteConfig, parse_duration
@@ -51,8 +52,8 @@ def _run_of(job: Job, registry: RunRegistry) -> Run | None:
 
 def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry,
                  only_run: str | None = None) -> list[Orphan]:
-    queue = client.queue(mine=False)
-    held_ids = {j.job_id for j in client.held_jobs()}
+    queue = client.queue(mine=False)  # the one Slurm query of a sweep
+    held_ids = {j.job_id for j in queue if j.held}
     live_unheld_runs = {j.run_id for j in queue if j.run_id and j.job_id not in held_ids}
     found: list[Orphan] = []
 
@@ -97,13 +98,21 @@ def _is_dev(site: SiteConfig, job: Job) -> bool:
 
 
 def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
-    for orphan in orphans:
+    """Cancel every orphaned job in one batched scancel, then delete stale files one by one."""
+    jobs = [o for o in orphans if o.job_id is not None]
+    if jobs:
         try:
-            if orphan.job_id is not None:
-                client.cancel(orphan.job_id)
-            elif orphan.path:
+            client.cancel_many(o.job_id for o in jobs)
+            for orphan in jobs:
+                orphan.released = True
+        except SlurmctlError as exc:
+            for orphan in jobs:
+                orphan.error = exc.message
+    for orphan in orphans:
+        if orphan.job_id is None and orphan.path:
+            try:
                 Path(orphan.path).unlink(missing_ok=True)
-            orphan.released = True
-        except Exception as exc:  # noqa: BLE001 - one failure must not stop the sweep; reported per item
-            orphan.error = str(exc)
+                orphan.released = True
+            except OSError as exc:
+                orphan.error = str(exc)
     return orphans

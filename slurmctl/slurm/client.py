@@ -92,6 +92,12 @@ class Job:
         return self.state in ACTIVE_STATES
 
     @property
+    def held(self) -> bool:
+        """Pending and will never start by itself (user/admin hold, requeue hold)."""
+        return self.state == "REQUEUE_HOLD" or (self.state == "PENDING" and (
+            self.reason.startswith("JobHeld") or "held" in self.reason.lower()))
+
+    @property
     def run_id(self) -> str | None:
         return self.comment.removeprefix("slurmctl:") if self.comment.startswith("slurmctl:") else None
 
@@ -285,12 +291,6 @@ class SlurmClient:
     def cancel_step(self, step: str) -> None:
         """End one step (SIGTERM, then SIGKILL after KillWait); the batch shell goes on."""
         self._run(["scancel", step])
-
-    def held_jobs(self) -> list[Job]:
-        """Pending jobs that will never start by themselves (user/admin hold, requeue hold)."""
-        jobs = self.queue(mine=False)
-        return [j for j in jobs if j.state in {"PENDING", "REQUEUE_HOLD"}
-                and (j.reason.startswith("JobHeld") or "held" in j.reason.lower() or j.state == "REQUEUE_HOLD")]
 
     # --- node-side hooks (Prolog/Epilog: slurmctl.plugins) ----------------------------------------
     def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
