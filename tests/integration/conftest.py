@@ -69,3 +69,28 @@ def write_run(directory: Path, spec: dict, files: dict[str, str] | None = None) 
     path = directory / "run.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def _previous_steps_finished(job_id: int) -> bool:
+    """Every step of earlier attempts has an End in accounting (its processes are gone from the node)."""
+    out = subprocess.run(["sacct", "-j", str(job_id), "--duplicates", "-n", "-P", "-o", "JobID,End"],
+                         capture_output=True, text=True).stdout
+    steps = [line.split("|") for line in out.splitlines() if "." in line.split("|")[0]]
+    return all(end not in {"Unknown", ""} for _, end in steps)
+
+
+def start_requeued_now(job_id: int, timeout: float = 120) -> None:
+    """Skip the ~120 s BeginTime of a requeued job. Starting it while the previous attempt's step is
+    still winding down on the node makes slurmd refuse the launch ("Job credential revoked"), so
+    wait for PENDING (BeginTime) AND for every earlier step to have ended."""
+    from slurmctl.slurm.client import SlurmClient
+
+    client = SlurmClient()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.jobs([job_id]).get(job_id)
+        if job and job.state == "PENDING" and job.reason == "BeginTime" and _previous_steps_finished(job_id):
+            client.update_job(job_id, StartTime="now")
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} was not requeued (PENDING BeginTime, steps ended) within {timeout} s")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from .conftest import slurmctl, slurmctl_json, wait_for_state, write_run
+from .conftest import slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
 
 PRICE = {"h100-ondemand": 3.90, "h100-spot": 1.40, "l4-dev": 0.35}
 
@@ -51,14 +51,7 @@ def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(tmp_p
     # slurmctl submits --no-requeue; make it requeueable as the reliability layer does after a checkpoint
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True)
     subprocess.run(["scontrol", "requeue", str(job_id)], check=True)
-    # The requeued job waits for BeginTime; start it now once it left COMPLETING.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
-                          capture_output=True).returncode == 0 and \
-                slurmctl_json("status", run_id)["state"] in {"RUNNING", "COMPLETED"}:
-            break
-        time.sleep(2)
+    start_requeued_now(job_id)
     wait_for_state(run_id, {"COMPLETED"}, timeout=120)
     _sacct_gone_running(job_id, 2)
     cost = slurmctl_json("cost", run_id)

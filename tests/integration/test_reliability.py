@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurmctl.slurm.client import SlurmClient
 
-from .conftest import slurmctl, slurmctl_json, wait_for_state, write_run
+from .conftest import slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
 
 STEPS_PY = (Path(__file__).parent / "reliability" / "steps.py").read_text()
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -40,18 +40,6 @@ def wait_for_event(run_dir: str, kind: str, count: int, timeout: float = 90) -> 
             return found
         time.sleep(0.5)
     raise AssertionError(f"no {count}x '{kind}' in {run_dir}: {events(run_dir)}")
-
-
-def start_requeued_now(job_id: int, timeout: float = 120) -> None:
-    """Skip the ~120 s BeginTime of a requeued job (it must have left COMPLETING first)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.jobs([job_id]).get(job_id)
-        if job and job.state == "PENDING" and job.reason == "BeginTime":
-            client.update_job(job_id, StartTime="now")
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} was not requeued (PENDING BeginTime) within {timeout} s")
 
 
 def test_crash_before_first_checkpoint_fails_at_once_without_requeue(tmp_path):
