@@ -40,12 +40,12 @@ def follow(run: Run, client: SlurmClient, emit: Callable[[str], None], poll_seco
     deadline = time.monotonic() + timeout if timeout else None
     state = "UNKNOWN"
     while True:
-        offset = _emit_new(path, offset, emit)
+        offset = _emit_new(run.refresh(path), offset, emit)
         job = client.jobs([job_id]).get(job_id)
         state = job.state if job else "UNKNOWN"
         if job is None or not job.active:
             time.sleep(0.5)  # the last lines may land just after the state changes
-            _emit_new(path, offset, emit)
+            _emit_new(run.refresh(path), offset, emit)
             return state
         if deadline and time.monotonic() > deadline:
             return state

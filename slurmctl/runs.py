@@ -64,6 +64,11 @@ class Run:
     def log_path(self, job_id: int) -> Path:
         return self.path / "logs" / f"{job_id}.out"
 
+    def refresh(self, path: Path) -> Path:
+        """Make a file of this run current before reading it again (a growing log): a no-op on the
+        shared filesystem; a run read through an SSH login node re-fetches it (slurm/ssh.py)."""
+        return path
+
     def heartbeat(self) -> dict | None:
         try:
             return json.loads((self.path / "heartbeat.json").read_text())

@@ -71,7 +71,9 @@ class Context:
 
     @property
     def registry(self) -> RunRegistry:
-        return RunRegistry(self.site.runs_root_path)
+        # through a login node, run dirs are read from the cluster (mirrored on demand: slurm/ssh.py)
+        mirrored = getattr(self.client, "mirrored_registry", None)
+        return mirrored(self.site.runs_root_path) if mirrored else RunRegistry(self.site.runs_root_path)
 
     def close(self) -> None:
         """At the end of every command: a remote client syncs its run dirs and hangs up."""

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import secrets
 import shlex
 import stat
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path, PurePosixPath
 import paramiko
 
 from ..errors import SlurmctlError, SlurmUnreachable
+from ..runs import Run, RunRegistry
 from .client import SlurmClient
 from .runner import CommandResult
 
@@ -244,6 +246,31 @@ class SSHRunner:
         sftp.utime(dst, (int(local.st_atime), int(local.st_mtime)))
         return 1
 
+    def fetch_if_changed(self, remote: str, local: Path, attr: paramiko.SFTPAttributes | None = None) -> int:
+        """The reverse of `_put_if_changed`: copy remote to local unless size and mtime match; a file
+        gone on the cluster goes here too. Growing append-only files (logs, *.jsonl) fetch only their
+        new tail, so `logs -f` re-reads a few bytes per poll, not the whole log."""
+        sftp = self.sftp()
+        try:
+            attr = attr or sftp.stat(remote)
+        except FileNotFoundError:
+            local.unlink(missing_ok=True)
+            return 0
+        have = local.stat() if local.is_file() else None
+        if have and have.st_size == attr.st_size and int(have.st_mtime) == int(attr.st_mtime or 0):
+            return 0
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if have and local.suffix in (".jsonl", ".out") and attr.st_size > have.st_size:
+            with sftp.open(remote, "rb") as src, open(local, "ab") as dst:
+                src.seek(have.st_size)
+                dst.write(src.read(attr.st_size - have.st_size))
+        else:  # via a temporary file: a reader never sees half a heartbeat.json
+            part = local.with_name(f".{local.name}.part")
+            sftp.get(remote, str(part))
+            os.replace(part, local)
+        os.utime(local, (attr.st_mtime or 0, attr.st_mtime or 0))
+        return 1
+
     def _makedirs(self, remote: str, mode: int = 0o755) -> None:
         sftp = self.sftp()
         parts = PurePosixPath(remote).parts
@@ -269,6 +296,7 @@ class RemoteSlurmClient(SlurmClient):
         super().__init__(runner)
         self.uploaded_files = 0
         self._run_dirs: list[Path] = []
+        self._mirror: RunMirror | None = None
 
     def submit(self, script: Path, extra_args=()) -> int:
         run_dir = script.parent
@@ -278,6 +306,12 @@ class RemoteSlurmClient(SlurmClient):
         if workdir is not None and workdir != run_dir and workdir.is_dir():
             self.uploaded_files += self.runner.upload_tree(workdir, str(workdir))
         return super().submit(script, extra_args)
+
+    def mirrored_registry(self, root: Path) -> MirroredRunRegistry:
+        """The run registry, read from the cluster (see RunMirror); one mirror per command."""
+        if self._mirror is None or self._mirror.root != root.expanduser():
+            self._mirror = RunMirror(self.runner, root.expanduser())
+        return MirroredRunRegistry(self._mirror)
 
     def close(self) -> None:
         """Push what was written after sbatch (the `submitted` line of attempts.jsonl), then hang up."""
@@ -297,3 +331,161 @@ def _frozen_workdir(run_dir: Path) -> Path | None:
     except (OSError, yaml.YAMLError):
         return None
     return Path(workdir) if workdir else None
+
+
+# --- reading run directories that live on the cluster ------------------------------------------
+# Mirroring, not a read abstraction: status, ls, logs, cost, diagnose and compare read `run.path`
+# through plain pathlib (Run, CheckpointManager, watchdog_report, logs.tail_lines). Copying the few
+# small files they read to the same local path, right before they read them, leaves all of that
+# code unchanged; a read abstraction would have to be threaded through every one of them.
+
+_LISTING_FILES = ("run.json", "attempts.jsonl", "heartbeat.json")  # what `ls` and `cost` read per run
+_STATUS_FILES = (*_LISTING_FILES, "run.yaml", "metrics.jsonl", "drain.request", "drain.ack")
+
+
+class RunMirror:
+    """Copies the small files of remote run dirs to the same local paths, only when they changed.
+
+    Never checkpoint payloads: of checkpoints/ only the `.complete` markers (their mtime is the
+    checkpoint's age) and `latest`; of logs/ only the log a command actually reads.
+    """
+
+    def __init__(self, runner: SSHRunner, root: Path):
+        self.runner = runner
+        self.root = root
+        self._shared: bool | None = None
+        self._listed = False
+
+    def _active(self) -> bool:
+        """False when the login node sees this machine's runs root (a shared filesystem): then the
+        files are already here, and copying a file onto itself could truncate a live log."""
+        if self._shared is None:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe = self.root / f".slurmctl-probe-{secrets.token_hex(4)}"
+                probe.touch()
+            except OSError as exc:
+                raise SSHError(f"Cannot keep a local copy of the runs root {self.root}: {exc}.",
+                               "Make runs_root writable here (slurmctl mirrors run files from the login node "
+                               "to the same path).", code="ssh-mirror-failed") from None
+            try:
+                self.runner.sftp().stat(str(probe))
+                self._shared = True
+            except FileNotFoundError:
+                self._shared = False
+            finally:
+                probe.unlink(missing_ok=True)
+        return not self._shared
+
+    def _guard(self, what: str, action) -> int:
+        try:
+            return action()
+        except (OSError, paramiko.SSHException) as exc:
+            raise SSHError(f"Reading {what} from the login node {self.runner.target} failed: {exc}.",
+                           "Retry; check that the runs root on the cluster is readable by you.",
+                           code="ssh-mirror-failed") from None
+
+    def sync_listing(self) -> None:
+        """run.json, attempts.jsonl and heartbeat.json of every run on the cluster (once per command)."""
+        if self._listed or not self._active():
+            return
+        self._listed = True
+
+        def sync() -> int:
+            try:
+                entries = self.runner.sftp().listdir_attr(str(self.root))
+            except FileNotFoundError:
+                return 0
+            return sum(self._sync_files(self.root / e.filename, _LISTING_FILES) is not None
+                       for e in entries if stat.S_ISDIR(e.st_mode or 0))
+        self._guard(f"the runs in {self.root}", sync)
+
+    def sync_run(self, path: Path) -> bool:
+        """What `status` reads of one run; False when the cluster has no such run dir."""
+        if not self._active():
+            return (path / "run.json").exists()
+        return bool(self._guard(f"run {path.name}", lambda: self._sync_run(path)))
+
+    def fetch(self, path: Path) -> Path:
+        """One file (a log) read now: re-fetched on every call, so a followed log keeps growing."""
+        if self._active():
+            self._guard(str(path), lambda: self.runner.fetch_if_changed(str(path), path))
+        return path
+
+    def _sync_files(self, run_dir: Path, names: tuple[str, ...]) -> set[str] | None:
+        """`names` of one run dir (one listing, then only what changed); None if it is no run."""
+        try:
+            present = {a.filename: a for a in self.runner.sftp().listdir_attr(str(run_dir))}
+        except FileNotFoundError:
+            return None
+        if "run.json" not in present:
+            return None
+        for name in names:
+            if name in present:
+                self.runner.fetch_if_changed(str(run_dir / name), run_dir / name, present[name])
+            else:  # gone on the cluster (a handled drain.request)
+                (run_dir / name).unlink(missing_ok=True)
+        return set(present)
+
+    def _sync_run(self, run_dir: Path) -> int:
+        present = self._sync_files(run_dir, _STATUS_FILES)
+        if present is None:
+            return 0
+        checkpoints = run_dir / "checkpoints"
+        remote_entries = self.runner.sftp().listdir_attr(str(checkpoints)) if "checkpoints" in present else []
+        checkpoints.mkdir(exist_ok=True)
+        names = set()
+        for entry in remote_entries:
+            names.add(entry.filename)
+            if entry.filename == "latest":
+                self.runner.fetch_if_changed(str(checkpoints / "latest"), checkpoints / "latest", entry)
+            elif stat.S_ISDIR(entry.st_mode or 0):  # empty here but for its marker: that is all status needs
+                (checkpoints / entry.filename).mkdir(exist_ok=True)
+                marker = checkpoints / entry.filename / ".complete"
+                self.runner.fetch_if_changed(str(marker), marker)
+        for stale in checkpoints.iterdir():  # pruned or renamed (.tmp) on the cluster
+            if stale.name not in names and stale.is_dir():
+                (stale / ".complete").unlink(missing_ok=True)
+                try:
+                    stale.rmdir()
+                except OSError:
+                    pass  # holds more than a mirrored marker: not ours to delete
+        if "watchdog" in present:
+            state = run_dir / "watchdog" / "state.json"
+            self.runner.fetch_if_changed(str(state), state)
+        return 1
+
+
+class MirroredRun(Run):
+    """A Run whose logs are fetched from the login node when they are read."""
+
+    def __init__(self, run: Run, mirror: RunMirror):
+        super().__init__(run.run_id, run.path)
+        self._mirror = mirror
+
+    def log_path(self, job_id: int) -> Path:
+        return self.refresh(super().log_path(job_id))
+
+    def refresh(self, path: Path) -> Path:
+        return self._mirror.fetch(path)
+
+
+class MirroredRunRegistry(RunRegistry):
+    """The registry as the cluster sees it: listing and lookup first mirror the remote run dirs."""
+
+    def __init__(self, mirror: RunMirror):
+        super().__init__(mirror.root)
+        self.mirror = mirror
+
+    def list(self) -> list[Run]:
+        self.mirror.sync_listing()
+        return [MirroredRun(r, self.mirror) for r in super().list()]
+
+    def get(self, ref: str) -> Run:
+        by_id = "/" not in ref and self.mirror.sync_run(self.root / ref)
+        if not by_id:  # a run name, an id prefix or a path: resolve it against every run
+            self.mirror.sync_listing()
+        run = super().get(ref)
+        if not by_id:
+            self.mirror.sync_run(run.path)
+        return MirroredRun(run, self.mirror)

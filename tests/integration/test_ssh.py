@@ -2,16 +2,18 @@
 
 import json
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from slurmctl.slurm.ssh import HostKeyRefused, SSHError, SSHRunner, SSHTarget
+from slurmctl.slurm.ssh import HostKeyRefused, RemoteSlurmClient, SSHError, SSHRunner, SSHTarget
 
 from .conftest import slurmctl, write_run
 from .ssh_server import _keygen, login_node  # noqa: F401 - pytest fixture
@@ -55,6 +57,23 @@ def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path):
     assert (dst / "job.sbatch").stat().st_mode & 0o777 == 0o755 and (dst / "logs" / "a.out").read_text() == "x"
     assert f'open "{dst}/job.sbatch" flags WRITE,CREATE,TRUNCATE' in login_node.sftp_log.read_text()
 
+
+
+def test_mirroring_stands_down_when_the_login_node_shares_the_runs_root(login_node, tmp_path):
+    """Here sshd sees this very runs root: nothing is copied (a file copied onto itself could be
+    truncated under a running job), and the probe file that told us so is gone again."""
+    run_dir = tmp_path / "runs" / "shared-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    (run_dir / "heartbeat.json").write_text('{"step": 3}')
+    runner = _runner(login_node)
+    try:
+        run = RemoteSlurmClient(runner).mirrored_registry(tmp_path / "runs").get("shared-run")
+    finally:
+        runner.close()
+    assert run.heartbeat() == {"step": 3} and run.refresh(run_dir / "heartbeat.json").exists()
+    assert str(run_dir) not in login_node.sftp_log.read_text()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["shared-run"]
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(login_node, tmp_path):
     empty = tmp_path / "known_hosts"
@@ -147,3 +166,50 @@ def test_cli_refuses_an_unknown_login_node_cleanly(login_node, tmp_path):
                       env={"SLURMCTL_USER_CONFIG": str(config)})
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert json.loads(result.stdout)["error"] == "ssh-host-key-refused"
+
+
+def test_cli_reads_progress_checkpoints_and_logs_from_the_login_node(login_node, tmp_path, cluster):
+    """Same fake laptop as above, but the job runs to the end: its heartbeat, checkpoints and log
+    exist only on the cluster's filesystem, so `logs -f`, `status` and `logs` see them only if they
+    are mirrored over SFTP (and the checkpoint payload must not be)."""
+    runs, code, out = tmp_path / "runs", tmp_path / "code", tmp_path / "out"
+    for d in (runs, code, out):
+        d.mkdir()
+    steps_py = (Path(__file__).parent / "reliability" / "steps.py").read_text()
+    src = write_run(tmp_path / "src", {"name": "ssh-read", "entrypoint": "steps.py", "args": ["--steps", "7", "--sleep",
+                                       "0.3"], "partition": "h100-ondemand", "gpus_per_node": 1, "time_limit": "5m",
+                                       "checkpoint": {"interval_steps": 3}}, {"steps.py": steps_py}).parent
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump({**cluster.model_dump(mode="json"), "runs_root": str(runs)}))
+    config = login_node.user_config(tmp_path / "config.yaml", login_host=login_node.host)
+    cli = shlex.join([sys.executable, "-m", "slurmctl.cli"])
+    laptop = f"""set -e
+mount -t tmpfs laptop-runs {runs}; mount -t tmpfs laptop-code {code}; cp -r {src}/. {code}/
+export PATH=/nonexistent SLURMCTL_SITE_CONFIG={site} SLURMCTL_USER_CONFIG={config}
+{cli} submit {code}/run.yaml --json > {out}/submit.json
+run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
+{shutil.which("timeout")} 100 {cli} logs "$run_id" -f > {out}/follow.txt   # from before the job starts writing to its end
+{cli} status "$run_id" --json > {out}/status.json
+{cli} logs "$run_id" -n 0 > {out}/logs.txt
+{cli} ls --json > {out}/ls.json
+{sys.executable} -c 'import os,sys; print(*os.listdir(sys.argv[1]))' {runs}/$run_id/checkpoints/checkpoint-6 \
+    > {out}/mirrored-checkpoint.txt
+"""
+    result = subprocess.run(["unshare", "-m", "bash", "-c", laptop], capture_output=True, text=True, timeout=150)
+    submitted = json.loads((out / "submit.json").read_text()) if (out / "submit.json").stat().st_size else {}
+    try:
+        assert result.returncode == 0, result.stderr
+    finally:
+        if submitted.get("job_id"):
+            subprocess.run(["scancel", str(submitted["job_id"])], capture_output=True)
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "COMPLETED", status
+    assert (status["last_step"], status["latest_checkpoint_step"]) == (6, 6)
+    assert status["checkpoint_age_seconds"] is not None and status["checkpoint_age_seconds"] < 120
+    followed, logged = (out / "follow.txt").read_text(), (out / "logs.txt").read_text()
+    for text in (followed, logged):
+        assert "attempt 0 starts at step 0" in text and "finished" in text, text
+    assert [r["last_step"] for r in json.loads((out / "ls.json").read_text())] == [6]
+    # only the marker of the checkpoint came over, never its payload
+    assert (out / "mirrored-checkpoint.txt").read_text().split() == [".complete"]
+    assert "checkpoint-6/state.json" not in login_node.sftp_log.read_text()
