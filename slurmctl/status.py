@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 
 from .checkpoint import CheckpointManager
 from .diagnose import diagnose_file, watchdog_report
-from .runs import Run
+from .pricing import allocation_cost
 from .quota import quota_for
+from .runs import Run
 from .slurm.client import Job, NodeUsage, QueueView, SlurmClient
 from .slurm.explain import explain_reason, explain_state
 
@@ -223,7 +225,11 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         if spec is not None and site is not None and status.elapsed_seconds:
             prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
             if prices:
-                status.cost_usd = round(spec.nodes * spec.gpus_per_node * status.elapsed_seconds / 3600 * prices[0], 2)
+                # The same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger.
+                start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
+                status.cost_usd = round(allocation_cost(
+                    spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
+                    prices[0], site.accounting.discounts), 2)
 
     status.attempts = len(starts)
     _reliability_details(status, events)
