@@ -116,24 +116,34 @@ def test_wrong_key_and_silent_host_give_clear_errors(login_node, tmp_path):
     assert 1.4 < waited < 5
 
 
+def fake_laptop(tmp_path, cluster, login_node, spec: dict, files: dict[str, str]):
+    """Folders and a shell preamble for a "laptop": the CLI in a private mount namespace whose runs
+    root and code dir are tmpfs that sshd and Slurm (the "cluster") cannot see, with no Slurm tools
+    on PATH. Returns (runs, code, out, cli, preamble); run the script with `unshare -m bash -c`."""
+    runs, code, out = tmp_path / "runs", tmp_path / "code", tmp_path / "out"
+    for d in (runs, code, out):
+        d.mkdir()
+    src = write_run(tmp_path / "src", spec, files).parent
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump({**cluster.model_dump(mode="json"), "runs_root": str(runs)}))
+    config = login_node.user_config(tmp_path / "config.yaml", login_host=login_node.host)
+    cli = shlex.join([sys.executable, "-m", "slurmctl.cli"])
+    preamble = f"""set -e
+mount -t tmpfs laptop-runs {runs}; mount -t tmpfs laptop-code {code}; cp -r {src}/. {code}/
+export PATH=/nonexistent SLURMCTL_SITE_CONFIG={site} SLURMCTL_USER_CONFIG={config}
+"""
+    return runs, code, out, cli, preamble
+
+
 def test_cli_submits_reads_status_and_cancels_through_the_login_node(login_node, tmp_path, cluster):
     """The "laptop" is the CLI in a private mount namespace: its runs root and code dir are tmpfs
     that sshd and Slurm (the "cluster") cannot see, and it has no Slurm tools on PATH. So the
     job script and the code reach the cluster only if SFTP copies them, and every Slurm command
     only works over SSH."""
-    runs, code, src, out = tmp_path / "runs", tmp_path / "code", tmp_path / "src", tmp_path / "out"
-    for d in (runs, code, out):
-        d.mkdir()
-    write_run(src, {"name": "ssh-test", "entrypoint": "train.py", "partition": "l4-dev", "gpus_per_node": 1,
-                    "time_limit": "5m"}, {"train.py": "print('hi')\n"})
-    site = tmp_path / "site.yaml"
-    site.write_text(yaml.safe_dump({**cluster.model_dump(mode="json"), "runs_root": str(runs)}))
-    config = login_node.user_config(tmp_path / "config.yaml", login_host=login_node.host)
-    cli = shlex.join([sys.executable, "-m", "slurmctl.cli"])
-    laptop = f"""set -e
-mount -t tmpfs laptop-runs {runs}; mount -t tmpfs laptop-code {code}; cp -r {src}/. {code}/
-export PATH=/nonexistent SLURMCTL_SITE_CONFIG={site} SLURMCTL_USER_CONFIG={config}
-{cli} --host {login_node.host} submit {code}/run.yaml --json -- --hold > {out}/submit.json
+    runs, code, out, cli, preamble = fake_laptop(
+        tmp_path, cluster, login_node, {"name": "ssh-test", "entrypoint": "train.py", "partition": "l4-dev",
+                                        "gpus_per_node": 1, "time_limit": "5m"}, {"train.py": "print('hi')\n"})
+    laptop = preamble + f"""{cli} --host {login_node.host} submit {code}/run.yaml --json -- --hold > {out}/submit.json
 run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
 {cli} status "$run_id" --json > {out}/status.json   # login_host from the user config this time
 {cli} --host {login_node.host} cancel "$run_id" --json > {out}/cancel.json
@@ -172,21 +182,13 @@ def test_cli_reads_progress_checkpoints_and_logs_from_the_login_node(login_node,
     """Same fake laptop as above, but the job runs to the end: its heartbeat, checkpoints and log
     exist only on the cluster's filesystem, so `logs -f`, `status` and `logs` see them only if they
     are mirrored over SFTP (and the checkpoint payload must not be)."""
-    runs, code, out = tmp_path / "runs", tmp_path / "code", tmp_path / "out"
-    for d in (runs, code, out):
-        d.mkdir()
     steps_py = (Path(__file__).parent / "reliability" / "steps.py").read_text()
-    src = write_run(tmp_path / "src", {"name": "ssh-read", "entrypoint": "steps.py", "args": ["--steps", "7", "--sleep",
-                                       "0.3"], "partition": "h100-ondemand", "gpus_per_node": 1, "time_limit": "5m",
-                                       "checkpoint": {"interval_steps": 3}}, {"steps.py": steps_py}).parent
-    site = tmp_path / "site.yaml"
-    site.write_text(yaml.safe_dump({**cluster.model_dump(mode="json"), "runs_root": str(runs)}))
-    config = login_node.user_config(tmp_path / "config.yaml", login_host=login_node.host)
-    cli = shlex.join([sys.executable, "-m", "slurmctl.cli"])
-    laptop = f"""set -e
-mount -t tmpfs laptop-runs {runs}; mount -t tmpfs laptop-code {code}; cp -r {src}/. {code}/
-export PATH=/nonexistent SLURMCTL_SITE_CONFIG={site} SLURMCTL_USER_CONFIG={config}
-{cli} submit {code}/run.yaml --json > {out}/submit.json
+    runs, code, out, cli, preamble = fake_laptop(
+        tmp_path, cluster, login_node,
+        {"name": "ssh-read", "entrypoint": "steps.py", "args": ["--steps", "7", "--sleep", "0.3"],
+         "partition": "h100-ondemand", "gpus_per_node": 1, "time_limit": "5m", "checkpoint": {"interval_steps": 3}},
+        {"steps.py": steps_py})
+    laptop = preamble + f"""{cli} submit {code}/run.yaml --json > {out}/submit.json
 run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
 {shutil.which("timeout")} 100 {cli} logs "$run_id" -f > {out}/follow.txt   # from before the job starts writing to its end
 {cli} status "$run_id" --json > {out}/status.json
