@@ -26,12 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurmctl.checkpoint import CheckpointManager
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 WRITER = r"""
 import hashlib, json, os, sys
 from pathlib import Path
-from slurmctl.checkpoint import CheckpointManager
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 root, start = Path(sys.argv[1]), int(sys.argv[2])
 mgr = CheckpointManager(root, keep_last=2)

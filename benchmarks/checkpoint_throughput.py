@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from slurmctl.checkpoint import CheckpointManager, torch_writer
+from slurmctl.runtime.checkpoint import CheckpointManager, torch_writer
 
 
 def raw_write(directory: Path, blobs: list[bytes]) -> None:

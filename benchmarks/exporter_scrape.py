@@ -20,10 +20,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from slurmctl.errors import SlurmctlError
-from slurmctl.exporter import build
+from slurmctl.ops.exporter import build
 from slurmctl.slurm.client import SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner
-from slurmctl.spec import load_site_config
+from slurmctl.submit.spec import load_site_config
 
 
 class Clock:

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmctl.runs import Run
+from slurmctl.rundir import Run
 from slurmctl.slurm.client import SEP, SlurmClient, _SQUEUE_FIELDS
-from slurmctl.status import run_status, runs_statuses
+from slurmctl.observe.status import run_status, runs_statuses
 
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 REPEAT = 15

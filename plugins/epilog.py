@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Slurm Epilog (slurmd, as root, NO PATH): thin entry point into slurmctl.plugins.epilog.
+"""Slurm Epilog (slurmd, as root, NO PATH): thin entry point into slurmctl.ops.hooks.epilog.
 
 Kills the job's orphans, cleans /dev/shm and scratch, removes the GPU map and writes the
 per-attempt cost record. Always exits 0: a failing epilog drains the node ("Epilog error"), and
@@ -12,13 +12,13 @@ import time
 STARTED = time.monotonic()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from slurmctl.plugins.hooklog import log_hook  # noqa: E402
+from slurmctl.ops.hooks.hooklog import log_hook  # noqa: E402
 
 
 def main() -> int:
     env = os.environ
     try:
-        from slurmctl.plugins.epilog import run_epilog
+        from slurmctl.ops.hooks.epilog import run_epilog
 
         result = run_epilog(env)
     except Exception as exc:  # noqa: BLE001

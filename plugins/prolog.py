@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Slurm Prolog (slurmd, as root, NO PATH): thin entry point into slurmctl.plugins.prolog.
+"""Slurm Prolog (slurmd, as root, NO PATH): thin entry point into slurmctl.ops.hooks.prolog.
 
 Exit 0: node healthy, scratch dir and GPU map written. Exit 1: a health check failed; the node is
 drained with "slurmctl prolog: <reason>" (sinfo -R) and Slurm requeues the job held. A bug in our
@@ -13,14 +13,14 @@ import time
 STARTED = time.monotonic()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from slurmctl.plugins.hooklog import log_hook  # noqa: E402
+from slurmctl.ops.hooks.hooklog import log_hook  # noqa: E402
 
 
 def main() -> int:
     env = os.environ
     try:
-        from slurmctl.plugins.prolog import drain_node, run_prolog
-        from slurmctl.plugins.config import HookConfig
+        from slurmctl.ops.hooks.prolog import drain_node, run_prolog
+        from slurmctl.ops.hooks.config import HookConfig
 
         cfg = HookConfig.from_env(env)
         result = run_prolog(env, cfg)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import ConfigError
-from .spec import format_validation_error
+from slurmctl.errors import ConfigError
+from slurmctl.submit.spec import format_validation_error
 
 USER_CONFIG_ENV = "SLURMCTL_USER_CONFIG"
 DEFAULT_USER_CONFIG = Path("~/.config/slurmctl/config.yaml")
@@ -57,7 +57,7 @@ def ssh_runner_for(host: str | None, config: UserConfig | None = None):
     host = host or config.login_host
     if not host:
         return None
-    from .slurm.ssh import SSHRunner, SSHTarget
+    from slurmctl.slurm.ssh import SSHRunner, SSHTarget
 
     return SSHRunner(SSHTarget.parse(host),
                      key_filename=str(Path(config.ssh_key).expanduser()) if config.ssh_key else None,

@@ -1,3 +1,3 @@
-from .main import main
+from slurmctl.cli.main import main
 
 main()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import SpecError
-from .main import Context, err, json_option, out, pass_ctx, print_json, plain_table
+from slurmctl.errors import SpecError
+from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _related_runs(ctx: Context, run_id: str) -> list:
@@ -29,7 +29,7 @@ def _related_runs(ctx: Context, run_id: str) -> list:
 @pass_ctx
 def cost(ctx: Context, run: str, as_json: bool) -> None:
     """What RUN cost: every attempt (requeues, resumes, forks), GPU-hours, dollars and waste."""
-    from ..accounting import run_cost
+    from slurmctl.ops.accounting import run_cost
 
     family = _related_runs(ctx, ctx.registry.get(run).run_id)
     job_ids = [j for r in family for j in r.job_ids()]
@@ -72,8 +72,8 @@ def _parse_when(value: str | None, default: datetime) -> datetime:
 def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str, output: Path | None,
            no_ingest: bool) -> None:
     """Showback: GPU-hours, dollars, waste and queue wait by account, user, partition, GPU or run."""
-    from .. import report as reports
-    from ..accounting import Ledger, cost_records_dir, ingest
+    from slurmctl import report as reports
+    from slurmctl.ops.accounting import Ledger, cost_records_dir, ingest
 
     now = datetime.now().replace(microsecond=0)
     start, end = _parse_when(since, now - timedelta(days=7)), _parse_when(until, now)
@@ -115,7 +115,7 @@ def accounting() -> None:
 @pass_ctx
 def ingest_command(ctx: Context, since: str | None, as_json: bool) -> None:
     """Ingest new sacct attempts and epilog records into the ledger (idempotent)."""
-    from ..accounting import cost_records_dir, ingest
+    from slurmctl.ops.accounting import cost_records_dir, ingest
 
     start = _parse_when(since, datetime.now()) if since else None
     result = ingest(ctx.site, ctx.client, since=start, spool=cost_records_dir(ctx.site))
@@ -132,8 +132,8 @@ def ingest_command(ctx: Context, since: str | None, as_json: bool) -> None:
 @pass_ctx
 def showback_command(ctx: Context, days: int, as_json: bool) -> None:
     """Ingest, then write dated showback files (html/csv/json by account, user, partition, run)."""
-    from ..accounting import Ledger, cost_records_dir, ingest
-    from ..report import write_dated_reports
+    from slurmctl.ops.accounting import Ledger, cost_records_dir, ingest
+    from slurmctl.ops.report import write_dated_reports
 
     now = datetime.now().replace(microsecond=0)
     ingested = ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))

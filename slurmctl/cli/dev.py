@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .main import Context, err, json_option, out, pass_ctx, print_json
+from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -21,7 +21,7 @@ from .main import Context, err, json_option, out, pass_ctx, print_json
 def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | None, gpus: int, port: int,
         dry_run: bool, as_json: bool) -> None:
     """Open a shell (or JupyterLab) on a dev GPU node; the allocation ends at --time or when idle."""
-    from ..dev import DevRequest, jupyter_plan, run_shell, shell_plan, start_jupyter
+    from slurmctl.control.dev import DevRequest, jupyter_plan, run_shell, shell_plan, start_jupyter
 
     request = DevRequest(time=time_, idle=idle, jupyter=jupyter, partition=partition, gpus=gpus, port=port)
     if dry_run:

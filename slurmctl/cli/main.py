@@ -11,11 +11,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import __version__
-from ..errors import SlurmctlError
-from ..runs import RunRegistry
-from ..slurm.client import SlurmClient
-from ..spec import SiteConfig, load_site_config
+from slurmctl import __version__
+from slurmctl.errors import SlurmctlError
+from slurmctl.rundir import RunRegistry
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.spec import SiteConfig, load_site_config
 
 # Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
 _WIDTH = None if sys.stdout.isatty() else 200
@@ -58,13 +58,13 @@ class Context:
     @property
     def client(self) -> SlurmClient:
         if self._client is None:
-            from ..userconfig import ssh_runner_for
+            from slurmctl.userconfig import ssh_runner_for
 
             runner = ssh_runner_for(self.host)
             if runner is None:
                 self._client = SlurmClient()
             else:
-                from ..slurm.ssh import RemoteSlurmClient
+                from slurmctl.slurm.ssh import RemoteSlurmClient
 
                 self._client = RemoteSlurmClient(runner)
         return self._client
@@ -110,7 +110,7 @@ def cli(ctx: click.Context, debug: bool, host: str | None) -> None:
 @json_option
 def init(name: str, template: str, directory: Path | None, as_json: bool) -> None:
     """Create a run (run.yaml + train.py) from a template. Offline."""
-    from ..scaffold import init_run
+    from slurmctl.submit.scaffold import init_run
 
     written = init_run(name, directory or Path(name), template)
     if as_json:
@@ -153,41 +153,41 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # --- cost accounting (issue 7) ---
-from .accounting import accounting as _accounting, cost as _cost, report as _report  # noqa: E402
+from slurmctl.cli.accounting import accounting as _accounting, cost as _cost, report as _report  # noqa: E402
 
 cli.add_command(_cost)
 cli.add_command(_report)
 cli.add_command(_accounting)
 
 # --- monitoring (issue 8) ---
-from .monitoring import exporter as _exporter  # noqa: E402
+from slurmctl.cli.monitoring import exporter as _exporter  # noqa: E402
 
 cli.add_command(_exporter)
 
 # --- reliability (issue 3) ---
-from .reliability import cancel as _cancel, fork as _fork, resume as _resume  # noqa: E402
+from slurmctl.cli.reliability import cancel as _cancel, fork as _fork, resume as _resume  # noqa: E402
 
 cli.add_command(_cancel)
 cli.add_command(_resume)
 cli.add_command(_fork)
 
 # --- issue 9: dev sessions ------------------------------------------------------------------
-from .dev import dev  # noqa: E402
+from slurmctl.cli.dev import dev  # noqa: E402
 
 cli.add_command(dev)
 
 # --- preflight and submit (issue 5) ---
-from .submit import submit as _submit  # noqa: E402
+from slurmctl.cli.submit import submit as _submit  # noqa: E402
 
 cli.add_command(_submit)
 
 # --- observe: status, ls, logs, explain, diagnose, queue, compare (issue 4) ---
-from .observe import compare, diagnose, explain, list_runs, logs, queue, status  # noqa: E402
+from slurmctl.cli.observe import compare, diagnose, explain, list_runs, logs, queue, status  # noqa: E402
 
 for _command in (status, list_runs, logs, explain, diagnose, queue, compare):
     cli.add_command(_command)
 
 # --- ops: cleanup (issue 6) ---
-from .ops import cleanup as _cleanup  # noqa: E402
+from slurmctl.cli.ops import cleanup as _cleanup  # noqa: E402
 
 cli.add_command(_cleanup)

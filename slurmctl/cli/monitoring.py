@@ -1,10 +1,10 @@
-"""`slurmctl exporter`: serve Prometheus metrics (core in slurmctl.exporter)."""
+"""`slurmctl exporter`: serve Prometheus metrics (core in slurmctl.ops.exporter)."""
 
 from __future__ import annotations
 
 import click
 
-from .main import Context, json_option, out, pass_ctx, print_json
+from slurmctl.cli.main import Context, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -19,7 +19,7 @@ def exporter(ctx: Context, port: int, address: str, interval: float, once: bool,
     """Serve Prometheus metrics: queue, GPUs, nodes, active runs' progress and cost."""
     from prometheus_client import generate_latest
 
-    from ..exporter import build, serve
+    from slurmctl.ops.exporter import build, serve
 
     if once or as_json:
         registry, collector = build(ctx.site, interval)

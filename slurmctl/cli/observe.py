@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..status import RunStatus, human_duration
-from .main import Context, err, json_option, out, pass_ctx, print_json, plain_table
+from slurmctl.observe.status import RunStatus, human_duration
+from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _when(iso: str | None) -> str:
@@ -61,7 +61,7 @@ def _print_status(s: RunStatus) -> None:
 @pass_ctx
 def status(ctx: Context, run: str, as_json: bool) -> None:
     """Explain in plain words what RUN is doing and what to do next."""
-    from ..status import run_status
+    from slurmctl.observe.status import run_status
 
     result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site)
     print_json(result.to_dict()) if as_json else _print_status(result)
@@ -73,7 +73,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 @pass_ctx
 def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
     """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
-    from ..status import runs_statuses
+    from slurmctl.observe.status import runs_statuses
 
     runs = ctx.registry.list()[-limit:]
     statuses = runs_statuses(runs, ctx.client, site=ctx.site)
@@ -105,7 +105,7 @@ def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
 def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: int | None, job_id: int | None,
          as_json: bool) -> None:
     """Print the training output of RUN (rank 0 by default)."""
-    from ..logs import follow as follow_log, log_file, split_attempts, tail_lines, training_lines
+    from slurmctl.observe.logs import follow as follow_log, log_file, split_attempts, tail_lines, training_lines
 
     the_run = ctx.registry.get(run)
     wanted_rank = None if rank == "all" else int(rank)
@@ -134,7 +134,7 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
 @json_option
 def explain(word: tuple[str, ...], as_json: bool) -> None:
     """Explain any Slurm state or reason (PD, Resources, QOSMaxGRESPerUser, ...) in plain words."""
-    from ..slurm.explain import explain_word
+    from slurmctl.observe.explain import explain_word
 
     text = " ".join(word)
     kind, expl = explain_word(text)
@@ -155,8 +155,8 @@ def explain(word: tuple[str, ...], as_json: bool) -> None:
 @pass_ctx
 def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool) -> None:
     """Name why RUN (or --log FILE) failed, with the evidence and a fix."""
-    from ..diagnose import diagnose_file
-    from ..errors import SpecError
+    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.errors import SpecError
 
     if bool(run) == bool(log_path):
         raise SpecError("give either RUN or --log FILE (not both, not neither).",
@@ -167,7 +167,7 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         the_run = ctx.registry.get(run)
         job_id = the_run.latest_job_id()
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
-        from ..logs import log_file
+        from slurmctl.observe.logs import log_file
         result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
     if as_json:
         print_json(result.to_dict())
@@ -187,7 +187,7 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
 @pass_ctx
 def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     """The whole queue, every user, with the reason in plain words and the estimated start."""
-    from ..slurm.explain import explain_reason
+    from slurmctl.observe.explain import explain_reason
 
     jobs = ctx.client.queue_filtered(partitions, users, states)
     rows = []
@@ -215,7 +215,7 @@ def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
 @pass_ctx
 def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str, as_json: bool) -> None:
     """Compare two runs: steps, loss and throughput, a sparkline each, and a PNG plot."""
-    from ..compare import compare_runs
+    from slurmctl.observe.compare import compare_runs
 
     result = compare_runs(ctx.registry.get(run_a), ctx.registry.get(run_b), png, metric)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .main import Context, json_option, out, pass_ctx, print_json
+from slurmctl.cli.main import Context, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -14,7 +14,7 @@ from .main import Context, json_option, out, pass_ctx, print_json
 @pass_ctx
 def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> None:
     """Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."""
-    from ..cleanup import find_orphans, release
+    from slurmctl.ops.cleanup import find_orphans, release
 
     only_run = ctx.registry.get(run_ref).run_id if run_ref else None
     orphans = find_orphans(ctx.site, ctx.client, ctx.registry, only_run)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .main import Context, err, json_option, out, pass_ctx, print_json
+from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -18,7 +18,7 @@ from .main import Context, err, json_option, out, pass_ctx, print_json
 @pass_ctx
 def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: bool) -> None:
     """Stop RUN: ask it to checkpoint and acknowledge, wait for that, then cancel and verify."""
-    from ..cancel import cancel_run
+    from slurmctl.control.cancel import cancel_run
 
     def progress(waited: float, heartbeat: dict | None) -> None:
         if not as_json:
@@ -49,7 +49,7 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 @pass_ctx
 def resume(ctx: Context, run: str, as_json: bool) -> None:
     """Start a new job for an ended RUN from its newest valid checkpoint (same run id)."""
-    from ..resume import resume_run
+    from slurmctl.control.resume import resume_run
 
     result = resume_run(ctx.registry.get(run), ctx.client)
     if as_json:
@@ -68,7 +68,7 @@ def resume(ctx: Context, run: str, as_json: bool) -> None:
 @pass_ctx
 def fork(ctx: Context, source: str, new_name: str, from_step: int | None, as_json: bool) -> None:
     """Start a new run NEW_NAME from a checkpoint of SOURCE (SOURCE is not changed)."""
-    from ..resume import fork_run
+    from slurmctl.control.resume import fork_run
 
     result = fork_run(ctx.registry.get(source), new_name, ctx.registry, ctx.site, ctx.client, from_step)
     if as_json:

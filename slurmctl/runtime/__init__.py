@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import CheckpointManager
-from ..fsutil import append_jsonl, write_atomic
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.fsutil import append_jsonl, write_atomic
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 

@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..checkpoint import CheckpointManager
-from ..errors import SlurmctlError
-from ..fsutil import append_jsonl, read_jsonl
-from ..slurm.client import SlurmClient
-from . import DRAIN_ACK, DRAIN_REQUEST, read_drain_request, write_drain_request
-from .policy import REQUEUE, decide
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.errors import SlurmctlError
+from slurmctl.fsutil import append_jsonl, read_jsonl
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, read_drain_request, write_drain_request
+from slurmctl.runtime.policy import REQUEUE, decide
 
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
 # signal timer is up to ~60 s early, see shared/slurm-local.md).

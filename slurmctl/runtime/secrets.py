@@ -12,7 +12,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ..errors import PreflightError
+from slurmctl.errors import PreflightError
 
 
 def parse_secrets_file(path: Path) -> dict[str, str]:

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import SlurmCommandError, SlurmUnreachable
-from .runner import CommandResult, LocalRunner, Runner
-from .scontrol import JobInfo, job_info_from_output
+from slurmctl.errors import SlurmCommandError, SlurmUnreachable
+from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
+from slurmctl.slurm.scontrol import JobInfo, job_info_from_output
 
 SEP = "\x1f"
 
@@ -292,7 +292,7 @@ class SlurmClient:
         """End one step (SIGTERM, then SIGKILL after KillWait); the batch shell goes on."""
         self._run(["scancel", step])
 
-    # --- node-side hooks (Prolog/Epilog: slurmctl.plugins) ----------------------------------------
+    # --- node-side hooks (Prolog/Epilog: slurmctl.ops.hooks) ----------------------------------------
     def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
         """`scontrol show job -o JOB` (~5-25 ms); None when the controller no longer knows the job."""
         try:

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import SlurmUnreachable
+from slurmctl.errors import SlurmUnreachable
 
 
 @dataclass(frozen=True)

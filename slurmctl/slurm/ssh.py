@@ -23,10 +23,10 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from ..errors import SlurmctlError, SlurmUnreachable
-from ..runs import Run, RunRegistry
-from .client import SlurmClient
-from .runner import CommandResult
+from slurmctl.errors import SlurmctlError, SlurmUnreachable
+from slurmctl.rundir import Run, RunRegistry
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.runner import CommandResult
 
 # paramiko logs transport errors (with tracebacks) from its thread; slurmctl reports them itself
 logging.getLogger("paramiko").addHandler(logging.NullHandler())

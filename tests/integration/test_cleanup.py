@@ -7,7 +7,7 @@ import subprocess
 import time
 import uuid
 
-from slurmctl.checkpoint import CheckpointManager
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 from .conftest import slurmctl_json
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmctl.images import Engine, ImageRef, RegistryClient
-from slurmctl.spec import find_site_config
+from slurmctl.submit.images import Engine, ImageRef, RegistryClient
+from slurmctl.submit.spec import find_site_config
 
 from .conftest import REPO, slurmctl, slurmctl_json, wait_for_state, write_run
 

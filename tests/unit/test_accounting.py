@@ -6,9 +6,9 @@ from datetime import datetime
 
 import pytest
 
-from slurmctl.accounting import SACCT_FIELDS, Ledger, attempts_from_lines, ingest, parse_gpus
-from slurmctl.pricing import Discounts, allocation_cost
-from slurmctl.report import build_report, to_csv, to_html
+from slurmctl.ops.accounting import SACCT_FIELDS, Ledger, attempts_from_lines, ingest, parse_gpus
+from slurmctl.ops.pricing import Discounts, allocation_cost
+from slurmctl.ops.report import build_report, to_csv, to_html
 from slurmctl.slurm.client import SEP
 
 
@@ -102,7 +102,7 @@ def test_ingest_is_idempotent_and_report_totals_do_not_change(site):
 
 
 def test_dated_reports_never_clobber(site, tmp_path):
-    from slurmctl.report import write_dated_reports
+    from slurmctl.ops.report import write_dated_reports
 
     ingest(site, None, lines=[line(30, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
            since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))

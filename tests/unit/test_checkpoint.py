@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from slurmctl.checkpoint import (
+from slurmctl.runtime.checkpoint import (
     COMPLETE_MARKER,
     CheckpointError,
     CheckpointManager,

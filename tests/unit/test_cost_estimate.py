@@ -2,8 +2,8 @@
 
 import pytest
 
-from slurmctl.cost import estimate
-from slurmctl.spec import RunSpec
+from slurmctl.submit.cost import estimate
+from slurmctl.submit.spec import RunSpec
 
 
 def test_cost_per_hour_and_worst_case(local_site):

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.dev import DevRequest, jupyter_plan, shell_plan, tunnel_command
+from slurmctl.control.dev import DevRequest, jupyter_plan, shell_plan, tunnel_command
 from slurmctl.errors import SlurmctlError, SpecError
 from slurmctl.slurm.ssh import SSHRunner, SSHTarget
-from slurmctl.spec import SiteConfig
+from slurmctl.submit.spec import SiteConfig
 
 SITE = SiteConfig.model_validate({
     "cluster": "t", "account": "ml", "cpus_per_gpu": 4,
@@ -66,7 +66,7 @@ def test_dev_shell_goes_through_the_client_seam():
             self.attached.append(argv)
             return 0
 
-    from slurmctl.dev import run_shell
+    from slurmctl.control.dev import run_shell
     from slurmctl.slurm.client import SlurmClient
 
     runner = RecordingRunner()

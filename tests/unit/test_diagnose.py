@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.diagnose import CATEGORIES, clean_line, diagnose_file, diagnose_text
+from slurmctl.observe.diagnose import CATEGORIES, clean_line, diagnose_file, diagnose_text
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CASES = sorted(LOGS.glob("*.log"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.slurm.explain import (
+from slurmctl.observe.explain import (
     SHORT_STATES, STATES, explain_reason, explain_state, explain_word, parse_limit_family,
 )
 

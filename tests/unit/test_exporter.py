@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurmctl.checkpoint import CheckpointManager
-from slurmctl.exporter import build, drain_cause, node_state, reason_label, step_seconds
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label, step_seconds
 from slurmctl.fsutil import append_jsonl
 from slurmctl.slurm.client import SEP, SlurmClient
-from slurmctl.spec import SiteConfig
+from slurmctl.submit.spec import SiteConfig
 
 from .fakes import ReplayRunner
 

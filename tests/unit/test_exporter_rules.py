@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.exporter import _RUN_GAUGES
+from slurmctl.ops.exporter import _RUN_GAUGES
 
 from .test_exporter import make, write_active_run
 

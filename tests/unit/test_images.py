@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.images import (Engine, ImageError, ImageRef, PinnedImage, RegistryClient, code_hash,
+from slurmctl.submit.images import (Engine, ImageError, ImageRef, PinnedImage, RegistryClient, code_hash,
                              record_image, resolve_run_image)
-from slurmctl.render import render
-from slurmctl.scaffold import init_run
-from slurmctl.spec import RunSpec
-from slurmctl.submit import TEMPLATE, sbatch_context
+from slurmctl.submit.render import render
+from slurmctl.submit.scaffold import init_run
+from slurmctl.submit.spec import RunSpec
+from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 GOLDEN_PYXIS = Path(__file__).parent / "golden" / "torchrun-pyxis.sbatch"
 DIGEST = "sha256:" + "ab" * 32

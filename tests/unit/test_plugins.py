@@ -1,4 +1,4 @@
-"""slurmctl.plugins without Slurm: scontrol parsing, cost records, prolog checks, epilog cleanup.
+"""slurmctl.ops.hooks without Slurm: scontrol parsing, cost records, prolog checks, epilog cleanup.
 
 SCONTROL_LINE was captured from the local cluster (`scontrol show job -o 20` after it failed)."""
 
@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from slurmctl.plugins import epilog, prolog
-from slurmctl.plugins.config import HookConfig
-from slurmctl.plugins.records import SCHEMA_VERSION, read_records
+from slurmctl.ops.hooks import epilog, prolog
+from slurmctl.ops.hooks.config import HookConfig
+from slurmctl.ops.hooks.records import SCHEMA_VERSION, read_records
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.scontrol import JobInfo, parse_scontrol_line
 
@@ -132,7 +132,7 @@ def test_epilog_record_uses_the_job_info_from_the_client(tmp_path):
 def test_hooks_and_the_slurm_client_import_only_the_standard_library():
     """slurmd runs the hooks under the system python3, without the venv."""
     probe = ("import sys; sys.path.insert(0, '.'); before = set(sys.modules)\n"
-             "import slurmctl.plugins.prolog, slurmctl.plugins.epilog, slurmctl.slurm\n"
+             "import slurmctl.ops.hooks.prolog, slurmctl.ops.hooks.epilog, slurmctl.slurm\n"
              "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names"
              " and m.split('.')[0] != 'slurmctl'))")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

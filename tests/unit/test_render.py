@@ -4,9 +4,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from slurmctl.render import render
-from slurmctl.spec import RunSpec
-from slurmctl.submit import TEMPLATE, sbatch_context
+from slurmctl.submit.render import render
+from slurmctl.submit.spec import RunSpec
+from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 GOLDEN = Path(__file__).parent / "golden" / "torchrun.sbatch"
 

@@ -1,7 +1,7 @@
 import pytest
 
 from slurmctl.errors import SpecError
-from slurmctl.spec import load_run_spec, parse_duration, slurm_time
+from slurmctl.submit.spec import load_run_spec, parse_duration, slurm_time
 
 
 def write(tmp_path, text):

@@ -6,11 +6,11 @@ Slurm output is replayed from tests/fixtures/slurm_22.05_outputs.json (captured 
 import json
 import time
 
-from slurmctl.compare import sparkline, write_png
-from slurmctl.logs import split_attempts, training_lines
-from slurmctl.runs import Run
+from slurmctl.observe.compare import sparkline, write_png
+from slurmctl.observe.logs import split_attempts, training_lines
+from slurmctl.rundir import Run
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.status import build_status, runs_statuses
+from slurmctl.observe.status import build_status, runs_statuses
 
 from .fakes import ReplayRunner
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.watchdog import StepReader
+from slurmctl.runtime.watchdog import StepReader
 
 # A fake training: writes progress in one of four conventions every 0.2 s; can hang or drain.
 TRAINER = textwrap.dedent(r"""
@@ -64,7 +64,7 @@ def start_trainer(run_dir: Path, style: str, hang_after: int, total: int, on_han
 
 def start_watchdog(run_dir: Path, style: str, pid: int, stall="1.2", startup="3", drain="1") -> subprocess.Popen:
     field, source = CONVENTIONS[style]
-    argv = [sys.executable, "-m", "slurmctl.watchdog", "--run-dir", str(run_dir), "--step-field", field,
+    argv = [sys.executable, "-m", "slurmctl.runtime.watchdog", "--run-dir", str(run_dir), "--step-field", field,
             "--source", source, "--check", "0.3", "--stall", stall, "--startup", startup,
             "--drain-timeout", drain, "--pid", str(pid), "--kill-grace", "1", "--log", str(run_dir / "train.log")]
     return subprocess.Popen(argv, stderr=open(run_dir / "watchdog.err", "w"))

@@ -6,11 +6,11 @@ these tests follow its real format."""
 import json
 import time
 
-from slurmctl.diagnose import diagnose_file, watchdog_report
-from slurmctl.runs import Run
+from slurmctl.observe.diagnose import diagnose_file, watchdog_report
+from slurmctl.rundir import Run
 from slurmctl.slurm.client import Job
-from slurmctl.status import build_status
-from slurmctl.watchdog import Settings, StepReader, Watchdog
+from slurmctl.observe.status import build_status
+from slurmctl.runtime.watchdog import Settings, StepReader, Watchdog
 
 HUNG_LOG = ("[rank0]: step 41 loss 2.1\n"
             "slurmctl watchdog [12:00:45]: WARNING: no progress in field 'step' in heartbeat.json for 45.0 s\n"

@@ -1,0 +1,110 @@
+"""Cancel a run: ask the training to drain (checkpoint + ACK), wait for the ACK, then stop the job
+and verify Slurm stopped it. `now=True` skips the drain. A drain that is never acknowledged is
+reported (CancelResult.drain == "unacknowledged"), never as success.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from slurmctl.errors import RunNotFound, SlurmCommandError
+from slurmctl.rundir import Run
+from slurmctl.runtime import DRAIN_ACK, write_drain_request
+from slurmctl.slurm.client import SlurmClient
+
+# drain: not-needed (job not running) | skipped (--now) | acknowledged | unacknowledged
+ACKED_EXIT_GRACE_SECONDS = 30.0
+ProgressFn = Callable[[float, dict | None], None]
+
+
+@dataclass
+class CancelResult:
+    run_id: str
+    job_id: int
+    final_state: str
+    verified: bool
+    seconds: float
+    drain: str = "not-needed"
+    ack_step: int | None = None
+    ack_checkpoint: str | None = None
+    drain_seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verified and self.drain != "unacknowledged"
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "ok": self.ok}
+
+
+def _read_ack(run: Run) -> dict | None:
+    try:
+        return json.loads((run.path / DRAIN_ACK).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeout: float = 300.0,
+               wait_seconds: float = 60.0, poll: float = 1.0, progress: ProgressFn | None = None) -> CancelResult:
+    job_id = run.latest_job_id()
+    if job_id is None:
+        raise RunNotFound(f"run {run.run_id} was never submitted; nothing to cancel.", "`slurmctl ls` lists your runs.")
+    started = time.monotonic()
+    job = client.jobs([job_id]).get(job_id)
+    if job is not None and not job.active:
+        return CancelResult(run.run_id, job_id, job.state, True, 0.0)
+    result = CancelResult(run.run_id, job_id, "", False, 0.0)
+    if job is not None and job.state == "RUNNING" and not now:
+        _drain(run, client, job_id, result, drain_timeout, poll, progress)
+    elif now:
+        result.drain = "skipped"
+    if result.drain == "acknowledged":
+        _wait_inactive(client, job_id, ACKED_EXIT_GRACE_SECONDS, poll)  # let the batch shell record the end
+    job = client.jobs([job_id]).get(job_id)
+    if job is not None and job.active:
+        client.cancel(job_id)
+    run.record("cancel-requested", job_id=job_id, drain=result.drain, ack_step=result.ack_step)
+    while time.monotonic() - started < drain_timeout + wait_seconds:
+        job = client.jobs([job_id]).get(job_id)
+        if job is None or not job.active:
+            result.final_state = job.state if job else "CANCELLED"
+            result.verified, result.seconds = True, time.monotonic() - started
+            return result
+        time.sleep(poll)
+    raise SlurmCommandError(
+        f"job {job_id} is still {job.state if job else 'unknown'} {wait_seconds:.0f} s after scancel.",
+        "Slurm may be cleaning up a stuck node; check again with `slurmctl status`, then tell the platform team.")
+
+
+def _wait_inactive(client: SlurmClient, job_id: int, seconds: float, poll: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        job = client.jobs([job_id]).get(job_id)
+        if job is None or not job.active:
+            return
+        time.sleep(poll)
+
+
+def _drain(run: Run, client: SlurmClient, job_id: int, result: CancelResult, timeout: float, poll: float,
+           progress: ProgressFn | None) -> None:
+    (run.path / DRAIN_ACK).unlink(missing_ok=True)
+    write_drain_request(run.path, "cancel", job_id=str(job_id))
+    run.record("drain-requested", job_id=job_id, reason="cancel")
+    began = time.monotonic()
+    while (waited := time.monotonic() - began) < timeout:
+        ack = _read_ack(run)
+        if ack is not None:
+            result.drain, result.ack_step, result.ack_checkpoint = "acknowledged", ack.get("step"), ack.get("checkpoint")
+            result.drain_seconds = waited
+            return
+        job = client.jobs([job_id]).get(job_id)
+        if job is None or not job.active:
+            break  # ended without acknowledging (crashed, or finished and ignored the flag)
+        if progress:
+            progress(waited, run.heartbeat())
+        time.sleep(poll)
+    result.drain, result.drain_seconds = "unacknowledged", time.monotonic() - began
+    run.record("drain-unacknowledged", job_id=job_id, waited_seconds=round(result.drain_seconds, 1))

@@ -1,0 +1,312 @@
+"""Name the cause of a failed attempt from the tail of its log and Slurm's own verdict.
+
+Real logs are messy: ranks interleave, lines carry timestamps, ANSI colours and launcher prefixes
+(``[rank3]:``, srun ``--label``'s ``3:``, torchrun ``[default3]:``), and the root cause is often
+buried under the launcher's own traceback. We strip the decoration, look for known signatures in
+a fixed priority (root causes before their consequences: one rank's CUDA OOM makes every other
+rank's NCCL watchdog time out), and fall back to ``unknown`` plus the last traceback rather than
+guess. The category vocabulary is a public contract (``slurmctl diagnose --json``).
+
+What the progress watchdog (slurmctl.runtime.watchdog) did is read from ``<run dir>/watchdog/``: its
+``state.json`` and the scene folders ``<job>-<time>/`` (stacks, log tails) it leaves when it ends
+a hung step; ``watchdog_report`` puts that in words for ``diagnose`` and ``status``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CATEGORIES = (
+    "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "import_error", "arch_mismatch", "missing_config",
+    "data_shape", "rendezvous_failure", "time_limit", "preempted", "checkpoint_corrupt", "nan_loss", "disk_full",
+    "gpu_hardware", "cuda_illegal_access", "unknown",
+)
+TAIL_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class Signature:
+    category: str
+    pattern: re.Pattern
+    summary: str
+    hint: str
+
+
+def _sig(category: str, pattern: str, summary: str, hint: str) -> Signature:
+    return Signature(category, re.compile(pattern, re.IGNORECASE), summary, hint)
+
+
+# Highest priority first: a root cause outranks the errors it triggers on other ranks.
+SIGNATURES: tuple[Signature, ...] = (
+    _sig("gpu_hardware",
+         r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
+         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error",
+         "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
+         "Resubmit (the platform drains the node); resume from the last checkpoint. Tell the platform team the node name."),
+    _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
+         "The job reached its time limit and Slurm stopped it.",
+         "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
+    _sig("preempted", r"DUE TO PREEMPTION|DUE TO NODE FAIL|job .* was requeued due to|Preempted by",
+         "Slurm took the nodes back (preemption or a node failure); this is not your code.",
+         "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
+    _sig("cuda_illegal_access",
+         r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
+         r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
+         "A CUDA kernel touched memory it should not (illegal access or a device-side assert).",
+         "Rerun on a small config with CUDA_LAUNCH_BLOCKING=1 to find the op; check indices/labels are in range "
+         "and custom kernels/extensions match this torch version."),
+    _sig("cuda_oom",
+         r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory",
+         "A GPU ran out of memory.",
+         "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
+         "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
+         "with fragmentation."),
+    _sig("host_oom",
+         r"oom[-_]kill event|Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory",
+         "The node ran out of host (CPU) memory and the kernel killed a process.",
+         "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, "
+         "or ask for more memory per node."),
+    _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull",
+         "A disk or quota is full, so writing (often a checkpoint) failed.",
+         "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
+    _sig("checkpoint_corrupt",
+         r"PytorchStreamReader failed|failed finding central directory|UnpicklingError|invalid load key|"
+         r"SafetensorError: Error while deserializing|EOFError: Ran out of input|unexpected EOF.*(?:checkpoint|\.pt)",
+         "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
+         "Delete that checkpoint directory so training resumes from the previous valid one; save with "
+         "`rt.checkpoints.save()` so a partial save is never marked valid."),
+    _sig("arch_mismatch",
+         r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
+         r"CUDA driver version is insufficient|cudaErrorNoKernelImageForDevice|PTX was compiled with an unsupported|"
+         r"Exec format error|GLIBC_\S+' not found",
+         "The software was built for a different GPU/CPU architecture or driver than this node has.",
+         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100) or rebuild the image/extension for it."),
+    _sig("import_error",
+         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:",
+         "Python could not import a module (missing package or mismatched library) in the job's environment.",
+         "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
+         "then resubmit; try `slurmctl submit --dry-run` first."),
+    _sig("missing_config",
+         r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
+         r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError",
+         "A configuration file or required setting is missing.",
+         "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
+         "shared filesystem; list it under `data:` in run.yaml so submit checks it."),
+    _sig("data_shape",
+         r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
+         r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
+         r"Expected .* to have \d+ channels|Target size .* must be the same as input size",
+         "Tensor shapes do not match (data, model config or checkpoint disagree).",
+         "Check the model config against the data (sequence length, vocab, channels) and that the checkpoint "
+         "belongs to this model."),
+    _sig("nan_loss",
+         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?nan\b|loss is nan|nan loss|NaN or Inf found|non-finite loss|"
+         r"Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached",
+         "The loss became NaN/Inf, so training stopped making sense.",
+         "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
+         "the data for bad samples; resume from a checkpoint before the blow-up."),
+    _sig("rendezvous_failure",
+         r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
+         r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
+         r"Address already in use",
+         "The processes of the job could not find each other at start-up (torchrun rendezvous).",
+         "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
+         "(check MASTER_ADDR resolves on every node)."),
+    _sig("nccl_error",
+         r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
+         r"DistBackendError|NCCL WARN .*(?:failed|error)",
+         "NCCL (the GPU-to-GPU communication library) failed.",
+         "Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
+         "(env: in run.yaml) for details."),
+    _sig("nccl_timeout",
+         r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
+         r"ran for \d+ milliseconds before timing out|collective operation timeout",
+         "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
+         "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
+         "the same collectives. Resubmit from the last checkpoint."),
+)
+_PRIORITY = {sig.category: i for i, sig in enumerate(SIGNATURES)}
+
+# Slurm's verdict outranks the log for causes outside the training.
+_SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL": "preempted",
+                 "OUT_OF_MEMORY": "host_oom"}
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
+
+
+@dataclass
+class Diagnosis:
+    category: str
+    summary: str
+    evidence: list[str]
+    hint: str
+    rank: int | None = None  # rank the first evidence line came from, when the log says
+    source: str = "log"  # log | slurm | none
+    extra: dict = field(default_factory=dict)
+    watchdog: dict | None = None  # watchdog_report() of this job, when the watchdog warned or acted
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def clean_line(line: str) -> tuple[str, int | None]:
+    """Strip ANSI codes and launcher rank prefixes; return (text, rank or None)."""
+    text = _ANSI.sub("", line).rstrip()
+    rank = None
+    m = _PREFIX.match(text)
+    if m:
+        rank = int(m.group(1) or m.group(2))
+        text = text[m.end():]
+    return text, rank
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            return fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
+    """The last Python traceback's head and its final exception line, or the log's last lines."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        block = lines[starts[-1]:]
+        end = next((i for i, line in enumerate(block) if i and _EXCEPTION_LINE.match(line)), len(block) - 1)
+        block = block[: end + 1]
+        return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
+    return [line for line in lines if line.strip()][-limit:]
+
+
+def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
+    cleaned = [clean_line(line) for line in text.splitlines()]
+    lines = [t for t, _ in cleaned]
+    hits: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        for sig in SIGNATURES:
+            if sig.pattern.search(line):
+                hits.setdefault(sig.category, []).append(i)
+    state = slurm_state.split(" ")[0].upper()
+    from_slurm = _SLURM_STATES.get(state)
+    if from_slurm and not (from_slurm == "preempted" and "gpu_hardware" in hits):
+        category, source = from_slurm, "slurm"
+    elif hits:
+        category, source = min(hits, key=_PRIORITY.__getitem__), "log"
+    else:
+        return Diagnosis(
+            "unknown",
+            "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
+            + "; the last error in the log is shown below.",
+            last_traceback(lines),
+            "Read the traceback above; `slurmctl logs RUN --rank N` shows other ranks.",
+            source="none",
+        )
+    sig = SIGNATURES[_PRIORITY[category]]
+    evidence: list[str] = []
+    rank = None
+    for i in hits.get(category, []):
+        if lines[i].strip() and lines[i].strip() not in evidence:
+            evidence.append(lines[i].strip())
+            rank = cleaned[i][1] if rank is None else rank
+        if len(evidence) == 5:
+            break
+    if source == "slurm" and not evidence:
+        evidence = [f"Slurm state: {state}" + (f", exit code {exit_code}" if exit_code else "")]
+    summary = sig.summary + (f" First seen on rank {rank}." if rank is not None else "")
+    return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source)
+
+
+def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
+    """A run's job log (<run dir>/logs/<job>.out) also brings what the watchdog did to that job."""
+    text = read_tail(path)
+    result = diagnose_text(text, slurm_state, exit_code)
+    run_dir = path.parent.parent
+    if path.parent.name == "logs" and (run_dir / "run.json").is_file():
+        _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
+    return result
+
+
+# --- the progress watchdog ---------------------------------------------------------------------
+_SCENE_DIR = re.compile(r"^(?P<job>\d+|local)-(?P<time>\d+)$")
+_WATCHDOG_LINE = re.compile(r"slurmctl watchdog \[[\d:]+\]: (?:WARNING|HUNG|CONFIGURATION PROBLEM|no ACK|progress resumed)")
+
+
+def _clock(epoch) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(epoch)))
+    except (TypeError, ValueError, OverflowError):
+        return "an unknown time"
+
+
+def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | None:
+    """What the watchdog did (to `job_id`, if given): None when it never warned or acted.
+
+    Keys: state (config-problem | drain-requested | drained | killed), time, job_id, message (plain
+    words), scene (newest scene folder or None), scenes (all of them, oldest first)."""
+    folder = run_dir / "watchdog"
+    if not folder.is_dir():
+        return None
+    try:
+        state = json.loads((folder / "state.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    if not isinstance(state, dict) or (job_id is not None and str(state.get("job_id")) != str(job_id)):
+        state = {}
+    scenes = []
+    for entry in folder.iterdir():
+        m = _SCENE_DIR.match(entry.name)
+        if m and entry.is_dir() and (job_id is None or m["job"] == str(job_id)):
+            scenes.append((int(m["time"]), entry))
+    scenes = [str(p) for _, p in sorted(scenes)]
+    if not state and not scenes:
+        return None
+    kind, when = state.get("state", ""), _clock(state.get("time"))
+    scene = state.get("scene") or (scenes[-1] if scenes else None)
+    described = f"'{state.get('field', '?')}' in {state.get('source', '?')}"
+    if kind == "killed":
+        message = (f"the watchdog ended the hung training step at {when} (no progress in {described}, and no "
+                   f"answer to its drain request); stacks, log tail and nvidia-smi are in {scene}")
+    elif kind == "drain-requested":
+        message = (f"the watchdog saw no progress ({state.get('summary') or described}) and asked the training "
+                   f"to checkpoint and stop at {when}")
+    elif kind == "drained":
+        message = f"the watchdog asked the stalled training to stop; it checkpointed and acknowledged at {when}"
+    elif kind == "warned":
+        message = (f"no progress in {described} for {state.get('stalled_seconds', '?')} s at {when}; the watchdog "
+                   f"asks the training to drain after {state.get('window_seconds', '?')} s without progress")
+    elif kind == "watching" and not scenes:
+        return None  # a warning that progress has since cleared
+    elif kind == "config-problem":
+        message = (f"the watchdog never found its progress field {described}, so it cannot detect a hang "
+                   "(set SLURMCTL_WATCHDOG_STEP_FIELD / SLURMCTL_WATCHDOG_SOURCE; it never ends a job for this)")
+    else:
+        message = f"the watchdog ended a hung training step earlier; its scene is in {scene}"
+        kind = "killed"
+    return {"state": kind, "time": state.get("time"), "job_id": state.get("job_id"), "message": message,
+            "scene": scene, "scenes": scenes}
+
+
+def _add_watchdog(result: Diagnosis, report: dict | None, log_text: str) -> None:
+    """Lead the evidence with what the watchdog did; a kill explains an otherwise unknown failure."""
+    if report is None:
+        return
+    result.watchdog = report
+    said = [ln.strip() for ln in log_text.splitlines() if _WATCHDOG_LINE.search(ln)][-3:]
+    lines = [f"watchdog: {report['message']}", *said, *result.evidence]
+    result.evidence = list(dict.fromkeys(lines))[:8]  # the watchdog's log lines may be evidence already
+    if result.category == "unknown" and report["state"] == "killed":
+        result.summary = ("The training stopped making progress and the watchdog ended the hung step "
+                          "(no step advanced in its stall window and the drain request went unanswered).")
+        result.hint = (f"Open {report['scene']}/stacks.txt: it shows where each rank was stuck (a collective, "
+                       "data loading, I/O). Resubmitting resumes from the last valid checkpoint.")

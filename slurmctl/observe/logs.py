@@ -1,0 +1,92 @@
+"""Read and follow a run's log (logs/<job id>.out holds every attempt of that job, appended)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmctl.errors import RunNotFound
+from slurmctl.rundir import Run
+from slurmctl.slurm.client import SlurmClient
+
+
+def log_file(run: Run, job_id: int | None = None) -> Path:
+    job_id = job_id or run.latest_job_id()
+    if job_id is None:
+        raise RunNotFound(f"run {run.run_id} was never submitted, so it has no log.", "Submit it with `slurmctl submit`.")
+    return run.log_path(job_id)
+
+
+def tail_lines(path: Path, lines: int) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return []
+    return data.splitlines()[-lines:] if lines else data.splitlines()
+
+
+def follow(run: Run, client: SlurmClient, emit: Callable[[str], None], poll_seconds: float = 2.0,
+           timeout: float | None = None) -> str:
+    """Stream new log text until the job is no longer active; returns the final Slurm state."""
+    job_id = run.latest_job_id()
+    path = log_file(run, job_id)
+    offset = 0
+    deadline = time.monotonic() + timeout if timeout else None
+    state = "UNKNOWN"
+    while True:
+        offset = _emit_new(run.refresh(path), offset, emit)
+        job = client.jobs([job_id]).get(job_id)
+        state = job.state if job else "UNKNOWN"
+        if job is None or not job.active:
+            time.sleep(0.5)  # the last lines may land just after the state changes
+            _emit_new(run.refresh(path), offset, emit)
+            return state
+        if deadline and time.monotonic() > deadline:
+            return state
+        time.sleep(poll_seconds)
+
+
+def _emit_new(path: Path, offset: int, emit: Callable[[str], None]) -> int:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return offset
+    if data:
+        emit(data.decode(errors="replace"))
+    return offset + len(data)
+
+
+_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job \d+")
+_RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+): )")
+
+
+def split_attempts(lines: list[str]) -> dict[int, list[str]]:
+    """logs/<job>.out holds every attempt behind a 'slurmctl: attempt N of job J' header."""
+    attempts: dict[int, list[str]] = {}
+    current = 0
+    for line in lines:
+        m = _ATTEMPT_HEADER.match(line)
+        if m:
+            current = int(m.group(1))
+        attempts.setdefault(current, []).append(line)
+    return attempts
+
+
+def training_lines(lines: list[str], rank: int | None = 0) -> list[str]:
+    """Training output of one rank (None = all): lines tagged with another rank are dropped;
+    untagged lines (batch shell, rank-0-only prints) are kept."""
+    kept = []
+    for line in lines:
+        m = _RANK_PREFIX.match(line)
+        if m and rank is not None and int(m.group(1) or m.group(2)) != rank:
+            continue
+        kept.append(line)
+    return kept

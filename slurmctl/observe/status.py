@@ -1,0 +1,339 @@
+"""RunStatus: Slurm's view of a run's latest job + heartbeat + metrics + checkpoints + diagnosis.
+
+`build_status` is a pure function of what was read (so every branch is unit-testable with jobs
+captured from the real cluster); `run_status` / `runs_statuses` do the reading with a constant
+number of Slurm commands: one squeue for every run, one sacct for the ones squeue forgot, and
+(status of a run waiting for GPUs only) one sinfo for free capacity.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.observe.diagnose import diagnose_file, watchdog_report
+from slurmctl.ops.pricing import allocation_cost
+from slurmctl.observe.quota import quota_for
+from slurmctl.rundir import Run
+from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
+from slurmctl.observe.explain import explain_reason, explain_state
+
+FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
+STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+@dataclass
+class QueueContext:
+    """What the queue says about a pending job: its place and the free capacity."""
+
+    position: int | None = None  # 1 = next pending job of its partition
+    pending_in_partition: int = 0
+    nodes: list[NodeUsage] = field(default_factory=list)
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    run_dir: str
+    job_id: int | None
+    state: str  # Slurm's state, or NOT_SUBMITTED / UNKNOWN
+    headline: str
+    action: str
+    details: list[str] = field(default_factory=list)
+    reason: str = ""
+    nodes: str = ""
+    partition: str = ""
+    elapsed_seconds: int | None = None
+    time_limit_seconds: int | None = None
+    exit_code: str = ""
+    last_step: int | None = None
+    heartbeat_age_seconds: float | None = None
+    last_metrics: dict = field(default_factory=dict)
+    latest_checkpoint_step: int | None = None
+    attempts: int = 0
+    phase: str = ""  # not submitted|queued|held|requeued|starting|training|checkpointing|draining|finishing|finished|failed|stopped|cancelled
+    why: str = ""  # the reason in plain words, with numbers where Slurm has them
+    reason_kind: str = ""  # wait | blocked | hold | ... (slurmctl.observe.explain)
+    gpus: int = 0
+    num_nodes: int = 0
+    waiting_seconds: float | None = None
+    estimated_start: str | None = None
+    queue_position: int | None = None
+    total_steps: int | None = None
+    progress_percent: float | None = None
+    steps_per_second: float | None = None
+    checkpoint_age_seconds: float | None = None
+    restarts_used: int = 0
+    restarts_left: int | None = None
+    drain_unacknowledged: bool = False  # issue 3: a drain was requested and the training never confirmed it
+    health: str = "ok"
+    cost_usd: float | None = None
+    suggestions: list[str] = field(default_factory=list)
+    diagnosis: dict | None = None
+    watchdog: dict | None = None  # what the progress watchdog did to the latest job (diagnose.watchdog_report)
+    quota: dict | None = None  # QOS*/Assoc* reasons: the limit, its value, current usage (slurmctl.observe.quota)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _metrics_tail(run: Run, records: int = 20) -> list[dict]:
+    path = run.path / "metrics.jsonl"
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 16 * 1024))
+            lines = fh.read().decode(errors="replace").splitlines()[-records:]
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by the tail window or a write in progress
+    return out
+
+
+def _throughput(records: list[dict]) -> float | None:
+    timed = [r for r in records if isinstance(r.get("step"), (int, float)) and isinstance(r.get("time"), (int, float))]
+    if len(timed) < 2 or timed[-1]["time"] <= timed[0]["time"]:
+        return None
+    return (timed[-1]["step"] - timed[0]["step"]) / (timed[-1]["time"] - timed[0]["time"])
+
+
+def _phase(run: Run, job: Job, heartbeat: dict | None, restarts: int) -> str:
+    state = job.state
+    if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD", "SPECIAL_EXIT", "REQUEUE_FED"}:
+        if job.reason.startswith("JobHeld") or state in {"REQUEUE_HOLD", "SPECIAL_EXIT"}:
+            return "held"
+        return "requeued" if restarts or state == "REQUEUED" else "queued"
+    if state in {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"}:
+        if (run.path / "drain.request").exists():
+            return "draining"
+        if not heartbeat or str(heartbeat.get("job_id")) != str(job.job_id):
+            return "starting"
+        ck_dir = run.path / "checkpoints"
+        if ck_dir.is_dir() and any(p.name.endswith(".tmp") for p in ck_dir.iterdir()):
+            return "checkpointing"
+        return "training"
+    if state == "COMPLETING":
+        return "finishing"
+    if state == "COMPLETED":
+        return "finished"
+    if state == "CANCELLED":
+        return "cancelled"
+    if state in {"TIMEOUT", "PREEMPTED", "NODE_FAIL", "DEADLINE"}:
+        return "stopped"
+    return "failed"
+
+
+def _capacity_why(status: RunStatus, spec_gpu_type: str | None, per_node: int, ctx: QueueContext,
+                  partitions: dict | None) -> None:
+    """Resources/Priority: say how much is free where, and which acceptable partition could start now."""
+    part = status.partition.split(",")[0]
+    rows = [n for n in ctx.nodes if n.partition == part and n.state.split("+")[0] not in {"down", "drained", "drain"}]
+    if not rows:
+        return
+    free = [n.gpus - n.gpus_used for n in rows]
+    gpu = (spec_gpu_type or rows[0].gpu_type or "GPU").upper()
+    fitting = sum(1 for f in free if f >= per_node)
+    status.why = (f"needs {status.num_nodes} node(s) x {per_node} {gpu}; {part} has {sum(free)} of "
+                  f"{sum(n.gpus for n in rows)} GPUs free and {fitting} node(s) with {per_node} free right now")
+    for name, conf in (partitions or {}).items():
+        if name == part or (spec_gpu_type and conf.gpu_type != spec_gpu_type):
+            continue
+        fits = sum(1 for n in ctx.nodes if n.partition == name and n.gpus - n.gpus_used >= per_node)
+        if fits >= max(1, status.num_nodes):
+            status.suggestions.append(f"{name} could start it now (${conf.price_per_gpu_hour:.2f}/GPU-hour)")
+    if per_node > 1:
+        status.suggestions.append("fewer GPUs (e.g. `slurmctl submit --smoke`) for a quick check")
+
+
+def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: QueueContext | None = None,
+                 site=None) -> RunStatus:
+    """Pure function of its inputs, so every branch is unit-testable with captured jobs."""
+    now = now or time.time()
+    job_id = run.latest_job_id()
+    events = run.events()
+    starts = [e for e in events if e.get("event") == "start"]
+    heartbeat = run.heartbeat()
+    latest_ck = CheckpointManager(run.path / "checkpoints").latest()
+    try:
+        spec = run.spec()
+    except Exception:  # noqa: BLE001 - a broken run.yaml must not hide the Slurm state
+        spec = None
+
+    if job_id is None:
+        status = RunStatus(run.run_id, str(run.path), None, "NOT_SUBMITTED",
+                           "This run was never submitted to Slurm.", "Submit it with `slurmctl submit`.",
+                           phase="not submitted")
+    elif job is None:
+        status = RunStatus(run.run_id, str(run.path), job_id, "UNKNOWN",
+                           f"Slurm no longer knows job {job_id} (accounting has no record of it).",
+                           "Check the log with `slurmctl logs RUN`; the platform team can look it up.", phase="unknown")
+    else:
+        state_expl = explain_state(job.state)
+        headline, action = state_expl.headline, state_expl.action
+        reason_expl = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+        if reason_expl:
+            headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
+        status = RunStatus(
+            run.run_id, str(run.path), job.job_id, job.state, headline, action.replace("JOBID", str(job.job_id)),
+            reason=job.reason, nodes=job.nodelist, partition=job.partition,
+            elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds,
+            exit_code=job.exit_code, num_nodes=job.num_nodes,
+            why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",
+        )
+        restarts = max([int(e.get("restart_count") or 0) for e in starts] + [0])
+        status.phase = _phase(run, job, heartbeat, restarts)
+        if job.state == "PENDING":
+            if job.submit_time:
+                status.waiting_seconds = max(0.0, now - job.submit_time.timestamp())
+            if job.start_time:
+                status.estimated_start = job.start_time.isoformat()
+            if queue:
+                status.queue_position = queue.position
+        if job.state == "RUNNING":
+            status.details.append(
+                f"Running on {job.nodelist} ({job.partition}) for {human_duration(job.elapsed_seconds)}"
+                f" of {human_duration(job.time_limit_seconds)}.")
+        elif job.state == "FAILED" and job.exit_code:
+            status.details.append(f"Exit code {job.exit_code.split(':')[0]} (signal {job.exit_code.split(':')[-1]}).")
+        elif not job.active and job.elapsed_seconds is not None:
+            status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
+        if job.state in FAILED_STATES:
+            status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
+        if spec is not None and site is not None and status.elapsed_seconds:
+            prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
+            if prices:
+                # The same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger.
+                start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
+                status.cost_usd = round(allocation_cost(
+                    spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
+                    prices[0], site.accounting.discounts), 2)
+
+    status.attempts = len(starts)
+    _reliability_details(status, events)
+    status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
+    if spec is not None:
+        status.gpus = spec.nodes * spec.gpus_per_node
+        status.num_nodes = status.num_nodes or spec.nodes
+        status.restarts_left = max(0, spec.max_restarts - status.restarts_used)
+        if job is not None and job.state == "PENDING" and status.reason in {"Resources", "Priority"} and queue:
+            _capacity_why(status, spec.gpu_type, spec.gpus_per_node, queue, site.partitions if site else None)
+    if heartbeat:
+        status.last_step = heartbeat.get("step")
+        status.heartbeat_age_seconds = max(0.0, now - float(heartbeat.get("time", now)))
+        status.last_metrics = {k: v for k, v in (heartbeat.get("metrics") or {}).items() if k not in {"step", "time"}}
+        total = heartbeat.get("total_steps") or status.last_metrics.get("total_steps") or run.meta.get("total_steps")
+        status.total_steps = int(total) if total else None
+        if status.total_steps and status.last_step is not None:
+            status.progress_percent = round(100 * (status.last_step + 1) / status.total_steps, 1)
+        status.steps_per_second = _throughput(_metrics_tail(run))
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in status.last_metrics.items() if isinstance(v, (int, float)))
+        status.details.append(f"Last progress: step {status.last_step}"
+                              f"{f' ({shown})' if shown else ''}, {human_duration(status.heartbeat_age_seconds)} ago.")
+        if status.phase == "training" and status.heartbeat_age_seconds > STALL_SECONDS:
+            status.health = f"no step progress for {int(status.heartbeat_age_seconds // 60)} min"
+    if latest_ck:
+        status.latest_checkpoint_step = latest_ck.step
+        marker = latest_ck.path / ".complete"
+        if marker.exists():
+            status.checkpoint_age_seconds = max(0.0, now - marker.stat().st_mtime)
+        status.details.append(f"Newest valid checkpoint: step {latest_ck.step}.")
+    elif job_id is not None:
+        status.details.append("No valid checkpoint yet.")
+    if job_id is not None:
+        status.watchdog = watchdog_report(run.path, job_id)
+    if status.watchdog:
+        status.details.append(f"Watchdog: {status.watchdog['message']}.")
+        if status.watchdog["state"] == "warned" and status.health == "ok":
+            status.health = "stalled: no step progress (the watchdog warned)"
+        if status.watchdog["state"] in {"drain-requested", "killed"}:
+            status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
+                                        else "the watchdog asked it to drain")
+    return status
+
+
+def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
+    if job is None or job.state != "PENDING":
+        return None
+    pending = view.pending_by_partition.get(job.partition.split(",")[0], [])
+    position = pending.index(job.job_id) + 1 if job.job_id in pending else None
+    return QueueContext(position=position, pending_in_partition=len(pending))
+
+
+def _lookup(client: SlurmClient, job_ids: set[int]) -> tuple[dict[int, Job], QueueView]:
+    """One squeue for everything active (+ one sacct for what squeue no longer shows)."""
+    view = client.queue_view(job_ids)
+    found = dict(view.jobs)
+    missing = job_ids - found.keys()
+    if missing:
+        for job in client.history(missing):
+            found.setdefault(job.job_id, job)
+    return found, view
+
+
+def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
+    job_id = run.latest_job_id()
+    found, view = _lookup(client, {job_id}) if job_id is not None else ({}, QueueView())
+    job = found.get(job_id) if job_id is not None else None
+    ctx = _queue_context(job, view)
+    if ctx is not None and job.reason in {"Resources", "Priority"}:
+        ctx.nodes = client.node_usage()
+    status = build_status(run, job, queue=ctx, site=site)
+    if job is not None and job.state == "PENDING":
+        quota = quota_for(job, client)  # only quota reasons cost Slurm calls (one squeue, one sacctmgr)
+        if quota is not None:
+            status.quota = quota.to_dict()
+            status.why = f"{status.why} ({quota.sentence()})"
+    return status
+
+
+def runs_statuses(runs: list[Run], client: SlurmClient, site=None) -> list[RunStatus]:
+    """Status for many runs with one squeue call and at most one sacct call."""
+    latest = {run.run_id: run.latest_job_id() for run in runs}
+    wanted = {j for j in latest.values() if j is not None}
+    found, view = _lookup(client, wanted) if wanted else ({}, QueueView())
+    return [build_status(run, found.get(latest[run.run_id]), queue=_queue_context(found.get(latest[run.run_id]), view),
+                         site=site) for run in runs]
+
+
+def _reliability_details(status: RunStatus, events: list[dict]) -> None:
+    """Issue 3: why the last attempt ended (requeue/stop policy), and an unacknowledged drain, loudly."""
+    last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
+    current = events[last_submit + 1:]
+    ends = [e for e in current if e.get("event") == "end" and e.get("reason")]
+    if ends:
+        status.details.append(f"Last attempt: {ends[-1]['reason']}")
+        # A drained cancel exits 0, so Slurm says COMPLETED: the run was stopped, not finished.
+        if status.state == "COMPLETED" and ends[-1].get("outcome") == "cancelled":
+            step = ends[-1].get("checkpoint_step")
+            status.phase = "cancelled"
+            status.headline = (f"Stopped on request after checkpointing at step {step} (drain acknowledged)."
+                               if ends[-1].get("drain_acked") else "Stopped on request.")
+            status.action = f"Continue it with `slurmctl resume {status.run_id}`, or branch it with `slurmctl fork`."
+    if any(e.get("event") == "drain-unacknowledged" or
+           (e.get("event") == "end" and e.get("drain_requested") and not e.get("drain_acked")) for e in current):
+        status.drain_unacknowledged = True
+        status.details.append("DRAIN NOT ACKNOWLEDGED: the training was asked to checkpoint and stop but never "
+                              "confirmed; work since its last checkpoint may be lost.")

@@ -1,0 +1,324 @@
+"""The cost ledger: every attempt of every job (sacct --duplicates) priced, plus epilog records.
+
+Ingestion is incremental from a high-water mark and idempotent (an attempt's key is
+cluster + job id + start time; re-ingesting the same window replaces rows with equal rows).
+Two ingesters at once are serialised by an exclusive lock on a file next to the ledger.
+sacct output is streamed line by line, never loaded whole.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from operator import attrgetter
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from slurmctl.ops.hooks.records import read_records
+from slurmctl.ops.pricing import Discounts, allocation_cost
+from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
+
+_time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
+from slurmctl.submit.spec import SiteConfig
+
+SACCT_FIELDS = ["JobIDRaw", "JobName", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit",
+                "Eligible", "Start", "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "Comment"]
+ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
+                "DEADLINE", "BOOT_FAIL", "REQUEUED"}
+# States where the work done since the last valid checkpoint is lost.
+LOSSY_STATES = {"FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "REQUEUED", "BOOT_FAIL"}
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One allocation of one job: the unit of cost."""
+
+    cluster: str
+    job_id: int
+    start: str
+    end: str
+    submit: str
+    run_id: str
+    job_name: str
+    user: str
+    account: str
+    partition: str
+    gpu_type: str
+    gpus: int
+    nodes: int
+    elapsed_s: int
+    timelimit_s: int | None
+    state: str
+    exit_code: str
+    queue_wait_s: int
+    gpu_hours: float = 0.0
+    cost_usd: float = 0.0
+    epilog_record: int = 0
+    missing_epilog: int = 0
+    drain_requested: int = 0
+    drain_acked: int = 0
+    last_ckpt_step: int | None = None
+    waste_gpu_hours: float = 0.0
+    waste_usd: float = 0.0
+    waste_cause: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@lru_cache(maxsize=4096)  # a cluster has few distinct allocation shapes; a report sees each many times
+def parse_gpus(alloc_tres: str) -> tuple[int, str]:
+    """'billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M,node=2' -> (4, 'h100')."""
+    total, model = 0, ""
+    at = alloc_tres.find("gres/gpu")
+    while at != -1:  # string scanning: this runs once per sacct row, a million times in a report
+        end = alloc_tres.find(",", at)
+        item = alloc_tres[at:end if end != -1 else None]
+        key, _, value = item.partition("=")
+        if key == "gres/gpu":
+            total = int(value or 0)
+        elif key.startswith("gres/gpu:"):
+            model = key[9:]
+            total = total or int(value or 0)
+        at = alloc_tres.find("gres/gpu", at + 8)
+    return total, model
+
+
+_NO_TIME = frozenset({"Unknown", "None", ""})
+
+
+def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = None) -> Attempt | None:
+    """One `sacct -P --delimiter=\\x1f` line -> an ended, allocated, priced Attempt (or None).
+
+    Written for speed (a report may read a million of these): plain unpacking, each timestamp
+    parsed once."""
+    values = line.rstrip("\n").split(SEP)
+    if len(values) != len(SACCT_FIELDS):
+        return None
+    (job_id, name, user, account, partition, tres, nnodes, submit_s, eligible_s, start_s, end_s, _elapsed,
+     limit, state, exit_code, comment) = values
+    state = state.split(" ", 1)[0]  # "CANCELLED by 0" -> CANCELLED
+    if state not in ENDED_STATES or start_s in _NO_TIME or end_s in _NO_TIME:
+        return None
+    gpus, model = parse_gpus(tres)
+    start, end, submit = datetime.fromisoformat(start_s), datetime.fromisoformat(end_s), datetime.fromisoformat(submit_s)
+    eligible = submit if eligible_s in _NO_TIME else datetime.fromisoformat(eligible_s)
+    elapsed = max(0, int((end - start).total_seconds()))
+    part = site.partitions.get(partition)
+    return Attempt(
+        site.cluster, int(job_id.split("_")[0].split(".")[0]), start_s, end_s, submit_s,
+        comment[9:] if comment.startswith("slurmctl:") else "", name, user, account, partition,
+        model or (part.gpu_type if part else ""), gpus, int(nnodes or 0), elapsed, _time_limit(limit), state,
+        exit_code, max(0, int((start - max(submit, eligible)).total_seconds())),
+        gpu_hours=gpus * elapsed / 3600,
+        cost_usd=allocation_cost(gpus, start, end, part.price_per_gpu_hour if part else 0.0, discounts),
+    )
+
+
+def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
+    """Waste = GPU time whose work did not survive: the whole attempt if it ended badly before any
+    valid checkpoint, else the time since the last checkpoint; unacknowledged drains are flagged."""
+    if record:
+        attempt.epilog_record = 1
+        attempt.drain_requested = int(bool(record.get("drain_requested")))
+        attempt.drain_acked = int(bool(record.get("drain_acknowledged", record.get("drain_acked"))))
+        attempt.last_ckpt_step = record.get("last_checkpoint_step")
+    if attempt.state not in LOSSY_STATES or attempt.gpus == 0 or attempt.elapsed_s == 0:
+        return attempt
+    if not record:
+        return attempt  # without the epilog's checkpoint facts, do not guess
+    ckpt_time = record.get("last_checkpoint_time")
+    start, end = datetime.fromisoformat(attempt.start), datetime.fromisoformat(attempt.end)
+    if ckpt_time is None or datetime.fromtimestamp(float(ckpt_time)) < start:
+        lost, cause = attempt.elapsed_s, "failed-before-checkpoint"
+    else:
+        lost, cause = max(0, int((end - datetime.fromtimestamp(float(ckpt_time))).total_seconds())), "lost-since-checkpoint"
+    if attempt.drain_requested and not attempt.drain_acked:
+        cause = "drain-unacknowledged"
+    attempt.waste_gpu_hours = attempt.gpus * lost / 3600
+    attempt.waste_usd = attempt.cost_usd * lost / attempt.elapsed_s
+    attempt.waste_cause = cause
+    return attempt
+
+
+def read_epilog_records(spool: Path | None) -> dict[tuple[int, str], dict]:
+    """Epilog cost records (slurmctl.ops.hooks.records, one file per attempt), keyed by
+    (job id, start time as sacct prints it) and by (job id, restart count)."""
+    out: dict[tuple[int, str], dict] = {}
+    if not spool:
+        return out
+    for record in read_records(spool):
+        rec = record.to_dict()
+        out[(record.job_id, str(record.restart_count))] = rec
+        if record.start_time:
+            out[(record.job_id, datetime.fromtimestamp(record.start_time).isoformat(timespec="seconds"))] = rec
+    return out
+
+
+def stream_sacct(client: SlurmClient, start: datetime, end: datetime, job_ids: Iterable[int] = ()) -> Iterator[str]:
+    """All attempts (--duplicates) of all users' allocations in the window, as raw lines."""
+    yield from client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids)
+
+
+def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[str]:
+    """One sacct call per day of the window, so memory is bounded by a day of jobs, not the window.
+    A job spanning windows appears twice; the ledger's upsert makes that harmless."""
+    at = start
+    while at < end:
+        nxt = min(at + timedelta(days=1), end)
+        yield from stream_sacct(client, at, nxt)
+        at = nxt
+
+
+def attempts_from_lines(lines: Iterable[str], site: SiteConfig, records: dict) -> Iterator[Attempt]:
+    current_job, index = None, -1
+    discounts = site.accounting.discounts
+    for line in lines:
+        attempt = parse_sacct_line(line, site, discounts)
+        if attempt is None:
+            continue
+        # sacct --duplicates lists a job's attempts together, oldest first: their order is the restart
+        # count. Only the current job is remembered, so memory stays constant over a million rows.
+        index = index + 1 if attempt.job_id == current_job else 0
+        current_job = attempt.job_id
+        record = records.get((attempt.job_id, attempt.start[:19])) or records.get((attempt.job_id, str(index)))
+        assess_waste(attempt, record)
+        attempt.missing_epilog = int(record is None and attempt.gpus > 0 and bool(records))
+        yield attempt
+
+
+_COLUMNS = [f.name for f in fields(Attempt)]
+_AS_ROW = attrgetter(*_COLUMNS)
+
+
+class Ledger:
+    def __init__(self, path: Path):
+        self.path = path.expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path)
+        self.db.execute("PRAGMA journal_mode=WAL")  # readers (reports) never block the cron ingester
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(f"CREATE TABLE IF NOT EXISTS attempts ({', '.join(_COLUMNS)}, "
+                        "PRIMARY KEY (cluster, job_id, start))")
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.db.commit()
+
+    @contextmanager
+    def exclusive(self):
+        """Serialise ingesters (cron + a human) with a lock file; readers need no lock."""
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def high_water_mark(self) -> datetime | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'high_water_mark'").fetchone()
+        return datetime.fromisoformat(row[0]) if row else None
+
+    def upsert(self, attempts: Iterable[Attempt], batch: int = 5000) -> int:
+        sql = f"INSERT OR REPLACE INTO attempts VALUES ({', '.join('?' * len(_COLUMNS))})"
+        count, rows = 0, []
+        for attempt in attempts:
+            rows.append(_AS_ROW(attempt))
+            if len(rows) >= batch:
+                self.db.executemany(sql, rows)
+                count, rows = count + len(rows), []
+        self.db.executemany(sql, rows)
+        self.db.commit()
+        return count + len(rows)
+
+    def set_high_water_mark(self, when: datetime) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('high_water_mark', ?)", (when.isoformat(),))
+        self.db.commit()
+
+
+@dataclass
+class IngestResult:
+    window_start: str
+    window_end: str
+    attempts: int
+    missing_epilog: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Re-read a margin before the high-water mark: jobs that ended late in the last window but whose
+# records reached slurmdbd afterwards are picked up; the upsert makes the overlap harmless.
+OVERLAP = timedelta(hours=2)
+
+
+def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = None, now: datetime | None = None,
+           spool: Path | None = None, lines: Iterable[str] | None = None) -> IngestResult:
+    ledger = Ledger(Path(site.accounting.ledger_path))
+    now = now or datetime.now().replace(microsecond=0)
+    with ledger.exclusive():
+        hwm = ledger.high_water_mark()
+        start = since or ((hwm - OVERLAP) if hwm else now - timedelta(days=30))
+        records = read_epilog_records(spool)
+        source = lines if lines is not None else _daily_windows(client, start, now)
+        missing = 0
+
+        def counted():
+            nonlocal missing
+            for attempt in attempts_from_lines(source, site, records):
+                missing += attempt.missing_epilog
+                yield attempt
+
+        count = ledger.upsert(counted())
+        ledger.set_high_water_mark(max(now, hwm) if hwm else now)
+    return IngestResult(start.isoformat(timespec="seconds"), now.isoformat(timespec="seconds"), count, missing)
+
+
+def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None) -> list[Attempt]:
+    """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows."""
+    if not job_ids:
+        return []
+    now = datetime.now()
+    return list(attempts_from_lines(stream_sacct(client, now, now, job_ids), site, read_epilog_records(spool)))
+
+
+def cost_records_dir(site: SiteConfig) -> Path | None:
+    """The epilog's per-attempt record spool, when the site configures one."""
+    return Path(site.cost_records_dir).expanduser() if site.cost_records_dir else None
+
+
+@dataclass
+class RunCost:
+    run_id: str
+    related_runs: list[str]
+    attempts: list[Attempt]
+    gpu_hours: float
+    cost_usd: float
+    waste_gpu_hours: float
+    waste_usd: float
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["attempts"] = [a.to_dict() for a in self.attempts]
+        return d
+
+
+def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient) -> RunCost:
+    """Cost of a logical run: every attempt of every job of the run and of its resumes/forks."""
+    attempts = run_attempts(site, client, job_ids, cost_records_dir(site))
+    notes = []
+    for a in attempts:
+        if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:
+            notes.append(f"job {a.job_id} asked for {a.timelimit_s // 60} min but used {a.elapsed_s // 60} min: "
+                         "a tighter time_limit starts sooner (backfill) and blocks less capacity.")
+        if a.drain_requested and not a.drain_acked:
+            notes.append(f"job {a.job_id}: a drain was requested but never acknowledged; work since the last "
+                         "checkpoint was lost.")
+        if a.missing_epilog:
+            notes.append(f"job {a.job_id} has no epilog record (node lost?); costed from sacct alone.")
+    return RunCost(run_ids[0], run_ids[1:], attempts, sum(a.gpu_hours for a in attempts),
+                   sum(a.cost_usd for a in attempts), sum(a.waste_gpu_hours for a in attempts),
+                   sum(a.waste_usd for a in attempts), notes)

@@ -1,0 +1,489 @@
+"""Prometheus exporter: cluster queue/GPU state, per-run progress, and the exporter's own health.
+
+Slurm is asked at most once per interval, however often Prometheus scrapes: ``SnapshotCache``
+keeps ONE snapshot (one ``squeue`` + one ``sinfo`` call, ``-O`` formats, no ``--json``) and rebuilds
+it only when it is older than the interval; scrapes in between read the cached one.
+
+Runs come from the run registry, only for runs that have an active job in that snapshot (so run
+labels stay bounded by the queue): heartbeat.json, metrics.jsonl (its tail only), attempts.jsonl,
+drain.request / drain.ack and checkpoints/ through ``CheckpointManager``. Watchdog interventions
+(slurmctl.runtime.watchdog) = its drain request in force (drain.request with reason "watchdog") + each hung
+step it ended (one scene directory per kill under watchdog/).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
+from slurmctl.errors import SlurmctlError
+from slurmctl.fsutil import read_jsonl
+from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
+from slurmctl.observe.explain import REASONS
+from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
+from slurmctl.submit.spec import SiteConfig
+
+QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
+_METRICS_TAIL_BYTES = 64 * 1024
+_STEP_WINDOW = 50  # metrics.jsonl records used for the current step time
+# Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
+# responding) makes the node's free GPUs count as down.
+_UP_STATES = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
+_NOT_STARTING_REASONS = {"JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"}
+
+
+class CountingRunner:
+    """Wraps a runner to count Slurm commands and their failures (exported as counters)."""
+
+    def __init__(self, inner: Runner | None = None):
+        self.inner = inner or LocalRunner()
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        self.calls[argv[0]] += 1
+        try:
+            result = self.inner.run(argv, timeout=timeout)
+        except SlurmctlError:
+            self.errors[argv[0]] += 1
+            raise
+        if result.returncode != 0:
+            self.errors[argv[0]] += 1
+        return result
+
+
+@dataclass
+class RunSample:
+    """What the exporter knows about one active run."""
+
+    run_id: str
+    job_id: int
+    state: str
+    partition: str
+    user: str
+    gpus: int
+    burn_dollars_per_hour: float = 0.0
+    attempt_start: float | None = None
+    step: int | None = None
+    last_step_time: float | None = None
+    loss: float | None = None
+    step_seconds: float | None = None
+    samples_per_second: float | None = None
+    checkpoint_step: int | None = None
+    checkpoint_time: float | None = None
+    checkpoint_age_seconds: float | None = None
+    checkpoint_interval_seconds: float | None = None
+    checkpoint_save_seconds: float | None = None
+    checkpoint_save_in_progress_seconds: float = 0.0
+    restarts: int = 0
+    watchdog_interventions: int = 0
+    drain_requested: bool = False
+    drain_requested_time: float | None = None
+    drain_acknowledged: bool = False
+    acceptable_partitions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    taken_at: float
+    duration_seconds: float
+    slurm_up: bool
+    error: str = ""
+    jobs: list[QueueEntry] = field(default_factory=list)
+    nodes: list[NodeUsage] = field(default_factory=list)
+    runs: list[RunSample] = field(default_factory=list)
+
+
+def node_state(state: str) -> str:
+    """'idle*', 'mixed-', 'down~' -> 'idle', 'mixed', 'down' (the flag characters dropped)."""
+    return re.sub(r"[^a-z_]+$", "", state.lower()) or "unknown"
+
+
+def node_usable(state: str) -> bool:
+    return node_state(state) in _UP_STATES and not state.endswith("*")
+
+
+def drain_cause(reason: str, state: str) -> str:
+    """Bounded label for why a node is out: prolog, epilog, not_responding, or admin."""
+    text = reason.lower()
+    if "prolog" in text:
+        return "prolog"
+    if "epilog" in text:
+        return "epilog"
+    if state.endswith("*") or "not responding" in text:
+        return "not_responding"
+    return "admin"
+
+
+def reason_label(reason: str) -> str:
+    if reason.startswith("ReqNodeNotAvail"):
+        return "ReqNodeNotAvail"
+    return reason if reason in REASONS else ("none" if not reason else "other")
+
+
+def _tail_jsonl(path: Path, max_bytes: int = _METRICS_TAIL_BYTES) -> list[dict]:
+    """The last records of a JSONL file without reading all of it (metrics.jsonl grows forever)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return []
+    lines = data.splitlines()[1:] if size > max_bytes else data.splitlines()
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # torn last line of a killed writer
+    return records
+
+
+def step_seconds(records: list[dict]) -> float | None:
+    """Mean seconds per step over the newest window of the current attempt (steps after a resume)."""
+    points = [(r["step"], r["time"]) for r in records if isinstance(r.get("step"), int) and "time" in r]
+    for i in range(len(points) - 1, 0, -1):  # a resume restarts steps: keep only the last monotone run
+        if points[i][0] <= points[i - 1][0]:
+            points = points[i:]
+            break
+    points = points[-_STEP_WINDOW:]
+    if len(points) < 2 or points[-1][0] == points[0][0]:
+        return None
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
+
+def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, float | None, float]:
+    """(last checkpoint time, its save duration, seconds the save in progress has run)."""
+    ck_time = save_seconds = None
+    if latest is not None:
+        try:
+            marker = json.loads((latest.path / COMPLETE_MARKER).read_text())
+            ck_time = float(marker["time"])
+            started = marker.get("started")
+            if started is None:  # no start recorded: earliest file mtime is a lower bound
+                mtimes = [p.stat().st_mtime for p in latest.path.rglob("*") if p.name != COMPLETE_MARKER]
+                started = min(mtimes, default=ck_time)
+            save_seconds = max(0.0, ck_time - float(started))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    in_progress = 0.0
+    for tmp in ckpt_root.glob("checkpoint-*.tmp") if ckpt_root.is_dir() else []:
+        try:  # the directory's mtime is when its newest entry was created: at or after the start
+            times = [tmp.stat().st_mtime] + [p.stat().st_mtime for p in tmp.iterdir()]
+            in_progress = max(in_progress, now - min(times))
+        except OSError:
+            continue
+    return ck_time, save_seconds, in_progress
+
+
+def read_run(run_dir: Path, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
+    price = site.partitions[job.partitions[0]].price_per_gpu_hour if job.partitions and \
+        job.partitions[0] in site.partitions else 0.0
+    running = job.state == "RUNNING"
+    sample = RunSample(run_id=job.run_id or "", job_id=job.job_id, state=job.state,
+                       partition=job.partitions[0] if job.partitions else "", user=job.user, gpus=job.gpus,
+                       burn_dollars_per_hour=job.gpus * price if running else 0.0,
+                       attempt_start=job.start_time.timestamp() if running and job.start_time else None,
+                       acceptable_partitions=list(job.partitions))
+    interval_steps, ckpt_root = None, run_dir / "checkpoints"
+    try:
+        spec = yaml.safe_load((run_dir / "run.yaml").read_text()) or {}
+        partitions = spec.get("partition") or []
+        sample.acceptable_partitions += [p for p in ([partitions] if isinstance(partitions, str) else partitions)
+                                         if p not in sample.acceptable_partitions]
+        ckpt = spec.get("checkpoint") or {}
+        interval_steps = int(ckpt.get("interval_steps", 100))
+        if ckpt.get("dir"):
+            ckpt_root = Path(ckpt["dir"]) if Path(ckpt["dir"]).is_absolute() else run_dir / ckpt["dir"]
+    except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
+        pass
+    try:
+        heartbeat = json.loads((run_dir / "heartbeat.json").read_text())
+        sample.step, sample.last_step_time = int(heartbeat["step"]), float(heartbeat["time"])
+        metrics = heartbeat.get("metrics") or {}
+        if isinstance(metrics.get("loss"), (int, float)):
+            sample.loss = float(metrics["loss"])
+    except (OSError, ValueError, KeyError, TypeError):
+        metrics = {}
+    records = _tail_jsonl(run_dir / "metrics.jsonl")
+    sample.step_seconds = step_seconds(records)
+    if isinstance(metrics.get("samples_per_second"), (int, float)):
+        sample.samples_per_second = float(metrics["samples_per_second"])
+    elif isinstance(metrics.get("batch_size"), (int, float)) and sample.step_seconds:
+        sample.samples_per_second = metrics["batch_size"] / sample.step_seconds
+    latest = CheckpointManager(ckpt_root).latest()
+    sample.checkpoint_step = latest.step if latest else None
+    sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
+        _save_timing(ckpt_root, latest, now)
+    if running:
+        since = max(t for t in (sample.checkpoint_time, sample.attempt_start, 0.0) if t is not None)
+        sample.checkpoint_age_seconds = now - since if since else None
+    if interval_steps and sample.step_seconds:
+        sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
+    events = read_jsonl(run_dir / "attempts.jsonl")
+    sample.restarts = max(0, sum(1 for e in events if e.get("event") == "start") - 1)
+    scenes = [p for p in (run_dir / "watchdog").iterdir() if p.is_dir()] if (run_dir / "watchdog").is_dir() else []
+    try:
+        sample.drain_requested_time = (run_dir / "drain.request").stat().st_mtime
+        sample.drain_requested = True
+        request = json.loads((run_dir / "drain.request").read_text() or "{}")
+        by_watchdog = isinstance(request, dict) and request.get("reason") == "watchdog"
+    except (OSError, ValueError):
+        by_watchdog = False
+    sample.watchdog_interventions = len(scenes) + by_watchdog
+    sample.drain_acknowledged = (run_dir / "drain.ack").exists()
+    return sample
+
+
+class SnapshotCache:
+    """One Slurm snapshot per interval, shared by every scrape (thread-safe)."""
+
+    def __init__(self, client: SlurmClient, site: SiteConfig, interval: float = 15.0, clock=time.monotonic):
+        self.client, self.site, self.interval, self.clock = client, site, interval, clock
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._taken_mono = float("-inf")
+        # partition -> cumulative queue-wait histogram: [count per bucket..., total count, sum]
+        self.waits: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(QUEUE_WAIT_BUCKETS) + 2))
+        self._seen_started: set[int] = set()
+        self.run_read_errors = 0
+
+    def get(self) -> Snapshot:
+        with self._lock:
+            if self._snapshot is None or self.clock() - self._taken_mono >= self.interval:
+                self._taken_mono = self.clock()  # also on failure: a down Slurm is not asked more often
+                self._snapshot = self._take()
+            return self._snapshot
+
+    def _take(self) -> Snapshot:
+        started, now = time.perf_counter(), time.time()
+        try:
+            jobs = self.client.queue_snapshot()
+            nodes = self.client.node_usage()
+        except SlurmctlError as exc:
+            return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message)
+        self._observe_waits(jobs)
+        newest: dict[str, QueueEntry] = {}
+        for job in jobs:
+            if job.run_id and (job.run_id not in newest or job.job_id > newest[job.run_id].job_id):
+                newest[job.run_id] = job
+        runs = []
+        for run_id, job in sorted(newest.items()):
+            run_dir = self.site.runs_root_path / run_id
+            if "/" in run_id or not run_dir.is_dir():
+                continue
+            try:
+                runs.append(read_run(run_dir, job, self.site, now))
+            except OSError:
+                self.run_read_errors += 1
+        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs)
+
+    def _observe_waits(self, jobs: list[QueueEntry]) -> None:
+        """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
+        live = set()
+        for job in jobs:
+            live.add(job.job_id)
+            if job.start_time and job.submit_time and job.state != "PENDING" and job.job_id not in self._seen_started:
+                self._seen_started.add(job.job_id)
+                partition = job.partitions[0] if job.partitions else ""
+                wait = max(0.0, (job.start_time - job.submit_time).total_seconds())
+                counts = self.waits[partition]
+                for i, bound in enumerate(QUEUE_WAIT_BUCKETS):
+                    counts[i] += wait <= bound
+                counts[-2] += 1
+                counts[-1] += wait
+        self._seen_started &= live
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple, float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
+    jobs_by_state: Counter[tuple] = Counter()
+    pending_by_reason: Counter[tuple] = Counter()
+    oldest_pending: dict[tuple, float] = {}
+    for job in snap.jobs:
+        partition = job.partitions[0] if job.partitions else ""
+        jobs_by_state[(partition, job.state)] += 1
+        if job.state == "PENDING":
+            pending_by_reason[(partition, reason_label(job.reason))] += 1
+            if job.submit_time:
+                wait = snap.taken_at - job.submit_time.timestamp()
+                oldest_pending[(partition,)] = max(oldest_pending.get((partition,), 0.0), wait)
+    yield _gauge("slurmctl_jobs", "Active jobs by (first) partition and state.", ["partition", "state"], jobs_by_state)
+    yield _gauge("slurmctl_jobs_pending", "Pending jobs by partition and reason (reasons outside the known "
+                 "set are 'other').", ["partition", "reason"], pending_by_reason)
+    yield _gauge("slurmctl_job_pending_oldest_seconds", "How long the oldest pending job has waited.",
+                 ["partition"], oldest_pending)
+
+    gpus: dict[tuple, float] = defaultdict(float)
+    cluster_gpus: dict[tuple, float] = defaultdict(float)  # each node once (nodes sit in several partitions)
+    nodes: Counter[tuple] = Counter()
+    drained: dict[tuple, float] = {}
+    counted: set[str] = set()
+    for node in snap.nodes:
+        gpu_type = node.gpu_type or "none"
+        usable = node_usable(node.state)
+        gpus[(node.partition, gpu_type, "allocated")] += node.gpus_used
+        gpus[(node.partition, gpu_type, "idle" if usable else "down")] += max(0, node.gpus - node.gpus_used)
+        gpus.setdefault((node.partition, gpu_type, "idle" if not usable else "down"), 0.0)
+        nodes[(node.partition, node_state(node.state))] += 1
+        if not usable:
+            drained[(node.name, drain_cause(node.reason, node.state))] = 1
+        if node.name not in counted:
+            counted.add(node.name)
+            cluster_gpus[(gpu_type, "allocated")] += node.gpus_used
+            cluster_gpus[(gpu_type, "idle" if usable else "down")] += max(0, node.gpus - node.gpus_used)
+    yield _gauge("slurmctl_gpus", "GPUs by partition, GPU model and state (allocated, idle, down).",
+                 ["partition", "gpu_type", "state"], gpus)
+    yield _gauge("slurmctl_cluster_gpus", "GPUs of the whole cluster by GPU model and state (each node once).",
+                 ["gpu_type", "state"], cluster_gpus)
+    yield _gauge("slurmctl_nodes", "Nodes by partition and state.", ["partition", "state"], nodes)
+    yield _gauge("slurmctl_node_unavailable_info", "1 for each node that is down, drained or draining, "
+                 "with the cause (prolog, epilog, not_responding, admin).", ["node", "cause"], drained)
+    yield _gauge("slurmctl_pending_capacity_elsewhere_oldest_seconds",
+                 "Oldest wait of a pending job while another of its acceptable partitions has room for it.",
+                 ["partition"], _capacity_elsewhere(snap))
+    burn: dict[tuple, float] = defaultdict(float)
+    for job in snap.jobs:
+        if job.state == "RUNNING" and job.partitions and job.partitions[0] in site.partitions:
+            burn[(job.partitions[0],)] += job.gpus * site.partitions[job.partitions[0]].price_per_gpu_hour
+    yield _gauge("slurmctl_cost_burn_dollars_per_hour", "GPU cost of running jobs now ($/h, site prices).",
+                 ["partition"], burn)
+
+
+def _capacity_elsewhere(snap: Snapshot) -> dict[tuple, float]:
+    free_per_node: dict[str, list[int]] = defaultdict(list)
+    for node in snap.nodes:
+        if node_usable(node.state):
+            free_per_node[node.partition].append(node.gpus - node.gpus_used)
+    acceptable = {r.job_id: r.acceptable_partitions for r in snap.runs}
+    oldest: dict[tuple, float] = {}
+    for job in snap.jobs:
+        if job.state != "PENDING" or job.reason in _NOT_STARTING_REASONS or not job.partitions or not job.submit_time:
+            continue
+        per_node = -(-job.gpus // max(job.num_nodes, 1))
+        others = [p for p in acceptable.get(job.job_id, job.partitions) if p != job.partitions[0]]
+        if any(sum(1 for free in free_per_node[p] if free >= per_node) >= max(job.num_nodes, 1) for p in others):
+            key = (job.partitions[0],)
+            oldest[key] = max(oldest.get(key, 0.0), snap.taken_at - job.submit_time.timestamp())
+    return oldest
+
+
+_RUN_GAUGES = [
+    ("slurmctl_run_step", "step", "Last step the run reported."),
+    ("slurmctl_run_last_step_timestamp_seconds", "last_step_time", "When the run last reported a step."),
+    ("slurmctl_run_attempt_start_timestamp_seconds", "attempt_start", "When the running attempt started."),
+    ("slurmctl_run_loss", "loss", "Training loss of the last step."),
+    ("slurmctl_run_step_seconds", "step_seconds", "Mean step time over the newest steps."),
+    ("slurmctl_run_samples_per_second", "samples_per_second", "Training throughput."),
+    ("slurmctl_run_checkpoint_step", "checkpoint_step", "Step of the newest valid checkpoint."),
+    ("slurmctl_run_checkpoint_last_timestamp_seconds", "checkpoint_time", "When the newest valid checkpoint completed."),
+    ("slurmctl_run_checkpoint_age_seconds", "checkpoint_age_seconds",
+     "Seconds of work not yet in a checkpoint (since the newest checkpoint or the attempt start)."),
+    ("slurmctl_run_checkpoint_interval_seconds", "checkpoint_interval_seconds",
+     "Expected seconds between checkpoints (interval_steps x step time)."),
+    ("slurmctl_run_checkpoint_save_seconds", "checkpoint_save_seconds", "Duration of the newest checkpoint save."),
+    ("slurmctl_run_checkpoint_save_in_progress_seconds", "checkpoint_save_in_progress_seconds",
+     "How long the checkpoint save in progress has run (0: none)."),
+    ("slurmctl_run_restarts", "restarts", "Attempts after the first (requeues, resumes)."),
+    ("slurmctl_run_watchdog_interventions", "watchdog_interventions", "Times the progress watchdog acted."),
+    ("slurmctl_run_drain_requested", "drain_requested", "1 while a drain (save and stop) is requested."),
+    ("slurmctl_run_drain_requested_timestamp_seconds", "drain_requested_time", "When the drain was requested."),
+    ("slurmctl_run_drain_acknowledged", "drain_acknowledged", "1 once the training acknowledged the drain."),
+    ("slurmctl_run_cost_burn_dollars_per_hour", "burn_dollars_per_hour", "GPU cost of the run now ($/h)."),
+    ("slurmctl_run_gpus", "gpus", "GPUs the run's job holds or asks for."),
+]
+
+
+def run_metrics(snap: Snapshot) -> Iterator:
+    info = GaugeMetricFamily("slurmctl_run_info", "1 per active run: its job, partition, user and state.",
+                             labels=["run", "job_id", "partition", "user", "state"])
+    for run in snap.runs:
+        info.add_metric([run.run_id, str(run.job_id), run.partition, run.user, run.state], 1)
+    yield info
+    for name, attr, doc in _RUN_GAUGES:
+        family = GaugeMetricFamily(name, doc, labels=["run"])
+        for run in snap.runs:
+            value = getattr(run, attr)
+            if value is not None:
+                family.add_metric([run.run_id], float(value))
+        yield family
+
+
+class SlurmctlCollector(Collector):
+    def __init__(self, cache: SnapshotCache, runner: CountingRunner):
+        self.cache, self.runner = cache, runner
+        self._last_collect_seconds = 0.0
+
+    def collect(self) -> Iterator:
+        started = time.perf_counter()
+        snap = self.cache.get()
+        yield GaugeMetricFamily("slurmctl_slurm_up", "1 if the last Slurm snapshot succeeded.", value=int(snap.slurm_up))
+        yield GaugeMetricFamily("slurmctl_exporter_snapshot_duration_seconds",
+                                "Time to take the last Slurm snapshot (squeue + sinfo + run files).",
+                                value=snap.duration_seconds)
+        yield GaugeMetricFamily("slurmctl_exporter_snapshot_timestamp_seconds", "When the snapshot was taken.",
+                                value=snap.taken_at)
+        yield GaugeMetricFamily("slurmctl_exporter_collect_duration_seconds",
+                                "Time the previous scrape spent collecting.", value=self._last_collect_seconds)
+        calls = CounterMetricFamily("slurmctl_slurm_commands", "Slurm commands run.", labels=["command"])
+        errors = CounterMetricFamily("slurmctl_slurm_command_errors", "Slurm commands that failed.", labels=["command"])
+        for command in sorted(set(self.runner.calls) | {"squeue", "sinfo"}):
+            calls.add_metric([command], self.runner.calls[command])
+            errors.add_metric([command], self.runner.errors[command])
+        yield calls
+        yield errors
+        yield CounterMetricFamily("slurmctl_exporter_run_read_errors", "Run directories that could not be read.",
+                                  value=self.cache.run_read_errors)
+        waits = HistogramMetricFamily("slurmctl_queue_wait_seconds", "Queue wait (start - submit) of started jobs.",
+                                      labels=["partition"])
+        for partition, counts in sorted(self.cache.waits.items()):
+            buckets = [(str(b), counts[i]) for i, b in enumerate(QUEUE_WAIT_BUCKETS)]
+            waits.add_metric([partition], buckets + [("+Inf", counts[-2])], sum_value=counts[-1])
+        yield waits
+        if snap.slurm_up:  # no cluster or run series from a failed snapshot: stale data is not news
+            yield from cluster_metrics(snap, self.cache.site)
+            yield from run_metrics(snap)
+        self._last_collect_seconds = time.perf_counter() - started
+
+
+def build(site: SiteConfig, interval: float = 15.0, runner: Runner | None = None):
+    """(registry, collector) ready to serve; the registry holds only slurmctl's metrics."""
+    from prometheus_client import CollectorRegistry
+
+    counting = CountingRunner(runner)
+    collector = SlurmctlCollector(SnapshotCache(SlurmClient(counting), site, interval), counting)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry, collector
+
+
+def serve(site: SiteConfig, port: int, interval: float, address: str = "0.0.0.0") -> None:
+    """Serve /metrics until interrupted."""
+    from prometheus_client import start_http_server
+
+    registry, _ = build(site, interval)
+    server, thread = start_http_server(port, addr=address, registry=registry)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    finally:
+        server.shutdown()

@@ -1,0 +1,80 @@
+"""Hook settings from the environment slurmd gives the hook (plus what the wrapper exports).
+
+Production wrappers set nothing and get the defaults below. The local dev cluster's wrappers export
+SLURMCTL_LOCAL_DIR: every directory then lives under that state dir, one per simulated node
+(several slurmds share one host there), and the test-only failure trigger is enabled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.runner import LocalRunner
+
+# dcgm-exporter --hpc-job-mapping-dir / jobstats convention: one file per GPU index holding job ids.
+DEFAULT_GPU_MAP_DIR = "/run/slurmctl/gpu-job-map"
+DEFAULT_SCRATCH_ROOT = "/scratch/slurm"
+DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
+NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
+SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
+
+
+def _first_executable(candidates) -> str | None:
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _slurm_bin_dir() -> str | None:
+    return next((d for d in SLURM_BIN_DIRS if os.access(os.path.join(d, "scontrol"), os.X_OK)), None)
+
+
+def hook_slurm_client(bin_dir: str | None) -> SlurmClient | None:
+    """SlurmClient for a hook: absolute command paths (no PATH) and a fixed C locale; None
+    without Slurm client tools (the hooks then skip what needs the controller)."""
+    if not bin_dir:
+        return None
+    return SlurmClient(LocalRunner(bin_dir=bin_dir, env={"LC_ALL": "C"}))
+
+
+@dataclass
+class HookConfig:
+    node: str
+    gpu_map_dir: Path
+    scratch_root: Path
+    cost_spool: Path
+    shm_dir: Path = Path("/dev/shm")
+    min_free_shm_mb: int = 256
+    min_free_scratch_mb: int = 1024
+    kill_grace_seconds: float = 1.0
+    nvidia_smi: str | None = None
+    slurm: SlurmClient | None = None  # every Slurm command of the hooks goes through it
+    test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
+
+    @classmethod
+    def from_env(cls, env) -> HookConfig:
+        node = env.get("SLURMD_NODENAME") or os.uname().nodename
+        local = env.get("SLURMCTL_LOCAL_DIR")
+        if local:
+            state = Path(local)
+            gpu_map = state / "gpu-job-map" / node
+            scratch = state / "scratch" / node
+            spool = state / "cost-records"
+        else:
+            gpu_map, scratch, spool = Path(DEFAULT_GPU_MAP_DIR), Path(DEFAULT_SCRATCH_ROOT), Path(DEFAULT_COST_SPOOL)
+        return cls(
+            node=node,
+            gpu_map_dir=Path(env.get("SLURMCTL_GPU_MAP_DIR") or gpu_map),
+            scratch_root=Path(env.get("SLURMCTL_SCRATCH_ROOT") or scratch),
+            cost_spool=Path(env.get("SLURMCTL_COST_SPOOL") or spool),
+            shm_dir=Path(env.get("SLURMCTL_SHM_DIR") or "/dev/shm"),
+            min_free_shm_mb=int(env.get("SLURMCTL_MIN_FREE_SHM_MB") or 256),
+            min_free_scratch_mb=int(env.get("SLURMCTL_MIN_FREE_SCRATCH_MB") or 1024),
+            nvidia_smi=env.get("SLURMCTL_NVIDIA_SMI") or _first_executable(NVIDIA_SMI_PATHS),
+            slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir()),
+            test_trigger_dir=Path(local) / "test-triggers" if local else None,
+        )

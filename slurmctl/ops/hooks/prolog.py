@@ -1,0 +1,148 @@
+"""Slurm Prolog logic: node health, the job's scratch dir, the GPU->job mapping files.
+
+A failed check returns ``ok=False`` with ONE readable line; the entry point drains the node with
+that line as the reason (``sinfo -R`` shows it) and exits non-zero, so Slurm requeues the job held.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmctl.ops.hooks import jobinfo, procs
+from slurmctl.ops.hooks.config import HookConfig
+
+
+class HealthError(Exception):
+    """One-line reason why this node must not run jobs."""
+
+
+@dataclass
+class HookResult:
+    ok: bool = True
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "reason": self.reason, "notes": self.notes}
+
+
+def job_gpu_indices(env) -> list[str]:
+    raw = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""
+    return [g.strip() for g in raw.split(",") if g.strip().isdigit()]
+
+
+def check_test_trigger(cfg: HookConfig, env) -> None:
+    """Local dev cluster only (SLURMCTL_LOCAL_DIR set): <state>/test-triggers/prolog-fail/<comment>."""
+    comment = env.get("SLURM_JOB_COMMENT") or ""
+    if cfg.test_trigger_dir is None or not comment or "/" in comment:
+        return
+    if (cfg.test_trigger_dir / "prolog-fail" / comment).exists():
+        raise HealthError(f"test trigger prolog-fail/{comment} (local dev cluster)")
+
+
+def check_gpus(cfg: HookConfig, env, result: HookResult) -> None:
+    wanted = job_gpu_indices(env)
+    if not cfg.nvidia_smi:
+        result.notes.append("gpu check skipped: nvidia-smi not installed on this node")
+        return
+    try:
+        proc = subprocess.run([cfg.nvidia_smi, "--query-gpu=index", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        raise HealthError("nvidia-smi hung for 20 s (driver or GPU fault)") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise HealthError(f"nvidia-smi failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+    visible = {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+    missing = [g for g in wanted if g not in visible]
+    if missing:
+        raise HealthError(f"GPU(s) {','.join(missing)} allocated but not visible to nvidia-smi "
+                          f"({len(visible)} visible)")
+    result.notes.append(f"gpus visible: {len(visible)}")
+
+
+def _free_mb(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize // (1024 * 1024)
+
+
+def check_space(cfg: HookConfig, result: HookResult) -> None:
+    cfg.scratch_root.mkdir(parents=True, exist_ok=True)
+    for label, path, need in (("/dev/shm", cfg.shm_dir, cfg.min_free_shm_mb),
+                              ("scratch", cfg.scratch_root, cfg.min_free_scratch_mb)):
+        free = _free_mb(path)
+        if free < need:
+            where = label if str(path) == label else f"{label} {path}"
+            raise HealthError(f"{where} has {free} MB free, needs {need} MB")
+    result.notes.append("space ok")
+
+
+def check_leftovers(cfg: HookConfig, job_id: int, result: HookResult) -> None:
+    """Processes of jobs that no longer run here: kill them; drain if they survive SIGKILL."""
+    others = [p for p in procs.job_processes() if p.job_id != job_id and p.node in (cfg.node, None)]
+    if not others:
+        return
+    active = jobinfo.active_job_ids(cfg.slurm, cfg.node)
+    if active is None:
+        result.notes.append("leftover check skipped: squeue did not answer")
+        return
+    stale = [p for p in others if p.job_id not in active]
+    if not stale:
+        return
+    survivors = procs.kill_all([p.pid for p in stale], cfg.kill_grace_seconds)
+    jobs = sorted({str(p.job_id) for p in stale})
+    if survivors:
+        raise HealthError(f"leftover processes of ended job(s) {','.join(jobs)} survive SIGKILL: "
+                          f"pids {','.join(map(str, survivors[:5]))}")
+    result.notes.append(f"killed {len(stale)} leftover process(es) of ended job(s) {','.join(jobs)}")
+
+
+def make_scratch(cfg: HookConfig, env, job_id: int) -> Path:
+    path = cfg.scratch_root / str(job_id)
+    path.mkdir(mode=0o700, exist_ok=True)
+    uid, gid = env.get("SLURM_JOB_UID"), env.get("SLURM_JOB_GID")
+    if uid and uid.isdigit():
+        os.chown(path, int(uid), int(gid) if gid and gid.isdigit() else -1)
+    return path
+
+
+def write_gpu_map(cfg: HookConfig, env, job_id: int) -> list[str]:
+    """dcgm-exporter --hpc-job-mapping-dir format: file named by GPU index, content the job id."""
+    indices = job_gpu_indices(env)
+    if not indices:
+        return []
+    cfg.gpu_map_dir.mkdir(parents=True, exist_ok=True)
+    for idx in indices:
+        tmp = cfg.gpu_map_dir / f".{idx}.{os.getpid()}.tmp"
+        tmp.write_text(f"{job_id}\n")
+        os.replace(tmp, cfg.gpu_map_dir / idx)
+    return indices
+
+
+def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
+    cfg = cfg or HookConfig.from_env(env)
+    result = HookResult()
+    job_id = int(env.get("SLURM_JOB_ID") or 0)
+    try:
+        check_test_trigger(cfg, env)
+        check_gpus(cfg, env, result)
+        check_space(cfg, result)
+        check_leftovers(cfg, job_id, result)
+        scratch = make_scratch(cfg, env, job_id)
+        result.notes.append(f"scratch {scratch}")
+        mapped = write_gpu_map(cfg, env, job_id)
+        if mapped:
+            result.notes.append(f"gpu map {cfg.gpu_map_dir}: {','.join(mapped)}")
+    except HealthError as exc:
+        result.ok, result.reason = False, str(exc)
+    except OSError as exc:  # a broken scratch/shm filesystem is a node problem too
+        result.ok, result.reason = False, f"{exc.strerror or exc} ({exc.filename or 'filesystem'})"
+    return result
+
+
+def drain_node(cfg: HookConfig, reason: str) -> bool:
+    """Drain this node with "slurmctl prolog: <reason>" (sinfo -R); False if Slurm did not take it."""
+    return jobinfo.drain_node(cfg.slurm, cfg.node, f"slurmctl prolog: {reason}")

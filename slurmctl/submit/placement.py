@@ -1,0 +1,94 @@
+"""Earliest-start placement: ask Slurm (`sbatch --test-only`) when the run would start on each
+acceptable partition, pick the earliest, ties (starts within TIE_SECONDS) to the cheaper."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurmctl.errors import SlurmctlError
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.spec import RunSpec, SiteConfig
+
+TIE_SECONDS = 60  # Slurm's estimates move by the scheduler interval; closer starts are a tie
+
+
+class NoPlacement(SlurmctlError):
+    code = "no-placement"
+    exit_code = 2
+
+
+@dataclass
+class PlacementOption:
+    partition: str
+    ok: bool
+    start_time: datetime | None
+    usd_per_hour: float
+    preemptible: bool
+    nodes: str = ""
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {"partition": self.partition, "ok": self.ok, "usd_per_hour": self.usd_per_hour,
+                "start_time": self.start_time.isoformat() if self.start_time else None,
+                "preemptible": self.preemptible, "nodes": self.nodes, "message": self.message}
+
+
+@dataclass
+class Placement:
+    chosen: str
+    reason: str
+    options: list[PlacementOption]
+
+    def to_dict(self) -> dict:
+        return {"chosen": self.chosen, "reason": self.reason, "options": [o.to_dict() for o in self.options]}
+
+
+def place(spec: RunSpec, site: SiteConfig, client: SlurmClient, script_for: Callable[[str], str]) -> Placement:
+    """`script_for(partition)` renders the job script for one partition; nothing is submitted.
+
+    Its #SBATCH lines go to `sbatch --test-only` as options, so no file has to exist where sbatch
+    runs (a remote login node) and the estimate is for exactly what would be submitted."""
+    gpus = spec.nodes * spec.gpus_per_node
+    options = []
+    for partition in spec.partitions:
+        answer = client.test_only(None, sbatch_directives(script_for(partition)))
+        config = site.partitions.get(partition)
+        options.append(PlacementOption(
+            partition, answer.ok, answer.start_time,
+            round(gpus * config.price_per_gpu_hour, 2) if config else 0.0,
+            bool(config and config.preemptible), answer.nodes, answer.message))
+    return Placement(*choose(options), options)
+
+
+def sbatch_directives(script: str) -> list[str]:
+    """The options of a script's #SBATCH lines (sbatch stops reading them at the first command)."""
+    directives = []
+    for line in script.splitlines()[1:]:
+        if line.startswith("#SBATCH "):
+            directives.append(line.removeprefix("#SBATCH ").strip())
+        elif line.strip() and not line.startswith("#"):
+            break
+    return directives
+
+
+def choose(options: list[PlacementOption]) -> tuple[str, str]:
+    """(partition, why): earliest start; starts within TIE_SECONDS are a tie, won by the cheaper."""
+    startable = [o for o in options if o.ok and o.start_time is not None]
+    if not startable and all("temporarily unavailable" in o.message for o in options):
+        raise NoPlacement("Slurm is not accepting new jobs right now (sbatch: Resource temporarily unavailable; "
+                          "the controller is busy or at MaxJobCount).",
+                          "Retry in a minute; if it persists, tell your admin.", code="slurm-busy")
+    if not startable:
+        raise NoPlacement("Slurm cannot run this job on any acceptable partition: "
+                          + "; ".join(f"{o.partition}: {o.message}" for o in options) + ".",
+                          "Ask for fewer GPUs or nodes, or list another partition in run.yaml.")
+    if len(options) == 1:
+        return startable[0].partition, "the only acceptable partition"
+    earliest = min(o.start_time for o in startable)
+    tied = [o for o in startable if (o.start_time - earliest).total_seconds() <= TIE_SECONDS]
+    best = min(tied, key=lambda o: o.usd_per_hour)  # min() keeps the first listed on equal price
+    if len(tied) == 1:
+        return best.partition, "earliest start"
+    return best.partition, "earliest start (tie), cheaper"

@@ -1,0 +1,143 @@
+"""Checks against the live cluster: partition, GPU type, node shape, time limit, account, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmctl.errors import SlurmCommandError
+from slurmctl.submit.memory import estimate_memory, parse_params
+from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo, SlurmClient
+from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
+from slurmctl.submit.preflight.findings import CheckResult, error, warning
+
+
+@dataclass
+class ClusterView:
+    """What preflight needs from Slurm, fetched once (3 calls) so checks are pure functions."""
+
+    nodes: list[NodeInfo]
+    partitions: dict[str, PartitionInfo]
+    associations: list[Association] | None  # None: accounting did not answer
+
+    @classmethod
+    def query(cls, client: SlurmClient, user: str) -> "ClusterView":
+        nodes = client.nodes()
+        partitions = client.partitions()
+        try:
+            associations = client.associations(user)
+        except SlurmCommandError:
+            associations = None
+        return cls(nodes, partitions, associations)
+
+
+def check_shape(spec: RunSpec, site: SiteConfig, view: ClusterView) -> CheckResult:
+    """Partition exists (site and Slurm), GPU type matches, the shape fits on its nodes."""
+    result = CheckResult("cluster", "partition, GPU type and node shape fit the cluster")
+    findings = result.findings
+    live = sorted({p for n in view.nodes for p in n.partitions})
+    for name in spec.partitions:
+        if name not in site.partitions or name not in live:
+            known = ", ".join(sorted(set(site.partitions) & set(live))) or "none"
+            findings.append(error("unknown-partition", f"partition '{name}' does not exist on cluster {site.cluster}.",
+                                  f"Set `partition` in run.yaml to one of: {known}."))
+            continue
+        part = site.partitions[name]
+        if spec.gpu_type and spec.gpu_type != part.gpu_type:
+            offering = sorted(p for p, c in site.partitions.items() if c.gpu_type == spec.gpu_type)
+            findings.append(error(
+                "gpu-type-mismatch", f"partition '{name}' has {part.gpu_type} GPUs, not '{spec.gpu_type}'.",
+                f"Use a partition with {spec.gpu_type} GPUs ({', '.join(offering)})" if offering else
+                f"No partition has '{spec.gpu_type}' GPUs; known types: "
+                f"{', '.join(sorted({c.gpu_type for c in site.partitions.values()}))}. Fix `gpu_type` in run.yaml."))
+            continue
+        members = [n for n in view.nodes if name in n.partitions]
+        most_gpus = max((n.gpus for n in members), default=0)
+        if spec.gpus_per_node > most_gpus:
+            findings.append(error(
+                "too-many-gpus", f"gpus_per_node={spec.gpus_per_node} but nodes in '{name}' have at most {most_gpus}.",
+                f"Set `gpus_per_node` to {most_gpus} or fewer and raise `nodes` instead."))
+            continue  # "0 nodes fit" would only repeat it
+        fitting = [n for n in members if n.gpus >= spec.gpus_per_node]
+        if spec.nodes > len(fitting):
+            findings.append(error(
+                "too-many-nodes", f"nodes={spec.nodes} but partition '{name}' has only {len(fitting)} node(s) that fit.",
+                f"Set `nodes` to {len(fitting)} or fewer."))
+    if not findings:
+        result.note = f"{spec.nodes} node(s) x {spec.gpus_per_node} GPU(s) on {', '.join(spec.partitions)}"
+    return result
+
+
+def check_time_limit(spec: RunSpec, view: ClusterView) -> CheckResult:
+    result = CheckResult("time-limit", "time limit within the partition's MaxTime")
+    for name in spec.partitions:
+        info = view.partitions.get(name)
+        if info is None:
+            continue  # unknown partitions are reported by check_shape
+        if info.max_time_seconds is not None and spec.time_limit_seconds > info.max_time_seconds:
+            result.findings.append(error(
+                "time-limit-too-long",
+                f"time_limit {spec.time_limit} is above partition '{name}' MaxTime {slurm_time(info.max_time_seconds)}; "
+                "the job would pend forever (PartitionTimeLimit).",
+                f"Set `time_limit` to {slurm_time(info.max_time_seconds)} or less and resume from checkpoints."))
+        if info.available != "up":
+            result.findings.append(warning("partition-unavailable", f"partition '{name}' is {info.available}.",
+                                           "The job will wait until an admin brings it up; ask, or pick another."))
+    result.note = slurm_time(spec.time_limit_seconds)
+    return result
+
+
+def check_account(site: SiteConfig, view: ClusterView, user: str) -> CheckResult:
+    result = CheckResult("account", "you may submit to the account")
+    if not site.account:
+        result.note = "no account set (cluster default)"
+        return result
+    if view.associations is None:
+        result.findings.append(warning("cannot-verify-account", f"sacctmgr did not answer; account '{site.account}' "
+                                       "not checked.", "If sbatch refuses the account, ask your admin for access."))
+        return result
+    allowed = {a.account: a.qos for a in view.associations}
+    if site.account not in allowed:
+        result.findings.append(error(
+            "account-not-allowed", f"user {user} has no association with account '{site.account}'.",
+            f"Your accounts: {', '.join(sorted(allowed)) or 'none'}; ask your admin to add you to '{site.account}'."))
+    else:
+        result.note = f"{site.account} (QOS {', '.join(allowed[site.account]) or 'default'})"
+    return result
+
+
+def check_memory(spec: RunSpec, site: SiteConfig, smoke: bool = False) -> CheckResult:
+    """Model states + activations vs GPU memory, for each GPU model the run may land on."""
+    result = CheckResult("memory", "model fits in GPU memory")
+    if spec.model is None:
+        result.note = "skipped (no `model:` in run.yaml)"
+        return result
+    try:
+        parse_params(spec.model.params)
+    except ValueError as exc:
+        result.findings.append(error("invalid-model-size", f"`model.params`: {exc}.", "Write e.g. params: 7b"))
+        return result
+    gpu_types = dict.fromkeys(spec.gpu_type or site.partitions[p].gpu_type
+                              for p in spec.partitions if p in site.partitions)
+    notes = []
+    for gpu_type in gpu_types:
+        est = estimate_memory(spec.model, gpu_type, spec.nodes * max(spec.gpus_per_node, 1), site.gpu_memory_gb)
+        if est is None:
+            result.findings.append(warning("unknown-gpu-memory", f"memory of a {gpu_type} GPU is unknown; not checked.",
+                                           f"Add `gpu_memory_gb: {{{gpu_type}: <GB>}}` to site.yaml."))
+            continue
+        batch = f"max safe micro-batch ≈ {est.max_micro_batch}" if est.max_micro_batch is not None else \
+            "set model.seq_len, hidden_size and num_layers for a micro-batch estimate"
+        sizing = (f"{est.total_gb:.1f} GB of ~{est.usable_gb:.0f} GB usable per {gpu_type} "
+                  f"(states {est.states_gb:.1f} GB with {spec.model.sharding} over {est.data_parallel} GPU(s))")
+        if est.verdict == "does-not-fit":
+            need = "the model states alone" if est.states_gb > est.usable_gb else \
+                f"micro_batch={est.micro_batch}" if est.micro_batch else "one sequence"
+            make = warning if smoke else error
+            result.findings.append(make(
+                "memory-does-not-fit", f"does not fit: {need} need {sizing}; {batch}.",
+                "Lower model.micro_batch, shard more (sharding: zero2/zero3/fsdp over more GPUs), "
+                "turn on activation_checkpointing, or use GPUs with more memory."))
+        else:
+            notes.append(f"fits: {sizing}; {batch}")
+    result.note = "; ".join(notes)
+    return result

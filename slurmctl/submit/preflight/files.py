@@ -1,0 +1,228 @@
+"""Checks on what the job reads: placeholders, config files, entrypoint, imports, data paths."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from slurmctl.submit.spec import RunSpec
+from slurmctl.submit.preflight.findings import CheckResult, error, warning
+
+# ${VAR}, ${VAR:-x} and $VAR: slurmctl never expands variables, so any left is a mistake.
+PLACEHOLDER_RE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
+_REMOTE_RE = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+_COMMENT_PREFIXES = {".yaml": "#", ".yml": "#", ".toml": "#", ".env": "#"}
+
+
+def check_placeholders(spec: RunSpec, workdir: Path) -> CheckResult:
+    result = CheckResult("placeholders", "no unresolved ${VAR} in run.yaml, env or config files")
+    values = [("entrypoint", spec.entrypoint), *((f"args[{i}]", a) for i, a in enumerate(spec.args)),
+              *((f"env.{k}", v) for k, v in spec.env.items()), *((f"data[{i}]", d) for i, d in enumerate(spec.data)),
+              ("workdir", spec.workdir or ""), ("image", spec.image or ""), ("checkpoint.dir", spec.checkpoint.dir or ""),
+              *((f"config_files[{i}]", c) for i, c in enumerate(spec.config_files))]
+    for name, value in values:
+        m = PLACEHOLDER_RE.search(value)
+        if m:
+            result.findings.append(error(
+                "unresolved-variable", f"`{name}` still contains {m.group(0)}.",
+                "Replace it with the real value in run.yaml (slurmctl does not expand variables)."))
+    for rel in spec.config_files:
+        path = _resolve(rel, workdir)
+        if PLACEHOLDER_RE.search(rel) or not path.is_file():
+            continue  # reported above / by check_config_files
+        comment = _COMMENT_PREFIXES.get(path.suffix.lower(), None if path.suffix else "#")
+        for number, line in enumerate(_read_lines(path), 1):
+            if comment and line.lstrip().startswith(comment):
+                continue
+            m = PLACEHOLDER_RE.search(line)
+            if m:
+                result.findings.append(error(
+                    "unresolved-variable", f"{rel} line {number} still contains {m.group(0)}.",
+                    f"Fill in the value in {path} (nothing expands it before the job reads it)."))
+    return result
+
+
+def check_config_files(spec: RunSpec, workdir: Path) -> CheckResult:
+    result = CheckResult("config-files", "config files exist and parse")
+    for rel in spec.config_files:
+        if PLACEHOLDER_RE.search(rel):
+            continue
+        path = _resolve(rel, workdir)
+        if not path.is_file():
+            result.findings.append(error("missing-config-file", f"config file {rel} does not exist (looked at {path}).",
+                                         "Fix `config_files` in run.yaml (paths are relative to workdir)."))
+            continue
+        problem = _parse_problem(path)
+        if problem:
+            result.findings.append(error("invalid-config-file", f"config file {rel} does not parse: {problem}.",
+                                         f"Fix the syntax of {path}."))
+    result.note = f"{len(spec.config_files)} file(s)" if spec.config_files else "none declared"
+    return result
+
+
+def check_entrypoint(spec: RunSpec, workdir: Path) -> CheckResult:
+    result = CheckResult("entrypoint", "workdir and entrypoint exist")
+    if not workdir.is_dir():
+        result.findings.append(error("missing-workdir", f"workdir {workdir} does not exist.",
+                                     "Fix `workdir` in run.yaml (relative paths are relative to run.yaml)."))
+    elif not (workdir / spec.entrypoint).is_file():
+        result.findings.append(error("missing-entrypoint", f"entrypoint {spec.entrypoint} not found in {workdir}.",
+                                     "Fix `entrypoint` in run.yaml (relative to workdir)."))
+    return result
+
+
+def check_imports(spec: RunSpec, workdir: Path, python: str) -> CheckResult:
+    """Top-level imports of the entrypoint must resolve in the job's Python (find_spec: nothing runs)."""
+    result = CheckResult("imports", "entrypoint's top-level imports resolve in the job's Python")
+    entry = workdir / spec.entrypoint
+    if entry.suffix != ".py" or not entry.is_file():
+        result.note = "skipped (no Python entrypoint)"
+        return result
+    try:
+        tree = ast.parse(entry.read_bytes(), filename=str(entry))
+    except SyntaxError as exc:
+        result.findings.append(error("entrypoint-syntax", f"{spec.entrypoint} line {exc.lineno}: {exc.msg}.",
+                                     "Fix the syntax error; the job would die on its first line."))
+        return result
+    roots = _top_level_imports(tree, workdir)
+    if spec.image:
+        result.findings.append(warning("cannot-verify-imports",
+                                       f"imports of {spec.entrypoint} run inside image {spec.image}; not checked here.",
+                                       "Run `slurmctl submit --smoke` to try them on a GPU node."))
+        return result
+    if not roots:
+        result.note = "no third-party imports"
+        return result
+    missing, problem = _missing_modules(python, sorted(roots), workdir)
+    if problem:
+        result.findings.append(warning("cannot-verify-imports", problem,
+                                       "Check `python` in run.yaml or site.yaml, or run `slurmctl submit --smoke`."))
+        return result
+    for module in missing:
+        result.findings.append(error(
+            "missing-import", f"{spec.entrypoint} line {roots[module]} imports `{module}`, which {python} cannot find.",
+            f"Install it into the job's environment ({python} -m pip install ...) or fix the import."))
+    result.note = f"{len(roots)} module(s) found by {python}" if not missing else ""
+    return result
+
+
+def check_data(spec: RunSpec, workdir: Path) -> CheckResult:
+    result = CheckResult("data", "data paths exist and are readable")
+    for data_path in spec.data:
+        if PLACEHOLDER_RE.search(data_path):
+            continue  # reported by check_placeholders
+        if _REMOTE_RE.match(data_path):
+            finding = _check_remote(data_path)
+            if finding:
+                result.findings.append(finding)
+            continue
+        path = _resolve(data_path, workdir)
+        if not path.exists():
+            result.findings.append(error("missing-data", f"data path {data_path} does not exist (looked at {path}).",
+                                         "Fix `data` in run.yaml, or stage the data first."))
+        elif not os.access(path, os.R_OK) or (path.is_dir() and not os.access(path, os.X_OK)):
+            result.findings.append(error("unreadable-data", f"data path {data_path} is not readable by you.",
+                                         f"Fix its permissions (`chmod -R a+rX {path}`) or ask its owner."))
+    result.note = f"{len(spec.data)} path(s)" if spec.data else "none declared"
+    return result
+
+
+def _check_remote(url: str):
+    try:
+        import fsspec
+    except ImportError:
+        return warning("cannot-verify-data", f"cannot verify {url}: fsspec is not installed here.",
+                       "Install fsspec with its backend (gcsfs / s3fs) to check remote data at submit.")
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        exists = fs.exists(path)
+    except ImportError as exc:
+        return warning("cannot-verify-data", f"cannot verify {url}: {exc}.",
+                       "Install the fsspec backend for this scheme (gcsfs for gs://, s3fs for s3://).")
+    except Exception as exc:  # noqa: BLE001 - credentials, network: report, never block on it
+        return warning("cannot-verify-data", f"cannot verify {url}: {type(exc).__name__}: {exc}.",
+                       "Check your credentials for this bucket.")
+    if not exists:
+        return error("missing-data", f"data path {url} does not exist.", "Fix `data` in run.yaml, or upload the data first.")
+    return None
+
+
+def _resolve(rel: str, workdir: Path) -> Path:
+    path = Path(rel).expanduser()
+    return path if path.is_absolute() else workdir / path
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _parse_problem(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text()
+        if suffix in (".yaml", ".yml"):
+            yaml.safe_load(text)
+        elif suffix == ".json":
+            json.loads(text)
+        elif suffix == ".toml":
+            tomllib.loads(text)
+        elif suffix == ".env" or path.name.startswith(".env"):
+            for number, line in enumerate(text.splitlines(), 1):
+                stripped = line.strip().removeprefix("export ").strip()
+                if stripped and not stripped.startswith("#") and "=" not in stripped:
+                    return f"line {number} is not KEY=VALUE"
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return f"line {mark.line + 1}: {getattr(exc, 'problem', 'malformed YAML')}" if mark else "malformed YAML"
+    except json.JSONDecodeError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except tomllib.TOMLDecodeError as exc:
+        return str(exc)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot read it ({exc})"
+    return None
+
+
+def _top_level_imports(tree: ast.Module, workdir: Path) -> dict[str, int]:
+    """Module-level imports (not inside try:, which usually means optional) -> first line number."""
+    roots: dict[str, int] = {}
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        for name in names:
+            root = name.split(".")[0]
+            local = (workdir / f"{root}.py").exists() or (workdir / root).is_dir()
+            if root not in sys.stdlib_module_names and not local and root != "__future__":
+                roots.setdefault(root, node.lineno)
+    return roots
+
+
+_FIND_SPECS = ("import importlib.util, json, sys\n"
+               "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))")
+
+
+def _missing_modules(python: str, modules: list[str], workdir: Path) -> tuple[list[str], str | None]:
+    try:
+        proc = subprocess.run([python, "-c", _FIND_SPECS, *modules], cwd=workdir, capture_output=True,
+                              text=True, timeout=60)
+    except FileNotFoundError:
+        return [], f"the job's python {python} does not exist on this machine; imports not checked."
+    except subprocess.TimeoutExpired:
+        return [], f"{python} took over 60 s to look up imports; not checked."
+    if proc.returncode != 0:
+        return [], f"{python} could not look up imports: {proc.stderr.strip().splitlines()[-1:]}"
+    return json.loads(proc.stdout), None

@@ -1,0 +1,86 @@
+"""Findings and the checklist they make up."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from slurmctl.errors import PreflightError
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    level: str  # "error" | "warning"
+    message: str
+    hint: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def error(code: str, message: str, hint: str) -> Finding:
+    return Finding(code, "error", message, hint)
+
+
+def warning(code: str, message: str, hint: str) -> Finding:
+    return Finding(code, "warning", message, hint)
+
+
+@dataclass
+class CheckResult:
+    """One line of the checklist: what was checked, what it found, and a note when it passed."""
+
+    name: str
+    title: str
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        levels = {f.level for f in self.findings}
+        return "error" if "error" in levels else "warning" if levels else "ok"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "status": self.status, "note": self.note,
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass
+class PreflightReport:
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for c in self.checks for f in c.findings]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    def add(self, result: CheckResult) -> None:
+        self.checks.append(result)
+
+    def to_dict(self) -> dict:
+        return {"checks": [c.to_dict() for c in self.checks]}
+
+
+class PreflightFailed(PreflightError):
+    """Every error at once (not one per try); carries the checklist for display and --json."""
+
+    def __init__(self, report: PreflightReport):
+        errors = report.errors
+        super().__init__("nothing was submitted; preflight found "
+                         f"{len(errors)} problem{'s' if len(errors) != 1 else ''}: "
+                         + " ".join(f"({i}) {f.message}" for i, f in enumerate(errors, 1)),
+                         " ".join(f.hint for f in errors)
+                         + " (`--force` submits anyway and records that it did.)")
+        self.report = report
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "findings": [f.to_dict() for f in self.report.findings],
+                "checks": self.report.to_dict()["checks"]}
+
+
+def raise_on_errors(report: PreflightReport) -> None:
+    if report.errors:
+        raise PreflightFailed(report)

@@ -1,0 +1,332 @@
+"""What a researcher writes (RunSpec, run.yaml) and what an admin writes (SiteConfig, site.yaml).
+
+Validation errors name the field, the bad value and the fix; see ``format_validation_error``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from slurmctl.errors import ConfigError, SpecError
+from slurmctl.ops.pricing import Discounts
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2}):(\d{2})$")
+_SHORT_TIME_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
+
+
+def parse_duration(value: str | int) -> int:
+    """Seconds from '90m', '2h', '1d', '01:30:00' or '1-00:00:00'. Ints are minutes (as Slurm)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '2h' or '01:30:00'")
+    if isinstance(value, int):
+        return value * 60
+    text = str(value).strip()
+    m = _TIME_RE.match(text)
+    if m:
+        days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+        if minutes > 59 or seconds > 59:
+            raise ValueError(f"'{text}' has minutes or seconds above 59")
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    m = _SHORT_TIME_RE.match(text)
+    if m:
+        number, unit = float(m.group(1)), m.group(2)
+        scale = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[unit]
+        return int(number * scale)
+    raise ValueError(f"'{text}' is not a duration; write '2h', '90m' or '01:30:00'")
+
+
+def slurm_time(seconds: int) -> str:
+    """Seconds -> Slurm's D-HH:MM:SS (rounded up to whole minutes, Slurm's granularity)."""
+    minutes = -(-seconds // 60)
+    days, rem = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rem, 60)
+    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours:02d}:{mins:02d}:00"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class CheckpointSpec(_Strict):
+    dir: str | None = Field(None, description="where checkpoints go; default <run dir>/checkpoints")
+    interval_steps: int = Field(100, ge=1, description="save every N steps")
+    keep_last: int = Field(3, ge=1, description="valid checkpoints to keep")
+
+
+class TrackingSpec(_Strict):
+    backend: Literal["none", "wandb", "mlflow"] = Field("none", description="none, wandb or mlflow")
+    project: str | None = Field(None, description="W&B project / MLflow experiment name")
+
+
+class BuildSpec(_Strict):
+    """Build the run's image at submit: pushed to the site registry and pinned by digest."""
+
+    dockerfile: str = Field("Dockerfile", description="Dockerfile, relative to workdir")
+    context: str = Field(".", description="build context directory, relative to workdir")
+    repository: str | None = Field(None, description="repository in the site registry; default: slurmctl/<name>")
+    args: dict[str, str] = Field(default_factory=dict, description="Docker build arguments (--build-arg)")
+
+
+class ModelSpec(_Strict):
+    """What the memory estimate needs (see slurmctl/submit/memory.py for the formula)."""
+
+    params: str | float = Field(description="parameter count: 7e9, '7b', '350m'")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="training precision (bf16/fp16/fp8 = mixed, with fp32 master weights)")
+    optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "lion", "adafactor"] = Field("adamw", description="optimizer")
+    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = Field("ddp", description="ddp, zero1/2/3 or fsdp (= zero3)")
+    micro_batch: int | None = Field(None, ge=1, description="sequences per GPU per step")
+    seq_len: int | None = Field(None, ge=1, description="tokens per sequence")
+    hidden_size: int | None = Field(None, ge=1, description="model width, for the activation estimate")
+    num_layers: int | None = Field(None, ge=1, description="transformer layers, for the activation estimate")
+    activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
+
+
+class RunSpec(_Strict):
+    """run.yaml: my code + some GPUs + a launch script."""
+
+    name: str = Field(description="lower-case letters, digits, '.', '_' or '-', at most 48 chars")
+    entrypoint: str = Field(description="the training script, relative to workdir (e.g. train.py)")
+    args: list[str] = Field(default_factory=list, description="arguments passed to the entrypoint")
+    workdir: str | None = Field(None, description="code directory; default: the folder of run.yaml")
+    nodes: int = Field(1, ge=1, le=1024, description="number of nodes")
+    gpus_per_node: int = Field(1, ge=0, le=64, description="GPUs per node")
+    gpu_type: str | None = Field(None, description="GPU model, e.g. h100; default: the partition's")
+    procs_per_node: int | None = Field(None, ge=1, description="torchrun processes per node; default: gpus_per_node")
+    cpus_per_gpu: int | None = Field(None, ge=1, description="CPU cores per GPU; default from site config")
+    partition: str | list[str] = Field(description="a partition, or a list of acceptable ones")
+    time_limit: str = Field("01:00:00", description="wall-clock limit: '2h', '90m' or '01:30:00'")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables (strings)")
+    data: list[str] = Field(default_factory=list, description="data paths the job reads; must exist")
+    secrets: list[str] = Field(default_factory=list, description="names of keys read from the secrets file at job start")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    python: str | None = Field(None, description="python on the compute nodes; default from site config")
+    max_restarts: int = Field(3, ge=0, le=100, description="automatic restarts after failures (preemptions and time-limit drains do not count)")
+    image: str | None = Field(None, description="container image the training runs in, pinned as registry/repo@sha256:<digest>")
+    build: BuildSpec | None = Field(None, description="build the image from a Dockerfile at submit (see `submit --build`)")
+    config_files: list[str] = Field(default_factory=list, description="config files the training reads (YAML/JSON/TOML/.env), relative to workdir; checked for unresolved ${VAR}")
+    model: ModelSpec | None = Field(None, description="model size, precision, optimizer, sharding: enables the GPU memory check")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 48, starting with a letter or digit)")
+        return v
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("name the training script, e.g. entrypoint: train.py")
+        if "\n" in v or "\x00" in v:
+            raise ValueError("must be one line")
+        return v
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | list[str]) -> str | list[str]:
+        names = [v] if isinstance(v, str) else v
+        if not names:
+            raise ValueError("give at least one partition")
+        for p in names:
+            if not re.match(r"^[A-Za-z0-9._-]+$", p):
+                raise ValueError(f"'{p}' is not a partition name")
+        return v
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> str:
+        seconds = parse_duration(v)
+        if seconds < 60:
+            raise ValueError("must be at least one minute")
+        return str(v)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, value in v.items():
+            if not ENV_NAME_RE.match(str(key)):
+                raise ValueError(f"'{key}' is not a valid environment variable name")
+            if isinstance(value, (dict, list)) or value is None:
+                raise ValueError(f"{key}: value must be a string or number")
+            out[str(key)] = value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: list[str]) -> list[str]:
+        for key in v:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"'{key}' is not a valid secret name (use an environment-variable name)")
+        return v
+
+    @property
+    def partitions(self) -> list[str]:
+        return [self.partition] if isinstance(self.partition, str) else list(self.partition)
+
+    @property
+    def time_limit_seconds(self) -> int:
+        return parse_duration(self.time_limit)
+
+    @property
+    def nprocs_per_node(self) -> int:
+        return self.procs_per_node or max(self.gpus_per_node, 1)
+
+
+class PartitionConfig(_Strict):
+    capacity: Literal["ondemand", "spot", "reserved", "dev"] = Field(description="capacity type")
+    gpu_type: str = Field(description="GPU model in this partition, e.g. h100")
+    gpus_per_node: int = Field(ge=0)
+    price_per_gpu_hour: float = Field(ge=0, description="$ per GPU-hour")
+    preemptible: bool = False
+    arch: Literal["amd64", "arm64"] = Field("amd64", description="CPU architecture of the nodes (images must match)")
+
+
+class ContainersConfig(_Strict):
+    """How training images are built, stored and run on this cluster."""
+
+    runtime: Literal["none", "pyxis", "podman"] = Field("none", description="none, pyxis (srun --container-image) or podman")
+    registry: str | None = Field(None, description="registry host[:port] that `submit --build` pushes to")
+    engine_host: str | None = Field(None, description="DOCKER_HOST of the build engine when $DOCKER_HOST is unset")
+    base_image: str | None = Field(None, description="FROM image of the Dockerfile that `slurmctl init` writes")
+    podman: str = Field("podman", description="podman command on the nodes (runtime: podman)")
+    mounts: list[str] = Field(default_factory=list, description="extra host paths mounted at the same path in the container")
+
+
+class AccountingConfig(_Strict):
+    """Where the cost ledger and showback reports live, and the price discounts."""
+
+    ledger_path: str = Field("~/.local/share/slurmctl/ledger.sqlite", description="SQLite cost ledger")
+    reports_dir: str = Field("~/slurmctl/reports", description="where the cron report writes dated files")
+    discounts: Discounts = Field(default_factory=Discounts)
+
+
+class SiteConfig(_Strict):
+    """site.yaml: what an admin writes once per cluster."""
+
+    cluster: str
+    runs_root: str = "~/slurmctl/runs"
+    account: str | None = None
+    partitions: dict[str, PartitionConfig]
+    smoke_partition: str | None = None
+    python: str = Field("python3", description="python with torch and slurmctl on compute nodes")
+    cpus_per_gpu: int = Field(2, ge=1)
+    drain_margin_seconds: int = Field(120, ge=10, description="USR1 this long before the time limit")
+    secrets_file: str = "~/.config/slurmctl/secrets.env"
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    sbatch_templates_dir: str | None = None
+    accounting: AccountingConfig = Field(default_factory=AccountingConfig)
+    containers: ContainersConfig = Field(default_factory=ContainersConfig)
+    cost_confirm_threshold: float | None = Field(None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
+    require_smoke: bool = Field(False, description="first full submit needs a passed `submit --smoke` of the same code+config")
+    smoke_time_limit: str = Field("10m", description="time limit of `submit --smoke` jobs")
+    gpu_memory_gb: dict[str, float] = Field(default_factory=dict, description="GPU memory per GPU model (overrides built-ins)")
+    # issue 6: node hooks and the orphan sweeper
+    cost_records_dir: str = Field("/var/spool/slurmctl/cost-records", description="spool of per-attempt cost records (epilog)")
+    dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
+
+    @model_validator(mode="after")
+    def _smoke(self) -> "SiteConfig":
+        if self.smoke_partition and self.smoke_partition not in self.partitions:
+            raise ValueError(f"smoke_partition '{self.smoke_partition}' is not one of partitions")
+        return self
+
+    @property
+    def runs_root_path(self) -> Path:
+        return Path(os.path.expanduser(self.runs_root))
+
+
+SITE_CONFIG_ENV = "SLURMCTL_SITE_CONFIG"
+SITE_CONFIG_PATHS = (Path("/etc/slurmctl/site.yaml"),)
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One readable paragraph: each bad field, the value given and what is expected."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "missing":
+            parts.append(f"`{loc}` is missing")
+            continue
+        if err["type"] == "extra_forbidden":
+            parts.append(f"`{loc}` is not a known field (check the spelling)")
+            continue
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "a mapping"
+        parts.append(f"`{loc}` = {shown}: {msg}")
+    return f"{source} is invalid: " + "; ".join(parts) + "."
+
+
+def _field_hint(model: type[BaseModel], exc: ValidationError) -> str:
+    hints = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else ""
+        field = model.model_fields.get(name)
+        if field is not None and field.description:
+            hints.append(f"`{name}`: {field.description}")
+    hints = list(dict.fromkeys(hints))
+    return "Fix: " + "; ".join(hints) + "." if hints else "Fix the fields named above."
+
+
+def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}.", "Check the path; `slurmctl init NAME` writes a run.yaml.") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}.", "Check the file's permissions.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise error(f"{path} is not valid YAML{at}: {problem}.",
+                    "Fix the YAML syntax (indentation, a missing ':' or an unclosed quote).") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} must be a YAML mapping of fields (name:, entrypoint:, ...), not {type(data).__name__}.",
+                    "See `slurmctl init NAME` for an example run.yaml.")
+    return data
+
+
+def load_run_spec(path: Path) -> RunSpec:
+    data = _load_yaml(path, "run spec", SpecError)
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, str(path)), _field_hint(RunSpec, exc)) from None
+
+
+def find_site_config() -> Path:
+    env = os.environ.get(SITE_CONFIG_ENV)
+    if env:
+        return Path(env)
+    for candidate in SITE_CONFIG_PATHS:
+        if candidate.exists():
+            return candidate
+    raise ConfigError(
+        "no site configuration found (looked at $SLURMCTL_SITE_CONFIG and /etc/slurmctl/site.yaml).",
+        "Ask your cluster admin for site.yaml, or on the local dev cluster run deploy/local/up, which installs it.",
+    )
+
+
+def load_site_config(path: Path | None = None) -> SiteConfig:
+    path = path or find_site_config()
+    data = _load_yaml(path, "site config", ConfigError)
+    try:
+        return SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(path)), _field_hint(SiteConfig, exc)) from None

@@ -1,0 +1,217 @@
+"""submit: preflight checklist -> placement (earliest start) -> cost -> run directory -> sbatch.
+
+`--smoke` runs the same code on the smoke partition for one step and waits for the verdict.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from slurmctl.submit.cost import CostEstimate, estimate
+from slurmctl.errors import SlurmctlError
+from slurmctl.fsutil import write_atomic
+from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
+from slurmctl.submit.placement import Placement, place
+from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
+from slurmctl.submit.preflight.findings import CheckResult, error
+from slurmctl.submit.render import render
+from slurmctl.rundir import Run, RunRegistry, new_run_id
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
+from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
+
+TEMPLATE = "torchrun.sbatch.j2"
+SMOKE_WAIT_MARGIN_SECONDS = 120  # queueing + Slurm's kill delay beyond the smoke time limit
+
+
+class CostNotConfirmed(SlurmctlError):
+    code = "cost-not-confirmed"
+    exit_code = 2
+
+
+@dataclass
+class SubmitOptions:
+    dry_run: bool = False
+    extra_sbatch_args: Sequence[str] = ()
+    force: bool = False
+    allow_mutable_image: bool = False
+    smoke: bool = False
+    where: str | None = None
+    yes: bool = False
+    build: bool = False  # build + push the run's image, then pin its digest (images.py)
+    confirm: Callable[[CostEstimate], bool] | None = None  # asked when the cost is above the site threshold
+
+
+@dataclass
+class SubmitResult:
+    run_id: str
+    run_dir: str
+    script: str
+    estimate: CostEstimate
+    job_id: int | None = None
+    dry_run: bool = False
+    report: PreflightReport = field(default_factory=PreflightReport)
+    placement: Placement | None = None
+    forced: list[str] = field(default_factory=list)
+    code_hash: str = ""
+    smoke: SmokeVerdict | None = None
+    image: PinnedImage | None = None
+
+    @property
+    def findings(self):
+        return self.report.findings
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "run_dir": self.run_dir, "job_id": self.job_id, "dry_run": self.dry_run,
+                "estimate": self.estimate.to_dict(), "findings": [f.to_dict() for f in self.findings],
+                "checks": self.report.to_dict()["checks"],
+                "placement": self.placement.to_dict() if self.placement else None, "forced": self.forced,
+                "code_hash": self.code_hash, "smoke": self.smoke.to_dict() if self.smoke else None,
+                "image": self.image.to_dict() if self.image else None}
+
+
+def resolve_workdir(spec: RunSpec, spec_path: Path) -> Path:
+    base = spec_path.resolve().parent
+    return (base / spec.workdir).resolve() if spec.workdir else base
+
+
+def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, workdir: Path,
+                   partition: str | None = None, image: PinnedImage | None = None) -> dict:
+    """`partition`: the placement's choice; otherwise every acceptable partition (Slurm picks)."""
+    partitions = [partition] if partition else spec.partitions
+    gpu_type = spec.gpu_type or site.partitions[partitions[0]].gpu_type
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "workdir": str(workdir),
+        "partitions": partitions,
+        "account": site.account,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "gpu_type": gpu_type,
+        "cpus_per_task": (spec.cpus_per_gpu or site.cpus_per_gpu) * max(spec.gpus_per_node, 1),
+        "time_limit": slurm_time(spec.time_limit_seconds),
+        "drain_margin": site.drain_margin_seconds,
+        "python": spec.python or site.python,
+        "nprocs_per_node": spec.nprocs_per_node,
+        "entrypoint": spec.entrypoint,
+        "args": spec.args,
+        "env": spec.env,
+        "nccl_env": site.nccl_env,
+        "tracking": spec.tracking,
+        "secrets": spec.secrets,
+        "secrets_file": str(Path(site.secrets_file).expanduser()),
+        "checkpoint_dir": spec.checkpoint.dir or str(run_dir / "checkpoints"),
+        "checkpoint_interval": spec.checkpoint.interval_steps,
+        "checkpoint_keep": spec.checkpoint.keep_last,
+        **container_context(site, spec, image, run_dir, spec.checkpoint.dir or str(run_dir / "checkpoints")),
+    }
+
+
+def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: SubmitOptions | None = None,
+           **legacy) -> SubmitResult:
+    opts = options or SubmitOptions(**legacy)
+    spec = load_run_spec(spec_path)
+    workdir = resolve_workdir(spec, spec_path)
+    code_hash = code_config_hash(spec, workdir)  # of what the researcher wrote, so smoke and full match
+    if opts.smoke:
+        spec = smoke_spec(spec, site)
+    elif opts.where:
+        spec = spec.model_copy(update={"partition": opts.where})
+
+    report = run_preflight(spec, site, ClusterView.query(client, getpass.getuser()), workdir,
+                           allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
+    if site.require_smoke and not opts.smoke:
+        report.add(_smoke_gate(site, code_hash, spec_path))
+    _stop_unless_forced(report, opts)
+    # Build/push if asked, then pin the image to the registry's digest (preflight enforced the tag rule).
+    image = resolve_run_image(spec, site, workdir, build=opts.build, allow_mutable=True)
+
+    registry = RunRegistry(site.runs_root_path)
+    provisional_id = new_run_id(spec.name)
+
+    def script_for(partition: str, run_id: str = provisional_id, run_dir: Path | None = None) -> str:
+        context = sbatch_context(spec, site, run_id, run_dir or registry.root / run_id, workdir, partition,
+                                 image)
+        return render(TEMPLATE, context, _templates_dir(site))
+
+    placement = place(spec, site, client, script_for)
+    cost = estimate(spec, site, placement.chosen)
+    leaks = secret_leaks(script_for(placement.chosen), spec, site)
+    if leaks:
+        report.add(CheckResult("secret-in-script", "no secret value in the job script", leaks))
+        _stop_unless_forced(report, opts)
+    forced = [f.code for f in report.errors]
+
+    if opts.dry_run:
+        return SubmitResult(provisional_id, str(registry.root / provisional_id), script_for(placement.chosen), cost,
+                            dry_run=True, report=report, placement=placement, forced=forced, code_hash=code_hash,
+                            image=image)
+    if cost.needs_confirmation(site) and not opts.yes and not (opts.confirm and opts.confirm(cost)):
+        raise CostNotConfirmed(
+            f"worst case ${cost.max_usd:,.2f} is above this site's confirmation threshold "
+            f"${site.cost_confirm_threshold:,.2f}; nothing was submitted.",
+            "Confirm at the prompt, or pass --yes (scripts), or shorten `time_limit` / use fewer GPUs.")
+
+    run = registry.create(spec)
+    try:
+        script = script_for(placement.chosen, run.run_id, run.path)
+        _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
+                code_hash=code_hash, smoke=opts.smoke)
+        record_image(run.path, image)
+        script_path = run.path / "job.sbatch"
+        write_atomic(script_path, script, mode=0o755)
+        job_id = client.submit(script_path, opts.extra_sbatch_args)
+    except SlurmctlError:
+        shutil.rmtree(run.path, ignore_errors=True)  # nothing ran; the user's run.yaml is untouched
+        raise
+    run.record("submitted", job_id=job_id, sbatch_args=list(opts.extra_sbatch_args), partition=placement.chosen,
+               **({"forced": forced} if forced else {}))
+    result = SubmitResult(run.run_id, str(run.path), script, cost, job_id=job_id, report=report,
+                          placement=placement, forced=forced, code_hash=code_hash, image=image)
+    if opts.smoke:
+        timeout = spec.time_limit_seconds + SMOKE_WAIT_MARGIN_SECONDS
+        result.smoke = wait_and_judge(run, client, job_id, site, code_hash, timeout)
+    return result
+
+
+def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:
+    if report.errors and not opts.force:
+        raise PreflightFailed(report)
+
+
+def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path) -> CheckResult:
+    result = CheckResult("smoke-gate", "a smoke test of this code+config passed")
+    record = smoke_passed(site, code_hash)
+    if record:
+        result.note = f"{record.get('run_id')} (code+config {code_hash})"
+    else:
+        result.findings.append(error(
+            "smoke-required", f"this site requires a passed smoke test of the same code+config ({code_hash}) first.",
+            f"Run `slurmctl submit {spec_path} --smoke` (1 GPU, one step, a few minutes)."))
+    return result
+
+
+def _templates_dir(site: SiteConfig) -> Path | None:
+    return Path(site.sbatch_templates_dir).expanduser() if site.sbatch_templates_dir else None
+
+
+def _freeze(run: Run, spec: RunSpec, spec_path: Path, workdir: Path, site: SiteConfig, *, report: PreflightReport,
+            placement: Placement, forced: list[str], code_hash: str, smoke: bool) -> None:
+    """run.yaml is the exact spec that ran (workdir made absolute); run.json is metadata."""
+    frozen = spec.model_copy(update={"workdir": str(workdir)})
+    write_atomic(run.path / "run.yaml", yaml.safe_dump(frozen.model_dump(mode="json"), sort_keys=False))
+    meta = {"run_id": run.run_id, "name": spec.name, "created": time.time(), "user": getpass.getuser(),
+            "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
+            "code_hash": code_hash, "smoke": smoke, "forced": forced}
+    write_atomic(run.path / "run.json", json.dumps(meta, indent=2))
+    write_atomic(run.path / "preflight.json", json.dumps({**report.to_dict(), "forced": forced,
+                                                          "placement": placement.to_dict()}, indent=2))
