@@ -33,10 +33,41 @@ def test_a_run_costs_its_gpu_seconds_times_price(tmp_path):
     cost = slurmctl_json("cost", run_id)
     [attempt] = cost["attempts"]
     assert attempt["gpus"] == 2 and attempt["gpu_type"] == "h100" and attempt["elapsed_s"] >= 3
-    expected = 2 * attempt["elapsed_s"] / 3600 * PRICE["h100-spot"]
-    discount = 0.2 if time.localtime().tm_wday >= 5 or not 7 <= time.localtime().tm_hour < 22 else 0.0
-    assert cost["cost_usd"] == pytest.approx(expected * (1 - discount), rel=0.35)  # off-peak 0.3 / weekend 0.2
-    assert cost["cost_usd"] <= expected + 1e-9
+    list_price = 2 * attempt["elapsed_s"] / 3600 * PRICE["h100-spot"]
+    expected = _discounted_cost(2, attempt["start"], attempt["end"], PRICE["h100-spot"], _site_discounts())
+    assert cost["cost_usd"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert cost["cost_usd"] <= list_price + 1e-12
+
+
+def _site_discounts() -> dict:
+    """The discounts the cluster under test really has (its installed site.yaml), not a copy."""
+    import yaml
+
+    from slurmctl.submit.spec import find_site_config
+
+    discounts = yaml.safe_load(find_site_config().read_text())["accounting"]["discounts"]
+    assert discounts["offpeak"] > 0 and discounts["weekend"] > 0  # the local site prices both
+    return discounts
+
+
+def _discounted_cost(gpus: int, start: str, end: str, price: float, discounts: dict) -> float:
+    """Second by second, independently of slurmctl's boundary walk: off-peak and weekend discounts
+    do not stack, the larger one wins."""
+    from datetime import datetime, timedelta
+
+    def minutes(hhmm: str) -> int:
+        hours, mins = str(hhmm).split(":")[:2]
+        return int(hours) * 60 + int(mins)
+
+    off_start, off_end = minutes(discounts["offpeak_start"]), minutes(discounts["offpeak_end"])
+    at, stop, total = datetime.fromisoformat(start), datetime.fromisoformat(end), 0.0
+    while at < stop:
+        minute = at.hour * 60 + at.minute
+        offpeak = (minute >= off_start or minute < off_end) if off_start > off_end else off_start <= minute < off_end
+        off = max(discounts["offpeak"] if offpeak else 0.0, discounts["weekend"] if at.weekday() >= 5 else 0.0)
+        total += gpus / 3600 * price * (1 - off)
+        at += timedelta(seconds=1)
+    return total
 
 
 def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(tmp_path):
