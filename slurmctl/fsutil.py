@@ -1,42 +1,198 @@
-"""Small file helpers safe on shared filesystems (standard library only: used inside jobs)."""
+"""Small file helpers safe on shared filesystems and against planted files.
+
+Standard library only at import: jobs, the root-run node hooks and the CLI all use them.
+
+The readers here never block and never read without bound, whatever sits at the path: a FIFO,
+`/dev/zero`, a device or a directory is refused after a non-blocking open (`O_NONBLOCK`, then
+`fstat` must say S_ISREG), and every read is capped. With ``nofollow=True`` (the default, for paths
+a user controls) a symlink as the last path component is refused too (`O_NOFOLLOW`).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 
+from slurmctl.errors import UnsafeFile
 
-def append_jsonl(path: Path, record: dict) -> None:
+DEFAULT_READ_CAP = 1024 * 1024  # small state files (run.json, heartbeat.json): far below this
+DEFAULT_TAIL_BYTES = 256 * 1024
+
+
+def open_regular(path: str | os.PathLike, *, nofollow: bool = True) -> int:
+    """A read-only fd of a regular file, opened without blocking (a FIFO never stalls the caller).
+
+    Raises FileNotFoundError when nothing is there, and ``UnsafeFile`` (an OSError, so hook code
+    that catches OSError stays safe) for a symlink (with nofollow), FIFO, device or directory.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(path, "a symbolic link") from None
+        if exc.errno == errno.EISDIR:
+            raise UnsafeFile(path, "a directory") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFile(path, _kind(mode))
+        # Back to blocking reads: a regular file never blocks, and O_NONBLOCK is only for the open.
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_capped(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True) -> bytes:
+    """The first `cap` bytes of a regular file (see ``open_regular`` for what is refused)."""
+    fd = open_regular(path, nofollow=nofollow)
+    try:
+        return _read_fd(fd, cap)
+    finally:
+        os.close(fd)
+
+
+def read_text_capped(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True) -> str:
+    return read_capped(path, cap, nofollow=nofollow).decode(errors="replace")
+
+
+def read_json(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True):
+    """Parsed JSON of a small state file, or None when it is missing, unsafe or not (yet) valid JSON."""
+    try:
+        return json.loads(read_capped(path, cap, nofollow=nofollow))
+    except (OSError, ValueError):
+        return None
+
+
+def tail_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_TAIL_BYTES, *,
+               nofollow: bool = True) -> tuple[bytes, bool]:
+    """(the last `max_bytes` of a regular file, whether it was cut at the front)."""
+    fd = open_regular(path, nofollow=nofollow)
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - max_bytes)
+        os.lseek(fd, start, os.SEEK_SET)
+        return _read_fd(fd, max_bytes), start > 0
+    finally:
+        os.close(fd)
+
+
+def tail_text_lines(path: str | os.PathLike, lines: int = 0, max_bytes: int = DEFAULT_TAIL_BYTES, *,
+                    nofollow: bool = True) -> list[str]:
+    """THE tail reader: the last `lines` lines (0 = all within the cap) of a log or JSONL file.
+
+    Reads at most `max_bytes` from the end; the first line is dropped when the window cut it.
+    A missing file is an empty list; a FIFO, device, directory or (nofollow) symlink raises
+    ``UnsafeFile`` without blocking.
+    """
+    try:
+        data, cut = tail_bytes(path, max_bytes, nofollow=nofollow)
+    except FileNotFoundError:
+        return []
+    text = data.decode(errors="replace").splitlines()
+    if cut and text:
+        text = text[1:]
+    return text[-lines:] if lines else text
+
+
+def tail_jsonl(path: str | os.PathLike, records: int = 0, max_bytes: int = 64 * 1024, *,
+               nofollow: bool = True) -> list[dict]:
+    """The newest records of a JSONL file that grows forever (metrics.jsonl), within `max_bytes`.
+
+    Torn lines (a killed writer, the window's cut) are skipped; an unsafe file reads as empty.
+    """
+    try:
+        lines = tail_text_lines(path, 0, max_bytes, nofollow=nofollow)
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out[-records:] if records else out
+
+
+def append_jsonl(path: Path, record: dict, mode: int = 0o640) -> None:
     """One write() per line with O_APPEND, so concurrent writers never interleave a line."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, mode)
     try:
         os.write(fd, line)
     finally:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, cap: int = 64 * 1024 * 1024) -> list[dict]:
+    """Every record of a JSONL file (attempts.jsonl: a few lines per attempt), up to `cap` bytes."""
     try:
-        text = path.read_text()
+        text = read_text_capped(path, cap)
     except FileNotFoundError:
         return []
+    except OSError:
+        return []  # not a regular file: nothing a reader should trust
     out = []
     for line in text.splitlines():
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line from a killed writer
+        if isinstance(record, dict):
+            out.append(record)
     return out
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write to a temporary sibling, fsync, rename over: readers see old or new, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def write_atomic(path: Path, text: str, mode: int = 0o640) -> None:
+    """Write to a temporary sibling, fsync, rename over: readers see old or new, never half.
+
+    The temporary name is created with O_EXCL|O_NOFOLLOW, so a planted file or symlink there makes
+    the write fail instead of following it.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

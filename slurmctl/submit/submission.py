@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import shutil
 import time
@@ -16,25 +15,20 @@ from pathlib import Path
 import yaml
 
 from slurmctl.submit.cost import CostEstimate, estimate
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import CostNotConfirmed, SlurmctlError
 from slurmctl.fsutil import write_atomic
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render
-from slurmctl.rundir import Run, RunRegistry, new_run_id
+from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
 from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
 
 TEMPLATE = "torchrun.sbatch.j2"
 SMOKE_WAIT_MARGIN_SECONDS = 120  # queueing + Slurm's kill delay beyond the smoke time limit
-
-
-class CostNotConfirmed(SlurmctlError):
-    code = "cost-not-confirmed"
-    exit_code = 2
 
 
 @dataclass
@@ -88,6 +82,7 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
     """`partition`: the placement's choice; otherwise every acceptable partition (Slurm picks)."""
     partitions = [partition] if partition else spec.partitions
     gpu_type = spec.gpu_type or site.partitions[partitions[0]].gpu_type
+    checkpoint_dir = str(resolve_checkpoint_dir(spec.checkpoint.dir, workdir, run_dir))
     return {
         "run_id": run_id,
         "run_dir": str(run_dir),
@@ -109,10 +104,12 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "tracking": spec.tracking,
         "secrets": spec.secrets,
         "secrets_file": str(Path(site.secrets_file).expanduser()),
-        "checkpoint_dir": spec.checkpoint.dir or str(run_dir / "checkpoints"),
+        "checkpoint_dir": checkpoint_dir,
         "checkpoint_interval": spec.checkpoint.interval_steps,
         "checkpoint_keep": spec.checkpoint.keep_last,
-        **container_context(site, spec, image, run_dir, spec.checkpoint.dir or str(run_dir / "checkpoints")),
+        # Files the job writes (logs, checkpoints, heartbeat): owner only, or the team group.
+        "umask": "027" if site.share_runs_with_group else "077",
+        **container_context(site, spec, image, run_dir, checkpoint_dir),
     }
 
 
@@ -125,9 +122,9 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     if opts.smoke:
         spec = smoke_spec(spec, site)
     elif opts.where:
-        spec = spec.model_copy(update={"partition": opts.where})
+        spec = spec.with_partition(opts.where, site)
 
-    report = run_preflight(spec, site, ClusterView.query(client, getpass.getuser()), workdir,
+    report = run_preflight(spec, site, ClusterView.query(client, current_user()), workdir,
                            allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
     if site.require_smoke and not opts.smoke:
         report.add(_smoke_gate(site, code_hash, spec_path))
@@ -161,14 +158,14 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
             f"${site.cost_confirm_threshold:,.2f}; nothing was submitted.",
             "Confirm at the prompt, or pass --yes (scripts), or shorten `time_limit` / use fewer GPUs.")
 
-    run = registry.create(spec)
+    run = registry.create(spec, share_with_group=site.share_runs_with_group)
     try:
         script = script_for(placement.chosen, run.run_id, run.path)
         _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
                 code_hash=code_hash, smoke=opts.smoke)
         record_image(run.path, image)
-        script_path = run.path / "job.sbatch"
-        write_atomic(script_path, script, mode=0o755)
+        script_path = run.script_path
+        write_atomic(script_path, script)
         job_id = client.submit(script_path, opts.extra_sbatch_args)
     except SlurmctlError:
         shutil.rmtree(run.path, ignore_errors=True)  # nothing ran; the user's run.yaml is untouched
@@ -208,10 +205,11 @@ def _freeze(run: Run, spec: RunSpec, spec_path: Path, workdir: Path, site: SiteC
             placement: Placement, forced: list[str], code_hash: str, smoke: bool) -> None:
     """run.yaml is the exact spec that ran (workdir made absolute); run.json is metadata."""
     frozen = spec.model_copy(update={"workdir": str(workdir)})
-    write_atomic(run.path / "run.yaml", yaml.safe_dump(frozen.model_dump(mode="json"), sort_keys=False))
-    meta = {"run_id": run.run_id, "name": spec.name, "created": time.time(), "user": getpass.getuser(),
+    write_atomic(run.spec_path, yaml.safe_dump(frozen.model_dump(mode="json"), sort_keys=False))
+    meta = {"run_id": run.run_id, "name": spec.name, "created": time.time(), "user": current_user(),
+            "checkpoint_dir": str(resolve_checkpoint_dir(spec.checkpoint.dir, workdir, run.path)),
             "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
             "code_hash": code_hash, "smoke": smoke, "forced": forced}
-    write_atomic(run.path / "run.json", json.dumps(meta, indent=2))
-    write_atomic(run.path / "preflight.json", json.dumps({**report.to_dict(), "forced": forced,
+    write_atomic(run.meta_path, json.dumps(meta, indent=2))
+    write_atomic(run.preflight_path, json.dumps({**report.to_dict(), "forced": forced,
                                                           "placement": placement.to_dict()}, indent=2))
