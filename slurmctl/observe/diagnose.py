@@ -14,11 +14,12 @@ a hung step; ``watchdog_report`` puts that in words for ``diagnose`` and ``statu
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from slurmctl.fsutil import read_json, tail_bytes
 
 CATEGORIES = (
     "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "import_error", "arch_mismatch", "missing_config",
@@ -168,14 +169,14 @@ def clean_line(line: str) -> tuple[str, int | None]:
     return text, rank
 
 
-def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> str:
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True) -> str:
+    """The end of a log. A FIFO, /dev/zero or other non-regular file raises UnsafeFile at once
+    (non-blocking open, then fstat) instead of hanging; reads are capped at `max_bytes`."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - max_bytes))
-            return fh.read().decode(errors="replace")
+        data, _ = tail_bytes(path, max_bytes, nofollow=nofollow)
     except FileNotFoundError:
         return ""
+    return data.decode(errors="replace")
 
 
 def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
@@ -227,9 +228,10 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source)
 
 
-def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
-    """A run's job log (<run dir>/logs/<job>.out) also brings what the watchdog did to that job."""
-    text = read_tail(path)
+def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nofollow: bool = True) -> Diagnosis:
+    """A run's job log (<run dir>/logs/<job>.out) also brings what the watchdog did to that job.
+    `nofollow=False` for a path the user named (`diagnose --log`): a symlink is theirs to follow."""
+    text = read_tail(path, nofollow=nofollow)
     result = diagnose_text(text, slurm_state, exit_code)
     run_dir = path.parent.parent
     if path.parent.name == "logs" and (run_dir / "run.json").is_file():
@@ -257,10 +259,7 @@ def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | No
     folder = run_dir / "watchdog"
     if not folder.is_dir():
         return None
-    try:
-        state = json.loads((folder / "state.json").read_text())
-    except (OSError, ValueError):
-        state = {}
+    state = read_json(folder / "state.json")  # None when missing, not JSON, or not a regular file
     if not isinstance(state, dict) or (job_id is not None and str(state.get("job_id")) != str(job_id)):
         state = {}
     scenes = []

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from slurmctl.errors import RunNotFound
+from slurmctl.fsutil import open_regular, tail_text_lines
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import SlurmClient
 
@@ -19,16 +21,14 @@ def log_file(run: Run, job_id: int | None = None) -> Path:
     return run.log_path(job_id)
 
 
-def tail_lines(path: Path, lines: int) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            data = fh.read().decode(errors="replace")
-    except FileNotFoundError:
-        return []
-    return data.splitlines()[-lines:] if lines else data.splitlines()
+LOG_TAIL_BYTES = 256 * 1024  # `logs` and the smoke verdict show the end of a log, never all of it
+FOLLOW_CHUNK_BYTES = 1024 * 1024  # most text `logs -f` takes from a log per poll
+
+
+def tail_lines(path: Path, lines: int, *, nofollow: bool = True) -> list[str]:
+    """The last `lines` lines (0: all within the last LOG_TAIL_BYTES). A FIFO, device or symlink
+    where the log should be raises UnsafeFile at once instead of blocking (fsutil's reader)."""
+    return tail_text_lines(path, lines, LOG_TAIL_BYTES, nofollow=nofollow)
 
 
 def follow(run: Run, client: SlurmClient, emit: Callable[[str], None], poll_seconds: float = 2.0,
@@ -54,11 +54,17 @@ def follow(run: Run, client: SlurmClient, emit: Callable[[str], None], poll_seco
 
 def _emit_new(path: Path, offset: int, emit: Callable[[str], None]) -> int:
     try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
+        fd = open_regular(path)
     except FileNotFoundError:
         return offset
+    try:
+        size = os.fstat(fd).st_size
+        if size < offset:  # truncated or replaced: start over rather than print nothing forever
+            offset = 0
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = os.read(fd, FOLLOW_CHUNK_BYTES)
+    finally:
+        os.close(fd)
     if data:
         emit(data.decode(errors="replace"))
     return offset + len(data)

@@ -7,52 +7,65 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from slurmctl.durations import parse_duration, slurm_time  # noqa: F401 - also imported from here
 from slurmctl.errors import ConfigError, SpecError
 from slurmctl.ops.pricing import Discounts
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2}):(\d{2})$")
-_SHORT_TIME_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
+# Identifiers land unquoted on #SBATCH lines and in `export NAME=`, so they are checked with
+# fullmatch: `re.match` with a trailing `$` accepts "name\n", and that newline starts a new line
+# of the job script. \A...\Z keeps callers that still use .match() safe too.
+NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,47}\Z")
+ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+PARTITION_RE = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
+GPU_TYPE_RE = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
+# run.yaml is small; these caps bound what a hostile or broken file can cost to load (an alias
+# bomb constructs cheaply but expands exponentially when validated or dumped).
+MAX_YAML_BYTES = 1024 * 1024
+MAX_YAML_NODES = 100_000
 
 
-def parse_duration(value: str | int) -> int:
-    """Seconds from '90m', '2h', '1d', '01:30:00' or '1-00:00:00'. Ints are minutes (as Slurm)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as '2h' or '01:30:00'")
-    if isinstance(value, int):
-        return value * 60
-    text = str(value).strip()
-    m = _TIME_RE.match(text)
-    if m:
-        days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
-        if minutes > 59 or seconds > 59:
-            raise ValueError(f"'{text}' has minutes or seconds above 59")
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    m = _SHORT_TIME_RE.match(text)
-    if m:
-        number, unit = float(m.group(1)), m.group(2)
-        scale = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[unit]
-        return int(number * scale)
-    raise ValueError(f"'{text}' is not a duration; write '2h', '90m' or '01:30:00'")
+def control_character(text: str) -> str | None:
+    """The first character of `text` that could end or rewrite a line of a script (CR, LF, NUL, ESC,
+    any other control character, or a Unicode line/paragraph separator), else None."""
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            return char
+    return None
 
 
-def slurm_time(seconds: int) -> str:
-    """Seconds -> Slurm's D-HH:MM:SS (rounded up to whole minutes, Slurm's granularity)."""
-    minutes = -(-seconds // 60)
-    days, rem = divmod(minutes, 24 * 60)
-    hours, mins = divmod(rem, 60)
-    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours:02d}:{mins:02d}:00"
+def _no_control_characters(value: Any, where: str) -> None:
+    """Walk a raw YAML value (keys too): every string must be one clean line."""
+    if isinstance(value, str):
+        bad = control_character(value)
+        if bad is not None:
+            raise ValueError(f"{where} contains the control character {bad!r}; every value ends up on one line "
+                             "of the job script (#SBATCH or export), where a line break or control character "
+                             "would start a new command. Write it on one line, without control characters")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_control_characters(key, f"a key of {where}")
+            _no_control_characters(item, f"{where[:-1]}.{key}`" if isinstance(key, str) and where.endswith("`")
+                                   else where)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _no_control_characters(item, f"{where[:-1]}[{i}]`" if where.endswith("`") else where)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_line(cls, v: Any, info) -> Any:
+        _no_control_characters(v, f"`{info.field_name}`")
+        return v
 
 
 class CheckpointSpec(_Strict):
@@ -118,7 +131,7 @@ class RunSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 48, starting with a letter or digit)")
         return v
 
@@ -138,8 +151,15 @@ class RunSpec(_Strict):
         if not names:
             raise ValueError("give at least one partition")
         for p in names:
-            if not re.match(r"^[A-Za-z0-9._-]+$", p):
-                raise ValueError(f"'{p}' is not a partition name")
+            if not isinstance(p, str) or not PARTITION_RE.fullmatch(p):
+                raise ValueError(f"{p!r} is not a partition name (letters, digits, '.', '_' or '-')")
+        return v
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, v: str | None) -> str | None:
+        if v is not None and not GPU_TYPE_RE.fullmatch(v):
+            raise ValueError("write the GPU model as Slurm names it (letters, digits, '.', '_' or '-'), e.g. h100")
         return v
 
     @field_validator("time_limit", mode="before")
@@ -157,8 +177,9 @@ class RunSpec(_Strict):
             return v
         out = {}
         for key, value in v.items():
-            if not ENV_NAME_RE.match(str(key)):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
+            if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name "
+                                 "(letters, digits and '_', not starting with a digit)")
             if isinstance(value, (dict, list)) or value is None:
                 raise ValueError(f"{key}: value must be a string or number")
             out[str(key)] = value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
@@ -168,13 +189,21 @@ class RunSpec(_Strict):
     @classmethod
     def _secrets(cls, v: list[str]) -> list[str]:
         for key in v:
-            if not ENV_NAME_RE.match(key):
+            if not ENV_NAME_RE.fullmatch(key):
                 raise ValueError(f"'{key}' is not a valid secret name (use an environment-variable name)")
         return v
 
     @property
     def partitions(self) -> list[str]:
         return [self.partition] if isinstance(self.partition, str) else list(self.partition)
+
+    def with_partition(self, where: str, site: "SiteConfig") -> "RunSpec":
+        """This spec on the partition `submit --where` names: it must be one the site configures
+        (model_copy does not validate, so the check is here)."""
+        if not isinstance(where, str) or not PARTITION_RE.fullmatch(where) or where not in site.partitions:
+            raise SpecError(f"--where {where!r} is not a partition of cluster {site.cluster}.",
+                            f"Pass --where with one of: {', '.join(sorted(site.partitions))}.")
+        return self.model_copy(update={"partition": where})
 
     @property
     def time_limit_seconds(self) -> int:
@@ -231,6 +260,8 @@ class SiteConfig(_Strict):
     containers: ContainersConfig = Field(default_factory=ContainersConfig)
     cost_confirm_threshold: float | None = Field(None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
     require_smoke: bool = Field(False, description="first full submit needs a passed `submit --smoke` of the same code+config")
+    share_runs_with_group: bool = Field(False, description="run dirs 0750 / files 0640: the group of each user's runs "
+                                        "directory (set by the operator, setgid) may read runs; default owner only")
     smoke_time_limit: str = Field("10m", description="time limit of `submit --smoke` jobs")
     gpu_memory_gb: dict[str, float] = Field(default_factory=dict, description="GPU memory per GPU model (overrides built-ins)")
     # issue 6: node hooks and the orphan sweeper
@@ -281,15 +312,84 @@ def _field_hint(model: type[BaseModel], exc: ValidationError) -> str:
     return "Fix: " + "; ".join(hints) + "." if hints else "Fix the fields named above."
 
 
-def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
+class YAMLTooLarge(ValueError):
+    """A YAML document over the size, node or nesting caps (see ``bounded_safe_load``)."""
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """How many nodes the document has once every alias is expanded, counted without expanding
+    (each node's size is computed once; a node reached again through an alias reuses it)."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = min(limit + 1, 1 + sum(sizes[id(child)] for child in _children(node)))
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise YAMLTooLarge("an alias refers to a value that contains it (a recursive structure)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def bounded_safe_load(text: str, max_nodes: int = MAX_YAML_NODES) -> Any:
+    """yaml.safe_load with a cap on the expanded node count: anchors and aliases still work, but a
+    "billion laughs" document (aliases nested in aliases) is refused before anything walks it.
+    Raises YAMLTooLarge, or yaml.YAMLError for malformed YAML."""
+    loader = yaml.SafeLoader(text)
     try:
-        text = path.read_text()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise YAMLTooLarge("it is nested too deeply") from None
+        if node is None:
+            return None
+        if _expanded_size(node, max_nodes) > max_nodes:
+            raise YAMLTooLarge(f"it expands to more than {max_nodes:,} values (anchors and aliases "
+                               "nested inside each other)")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
+    from slurmctl.errors import UnsafeFile
+    from slurmctl.fsutil import read_capped
+
+    try:
+        # Non-blocking open, regular files only, capped: a FIFO or /dev/zero named as run.yaml
+        # fails at once instead of hanging `submit`.
+        raw = read_capped(path, MAX_YAML_BYTES + 1, nofollow=False)
     except FileNotFoundError:
         raise error(f"{what} not found: {path}.", "Check the path; `slurmctl init NAME` writes a run.yaml.") from None
+    except UnsafeFile as exc:
+        raise error(f"{what} {path} is {exc.kind}, not a regular file.",
+                    "Pass the path of a YAML file.") from None
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror}.", "Check the file's permissions.") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise error(f"{what} {path} is larger than {MAX_YAML_BYTES // 1024} KiB.",
+                    "A run spec is a few dozen lines; check that the path names the right file.")
     try:
-        data = yaml.safe_load(text)
+        data = bounded_safe_load(raw.decode("utf-8", errors="replace"))
+    except YAMLTooLarge as exc:
+        raise error(f"{path} is refused: {exc}.",
+                    "Write the values out (a few anchors are fine; aliases inside aliases are not).") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""

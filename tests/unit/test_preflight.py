@@ -53,7 +53,7 @@ def codes(the_spec, site, workdir, view=VIEW, **kwargs):
 def test_clean_spec_passes_every_check(site, workdir):
     report = run_preflight(spec(), site, VIEW, workdir, user="root")
     assert report.findings == [] and all(c.status == "ok" for c in report.checks)
-    assert len(report.checks) == 12
+    assert len(report.checks) == 13
 
 
 @pytest.mark.parametrize("fields", [
@@ -189,7 +189,8 @@ def test_cluster_shape_and_limits(site, workdir, fields, code):
 def test_account_must_be_associated(site, workdir):
     assert codes(spec(), site.model_copy(update={"account": "physics"}), workdir) == ["account-not-allowed"]
     unknown = ClusterView(VIEW.nodes, VIEW.partitions, associations=None)
-    assert codes(spec(), site, workdir, view=unknown) == ["cannot-verify-account"]
+    with_account = site.model_copy(update={"account": "ml-research"})
+    assert codes(spec(), with_account, workdir, view=unknown) == ["cannot-verify-account"]
 
 
 def test_memory_does_not_fit_then_fits_sharded(site, workdir):
@@ -233,3 +234,47 @@ def test_three_problems_are_reported_at_once(site, workdir):
     assert "3 problems" in exc.message and "(3)" in exc.message
     assert sorted(f["code"] for f in exc.to_dict()["findings"]) == ["missing-entrypoint", "time-limit-too-long",
                                                                      "unresolved-variable"]
+
+
+@pytest.mark.parametrize("name", ["WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "OPENAI_APIKEY",
+                                  "github_token", "MY_SECRETS", "SMTP_PASSWD"])
+def test_credential_in_env_is_an_error_pointing_to_secrets(site, workdir, name):
+    report = run_preflight(spec(env={name: "hunter2-value"}), site, VIEW, workdir, user="root")
+    assert [f.code for f in report.findings] == ["credential-in-env"]
+    finding = report.findings[0]
+    assert f"env.{name}" in finding.message and "job.sbatch" in finding.message
+    assert "secrets:" in finding.hint and str(site.secrets_file) in finding.hint
+
+
+@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "HF_HOME", "KEYBOARD", "OMP_NUM_THREADS"])
+def test_ordinary_env_names_are_not_credentials(site, workdir, name):
+    assert codes(spec(env={name: "1"}), site, workdir) == []
+
+
+def _planted_interpreter(workdir, marker):
+    tool = workdir / "tools.sh"
+    tool.write_text(f"#!/bin/sh\ntouch {marker}\necho '[]'\n")
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "symlink-outside-to-inside"])
+def test_preflight_never_runs_a_python_from_the_workdir(site, workdir, tmp_path, how):
+    marker = tmp_path / "executed"
+    tool = _planted_interpreter(workdir, marker)
+    python = {"relative": "./tools.sh", "absolute": str(tool)}.get(how)
+    if python is None:
+        link = tmp_path / "python3"
+        link.symlink_to(tool)
+        python = str(link)
+    report = run_preflight(spec(python=python), site, VIEW, workdir, user="root")
+    assert [f.code for f in report.findings] == ["cannot-verify-imports"]
+    assert "code directory" in report.findings[0].message
+    assert not marker.exists()
+
+
+def test_preflight_runs_the_site_python_outside_the_workdir(site, workdir):
+    # the control for the test above: an interpreter outside the code is still used (yaml resolves)
+    report = run_preflight(spec(), site, VIEW, workdir, user="root")
+    imports = next(c for c in report.checks if c.name == "imports")
+    assert imports.status == "ok" and "found by" in imports.note

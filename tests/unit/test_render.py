@@ -17,7 +17,9 @@ def context(local_site, **overrides):
                   env={"HF_HOME": "/data/hf cache"}, secrets=["WANDB_API_KEY"],
                   tracking={"backend": "wandb", "project": "tiny"})
     spec = RunSpec(**{**fields, **overrides})
-    local_site = local_site.model_copy(update={"secrets_file": "/home/alice/.config/slurmctl/secrets.env"})
+    # account set here, not taken from deploy/local: the golden file covers the --account line
+    local_site = local_site.model_copy(update={"secrets_file": "/home/alice/.config/slurmctl/secrets.env",
+                                               "account": "ml-research"})
     return sbatch_context(spec, local_site, "tiny-lm-20261129-abcd", Path("/runs/tiny-lm-20261129-abcd"),
                           Path("/home/alice/tiny-lm"))
 
@@ -42,7 +44,7 @@ def test_script_has_the_contract_lines(local_site):
 
 def test_hostile_args_and_env_are_quoted_not_executed(local_site, tmp_path):
     marker = tmp_path / "pwned"
-    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's", 'a"b', "line1\nline2", "; touch " + str(marker)]
+    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's", 'a"b', "glob * ?", "; touch " + str(marker)]
     spec_ctx = context(local_site, args=hostile, env={"EVIL": f"$(touch {marker})"})
     script = render(TEMPLATE, spec_ctx)
     # Execute only the quoted words: the env export line and the argument list, through a real bash.
@@ -58,3 +60,51 @@ def test_secret_values_never_in_script(local_site):
     script = render(TEMPLATE, context(local_site))
     assert "slurmctl.runtime.secrets" in script and "WANDB_API_KEY" in script
     assert "WANDB_API_KEY=" not in script
+
+
+# --- values that would break out of their line: refused, by validation and again at render ---
+import pytest  # noqa: E402
+
+from slurmctl.errors import SpecError  # noqa: E402
+from slurmctl.submit.render import check_context  # noqa: E402
+
+
+@pytest.mark.parametrize("key, value, field", [
+    ("workdir", "/home/alice/x\n#SBATCH --uid=0", "`workdir`"),
+    ("run_id", "evil\n", "run id"),
+    ("gpu_type", "h100\nexport X=1", "`gpu_type`"),
+    ("partitions", ["l4-dev\n#SBATCH --qos=high"], "`partition`"),
+    ("python", "/usr/bin/python3\r", "`python`"),
+    ("env", {"GOOD": "a\nb"}, "`env` GOOD"),
+    ("env", {"BAD\n": "a"}, "a key of `env`"),
+    ("args", ["ok", "x\x00y"], "`args`"),
+    ("checkpoint_dir", "/ck\u2028x", "`checkpoint.dir`"),
+])
+def test_render_refuses_control_characters_and_names_the_field(local_site, key, value, field):
+    ctx = {**context(local_site), key: value}
+    with pytest.raises(SpecError) as info:
+        render(TEMPLATE, ctx)
+    assert field in info.value.message and "control character" in info.value.message
+    assert "one line" in info.value.hint
+
+
+@pytest.mark.parametrize("key, value", [("workdir", "/home/alice/My Project"), ("run_dir", "/runs/a'b")])
+def test_sbatch_line_values_must_be_single_words(local_site, key, value):
+    with pytest.raises(SpecError, match="#SBATCH line"):
+        check_context({**context(local_site), key: value})
+
+
+def test_finalize_guard_catches_what_the_context_check_missed(local_site, tmp_path):
+    # a template that computes a value with a line break: no context value has one
+    (tmp_path / "t.j2").write_text("#SBATCH --job-name={{ 'a' ~ sep ~ 'b' }}\n")
+    from slurmctl.submit.render import environment
+
+    with pytest.raises(SpecError, match="refusing to render"):
+        environment(tmp_path).get_template("t.j2").render(sep="\n")
+
+
+def test_spec_with_newlines_never_reaches_render():
+    for fields in ({"name": "evil\n"}, {"env": {"A\n": "1"}}, {"env": {"A": "1\nreboot"}},
+                   {"workdir": "/tmp/a\nb"}, {"gpu_type": "h100\n"}, {"partition": "l4-dev\n"}):
+        with pytest.raises(ValueError):
+            RunSpec(**{"name": "a", "entrypoint": "train.py", "partition": "l4-dev", **fields})

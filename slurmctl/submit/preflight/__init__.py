@@ -10,7 +10,8 @@ from slurmctl.submit.spec import RunSpec, SiteConfig
 from slurmctl.submit.preflight.cluster import ClusterView, check_account, check_memory, check_shape, check_time_limit
 from slurmctl.submit.preflight.files import check_config_files, check_data, check_entrypoint, check_imports, check_placeholders
 from slurmctl.submit.preflight.findings import CheckResult, Finding, PreflightFailed, PreflightReport, raise_on_errors
-from slurmctl.submit.preflight.security import check_image, check_nccl_overrides, check_secrets, secret_leaks
+from slurmctl.submit.preflight.security import (check_env_credentials, check_image, check_nccl_overrides, check_secrets,
+                                                secret_leaks)
 
 __all__ = ["CheckResult", "ClusterView", "Finding", "PreflightFailed", "PreflightReport", "raise_on_errors",
            "run_preflight", "secret_leaks"]
@@ -28,6 +29,7 @@ def run_preflight(spec: RunSpec, site: SiteConfig, view: ClusterView, workdir: P
         check_imports(spec, workdir, spec.python or site.python),
         check_data(spec, workdir),
         check_secrets(spec, site),
+        check_env_credentials(spec, site),
         check_image(spec, allow_mutable_image),
         check_shape(spec, site, view),
         check_time_limit(spec, view),

@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -101,7 +102,13 @@ def check_imports(spec: RunSpec, workdir: Path, python: str) -> CheckResult:
     if not roots:
         result.note = "no third-party imports"
         return result
-    missing, problem = _missing_modules(python, sorted(roots), workdir)
+    interpreter, problem = _interpreter(python, workdir)
+    if problem:
+        result.findings.append(warning("cannot-verify-imports", problem,
+                                       "Run `slurmctl submit --smoke` to try the imports on a node, or set `python` "
+                                       "to an interpreter installed outside the code directory."))
+        return result
+    missing, problem = _missing_modules(interpreter, sorted(roots))
     if problem:
         result.findings.append(warning("cannot-verify-imports", problem,
                                        "Check `python` in run.yaml or site.yaml, or run `slurmctl submit --smoke`."))
@@ -215,14 +222,49 @@ _FIND_SPECS = ("import importlib.util, json, sys\n"
                "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))")
 
 
-def _missing_modules(python: str, modules: list[str], workdir: Path) -> tuple[list[str], str | None]:
+def _interpreter(python: str, workdir: Path) -> tuple[str | None, str | None]:
+    """(absolute path of the job's python, None) or (None, why it is not run here).
+
+    Preflight (and so `submit --dry-run`) must never run a program that comes with the code it
+    checks: `python: ./tools.sh` in a run.yaml would otherwise execute on the submitting machine.
+    A name without '/' is looked up on PATH (never in the workdir); a relative path is relative to
+    the workdir, so it is the code's own. Anything that lies in the workdir, before or after
+    resolving symlinks, is not run."""
+    if "/" in python:
+        path = Path(python).expanduser()
+        if not path.is_absolute():
+            return None, (f"`python` {python} is a path inside the code directory; preflight does not run "
+                          "programs that come with the code, so imports are not checked here.")
+    else:
+        found = shutil.which(python)
+        if found is None:
+            return None, f"the job's python {python} does not exist on this machine; imports not checked."
+        path = Path(found)
+    path = Path(os.path.abspath(path))
+    root = workdir.resolve()
+    for candidate in (path, path.resolve()):
+        if candidate == root or root in candidate.parents:
+            return None, (f"the job's python {python} lies inside the code directory {workdir}; preflight does not "
+                          "run programs that come with the code, so imports are not checked here.")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return None, f"the job's python {python} is not an executable file on this machine; imports not checked."
+    return str(path), None
+
+
+def _missing_modules(python: str, modules: list[str]) -> tuple[list[str], str | None]:
+    # cwd is neutral (not the workdir): nothing of the code is on sys.path, and local modules were
+    # already set aside by _top_level_imports.
     try:
-        proc = subprocess.run([python, "-c", _FIND_SPECS, *modules], cwd=workdir, capture_output=True,
-                              text=True, timeout=60)
-    except FileNotFoundError:
-        return [], f"the job's python {python} does not exist on this machine; imports not checked."
+        proc = subprocess.run([python, "-c", _FIND_SPECS, *modules], cwd="/", capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return [], f"the job's python {python} cannot be run here ({exc.strerror}); imports not checked."
     except subprocess.TimeoutExpired:
         return [], f"{python} took over 60 s to look up imports; not checked."
     if proc.returncode != 0:
         return [], f"{python} could not look up imports: {proc.stderr.strip().splitlines()[-1:]}"
-    return json.loads(proc.stdout), None
+    try:
+        missing = json.loads(proc.stdout)
+    except ValueError:
+        return [], f"{python} did not answer the import lookup; imports not checked."
+    return [m for m in missing if isinstance(m, str)], None

@@ -58,6 +58,29 @@ def check_secrets(spec: RunSpec, site: SiteConfig) -> CheckResult:
     return result
 
 
+# Name parts that mark a credential (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD,
+# OPENAI_APIKEY). Matched per '_'-separated part, so TOKENIZERS_PARALLELISM is not one.
+_CREDENTIAL_WORDS = ("KEY", "KEYS", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD")
+
+
+def looks_like_credential(name: str) -> bool:
+    return any(part.endswith(_CREDENTIAL_WORDS) for part in name.upper().split("_") if part)
+
+
+def check_env_credentials(spec: RunSpec, site: SiteConfig) -> CheckResult:
+    """`env:` values are written into job.sbatch and run.yaml; credentials belong under `secrets:`."""
+    result = CheckResult("env-credentials", "no credentials in env: (they go under secrets:)")
+    for key in spec.env:
+        if looks_like_credential(key):
+            result.findings.append(error(
+                "credential-in-env",
+                f"`env.{key}` looks like a credential; env: values are written into job.sbatch and run.yaml "
+                "in the run directory, where they stay after the run.",
+                f"Put {key}=... in your secrets file ({secrets_path(site)}, mode 0600), remove it from `env:` "
+                f"and list it under `secrets:` in run.yaml; the job reads it at start."))
+    return result
+
+
 def secret_leaks(script: str, spec: RunSpec, site: SiteConfig) -> list[Finding]:
     """A secret value that made it into the rendered script (e.g. pasted into env or args)."""
     if not spec.secrets:
