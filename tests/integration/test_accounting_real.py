@@ -1,4 +1,5 @@
-"""Cost accounting against the real slurmdbd of the local cluster."""
+"""Cost accounting against the real slurmdbd of the local cluster: alice runs and costs her jobs,
+root (the operator) runs the showback reports."""
 
 import json
 import subprocess
@@ -6,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
+from .conftest import as_user, slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
 
 PRICE = {"h100-ondemand": 3.90, "h100-spot": 1.40, "l4-dev": 0.35}
 
@@ -22,8 +23,8 @@ def _sacct_gone_running(job_id: int, attempts: int, timeout: float = 60) -> None
     raise AssertionError(f"sacct did not show {attempts} ended attempts of job {job_id}")
 
 
-def test_a_run_costs_its_gpu_seconds_times_price(tmp_path):
-    spec = write_run(tmp_path, {"name": "cost-test", "entrypoint": "nap.py", "partition": "h100-spot",
+def test_a_run_costs_its_gpu_seconds_times_price(workdir):
+    spec = write_run(workdir, {"name": "cost-test", "entrypoint": "nap.py", "partition": "h100-spot",
                                 "gpu_type": "h100", "gpus_per_node": 2, "time_limit": "5m"},
                      {"nap.py": "import time; time.sleep(3)\n"})
     run_id = slurmctl_json("submit", spec)["run_id"]
@@ -70,8 +71,8 @@ def _discounted_cost(gpus: int, start: str, end: str, price: float, discounts: d
     return total
 
 
-def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(tmp_path):
-    spec = write_run(tmp_path, {"name": "requeue-cost", "entrypoint": "nap.py", "partition": "h100-ondemand",
+def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(workdir):
+    spec = write_run(workdir, {"name": "requeue-cost", "entrypoint": "nap.py", "partition": "h100-ondemand",
                                 "gpus_per_node": 1, "time_limit": "5m"},
                      {"nap.py": "import time; time.sleep(4)\n"})
     submitted = slurmctl_json("submit", spec)
@@ -79,9 +80,11 @@ def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(tmp_p
     job_id = submitted["job_id"]
     wait_for_state(run_id, {"RUNNING"}, timeout=180)
     time.sleep(2)
-    # slurmctl submits --no-requeue; make it requeueable as the reliability layer does after a checkpoint
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True)
-    subprocess.run(["scontrol", "requeue", str(job_id)], check=True)
+    # slurmctl submits --no-requeue; make it requeueable as the reliability layer does after a
+    # checkpoint (inside the job, as its owner), then requeue it as its owner may
+    alice = as_user("alice")
+    alice.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True)
+    alice.run(["scontrol", "requeue", str(job_id)], check=True)
     start_requeued_now(job_id)
     wait_for_state(run_id, {"COMPLETED"}, timeout=120)
     _sacct_gone_running(job_id, 2)
@@ -90,18 +93,18 @@ def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(tmp_p
     assert cost["cost_usd"] == pytest.approx(sum(a["cost_usd"] for a in cost["attempts"]))
     assert cost["gpu_hours"] == pytest.approx(sum(a["elapsed_s"] for a in cost["attempts"]) / 3600)
 
-    first = json.loads(slurmctl("report", "--since", "1d", "--by", "run", "--format", "json").stdout)
+    first = json.loads(slurmctl("report", "--since", "1d", "--by", "run", "--format", "json", user="root").stdout)
     again = json.loads(slurmctl("report", "--since", first["since"], "--until", first["until"], "--by", "run",
-                                "--format", "json").stdout)
+                                "--format", "json", user="root").stdout)
     mine = [g for g in first["groups"] if g["group"] == run_id]
     assert mine and mine[0]["attempts"] == 2 and mine[0]["cost_usd"] == pytest.approx(cost["cost_usd"])
     assert first["totals"] == again["totals"]
 
 
 def test_html_report_is_written_and_never_clobbered(tmp_path):
-    target = tmp_path / "report.html"
-    slurmctl("report", "--since", "1d", "--format", "html", "--output", target)
+    target = tmp_path / "report.html"  # the operator's report: root's own directory
+    slurmctl("report", "--since", "1d", "--format", "html", "--output", target, user="root")
     page = target.read_text()
     assert "<svg" in page and "GPU showback" in page
-    second = slurmctl("report", "--since", "1d", "--format", "html", "--output", target, check=False)
+    second = slurmctl("report", "--since", "1d", "--format", "html", "--output", target, check=False, user="root")
     assert second.returncode != 0 and target.read_text() == page
