@@ -34,7 +34,7 @@ import secrets
 import stat
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned
@@ -77,7 +77,7 @@ def run_id_from_comment(comment: str | None) -> str | None:
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{name}-{now:%Y%m%d}-{secrets.token_hex(2)}"
 
 
@@ -346,7 +346,8 @@ class RunRegistry:
         the user dir's, inherited through its setgid bit, which the operator sets)."""
         if not _SAFE_PATH_RE.fullmatch(str(self.root)):
             raise ConfigError(
-                f"runs_root {self.runs_root} contains characters (spaces, quotes, ...) that #SBATCH lines cannot carry.",
+                f"runs_root {self.runs_root} contains characters (spaces, quotes, ...) that #SBATCH lines "
+                "cannot carry.",
                 "Set runs_root in site.yaml to a path of letters, digits, '/', '.', '_' or '-'.",
             )
         os.umask(0o027 if share_with_group else 0o077)  # every file the CLI writes into the run

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
-from slurmctl.cli.main import Context, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, json_option, out, pass_ctx, print_json
 
 
 @click.command()
 @click.option("--port", default=9877, show_default=True, help="HTTP port for /metrics.")
-@click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--listen", "--address", "address", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="Address to listen on. The metrics have no authentication: loopback by default; give "
+                   "the scrape network's address (or 0.0.0.0 behind a firewall) to expose them.")
 @click.option("--interval", default=15.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds between Slurm snapshots (at most one squeue + one sinfo per interval).")
 @click.option("--once", is_flag=True, help="Print the metrics once and exit (no server).")

@@ -1,43 +1,29 @@
 """RunStatus: Slurm's view of a run's latest job + heartbeat + metrics + checkpoints + diagnosis.
 
-`build_status` is a pure function of what was read (so every branch is unit-testable with jobs
-captured from the real cluster); `run_status` / `runs_statuses` do the reading with a constant
+`build_status` takes the Slurm job as an argument and reads only the run directory (through
+slurmctl.rundir) and the clock, so every branch is unit-testable with jobs captured from the real
+cluster and a run dir in a temporary directory; `run_status` / `runs_statuses` do the reading with a constant
 number of Slurm commands: one squeue for every run, one sacct for the ones squeue forgot, and
 (status of a run waiting for GPUs only) one sinfo for free capacity.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.durations import human_duration
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
-from slurmctl.ops.pricing import allocation_cost
-from slurmctl.observe.quota import quota_for
-from slurmctl.rundir import Run
-from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
 from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.quota import quota_for
+from slurmctl.ops.pricing import allocation_cost
+from slurmctl.rundir import Run
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER
+from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
-
-
-def human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, sec = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"
 
 
 @dataclass
@@ -83,7 +69,7 @@ class RunStatus:
     checkpoint_age_seconds: float | None = None
     restarts_used: int = 0
     restarts_left: int | None = None
-    drain_unacknowledged: bool = False  # issue 3: a drain was requested and the training never confirmed it
+    drain_unacknowledged: bool = False  # a drain was requested and the training never confirmed it
     health: str = "ok"
     cost_usd: float | None = None
     suggestions: list[str] = field(default_factory=list)
@@ -95,31 +81,6 @@ class RunStatus:
         return asdict(self)
 
 
-def _metrics_tail(run: Run, records: int = 20) -> list[dict]:
-    path = run.path / "metrics.jsonl"
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 16 * 1024))
-            lines = fh.read().decode(errors="replace").splitlines()[-records:]
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by the tail window or a write in progress
-    return out
-
-
-def _throughput(records: list[dict]) -> float | None:
-    timed = [r for r in records if isinstance(r.get("step"), (int, float)) and isinstance(r.get("time"), (int, float))]
-    if len(timed) < 2 or timed[-1]["time"] <= timed[0]["time"]:
-        return None
-    return (timed[-1]["step"] - timed[0]["step"]) / (timed[-1]["time"] - timed[0]["time"])
-
-
 def _phase(run: Run, job: Job, heartbeat: dict | None, restarts: int) -> str:
     state = job.state
     if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD", "SPECIAL_EXIT", "REQUEUE_FED"}:
@@ -127,11 +88,11 @@ def _phase(run: Run, job: Job, heartbeat: dict | None, restarts: int) -> str:
             return "held"
         return "requeued" if restarts or state == "REQUEUED" else "queued"
     if state in {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"}:
-        if (run.path / "drain.request").exists():
+        if run.drain_requested():
             return "draining"
         if not heartbeat or str(heartbeat.get("job_id")) != str(job.job_id):
             return "starting"
-        ck_dir = run.path / "checkpoints"
+        ck_dir = run.checkpoint_dir
         if ck_dir.is_dir() and any(p.name.endswith(".tmp") for p in ck_dir.iterdir()):
             return "checkpointing"
         return "training"
@@ -170,13 +131,13 @@ def _capacity_why(status: RunStatus, spec_gpu_type: str | None, per_node: int, c
 
 def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: QueueContext | None = None,
                  site=None) -> RunStatus:
-    """Pure function of its inputs, so every branch is unit-testable with captured jobs."""
+    """The run's story from its Slurm job (given, never queried here) and its run directory."""
     now = now or time.time()
     job_id = run.latest_job_id()
     events = run.events()
     starts = [e for e in events if e.get("event") == "start"]
     heartbeat = run.heartbeat()
-    latest_ck = CheckpointManager(run.path / "checkpoints").latest()
+    latest_ck = run.checkpoints().latest()
     try:
         spec = run.spec()
     except Exception:  # noqa: BLE001 - a broken run.yaml must not hide the Slurm state
@@ -248,7 +209,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status.total_steps = int(total) if total else None
         if status.total_steps and status.last_step is not None:
             status.progress_percent = round(100 * (status.last_step + 1) / status.total_steps, 1)
-        status.steps_per_second = _throughput(_metrics_tail(run))
+        status.steps_per_second = run.step_rate()
         shown = ", ".join(f"{k} {v:.4g}" for k, v in status.last_metrics.items() if isinstance(v, (int, float)))
         status.details.append(f"Last progress: step {status.last_step}"
                               f"{f' ({shown})' if shown else ''}, {human_duration(status.heartbeat_age_seconds)} ago.")
@@ -256,7 +217,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             status.health = f"no step progress for {int(status.heartbeat_age_seconds // 60)} min"
     if latest_ck:
         status.latest_checkpoint_step = latest_ck.step
-        marker = latest_ck.path / ".complete"
+        marker = latest_ck.path / COMPLETE_MARKER
         if marker.exists():
             status.checkpoint_age_seconds = max(0.0, now - marker.stat().st_mtime)
         status.details.append(f"Newest valid checkpoint: step {latest_ck.step}.")
@@ -319,7 +280,7 @@ def runs_statuses(runs: list[Run], client: SlurmClient, site=None) -> list[RunSt
 
 
 def _reliability_details(status: RunStatus, events: list[dict]) -> None:
-    """Issue 3: why the last attempt ended (requeue/stop policy), and an unacknowledged drain, loudly."""
+    """Why the last attempt ended (requeue/stop policy), and an unacknowledged drain, loudly."""
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
     current = events[last_submit + 1:]
     ends = [e for e in current if e.get("event") == "end" and e.get("reason")]

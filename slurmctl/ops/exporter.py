@@ -4,8 +4,9 @@ Slurm is asked at most once per interval, however often Prometheus scrapes: ``Sn
 keeps ONE snapshot (one ``squeue`` + one ``sinfo`` call, ``-O`` formats, no ``--json``) and rebuilds
 it only when it is older than the interval; scrapes in between read the cached one.
 
-Runs come from the run registry, only for runs that have an active job in that snapshot (so run
-labels stay bounded by the queue): heartbeat.json, metrics.jsonl (its tail only), attempts.jsonl,
+Runs come from the run directories (slurmctl.rundir) of the jobs in that snapshot, found as
+``<runs_root>/<job's user>/<run id>`` only for a valid run id in the job's comment (so run labels stay
+bounded by the queue and no comment names a path): heartbeat.json, metrics.jsonl (its tail only), attempts.jsonl,
 drain.request / drain.ack and checkpoints/ through ``CheckpointManager``. Watchdog interventions
 (slurmctl.runtime.watchdog) = its drain request in force (drain.request with reason "watchdog") + each hung
 step it ended (one scene directory per kill under watchdog/).
@@ -13,8 +14,10 @@ step it ended (one scene directory per kill under watchdog/).
 
 from __future__ import annotations
 
-import json
+import os
+import pwd
 import re
+import stat
 import threading
 import time
 from collections import Counter, defaultdict
@@ -26,17 +29,17 @@ import yaml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import read_jsonl
-from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
+from slurmctl.fsutil import read_json, read_text_capped
 from slurmctl.observe.explain import REASONS
+from slurmctl.rundir import Run, run_id_from_comment, step_rate
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
+from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 from slurmctl.submit.spec import SiteConfig
 
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
-_METRICS_TAIL_BYTES = 64 * 1024
-_STEP_WINDOW = 50  # metrics.jsonl records used for the current step time
+_USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a Unix login name: one safe path component
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
 # responding) makes the node's free GPUs count as down.
 _UP_STATES = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
@@ -132,37 +135,11 @@ def reason_label(reason: str) -> str:
     return reason if reason in REASONS else ("none" if not reason else "other")
 
 
-def _tail_jsonl(path: Path, max_bytes: int = _METRICS_TAIL_BYTES) -> list[dict]:
-    """The last records of a JSONL file without reading all of it (metrics.jsonl grows forever)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read().decode(errors="replace")
-    except FileNotFoundError:
-        return []
-    lines = data.splitlines()[1:] if size > max_bytes else data.splitlines()
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # torn last line of a killed writer
-    return records
-
-
-def step_seconds(records: list[dict]) -> float | None:
-    """Mean seconds per step over the newest window of the current attempt (steps after a resume)."""
-    points = [(r["step"], r["time"]) for r in records if isinstance(r.get("step"), int) and "time" in r]
-    for i in range(len(points) - 1, 0, -1):  # a resume restarts steps: keep only the last monotone run
-        if points[i][0] <= points[i - 1][0]:
-            points = points[i:]
-            break
-    points = points[-_STEP_WINDOW:]
-    if len(points) < 2 or points[-1][0] == points[0][0]:
-        return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+def step_seconds(records: list[dict], since: float | None = None) -> float | None:
+    """Mean seconds per step of the current attempt: the inverse of slurmctl.rundir.step_rate, the
+    one rate `slurmctl status` shows too."""
+    rate = step_rate(records, since=since)
+    return 1.0 / rate if rate else None
 
 
 def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, float | None, float]:
@@ -170,7 +147,7 @@ def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, flo
     ck_time = save_seconds = None
     if latest is not None:
         try:
-            marker = json.loads((latest.path / COMPLETE_MARKER).read_text())
+            marker = read_json(latest.path / COMPLETE_MARKER)
             ck_time = float(marker["time"])
             started = marker.get("started")
             if started is None:  # no start recorded: earliest file mtime is a lower bound
@@ -189,41 +166,40 @@ def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, flo
     return ck_time, save_seconds, in_progress
 
 
-def read_run(run_dir: Path, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
+def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
+    """One active run's sample, read through slurmctl.rundir (capped, non-blocking, no symlinks)."""
     price = site.partitions[job.partitions[0]].price_per_gpu_hour if job.partitions and \
         job.partitions[0] in site.partitions else 0.0
     running = job.state == "RUNNING"
-    sample = RunSample(run_id=job.run_id or "", job_id=job.job_id, state=job.state,
+    sample = RunSample(run_id=run.run_id, job_id=job.job_id, state=job.state,
                        partition=job.partitions[0] if job.partitions else "", user=job.user, gpus=job.gpus,
                        burn_dollars_per_hour=job.gpus * price if running else 0.0,
                        attempt_start=job.start_time.timestamp() if running and job.start_time else None,
                        acceptable_partitions=list(job.partitions))
-    interval_steps, ckpt_root = None, run_dir / "checkpoints"
+    interval_steps = None
     try:
-        spec = yaml.safe_load((run_dir / "run.yaml").read_text()) or {}
+        spec = yaml.safe_load(read_text_capped(run.spec_path)) or {}
         partitions = spec.get("partition") or []
         sample.acceptable_partitions += [p for p in ([partitions] if isinstance(partitions, str) else partitions)
                                          if p not in sample.acceptable_partitions]
-        ckpt = spec.get("checkpoint") or {}
-        interval_steps = int(ckpt.get("interval_steps", 100))
-        if ckpt.get("dir"):
-            ckpt_root = Path(ckpt["dir"]) if Path(ckpt["dir"]).is_absolute() else run_dir / ckpt["dir"]
+        interval_steps = int((spec.get("checkpoint") or {}).get("interval_steps", 100))
     except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
         pass
+    heartbeat = run.heartbeat() or {}
+    metrics = heartbeat.get("metrics") if isinstance(heartbeat.get("metrics"), dict) else {}
     try:
-        heartbeat = json.loads((run_dir / "heartbeat.json").read_text())
         sample.step, sample.last_step_time = int(heartbeat["step"]), float(heartbeat["time"])
-        metrics = heartbeat.get("metrics") or {}
-        if isinstance(metrics.get("loss"), (int, float)):
-            sample.loss = float(metrics["loss"])
-    except (OSError, ValueError, KeyError, TypeError):
-        metrics = {}
-    records = _tail_jsonl(run_dir / "metrics.jsonl")
-    sample.step_seconds = step_seconds(records)
+    except (KeyError, TypeError, ValueError):
+        pass
+    if isinstance(metrics.get("loss"), (int, float)):
+        sample.loss = float(metrics["loss"])
+    rate = run.step_rate()
+    sample.step_seconds = 1.0 / rate if rate else None
     if isinstance(metrics.get("samples_per_second"), (int, float)):
         sample.samples_per_second = float(metrics["samples_per_second"])
     elif isinstance(metrics.get("batch_size"), (int, float)) and sample.step_seconds:
         sample.samples_per_second = metrics["batch_size"] / sample.step_seconds
+    ckpt_root = run.checkpoint_dir
     latest = CheckpointManager(ckpt_root).latest()
     sample.checkpoint_step = latest.step if latest else None
     sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
@@ -233,19 +209,42 @@ def read_run(run_dir: Path, job: QueueEntry, site: SiteConfig, now: float) -> Ru
         sample.checkpoint_age_seconds = now - since if since else None
     if interval_steps and sample.step_seconds:
         sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
-    events = read_jsonl(run_dir / "attempts.jsonl")
+    events = run.events()
     sample.restarts = max(0, sum(1 for e in events if e.get("event") == "start") - 1)
-    scenes = [p for p in (run_dir / "watchdog").iterdir() if p.is_dir()] if (run_dir / "watchdog").is_dir() else []
-    try:
-        sample.drain_requested_time = (run_dir / "drain.request").stat().st_mtime
+    scenes = [p for p in run.watchdog_dir.iterdir() if p.is_dir() and not p.is_symlink()] \
+        if run.watchdog_dir.is_dir() and not run.watchdog_dir.is_symlink() else []
+    request = run.drain_request()
+    if request is not None:
         sample.drain_requested = True
-        request = json.loads((run_dir / "drain.request").read_text() or "{}")
-        by_watchdog = isinstance(request, dict) and request.get("reason") == "watchdog"
-    except (OSError, ValueError):
-        by_watchdog = False
+        try:
+            sample.drain_requested_time = os.lstat(run.drain_request_path).st_mtime
+        except OSError:
+            pass
+    by_watchdog = isinstance(request, dict) and request.get("reason") == "watchdog"
     sample.watchdog_interventions = len(scenes) + by_watchdog
-    sample.drain_acknowledged = (run_dir / "drain.ack").exists()
+    sample.drain_acknowledged = run.drain_acked()
     return sample
+
+
+def run_of_job(site: SiteConfig, job: QueueEntry) -> Run | None:
+    """The run directory of an active job, or None. Its label comes only from a valid run id in the
+    job's comment (any other comment, e.g. ``slurmctl:..``, creates no series and no path); the
+    directory must be a real directory of the job's user, owned by that user."""
+    run_id = run_id_from_comment(job.comment)
+    if run_id is None or not job.user or not _USER_RE.fullmatch(job.user):
+        return None
+    try:
+        uid = pwd.getpwnam(job.user).pw_uid
+    except KeyError:
+        return None
+    path = site.runs_root_path / job.user / run_id
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        return None
+    return Run(run_id, path)
 
 
 class SnapshotCache:
@@ -276,17 +275,19 @@ class SnapshotCache:
         except SlurmctlError as exc:
             return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message)
         self._observe_waits(jobs)
-        newest: dict[str, QueueEntry] = {}
+        newest: dict[tuple[str, str], QueueEntry] = {}
         for job in jobs:
-            if job.run_id and (job.run_id not in newest or job.job_id > newest[job.run_id].job_id):
-                newest[job.run_id] = job
+            run_id = run_id_from_comment(job.comment)
+            key = (job.user, run_id or "")
+            if run_id and (key not in newest or job.job_id > newest[key].job_id):
+                newest[key] = job
         runs = []
-        for run_id, job in sorted(newest.items()):
-            run_dir = self.site.runs_root_path / run_id
-            if "/" in run_id or not run_dir.is_dir():
+        for _key, job in sorted(newest.items()):
+            run = run_of_job(self.site, job)
+            if run is None:
                 continue
             try:
-                runs.append(read_run(run_dir, job, self.site, now))
+                runs.append(read_run(run, job, self.site, now))
             except OSError:
                 self.run_read_errors += 1
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs)
@@ -476,8 +477,8 @@ def build(site: SiteConfig, interval: float = 15.0, runner: Runner | None = None
     return registry, collector
 
 
-def serve(site: SiteConfig, port: int, interval: float, address: str = "0.0.0.0") -> None:
-    """Serve /metrics until interrupted."""
+def serve(site: SiteConfig, port: int, interval: float, address: str = "127.0.0.1") -> None:
+    """Serve /metrics until interrupted; on loopback unless another address is given (no auth here)."""
     from prometheus_client import start_http_server
 
     registry, _ = build(site, interval)

@@ -145,8 +145,9 @@ def test_slurm_down_reports_up_zero_and_no_stale_series(tmp_path):
 
 def write_active_run(tmp_path, run_id="fixture-20261129-0009", now=None):
     now = now or time.time()
-    run = tmp_path / run_id
+    run = tmp_path / "root" / run_id  # <runs_root>/<job's user>/<run id>
     (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": run_id}))
     (run / "run.yaml").write_text("name: fixture\nentrypoint: train.py\npartition: [h100-ondemand, h100-spot]\n"
                                   "checkpoint: {interval_steps: 10}\n")
     for step in range(20, 41):  # a previous attempt's steps, then a resume from step 30
@@ -157,8 +158,8 @@ def write_active_run(tmp_path, run_id="fixture-20261129-0009", now=None):
                                                     "metrics": {"step": 50, "time": now - 12, "loss": 0.25}}))
     CheckpointManager(run / "checkpoints").save(40, lambda d: (d / "state.pt").write_text("x"))
     (run / "checkpoints" / "checkpoint-50.tmp").mkdir()  # a save in progress
-    for event in ("submitted", "start", "end", "start"):
-        append_jsonl(run / "attempts.jsonl", {"event": event, "job_id": 29, "time": now})
+    for event, when in (("submitted", now - 200), ("start", now - 100), ("end", now - 55), ("start", now - 51)):
+        append_jsonl(run / "attempts.jsonl", {"event": event, "job_id": 29, "time": when})
     (run / "drain.request").write_text(json.dumps({"reason": "watchdog", "job_id": "29", "time": now}))
     (run / "watchdog" / "29-1795950000").mkdir(parents=True)  # a hung step the watchdog ended earlier
     return run
@@ -166,7 +167,7 @@ def write_active_run(tmp_path, run_id="fixture-20261129-0009", now=None):
 
 def test_run_gauges_from_the_run_directory(tmp_path):
     write_active_run(tmp_path)
-    (tmp_path / "ended-20261129-0001").mkdir()  # no active job: must not appear
+    (tmp_path / "root" / "ended-20261129-0001").mkdir()  # no active job: must not appear
     _, registry, _ = make(tmp_path)
     s = scrape(registry)
     run = "fixture-20261129-0009"
