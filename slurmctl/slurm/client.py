@@ -309,6 +309,30 @@ class SlurmClient:
         result = self._run(["squeue", "-h", "-o", "%A", "-w", node, "-t", "R,CG,CF,S"], timeout=timeout)
         return {int(x) for x in result.stdout.split() if x.isdigit()}
 
+    _CONFIRM_FIELDS = ["%A", "%U", "%T", "%r", "%P", "%M", "%k"]
+
+    def confirm_job(self, job_id: int, timeout: float = 30.0) -> Job | None:
+        """ONE job as the controller sees it now, for root about to act on it (cleanup's scancel).
+
+        Only fixed-format fields, the owner as a numeric uid (`user` holds it, from %U), and the
+        one free-text field, the comment, LAST and split off with maxsplit: a job name or comment
+        holding newlines or separators cannot forge another job's line here. None when squeue no
+        longer lists the job, or its answer is not this job's."""
+        fmt = SEP.join(self._CONFIRM_FIELDS)
+        try:
+            result = self._run(["squeue", "-h", "-j", str(job_id), "-o", fmt], timeout=timeout)
+        except SlurmCommandError as exc:
+            if "invalid job id" in exc.message.lower():
+                return None
+            raise
+        values = result.stdout.removesuffix("\n").split(SEP, len(self._CONFIRM_FIELDS) - 1)
+        if len(values) != len(self._CONFIRM_FIELDS) or values[0] != str(job_id) or not values[1].isdigit():
+            return None
+        _, uid, state, reason, partition, elapsed, comment = values
+        return Job(job_id=job_id, name="", state=state, reason=reason if reason not in {"None", "(null)"} else "",
+                   partition=partition, elapsed_seconds=parse_slurm_duration(elapsed),
+                   comment=comment if comment != "(null)" else "", user=uid, source="squeue")
+
     def drain_node(self, node: str, reason: str, timeout: float = 60.0) -> None:
         """Drain `node` with `reason` (shown by `sinfo -R`; Slurm keeps 250 characters or so)."""
         self._run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
