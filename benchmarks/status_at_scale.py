@@ -1,8 +1,8 @@
 """`slurmctl ls` / `status` vs the single raw Slurm query they need, with 1,000 held jobs queued.
 
 Run on the local cluster (not part of the test suite): .venv/bin/python benchmarks/status_at_scale.py
-It submits held jobs named bench-status-<pid>-N, measures side by side in one run, prints the
-ratios, and cancels exactly the jobs it submitted (also on error).
+It submits held jobs named bench-status-<pid>-N as a cluster user (alice; see _as_user.py), measures
+side by side in one run, prints the ratios, and cancels exactly the jobs it submitted (also on error).
 """
 
 from __future__ import annotations
@@ -16,23 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmctl.rundir import Run
-from slurmctl.slurm.client import SEP, SlurmClient, _SQUEUE_FIELDS
+from _as_user import cancel, reexec_as_user, submit_held
+
 from slurmctl.observe.status import run_status, runs_statuses
+from slurmctl.rundir import Run
+from slurmctl.slurm.client import _SQUEUE_FIELDS, SEP, SlurmClient
 
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 REPEAT = 15
 PREFIX = f"bench-status-{os.getpid()}-"
-
-
-def submit_held(n: int) -> list[int]:
-    ids = []
-    for i in range(n):
-        out = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "l4-dev", "-J", f"{PREFIX}{i}",
-                              "--comment", f"slurmctl:{PREFIX}{i}", "-o", "/dev/null", "--wrap", "true"],
-                             capture_output=True, text=True, check=True)
-        ids.append(int(out.stdout.strip().split(";")[0]))
-    return ids
 
 
 def fake_runs(root: Path, job_ids: list[int], count: int) -> list[Run]:
@@ -58,8 +50,11 @@ def medians_interleaved(**fns) -> dict[str, float]:
 
 
 def main() -> int:
-    ids = submit_held(JOBS)
+    reexec_as_user()
+    ids: list[int] = []
     try:
+        for i in range(JOBS):
+            submit_held(f"{PREFIX}{i}", ids, comment=f"slurmctl:{PREFIX}{i}")
         client = SlurmClient()
         raw_argv = ["squeue", "-h", "-o", SEP.join(code for _, code in _SQUEUE_FIELDS)]
         with tempfile.TemporaryDirectory() as tmp:
@@ -81,11 +76,12 @@ def main() -> int:
         print(f"queue: {JOBS} held jobs; median of {REPEAT}, sampled round-robin")
         print(f"raw squeue           {raw * 1000:7.1f} ms")
         print(f"raw squeue -j 20 ids {raw_only_runs * 1000:7.1f} ms  ratio {raw_only_runs / raw:.2f}x")
-        print(f"ls (20 runs)         {ls * 1000:7.1f} ms  ratio {ls / raw:.2f}x  ({calls_per_ls} Slurm command(s) per ls)")
+        print(f"ls (20 runs)         {ls * 1000:7.1f} ms  ratio {ls / raw:.2f}x  "
+              f"({calls_per_ls} Slurm command(s) per ls)")
         print(f"status (1 held run)  {status * 1000:7.1f} ms  ratio {status / raw:.2f}x")
         return 0
     finally:
-        subprocess.run(["scancel", *map(str, ids)], check=False)
+        cancel(ids)
 
 
 if __name__ == "__main__":
