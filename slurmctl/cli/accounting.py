@@ -6,21 +6,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
+from slurmctl import lineage
+from slurmctl.durations import parse_when
 from slurmctl.errors import SpecError
-from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json, plain_table
-
-
-def _related_runs(ctx: Context, run_id: str) -> list:
-    """The run plus runs resumed or forked from it (their run.json names a parent)."""
-    runs = ctx.registry.list()
-    family, frontier = [r for r in runs if r.run_id == run_id], {run_id}
-    while frontier:
-        children = [r for r in runs if (r.meta.get("parent_run") or r.meta.get("resumed_from")) in frontier
-                    and r not in family]
-        family += children
-        frontier = {r.run_id for r in children}
-    return family
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 @click.command()
@@ -31,7 +22,8 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
     """What RUN cost: every attempt (requeues, resumes, forks), GPU-hours, dollars and waste."""
     from slurmctl.ops.accounting import run_cost
 
-    family = _related_runs(ctx, ctx.registry.get(run).run_id)
+    registry = ctx.registry
+    family = lineage.family(registry.list(), registry.get(run).run_id)
     job_ids = [j for r in family for j in r.job_ids()]
     result = run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client)
     if as_json:
@@ -43,25 +35,24 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)
-    out.print(f"[bold]{result.run_id}[/]: {len(result.attempts)} attempt(s), {result.gpu_hours:.2f} GPU-hours, "
+    out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), {result.gpu_hours:.2f} GPU-hours, "
               f"[bold]${result.cost_usd:,.2f}[/]; waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
     for note in result.notes:
-        out.print(f"  note: {note}")
+        out.print(f"  note: {note}", markup=False)
 
 
-def _parse_when(value: str | None, default: datetime) -> datetime:
+def _parse_when(option: str, value: str | None, default: datetime) -> datetime:
     if not value:
         return default
-    if value.endswith("d") and value[:-1].isdigit():
-        return datetime.now().replace(microsecond=0) - timedelta(days=int(value[:-1]))
     try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise SpecError(f"'{value}' is not a date.", "Use YYYY-MM-DD, YYYY-MM-DDTHH:MM or '7d' (7 days ago).") from None
+        return parse_when(value)
+    except ValueError as exc:
+        raise SpecError(f"{option}: {exc}.", f"For example `{option} 2026-11-01` or `{option} 7d`.",
+                        code="invalid-date") from None
 
 
 @click.command()
-@click.option("--since", help="Start: YYYY-MM-DD[THH:MM] or '7d' (default: 7 days ago).")
+@click.option("--since", help="Start: YYYY-MM-DD[THH:MM] or an age such as '7d' or '12h' (default: 7 days ago).")
 @click.option("--until", help="End (default: now).")
 @click.option("--by", type=click.Choice(["account", "user", "partition", "gpu", "run"]), default="account",
               show_default=True)
@@ -72,11 +63,11 @@ def _parse_when(value: str | None, default: datetime) -> datetime:
 def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str, output: Path | None,
            no_ingest: bool) -> None:
     """Showback: GPU-hours, dollars, waste and queue wait by account, user, partition, GPU or run."""
-    from slurmctl import report as reports
+    from slurmctl.ops import report as reports
     from slurmctl.ops.accounting import Ledger, cost_records_dir, ingest
 
     now = datetime.now().replace(microsecond=0)
-    start, end = _parse_when(since, now - timedelta(days=7)), _parse_when(until, now)
+    start, end = _parse_when("--since", since, now - timedelta(days=7)), _parse_when("--until", until, now)
     if not no_ingest:
         ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))
     ledger = Ledger(Path(ctx.site.accounting.ledger_path))
@@ -88,7 +79,7 @@ def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str
     if output:
         with open(output, "x") as fh:  # "x": a report file is never clobbered
             fh.write(text)
-        err.print(f"wrote {output}")
+        err.print(f"wrote {output}", markup=False)
     else:
         click.echo(text, nl=False)
 
@@ -101,7 +92,8 @@ def _print_report(result) -> None:
                       f"{g.queue_wait_p50_s / 60:.1f}m", f"{g.queue_wait_p95_s / 60:.1f}m")
     out.print(table)
     if result.waste_by_cause:
-        out.print("waste by cause: " + ", ".join(f"{k} ${v:,.2f}" for k, v in result.waste_by_cause.items()))
+        out.print("waste by cause: " + ", ".join(f"{k} ${v:,.2f}" for k, v in result.waste_by_cause.items()),
+                  markup=False)
 
 
 @click.group()
@@ -117,7 +109,7 @@ def ingest_command(ctx: Context, since: str | None, as_json: bool) -> None:
     """Ingest new sacct attempts and epilog records into the ledger (idempotent)."""
     from slurmctl.ops.accounting import cost_records_dir, ingest
 
-    start = _parse_when(since, datetime.now()) if since else None
+    start = _parse_when("--since", since, datetime.now()) if since else None
     result = ingest(ctx.site, ctx.client, since=start, spool=cost_records_dir(ctx.site))
     if as_json:
         print_json(result.to_dict())
@@ -143,4 +135,5 @@ def showback_command(ctx: Context, days: int, as_json: bool) -> None:
     if as_json:
         print_json({"ingest": ingested.to_dict(), "files": [str(p) for p in written]})
     else:
-        out.print(f"ingested {ingested.attempts} attempt(s); wrote {len(written)} files to {written[0].parent}")
+        out.print(f"ingested {ingested.attempts} attempt(s); wrote {len(written)} files to {written[0].parent}",
+                  markup=False)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
-from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -36,14 +37,15 @@ def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | Non
         if as_json:
             print_json(session.to_dict())
             return
-        out.print(f"[green]JupyterLab[/] runs as job {session.job_id} on {session.node} "
+        out.print(f"[green]JupyterLab[/] runs as job {session.job_id} on {escape(str(session.node))} "
                   f"(ends after {session.time_limit}, or {session.idle_seconds} s without activity)")
-        out.print(f"  1. on your laptop:  {session.tunnel}")
-        out.print(f"  2. open:            {session.url}")
+        out.print(f"  1. on your laptop:  {session.tunnel}", markup=False)
+        out.print(f"  2. open:            {session.url}", markup=False)
         out.print(f"  stop it early:      scancel {session.job_id}")
         return
     plan = shell_plan(ctx.site, request)
-    err.print(f"[bold]slurmctl dev[/]: {plan.gpu_type} on {plan.partition} for {plan.time_limit}; the shell "
+    err.print(f"[bold]slurmctl dev[/]: {escape(str(plan.gpu_type))} on {escape(str(plan.partition))} for "
+              f"{escape(str(plan.time_limit))}; the shell "
               f"logs out after {plan.idle_seconds} s idle. Ctrl-D ends the session.")
     code, seconds = run_shell(plan, ctx.client)
     if as_json:

@@ -1,96 +1,84 @@
-"""The click CLI: parse, call the core, print. The one error boundary lives in ``main``."""
+"""The `slurmctl` command: lazy registration of every subcommand, and the one error boundary.
+
+A command module is imported only when that command runs (``_COMMANDS`` names it and carries its
+one-line help), so `slurmctl --help` and `slurmctl ls` do not pay for importing every feature.
+Commands return an exit code (or None for success); only ``main`` ends the process.
+"""
 
 from __future__ import annotations
 
-import json
+import importlib
 import sys
 import traceback
-from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from slurmctl import __version__
-from slurmctl.errors import SlurmctlError
-from slurmctl.rundir import RunRegistry
-from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import SiteConfig, load_site_config
+from slurmctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, SlurmctlError
 
-# Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
-_WIDTH = None if sys.stdout.isatty() else 200
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
-
-
-class _PlainTable(Table):
-    """Identifiers and numbers keep their full width (min_width grows with each row); only the last,
-    free-text column is cut with an ellipsis on a narrow terminal."""
-
-    def add_row(self, *cells, **kwargs) -> None:
-        super().add_row(*cells, **kwargs)
-        for column, cell in zip(self.columns[:-1], cells):
-            column.min_width = max(column.min_width or len(str(column.header)), len(str(cell or "")))
-
-
-def plain_table(*columns: str, title: str | None = None) -> Table:
-    table = _PlainTable(box=None, pad_edge=False, title=title, title_justify="left")
-    for i, name in enumerate(columns):
-        table.add_column(name, no_wrap=True, overflow="ellipsis" if i == len(columns) - 1 else "fold")
-    return table
-
-
-class Context:
-    """Lazily built collaborators, so `init` never touches Slurm or the site config."""
-
-    def __init__(self, debug: bool, host: str | None = None):
-        self.debug = debug
-        self.host = host  # --host: run Slurm commands on this SSH login node (else login_host in user config)
-        self._site: SiteConfig | None = None
-        self._client: SlurmClient | None = None
-
-    @property
-    def site(self) -> SiteConfig:
-        if self._site is None:
-            self._site = load_site_config()
-        return self._site
-
-    @property
-    def client(self) -> SlurmClient:
-        if self._client is None:
-            from slurmctl.userconfig import ssh_runner_for
-
-            runner = ssh_runner_for(self.host)
-            if runner is None:
-                self._client = SlurmClient()
-            else:
-                from slurmctl.slurm.ssh import RemoteSlurmClient
-
-                self._client = RemoteSlurmClient(runner)
-        return self._client
-
-    @property
-    def registry(self) -> RunRegistry:
-        # through a login node, run dirs are read from the cluster (mirrored on demand: slurm/ssh.py)
-        mirrored = getattr(self.client, "mirrored_registry", None)
-        return mirrored(self.site.runs_root_path) if mirrored else RunRegistry(self.site.runs_root_path)
-
-    def close(self) -> None:
-        """At the end of every command: a remote client syncs its run dirs and hangs up."""
-        close = getattr(self._client, "close", None)
-        if close is not None:
-            close()
+# name -> (module:attribute, short help shown by `slurmctl --help` without importing the module)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "submit": ("slurmctl.cli.submit:submit",
+                "Check RUN_SPEC (run.yaml) before any GPU is spent, pick the partition that starts it"),
+    "status": ("slurmctl.cli.observe:status",
+                "Explain in plain words what RUN is doing and what to do next."),
+    "ls": ("slurmctl.cli.observe:list_runs",
+            "List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."),
+    "logs": ("slurmctl.cli.observe:logs",
+              "Print the training output of RUN (rank 0 by default)."),
+    "explain": ("slurmctl.cli.observe:explain",
+                 "Explain any Slurm state or reason (PD, Resources, QOSMaxGRESPerUser, ...) in plain words."),
+    "diagnose": ("slurmctl.cli.observe:diagnose",
+                  "Name why RUN (or --log FILE) failed, with the evidence and a fix."),
+    "queue": ("slurmctl.cli.observe:queue",
+               "The whole queue, every user, with the reason in plain words and the estimated start."),
+    "compare": ("slurmctl.cli.observe:compare",
+                 "Compare two runs: steps, loss and throughput, a sparkline each, and a PNG plot."),
+    "cancel": ("slurmctl.cli.reliability:cancel",
+                "Stop RUN: ask it to checkpoint and acknowledge, wait for that, then cancel and verify."),
+    "resume": ("slurmctl.cli.reliability:resume",
+                "Start a new job for an ended RUN from its newest valid checkpoint (same run id)."),
+    "fork": ("slurmctl.cli.reliability:fork",
+              "Start a new run NEW_NAME from a checkpoint of SOURCE (SOURCE is not changed)."),
+    "dev": ("slurmctl.cli.dev:dev",
+             "Open a shell (or JupyterLab) on a dev GPU node; the allocation ends at --time or when idle."),
+    "cost": ("slurmctl.cli.accounting:cost",
+              "What RUN cost: every attempt (requeues, resumes, forks), GPU-hours, dollars and waste."),
+    "report": ("slurmctl.cli.accounting:report",
+                "Showback: GPU-hours, dollars, waste and queue wait by account, user, partition, GPU or run."),
+    "accounting": ("slurmctl.cli.accounting:accounting",
+                    "The cost ledger (admins and cron)."),
+    "exporter": ("slurmctl.cli.monitoring:exporter",
+                  "Serve Prometheus metrics: queue, GPUs, nodes, active runs' progress and cost."),
+    "cleanup": ("slurmctl.cli.ops:cleanup",
+                 "Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."),
+}
 
 
-pass_ctx = click.make_pass_decorator(Context)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*_COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands:
+            return self.commands[name]
+        if name not in _COMMANDS:
+            return None
+        module, attr = _COMMANDS[name][0].split(":")
+        command = getattr(importlib.import_module(module), attr)
+        self.commands[name] = command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _COMMANDS[name][1] if name in _COMMANDS else self.commands[name].get_short_help_str(limit=100))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
-def print_json(data) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("--host", metavar="[USER@]HOST[:PORT]", envvar="SLURMCTL_HOST",
               help="Run Slurm commands on this SSH login node (default: login_host in ~/.config/slurmctl/config.yaml).")
@@ -98,96 +86,94 @@ def print_json(data) -> None:
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, host: str | None) -> None:
     """slurmctl: my code + some GPUs + a launch script, on Slurm."""
+    from slurmctl.cli.context import Context
+
     ctx.obj = Context(debug, host)
     ctx.call_on_close(ctx.obj.close)
+
+
+def _remember_json(ctx: click.Context, value: bool) -> bool:
+    if value and ctx.obj is not None:
+        ctx.obj.as_json = True
+    return value
 
 
 @cli.command()
 @click.argument("name")
 @click.option("--template", default="torchrun", show_default=True, help="Run template.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to write the run (default: ./NAME).")
-@json_option
-def init(name: str, template: str, directory: Path | None, as_json: bool) -> None:
+@click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to write the run (default: ./NAME).")
+@click.option("--json", "as_json", is_flag=True, callback=lambda ctx, _p, v: _remember_json(ctx, v),
+              help="Machine-readable output.")
+def init(name: str, template: str, directory: str | None, as_json: bool) -> None:
     """Create a run (run.yaml + train.py) from a template. Offline."""
+    from pathlib import Path
+
+    from slurmctl.cli.context import out, print_json, text
     from slurmctl.submit.scaffold import init_run
 
-    written = init_run(name, directory or Path(name), template)
+    written = init_run(name, Path(directory or name), template)
     if as_json:
         print_json({"files": [str(p) for p in written]})
         return
     for path in written:
-        out.print(f"wrote {path}")
-    out.print(f"next: edit {written[0]}, then `slurmctl submit {written[0]}`")
+        out.print(text(f"wrote {path}"))
+    out.print(text(f"next: edit {written[0]}, then `slurmctl submit {written[0]}`"))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point and the single error boundary."""
+def _print_error(exc: SlurmctlError, as_json: bool) -> None:
+    from rich.text import Text
+
+    from slurmctl.cli.context import err, print_json
+
+    if as_json:
+        print_json(exc.to_dict())
+    line = Text("error", style="red")  # Text, not markup: a message may contain '[/]'
+    line.append(f" ({exc.code}): {exc.message}" + (f"\n  {exc.hint}" if exc.hint else ""))
+    err.print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point and the single error boundary: runs the command, returns its exit code.
+
+    --debug and --json are read from what click parsed (the Context), never by scanning argv: an
+    sbatch argument after `--` may well be spelled --json."""
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    state = {"debug": False, "as_json": False}
+
+    def remember(ctx_obj) -> None:
+        if ctx_obj is not None:
+            state["debug"], state["as_json"] = ctx_obj.debug, ctx_obj.as_json
+
     try:
-        code = cli.main(args=args, prog_name="slurmctl", standalone_mode=False)
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        with cli.make_context("slurmctl", list(args)) as ctx:
+            try:
+                code = cli.invoke(ctx)
+            finally:
+                remember(ctx.obj)
+        return code if isinstance(code, int) else EXIT_OK
     except SlurmctlError as exc:
-        if debug:
+        if state["debug"]:
             traceback.print_exc()
-        if "--json" in args:
-            print_json(exc.to_dict())
-        err.print(f"[red]error[/] ({exc.code}): {exc.message}" + (f"\n  {exc.hint}" if exc.hint else ""))
-        sys.exit(exc.exit_code)
+        _print_error(exc, state["as_json"])
+        return exc.exit_code
+    except click.exceptions.Exit as exc:  # --help, --version
+        return exc.exit_code
     except click.exceptions.Abort:
-        err.print("aborted")
-        sys.exit(130)
+        click.echo("aborted", err=True)
+        return EXIT_INTERRUPTED
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the boundary: no traceback unless --debug
-        if debug:
+        if state["debug"]:
             traceback.print_exc()
-        err.print(f"[red]internal error[/]: {type(exc).__name__}: {exc}\n  Rerun with --debug for the traceback "
-                  "and report it to the platform team.")
-        sys.exit(70)
+        click.echo(f"internal error: {type(exc).__name__}: {exc}\n  Rerun with --debug for the traceback "
+                   "and report it to the platform team.", err=True)
+        return EXIT_INTERNAL
 
 
-# --- cost accounting (issue 7) ---
-from slurmctl.cli.accounting import accounting as _accounting, cost as _cost, report as _report  # noqa: E402
-
-cli.add_command(_cost)
-cli.add_command(_report)
-cli.add_command(_accounting)
-
-# --- monitoring (issue 8) ---
-from slurmctl.cli.monitoring import exporter as _exporter  # noqa: E402
-
-cli.add_command(_exporter)
-
-# --- reliability (issue 3) ---
-from slurmctl.cli.reliability import cancel as _cancel, fork as _fork, resume as _resume  # noqa: E402
-
-cli.add_command(_cancel)
-cli.add_command(_resume)
-cli.add_command(_fork)
-
-# --- issue 9: dev sessions ------------------------------------------------------------------
-from slurmctl.cli.dev import dev  # noqa: E402
-
-cli.add_command(dev)
-
-# --- preflight and submit (issue 5) ---
-from slurmctl.cli.submit import submit as _submit  # noqa: E402
-
-cli.add_command(_submit)
-
-# --- observe: status, ls, logs, explain, diagnose, queue, compare (issue 4) ---
-from slurmctl.cli.observe import compare, diagnose, explain, list_runs, logs, queue, status  # noqa: E402
-
-for _command in (status, list_runs, logs, explain, diagnose, queue, compare):
-    cli.add_command(_command)
-
-# --- ops: cleanup (issue 6) ---
-from slurmctl.cli.ops import cleanup as _cleanup  # noqa: E402
-
-cli.add_command(_cleanup)
+def run() -> None:
+    """The console script: `slurmctl ...`."""
+    sys.exit(main())

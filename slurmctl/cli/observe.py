@@ -6,9 +6,11 @@ from datetime import datetime
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
-from slurmctl.observe.status import RunStatus, human_duration
-from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json, plain_table
+from slurmctl.durations import human_duration
+from slurmctl.observe.status import RunStatus
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _when(iso: str | None) -> str:
@@ -20,15 +22,16 @@ def _when(iso: str | None) -> str:
 
 def _print_status(s: RunStatus) -> None:
     colour = {"finished": "green", "training": "cyan", "queued": "yellow"}.get(s.phase, "red")
-    out.print(f"[bold]Run:[/] {s.run_id}   [bold]Phase:[/] [{colour}]{s.phase}[/]   "
-              f"(Slurm: {s.state.lower()}{f', job {s.job_id}' if s.job_id else ''})")
-    out.print(f"[bold]Why:[/] {s.why or s.headline}")
+    # Every value below comes from Slurm or the run directory: escaped, so '[/]' prints as itself.
+    out.print(f"[bold]Run:[/] {escape(s.run_id)}   [bold]Phase:[/] [{colour}]{escape(s.phase)}[/]   "
+              f"(Slurm: {escape(s.state.lower())}{f', job {s.job_id}' if s.job_id else ''})")
+    out.print(f"[bold]Why:[/] {escape(s.why or s.headline)}")
     if s.state == "PENDING":
         pos = f" · position {s.queue_position}" if s.queue_position else ""
-        out.print(f"[bold]Queue:[/] {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
+        out.print(f"[bold]Queue:[/] {escape(str(s.partition))} · waiting {human_duration(s.waiting_seconds)}{pos} · "
                   f"estimated start {_when(s.estimated_start)}")
     if s.gpus:
-        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){f' on {s.nodes}' if s.nodes else ''}"
+        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){f' on {escape(str(s.nodes))}' if s.nodes else ''}"
                   f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
@@ -36,23 +39,22 @@ def _print_status(s: RunStatus) -> None:
         rate = f" · {s.steps_per_second:.2f} steps/s" if s.steps_per_second else ""
         out.print(f"[bold]Progress:[/] step {s.last_step}{total}"
                   f"{f' · loss {loss:.4g}' if isinstance(loss, (int, float)) else ''}"
-                  f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {s.health}")
+                  f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {escape(str(s.health))}")
     ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
           if s.latest_checkpoint_step is not None else "none")
     left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
     out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left}")
     if s.diagnosis:
         d = s.diagnosis
-        out.print(f"[bold]Diagnosis:[/] [red]{d['category']}[/] — {d['summary']}")
+        out.print(f"[bold]Diagnosis:[/] [red]{escape(d['category'])}[/] — {escape(d['summary'])}")
         for line in d["evidence"][:3]:
-            out.print(f"    {line}")
-        out.print(f"  [bold]Fix:[/] {d['hint']}")
-    if s.watchdog:  # the message holds paths: escape them from rich markup
-        from rich.markup import escape
+            out.print(f"    {line}", markup=False)
+        out.print(f"  [bold]Fix:[/] {escape(d['hint'])}")
+    if s.watchdog:
         out.print(f"[bold]Watchdog:[/] [red]{escape(s.watchdog['message'])}[/]")
     if s.suggestions:
-        out.print(f"[bold]Try:[/] {' or '.join(s.suggestions)}")
-    out.print(f"[bold]What to do:[/] {s.action.replace('RUN', s.run_id)}")
+        out.print(f"[bold]Try:[/] {escape(' or '.join(s.suggestions))}")
+    out.print(f"[bold]What to do:[/] {escape(s.action.replace('RUN', s.run_id))}")
 
 
 @click.command()
@@ -81,7 +83,7 @@ def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
         print_json([s.to_dict() for s in statuses])
         return
     if not statuses:
-        out.print(f"no runs under {ctx.registry.root}; start one with `slurmctl init NAME`")
+        out.print(f"no runs under {ctx.registry.root}; start one with `slurmctl init NAME`", markup=False)
         return
     table = plain_table("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
     for s in statuses:
@@ -112,7 +114,8 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(
             "\n".join(training_lines(text.split("\n"), wanted_rank)), nl=False))
-        err.print(f"[bold]slurmctl:[/] job ended: {state.lower()} — `slurmctl status {the_run.run_id}` explains it")
+        err.print(f"[bold]slurmctl:[/] job ended: {escape(state.lower())} — `slurmctl status {escape(the_run.run_id)}` "
+                  "explains it")
         return
     path = log_file(the_run, job_id)
     text = tail_lines(path, 0 if attempt is not None else lines)
@@ -124,7 +127,8 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
         print_json({"run_id": the_run.run_id, "path": str(path), "rank": rank, "attempt": attempt, "lines": text})
         return
     if not text and not path.exists():
-        err.print(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`")
+        err.print(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`",
+                  markup=False)
         return
     click.echo("\n".join(text))
 
@@ -141,8 +145,9 @@ def explain(word: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         print_json({"word": text, "type": kind, **expl.to_dict()})
         return
-    out.print(f"[bold]{text}[/] ({kind}): {expl.headline}")
-    out.print(f"  [bold]What to do:[/] {expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>')}")
+    # the word is the user's and the headline may quote it: '[/]' must print, not parse as markup
+    out.print(f"[bold]{escape(text)}[/] ({kind}): {escape(expl.headline)}")
+    out.print(f"  [bold]What to do:[/] {escape(expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>'))}")
     if not expl.known:
         raise SystemExit(1)
 
@@ -162,7 +167,7 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         raise SpecError("give either RUN or --log FILE (not both, not neither).",
                         "e.g. `slurmctl diagnose my-run` or `slurmctl diagnose --log slurm-123.out`.")
     if log_path:
-        result = diagnose_file(log_path)
+        result = diagnose_file(log_path, nofollow=False)  # a FIFO or /dev/zero is refused, not read
     else:
         the_run = ctx.registry.get(run)
         job_id = the_run.latest_job_id()
@@ -172,11 +177,11 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     if as_json:
         print_json(result.to_dict())
         return
-    out.print(f"[bold]Cause:[/] [red]{result.category}[/] — {result.summary}")
+    out.print(f"[bold]Cause:[/] [red]{escape(result.category)}[/] — {escape(result.summary)}")
     out.print("[bold]Evidence:[/]")
     for line in result.evidence:
         out.print(f"    {line}", markup=False)
-    out.print(f"[bold]Fix:[/] {result.hint}")
+    out.print(f"[bold]Fix:[/] {escape(result.hint)}")
 
 
 @click.command()
@@ -229,4 +234,4 @@ def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str,
                       fmt(r["min_loss"]), fmt(r["steps_per_second"]), result["sparklines"][r["run_id"]])
     out.print(table)
     if result["png"]:
-        out.print(f"plot: {result['png']}")
+        out.print(f"plot: {result['png']}", markup=False)

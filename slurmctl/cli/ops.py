@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmctl.cli.main import Context, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -29,6 +29,6 @@ def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> N
     for o in orphans:
         what = f"job {o.job_id}" if o.job_id is not None else o.path
         done = ("released" if o.released else f"FAILED: {o.error}") if apply_ else "would release"
-        out.print(f"{o.kind:20} {what}: {o.reason} [{done}]")
+        out.print(f"{o.kind:20} {what}: {o.reason} [{done}]", markup=False)  # paths and reasons are data
     if not apply_:
         out.print("dry run: rerun with --apply to release these")

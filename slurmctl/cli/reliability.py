@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 
 import click
+from rich.markup import escape
 
-from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json
 
 
 @click.command()
@@ -24,7 +24,7 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
         if not as_json:
             step = heartbeat.get("step") if heartbeat else None
             err.print(f"  waiting for the drain acknowledgement: {waited:.0f}/{drain_timeout:.0f} s"
-                      + (f", training at step {step}" if step is not None else ""), end="\r")
+                      + (f", training at step {escape(str(step))}" if step is not None else ""), end="\r")
 
     result = cancel_run(ctx.registry.get(run), ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
     if as_json:
@@ -32,15 +32,15 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
     else:
         if result.drain == "acknowledged":
             out.print(f"drain acknowledged after {result.drain_seconds:.1f} s: checkpoint at step {result.ack_step}"
-                      f" ({result.ack_checkpoint})")
+                      f" ({result.ack_checkpoint})", markup=False)
         elif result.drain == "unacknowledged":
             err.print(f"[red bold]DRAIN NOT ACKNOWLEDGED[/] within {result.drain_seconds:.0f} s: the training did not "
                       "save and confirm; work since its last checkpoint is lost. Make it poll "
                       "`rt.should_stop()` every step (see README), or raise --timeout.")
         out.print(f"job {result.job_id} of {result.run_id} is {result.final_state.lower()} "
-                  f"(verified after {result.seconds:.1f} s)")
+                  f"(verified after {result.seconds:.1f} s)", markup=False)
     if not result.ok:
-        sys.exit(1)
+        return 1
 
 
 @click.command()
@@ -55,9 +55,9 @@ def resume(ctx: Context, run: str, as_json: bool) -> None:
     if as_json:
         print_json(result.to_dict())
         return
-    out.print(f"[green]resumed[/] run [bold]{result.run_id}[/] from checkpoint step {result.from_step} "
+    out.print(f"[green]resumed[/] run [bold]{escape(result.run_id)}[/] from checkpoint step {result.from_step} "
               f"as Slurm job {result.job_id}")
-    out.print(f"  next: slurmctl status {result.run_id}")
+    out.print(f"  next: slurmctl status {result.run_id}", markup=False)
 
 
 @click.command()
@@ -74,7 +74,7 @@ def fork(ctx: Context, source: str, new_name: str, from_step: int | None, as_jso
     if as_json:
         print_json(result.to_dict())
         return
-    out.print(f"[green]forked[/] {result.source_run_id} at step {result.from_step} into run "
-              f"[bold]{result.run_id}[/] (Slurm job {result.job_id})")
-    out.print(f"  run dir: {result.run_dir}")
-    out.print(f"  next: slurmctl status {result.run_id}")
+    out.print(f"[green]forked[/] {escape(result.source_run_id)} at step {result.from_step} into run "
+              f"[bold]{escape(result.run_id)}[/] (Slurm job {result.job_id})")
+    out.print(f"  run dir: {result.run_dir}", markup=False)
+    out.print(f"  next: slurmctl status {result.run_id}", markup=False)

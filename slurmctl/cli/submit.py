@@ -13,7 +13,7 @@ from rich.markup import escape
 from slurmctl.submit.cost import CostEstimate
 from slurmctl.submit.placement import Placement
 from slurmctl.submit.preflight import PreflightFailed, PreflightReport
-from slurmctl.cli.main import Context, err, json_option, out, pass_ctx, print_json, plain_table
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 _MARK = {"ok": "[green]✓[/]", "warning": "[yellow]![/]", "error": "[red]✗[/]"}
 
@@ -60,42 +60,43 @@ def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: 
             data["script"] = result.script
         print_json(data)
         if result.smoke and not result.smoke.passed:
-            sys.exit(1)
+            return 1
         return
     console = err if dry_run else out
     print_checklist(result.report, console)
     if result.placement:
         print_placement(result.placement, console)
-    console.print(f"[bold]cost[/]: {result.estimate.sentence()}")
+    console.print(f"[bold]cost[/]: {escape(result.estimate.sentence())}")
     if result.forced:
-        console.print(f"[red]forced[/] past: {', '.join(result.forced)} (recorded in the run dir)")
+        console.print(f"[red]forced[/] past: {escape(', '.join(result.forced))} (recorded in the run dir)")
     if dry_run:
         click.echo(result.script, nl=False)
         err.print("[bold]dry run[/]: nothing submitted.")
         return
-    out.print(f"[green]submitted[/] run [bold]{result.run_id}[/] as Slurm job {result.job_id}")
-    out.print(f"  run dir: {result.run_dir}")
+    out.print(f"[green]submitted[/] run [bold]{escape(result.run_id)}[/] as Slurm job {result.job_id}")
+    out.print(f"  run dir: {result.run_dir}", markup=False)
     if result.smoke:
         verdict = result.smoke
         word = "[green]PASSED[/]" if verdict.passed else "[red]FAILED[/]"
-        out.print(f"smoke test {word} in {verdict.seconds:.0f} s ({verdict.state.lower()}): {verdict.diagnosis}")
+        out.print(f"smoke test {word} in {verdict.seconds:.0f} s ({escape(verdict.state.lower())}): "
+                  f"{escape(str(verdict.diagnosis))}")
         if not verdict.passed:
             for line in verdict.log_tail:
                 out.print(f"  | {line}", markup=False)
-            sys.exit(1)
+            return 1
         out.print(f"  code+config {verdict.code_hash} recorded; a full submit of it may follow.")
         return
-    out.print(f"  next: slurmctl status {result.run_id}   |   slurmctl logs {result.run_id} -f")
+    out.print(f"  next: slurmctl status {result.run_id}   |   slurmctl logs {result.run_id} -f", markup=False)
 
 
 def print_checklist(report: PreflightReport, console: Console) -> None:
     console.print("[bold]preflight[/]")
     for check in report.checks:
         note = f" [dim]({escape(check.note)})[/]" if check.note and check.status == "ok" else ""
-        console.print(f"  {_MARK[check.status]} {check.title}{note}")
+        console.print(f"  {_MARK[check.status]} {escape(check.title)}{note}")
         for finding in check.findings:
             colour = "red" if finding.level == "error" else "yellow"
-            console.print(f"      [{colour}]{finding.code}[/]: {escape(finding.message)}")
+            console.print(f"      [{colour}]{escape(finding.code)}[/]: {escape(finding.message)}")
             console.print(f"      [dim]→ {escape(finding.hint)}[/]")
 
 
@@ -103,10 +104,10 @@ def print_placement(placement: Placement, console: Console) -> None:
     table = plain_table("", "PARTITION", "EST. START", "$/HOUR", "PREEMPTIBLE")
     for option in placement.options:
         chosen = option.partition == placement.chosen
-        start = _when(option.start_time) if option.ok else f"cannot run: {escape(option.message)}"
+        start = _when(option.start_time) if option.ok else f"cannot run: {option.message}"  # a Text cell
         table.add_row("→" if chosen else "", option.partition, start, f"{option.usd_per_hour:,.2f}",
                       "yes" if option.preemptible else "no")
-    console.print(f"[bold]placement[/]: {placement.chosen} ({placement.reason})")
+    console.print(f"[bold]placement[/]: {escape(placement.chosen)} ({escape(placement.reason)})")
     console.print(table)
 
 

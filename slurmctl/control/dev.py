@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from slurmctl.errors import SlurmctlError, SpecError
-from slurmctl.submit.spec import SiteConfig, parse_duration, slurm_time
+from slurmctl.durations import parse_duration, slurm_time
+from slurmctl.submit.spec import SiteConfig
 
 DEV_JOB_NAME = "slurmctl-dev"
 DEFAULT_PARTITION = "l4-dev"

@@ -14,17 +14,12 @@ from pathlib import Path
 
 import yaml
 
-from slurmctl.runtime.checkpoint import COMPLETE_MARKER, Checkpoint, CheckpointManager
-from slurmctl.errors import SlurmctlError, SpecError
+from slurmctl.errors import ResumeError, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import Run, RunRegistry
+from slurmctl.rundir import RUN_YAML, Run, RunRegistry
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER, Checkpoint, CheckpointManager
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.spec import RunSpec, SiteConfig
-
-
-class ResumeError(SlurmctlError):
-    code = "cannot-resume"
-    exit_code = 6
 
 
 @dataclass
@@ -40,12 +35,8 @@ class ResumeResult:
 
 
 def checkpoints_of(run: Run) -> CheckpointManager:
-    spec_dir = None
-    try:
-        spec_dir = run.spec().checkpoint.dir
-    except (OSError, ValueError):
-        pass
-    return CheckpointManager(spec_dir or run.path / "checkpoints")
+    """The run's checkpoints, where run.json says they are (slurmctl.rundir's one rule)."""
+    return run.checkpoints()
 
 
 def _ensure_ended(run: Run, client: SlurmClient, verb: str) -> None:
@@ -62,7 +53,7 @@ def resume_run(run: Run, client: SlurmClient) -> ResumeResult:
     if ck is None:
         raise ResumeError(f"run {run.run_id} has no valid checkpoint to resume from.",
                           "Submit its run.yaml again to start from step 0.")
-    job_id = client.submit(run.path / "job.sbatch")
+    job_id = client.submit(run.script_path)
     run.record("submitted", job_id=job_id, resumed_from_step=ck.step, sbatch_args=[])
     return ResumeResult(run.run_id, str(run.path), job_id, ck.step, run.run_id)
 
@@ -92,20 +83,20 @@ def fork_run(source: Run, new_name: str, registry: RunRegistry, site: SiteConfig
         raise SpecError(f"'{new_name}' is not a valid run name: {exc}",
                         "Use lower-case letters, digits, '.', '_' or '-'.") from None
     with tempfile.TemporaryDirectory(prefix="slurmctl-fork-") as tmp:
-        spec_path = Path(tmp) / "run.yaml"
+        spec_path = Path(tmp) / RUN_YAML
         spec_path.write_text(yaml.safe_dump(data, sort_keys=False))
         # Held until the checkpoint is in place, so the first attempt already resumes from it.
         submitted = submit(spec_path, site, client, extra_sbatch_args=["--hold"])
     new_run = Run(submitted.run_id, Path(submitted.run_dir))
     try:
-        CheckpointManager(new_run.path / "checkpoints").save(ck.step, lambda d: _link_tree(ck.path, d))
+        new_run.checkpoints().save(ck.step, lambda d: _link_tree(ck.path, d))
         client.release(submitted.job_id)
     except (OSError, SlurmctlError):
         client.cancel(submitted.job_id)
         raise
     new_run.record("forked", source_run=source.run_id, source_step=ck.step, source_path=str(ck.path))
     meta = {**new_run.meta, "parent_run": source.run_id, "parent_step": ck.step}  # lineage for cost reports
-    write_atomic(new_run.path / "run.json", json.dumps(meta, indent=2))
+    write_atomic(new_run.meta_path, json.dumps(meta, indent=2))
     return ResumeResult(new_run.run_id, str(new_run.path), submitted.job_id, ck.step, source.run_id)
 
 

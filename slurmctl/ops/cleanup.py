@@ -1,4 +1,4 @@
-"""The orphan sweeper (`slurmctl cleanup`, also from cron): what holds GPUs or queue slots without value.
+"""The orphan sweeper (`slurmctl cleanup`, also from root's cron): what holds GPUs or queue slots without value.
 
 * held jobs (user/admin hold, requeue hold) of slurmctl runs that ended with no valid checkpoint,
   or whose run directory is gone: nothing can resume from them;
@@ -7,18 +7,36 @@
   otherwise start draining at once).
 
 Dry run by default (a listing for admins); ``apply=True`` releases them (scancel / unlink).
+
+Run by root, this touches every user's jobs and runs, so it trusts nothing a user wrote:
+* the queue listing only nominates candidates; each job is confirmed with the controller
+  (``SlurmClient.confirm_job``: owner uid, state, comment, no forgeable free text before them)
+  when found and again right before the scancel, and the decision uses the confirmed values;
+* runs live at ``<runs_root>/<user>/<run id>``; a user directory counts only when it is a real
+  directory (lstat, no symlink) owned by the user it is named after, a run only when its id is
+  well-formed, it is a real directory owned by that user and its run.json names that id;
+* the user's files are read, and a stale ``drain.request`` removed, by a child that dropped to the
+  user's uid (ops/hooks/asuser.py), with capped non-blocking reads and a deadline: a FIFO or
+  /dev/zero planted in a run costs the sweep at most a few seconds and a note.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+import pwd
+import stat
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.durations import parse_duration
 from slurmctl.errors import SlurmctlError
-from slurmctl.rundir import Run, RunRegistry
+from slurmctl.ops.hooks import asuser
+from slurmctl.ops.hooks.jobinfo import RUN_ID_RE
+from slurmctl.rundir import RunRegistry
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.submit.spec import SiteConfig, parse_duration
+from slurmctl.submit.spec import SiteConfig
+
+USER_READ_TIMEOUT = 5.0  # one child per user reads all of that user's runs
 
 
 @dataclass
@@ -28,68 +46,91 @@ class Orphan:
     run_id: str | None = None
     job_id: int | None = None
     path: str | None = None
+    user: str | None = None
     released: bool = False
     error: str | None = None
+    # what the controller confirmed when the orphan was found; release() demands the same again
+    confirmed: Job | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("confirmed")
+        return d
 
 
-def _checkpoint_dir(run: Run) -> Path:
-    try:
-        configured = run.spec().checkpoint.dir
-    except Exception:  # noqa: BLE001 - a broken run.yaml must not stop the sweep
-        configured = None
-    return Path(configured) if configured else run.path / "checkpoints"
+@dataclass
+class Sweep:
+    """What one sweep saw besides orphans: lines and directories it refused to trust."""
+
+    notes: list[str] = field(default_factory=list)
 
 
-def _run_of(job: Job, registry: RunRegistry) -> Run | None:
-    if not job.run_id:
-        return None
-    path = registry.root / job.run_id
-    return Run(job.run_id, path) if (path / "run.json").exists() else None
-
-
-def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry,
-                 only_run: str | None = None) -> list[Orphan]:
-    queue = client.queue(mine=False)  # the one Slurm query of a sweep
-    held_ids = {j.job_id for j in queue if j.held}
-    live_unheld_runs = {j.run_id for j in queue if j.run_id and j.job_id not in held_ids}
+def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | None = None,
+                 only_run: str | None = None, sweep: Sweep | None = None) -> list[Orphan]:
+    sweep = sweep if sweep is not None else Sweep()
+    runs_root = Path(site.runs_root).expanduser()
+    me = os.geteuid()
+    queue = client.queue(mine=False)  # nominates candidates only; see confirm_job below
+    live = {(j.user, j.run_id) for j in queue if j.run_id}
+    live_unheld = {(j.user, j.run_id) for j in queue if j.run_id and not j.held}
     found: list[Orphan] = []
 
     for job in queue:
         if only_run and job.run_id != only_run:
             continue
-        if job.job_id in held_ids and job.run_id:
-            run = _run_of(job, registry)
-            if run is None:
-                found.append(Orphan("held-job", f"held job of run {job.run_id}, whose run directory is gone",
-                                    job.run_id, job.job_id))
+        if job.held and job.run_id:
+            confirmed = _confirm(client, job.job_id, me, sweep)
+            if confirmed is None or not confirmed.held or confirmed.run_id != job.run_id:
                 continue
-            if job.run_id in live_unheld_runs:
-                continue  # the run is still going; this hold is part of its plan
-            ended = [e for e in run.events() if e.get("event") == "end"]
-            if not ended:
-                continue  # never ran an attempt: a deliberate `submit -- --hold`, not ours to judge
-            if CheckpointManager(_checkpoint_dir(run)).latest() is None:
-                found.append(Orphan("held-job", f"held job of run {job.run_id}, which ended (exit "
-                                    f"{ended[-1].get('exit_code')}) with no valid checkpoint to resume from",
-                                    job.run_id, job.job_id))
+            run_id, user = confirmed.run_id, _user_name(int(confirmed.user))
+            if user is None or not RUN_ID_RE.fullmatch(run_id) or (user, run_id) in live_unheld:
+                continue  # not a run slurmctl made, or the run is still going: this hold is its plan
+            facts = _as_owner(int(confirmed.user), inspect_run, str(runs_root / user / run_id), run_id,
+                              sweep=sweep)
+            if facts is None or facts.get("foreign"):
+                continue
+            if not facts.get("exists"):
+                found.append(Orphan("held-job", f"held job of run {run_id}, whose run directory is gone",
+                                    run_id, job.job_id, user=user, confirmed=confirmed))
+            elif facts.get("ended") and not facts.get("has_checkpoint"):
+                found.append(Orphan("held-job", f"held job of run {run_id}, which ended (exit "
+                                    f"{facts.get('exit_code')}) with no valid checkpoint to resume from",
+                                    run_id, job.job_id, user=user, confirmed=confirmed))
         elif job.state == "RUNNING" and _is_dev(site, job):
-            ttl = parse_duration(site.dev_allocation_ttl)
-            if job.elapsed_seconds is not None and job.elapsed_seconds > ttl:
-                found.append(Orphan("dev-ttl", f"dev allocation in {job.partition} running "
-                                    f"{job.elapsed_seconds // 60} min, past the {site.dev_allocation_ttl} TTL",
-                                    job.run_id, job.job_id))
+            confirmed = _confirm(client, job.job_id, me, sweep)
+            if confirmed is None or not _past_dev_ttl(site, confirmed):
+                continue
+            found.append(Orphan("dev-ttl", f"dev allocation in {confirmed.partition} running "
+                                f"{confirmed.elapsed_seconds // 60} min, past the {site.dev_allocation_ttl} TTL",
+                                confirmed.run_id, job.job_id, user=_user_name(int(confirmed.user)),
+                                confirmed=confirmed))
 
-    runs = [registry.get(only_run)] if only_run else registry.list()
-    live_runs = {j.run_id for j in queue if j.run_id}
-    for run in runs:
-        request = run.path / "drain.request"
-        if request.exists() and run.run_id not in live_runs:
-            found.append(Orphan("stale-drain-request", "drain.request left in a run with no live job",
-                                run.run_id, path=str(request)))
+    for user, uid in _user_dirs(runs_root, me, sweep):
+        requests = _as_owner(uid, stale_drain_candidates, str(runs_root / user), only_run, sweep=sweep) or []
+        for run_id in requests:
+            if (user, run_id) not in live:
+                found.append(Orphan("stale-drain-request", "drain.request left in a run with no live job",
+                                    run_id, path=str(runs_root / user / run_id / "drain.request"), user=user))
     return found
+
+
+def _confirm(client: SlurmClient, job_id: int, me: int, sweep: Sweep) -> Job | None:
+    """The controller's own view of the job; a user sweeping sees only their own jobs."""
+    try:
+        confirmed = client.confirm_job(job_id)
+    except SlurmctlError as exc:
+        sweep.notes.append(f"job {job_id}: not confirmed by Slurm ({exc.message}); left alone")
+        return None
+    if confirmed is None:
+        return None
+    if me != 0 and int(confirmed.user) != me:
+        return None
+    return confirmed
+
+
+def _past_dev_ttl(site: SiteConfig, job: Job) -> bool:
+    return (job.state == "RUNNING" and _is_dev(site, job) and job.elapsed_seconds is not None
+            and job.elapsed_seconds > parse_duration(site.dev_allocation_ttl))
 
 
 def _is_dev(site: SiteConfig, job: Job) -> bool:
@@ -97,22 +138,177 @@ def _is_dev(site: SiteConfig, job: Job) -> bool:
                for p in job.partition.split(","))
 
 
-def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
-    """Cancel every orphaned job in one batched scancel, then delete stale files one by one."""
-    jobs = [o for o in orphans if o.job_id is not None]
-    if jobs:
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
+    """(user, uid) per real directory under the runs root owned by the user it is named after.
+    Root sweeps every user; anyone else only their own directory."""
+    try:
+        root_fd = os.open(runs_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        names = sorted(os.listdir(root_fd))
+        out = []
+        for name in names:
+            try:
+                owner = pwd.getpwnam(name).pw_uid
+                st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            except (KeyError, OSError):
+                continue  # not a user's runs directory (an older flat run, a stray file)
+            if me != 0 and owner != me:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
+                sweep.notes.append(f"{runs_root / name}: not a directory owned by {name}; skipped")
+                continue
+            out.append((name, owner))
+        return out
+    finally:
+        os.close(root_fd)
+
+
+def _as_owner(uid: int, func, *args, sweep: Sweep):
+    gid = asuser.user_gid(uid)
+    if gid is None:
+        sweep.notes.append(f"uid {uid} has no passwd entry; its runs were skipped")
+        return None
+    try:
+        return asuser.run_as(uid, gid, func, *args, timeout=USER_READ_TIMEOUT)
+    except asuser.AsUserError as exc:
+        sweep.notes.append(f"uid {uid}: {exc}; its runs were skipped")
+        return None
+
+
+# --- these run in the child, as the run's owner ----------------------------------------------------
+def _own_dir(path: Path) -> bool:
+    """A real directory (not a symlink) owned by us, the run's owner."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _is_run(path: Path, run_id: str) -> bool:
+    from slurmctl.fsutil import read_json
+
+    if not _own_dir(path.parent) or not _own_dir(path):
+        return False
+    meta = read_json(path / "run.json", 256 * 1024)
+    return isinstance(meta, dict) and meta.get("run_id") == run_id
+
+
+def inspect_run(run_dir: str, run_id: str) -> dict:
+    """exists / foreign (something is there but not a run we made) / ended, exit_code / has_checkpoint."""
+    from slurmctl.fsutil import read_json, read_jsonl
+    from slurmctl.runtime.checkpoint import CheckpointManager
+
+    path = Path(run_dir)
+    try:
+        os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return {"exists": False}
+    if not _is_run(path, run_id):
+        return {"exists": True, "foreign": True}
+    ended = [e for e in read_jsonl(path / "attempts.jsonl", 16 * 1024 * 1024) if e.get("event") == "end"]
+    meta = read_json(path / "run.json", 256 * 1024) or {}
+    configured = meta.get("checkpoint_dir")
+    ck_root = Path(configured) if isinstance(configured, str) and configured.startswith("/") else path / "checkpoints"
+    return {"exists": True, "ended": bool(ended), "exit_code": ended[-1].get("exit_code") if ended else None,
+            "has_checkpoint": CheckpointManager(ck_root).latest() is not None}
+
+
+def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
+    """Run ids under the user's directory holding a drain.request (a regular file, not followed)."""
+    root = Path(user_dir)
+    if not _own_dir(root):
+        return []
+    out = []
+    for name in sorted(os.listdir(root)):
+        if not RUN_ID_RE.fullmatch(name) or (only_run and name != only_run):
+            continue
+        run = root / name
         try:
-            client.cancel_many(o.job_id for o in jobs)
-            for orphan in jobs:
+            st = os.stat(run / "drain.request", follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and _is_run(run, name):
+            out.append(name)
+    return out
+
+
+def remove_drain_request(user_dir: str, run_id: str) -> bool:
+    """Unlink <run>/drain.request through the run directory's fd, after checking it is our own
+    real directory and the entry a regular file (never a symlink's target)."""
+    run = Path(user_dir) / run_id
+    if not RUN_ID_RE.fullmatch(run_id) or not _is_run(run, run_id):
+        return False
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            return False
+        try:
+            st = os.stat("drain.request", dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        os.unlink("drain.request", dir_fd=fd)
+        return True
+    finally:
+        os.close(fd)
+
+
+# --- releasing ------------------------------------------------------------------------------------
+def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
+    """Re-confirm every orphaned job with the controller (same owner, same run, still held / still
+    past its TTL), cancel the confirmed ones in one batched scancel, then remove stale drain
+    requests as their owners."""
+    me = os.geteuid()
+    to_cancel = []
+    for orphan in (o for o in orphans if o.job_id is not None):
+        now = _confirm(client, orphan.job_id, me, Sweep())
+        if not _still_same(orphan, now):
+            orphan.error = "not confirmed by Slurm any more (state, owner or run changed); left alone"
+            continue
+        to_cancel.append(orphan)
+    if to_cancel:
+        try:
+            client.cancel_many(o.job_id for o in to_cancel)
+            for orphan in to_cancel:
                 orphan.released = True
         except SlurmctlError as exc:
-            for orphan in jobs:
+            for orphan in to_cancel:
                 orphan.error = exc.message
     for orphan in orphans:
-        if orphan.job_id is None and orphan.path:
-            try:
-                Path(orphan.path).unlink(missing_ok=True)
-                orphan.released = True
-            except OSError as exc:
-                orphan.error = str(exc)
+        if orphan.kind != "stale-drain-request" or not orphan.user or not orphan.run_id:
+            continue
+        try:
+            uid = pwd.getpwnam(orphan.user).pw_uid
+        except KeyError:
+            orphan.error = f"no user {orphan.user}"
+            continue
+        sweep = Sweep()
+        user_dir = str(Path(orphan.path).parent.parent)
+        done = _as_owner(uid, remove_drain_request, user_dir, orphan.run_id, sweep=sweep)
+        orphan.released = bool(done)
+        if not done:
+            orphan.error = "; ".join(sweep.notes) or "not a regular drain.request in a run of its owner; left alone"
     return orphans
+
+
+def _still_same(orphan: Orphan, now: Job | None) -> bool:
+    before = orphan.confirmed
+    if now is None or before is None or now.user != before.user or now.comment != before.comment:
+        return False
+    if orphan.kind == "held-job":
+        return now.held
+    if orphan.kind == "dev-ttl":  # still running in the same dev partition, for at least as long
+        return (now.state == "RUNNING" and now.partition == before.partition
+                and (now.elapsed_seconds or 0) >= (before.elapsed_seconds or 0))
+    return False

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from slurmctl.fsutil import write_atomic
 from slurmctl.ops.hooks.procs import pid_alive
-from slurmctl.submit.spec import parse_duration
+from slurmctl.durations import parse_duration
 
 EXIT_OK, EXIT_KILLED = 0, 3
 TAIL_BYTES = 64 * 1024
@@ -320,10 +320,7 @@ def _env_default(name: str, fallback: str) -> str:
 
 
 def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return float(parse_duration(text))
+    return float(parse_duration(text))  # a bare number is minutes, as everywhere in slurmctl
 
 
 def parse_args(argv: list[str] | None) -> Settings:
@@ -333,7 +330,7 @@ def parse_args(argv: list[str] | None) -> Settings:
                    help="key path (step, global_step, iteration, a.b) or regex:<pattern with one group>")
     p.add_argument("--source", default=_env_default("SOURCE", ""),
                    help="file to read; default heartbeat.json (key path) or the job log (regex)")
-    p.add_argument("--check", default=_env_default("CHECK", "45"), help="seconds between checks (default 45)")
+    p.add_argument("--check", default=_env_default("CHECK", "45s"), help="time between checks (default 45s)")
     p.add_argument("--stall", default=_env_default("STALL", "15m"), help="no-progress window (default 15m)")
     p.add_argument("--startup", default=_env_default("STARTUP", "30m"), help="window before the first progress (30m)")
     p.add_argument("--drain-timeout", default=_env_default("DRAIN_TIMEOUT", "5m"), help="wait for the ACK (5m)")

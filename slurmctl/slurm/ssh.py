@@ -23,21 +23,13 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from slurmctl.errors import SlurmctlError, SlurmUnreachable
+from slurmctl.errors import HostKeyRefused, SlurmctlError, SlurmUnreachable, SSHError
 from slurmctl.rundir import Run, RunRegistry
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
 # paramiko logs transport errors (with tracebacks) from its thread; slurmctl reports them itself
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-
-class SSHError(SlurmUnreachable):
-    code = "ssh-failed"
-
-
-class HostKeyRefused(SSHError):
-    code = "ssh-host-key-refused"
 
 
 def fingerprint(key: paramiko.PKey) -> str:

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import ImageError
 from slurmctl.fsutil import write_atomic
 from slurmctl.submit.spec import BuildSpec, RunSpec, SiteConfig
 
@@ -31,13 +31,6 @@ MANIFEST_TYPES = ", ".join([
 ])
 INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 _IGNORED_IN_HASH = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
-
-
-class ImageError(SlurmctlError):
-    """The training image cannot be built, pushed, resolved or run on the chosen nodes."""
-
-    code = "image"
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import NoPlacement
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.spec import RunSpec, SiteConfig
 
 TIE_SECONDS = 60  # Slurm's estimates move by the scheduler interval; closer starts are a tie
-
-
-class NoPlacement(SlurmctlError):
-    code = "no-placement"
-    exit_code = 2
 
 
 @dataclass

@@ -65,8 +65,8 @@ def start_trainer(run_dir: Path, style: str, hang_after: int, total: int, on_han
 def start_watchdog(run_dir: Path, style: str, pid: int, stall="1.2", startup="3", drain="1") -> subprocess.Popen:
     field, source = CONVENTIONS[style]
     argv = [sys.executable, "-m", "slurmctl.runtime.watchdog", "--run-dir", str(run_dir), "--step-field", field,
-            "--source", source, "--check", "0.3", "--stall", stall, "--startup", startup,
-            "--drain-timeout", drain, "--pid", str(pid), "--kill-grace", "1", "--log", str(run_dir / "train.log")]
+            "--source", source, "--check", "0.3s", "--stall", f"{stall}s", "--startup", f"{startup}s",
+            "--drain-timeout", f"{drain}s", "--pid", str(pid), "--kill-grace", "1", "--log", str(run_dir / "train.log")]
     return subprocess.Popen(argv, stderr=open(run_dir / "watchdog.err", "w"))
 
 

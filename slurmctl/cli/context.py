@@ -1,0 +1,113 @@
+"""What every command module shares: the consoles, table and JSON helpers, and the Context.
+
+Command modules import from here, never from ``cli.main`` (which only registers them), so the CLI
+has no import cycle and `slurmctl --help` imports no command module.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from slurmctl.rundir import RunRegistry
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.spec import SiteConfig, load_site_config
+
+# Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+
+def text(value: object, style: str = "") -> Text:
+    """A printed value as rich Text: brackets in names, reasons or paths are shown, never parsed as markup."""
+    return Text(str(value), style=style)
+
+
+class _PlainTable(Table):
+    """Identifiers and numbers keep their full width (min_width grows with each row); only the last,
+    free-text column is cut with an ellipsis on a narrow terminal. Plain str cells are turned into
+    Text, so a job named '[/]x' prints as itself."""
+
+    def add_row(self, *cells, **kwargs) -> None:
+        cells = tuple(Text(c) if isinstance(c, str) else c for c in cells)
+        super().add_row(*cells, **kwargs)
+        for column, cell in zip(self.columns[:-1], cells):
+            width = cell.cell_len if isinstance(cell, Text) else len(str(cell or ""))
+            column.min_width = max(column.min_width or len(str(column.header)), width)
+
+
+def plain_table(*columns: str, title: str | None = None) -> Table:
+    table = _PlainTable(box=None, pad_edge=False, title=title, title_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, no_wrap=True, overflow="ellipsis" if i == len(columns) - 1 else "fold")
+    return table
+
+
+class Context:
+    """Lazily built collaborators, so `init` never touches Slurm or the site config.
+
+    Through an SSH login node (``--host`` or ``login_host``) the client is a RemoteSlurmClient and
+    run directories are read from the cluster (slurmctl.remote); otherwise both are local.
+    """
+
+    def __init__(self, debug: bool = False, host: str | None = None, as_json: bool = False):
+        self.debug = debug
+        self.host = host
+        self.as_json = as_json  # set by the command's --json option (see json_option): the error boundary reads it
+        self._site: SiteConfig | None = None
+        self._client: SlurmClient | None = None
+        self._remote = None  # slurmctl.remote.RemoteSlurmClient when Slurm is reached over SSH
+
+    @property
+    def site(self) -> SiteConfig:
+        if self._site is None:
+            self._site = load_site_config()
+        return self._site
+
+    @property
+    def client(self) -> SlurmClient:
+        if self._client is None:
+            from slurmctl.userconfig import ssh_runner_for
+
+            runner = ssh_runner_for(self.host)
+            if runner is None:
+                self._client = SlurmClient()
+            else:
+                from slurmctl.slurm.ssh import RemoteSlurmClient
+
+                self._client = self._remote = RemoteSlurmClient(runner)
+        return self._client
+
+    @property
+    def registry(self) -> RunRegistry:
+        self.client  # builds the remote client when Slurm is reached over SSH
+        if self._remote is not None:
+            return self._remote.mirrored_registry(self.site.runs_root_path)
+        return RunRegistry(self.site.runs_root_path)
+
+    def close(self) -> None:
+        """At the end of every command: a remote client syncs its run dirs and hangs up."""
+        if self._remote is not None:
+            self._remote.close()
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def _remember_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value and isinstance(ctx.find_object(Context), Context):
+        ctx.find_object(Context).as_json = True
+    return value
+
+
+json_option = click.option("--json", "as_json", is_flag=True, callback=_remember_json,
+                           help="Machine-readable output.")
+
+
+def print_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
