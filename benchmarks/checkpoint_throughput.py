@@ -2,9 +2,10 @@
 
 1. save throughput of CheckpointManager.save() vs a raw write + fsync of the same bytes (goal >= 0.9);
 2. step-loop stall of save_async() (snapshot + hand-off) vs save() (goal <= 5%), and the
-   wall-clock overhead each adds to a training-like loop.
+   wall-clock overhead each adds to a training-like loop: several rounds in rotating order,
+   paired ratios per round, median and range (never clamped).
 
-    .venv/bin/python benchmarks/checkpoint_throughput.py [--mb 128] [--dir /var/lib/...]
+    .venv/bin/python benchmarks/checkpoint_throughput.py [--mb 256] [--rounds 5] [--dir /var/lib/...]
 """
 
 from __future__ import annotations
@@ -83,29 +84,54 @@ def step_loop(root: Path, mode: str, state: dict, steps: int, every: int) -> tup
     return time.perf_counter() - started, in_save
 
 
-def async_stall(root: Path, mb: int, steps: int, every: int) -> dict:
+def _spread(values: list[float], digits: int = 4) -> dict:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
+
+
+def async_stall(root: Path, mb: int, steps: int, every: int, rounds: int) -> dict:
+    """`rounds` samples of each mode. The order rotates every round (none/sync/async, then
+    sync/async/none, ...) so warm-up, page cache and writeback from the previous loop do not always
+    favour the same mode. Ratios are taken per round (paired) and reported as median and range,
+    unclamped: an overhead below zero means the difference is within this machine's noise."""
     numel = mb * 1024 * 1024 // 4
     state = {"model": torch.randn(numel // 2), "opt": torch.randn(numel - numel // 2)}
     torch.set_num_threads(1)
-    base, _ = step_loop(root, "none", state, steps, every)
-    sync_total, sync_in_save = step_loop(root, "sync", state, steps, every)
-    async_total, async_in_save = step_loop(root, "async", state, steps, every)
-    return {"state_MB": mb, "steps": steps, "save_every": every, "loop_seconds_no_checkpoint": round(base, 3),
-            "loop_seconds_sync": round(sync_total, 3), "loop_seconds_async": round(async_total, 3),
-            "stall_seconds_sync": round(sync_in_save, 4), "stall_seconds_async": round(async_in_save, 4),
-            "async_vs_sync_stall_ratio": round(async_in_save / sync_in_save, 4),
-            "async_vs_sync_overhead_ratio": round(max(async_total - base, 0) / max(sync_total - base, 1e-9), 4)}
+    modes = ["none", "sync", "async"]
+    loop: dict[str, list[float]] = {m: [] for m in modes}
+    stall: dict[str, list[float]] = {m: [] for m in modes}
+    stall_ratio, overhead_ratio, async_overhead = [], [], []
+    for r in range(rounds):
+        order = modes[r % 3:] + modes[:r % 3]
+        sample = {}
+        for mode in order:
+            sample[mode] = step_loop(root, mode, state, steps, every)
+            loop[mode].append(sample[mode][0])
+            stall[mode].append(sample[mode][1])
+        (base, _), (sync_total, sync_in), (async_total, async_in) = sample["none"], sample["sync"], sample["async"]
+        stall_ratio.append(async_in / sync_in)
+        async_overhead.append(async_total - base)
+        overhead_ratio.append((async_total - base) / (sync_total - base))
+    return {"state_MB": mb, "steps": steps, "save_every": every, "rounds": rounds,
+            "loop_seconds": {m: _spread(v, 3) for m, v in loop.items()},
+            "stall_seconds": {m: _spread(stall[m]) for m in ("sync", "async")},
+            "async_vs_sync_stall_ratio": _spread(stall_ratio),
+            "async_overhead_seconds_vs_no_checkpoint": _spread(async_overhead, 3),
+            "async_vs_sync_overhead_ratio": _spread(overhead_ratio)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=256, help="checkpoint size")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5, help="samples of each step-loop mode")
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-", dir=args.dir) as tmp:
         result = {"throughput": throughput(Path(tmp), args.mb, args.repeats),
-                  "async": async_stall(Path(tmp), args.mb // 2, steps=300, every=100)}
+                  "async": async_stall(Path(tmp), args.mb // 2, steps=args.steps, every=max(1, args.steps // 3),
+                                      rounds=args.rounds)}
     print(json.dumps(result, indent=2))
     return 0
 
