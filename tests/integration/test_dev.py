@@ -2,17 +2,17 @@
 
 Both sessions run at once to keep the wall time near one Slurm minute: one ends by its TTL
 (--time 1m: Slurm kills it), the other by its idle timeout (--idle 10s, no GPU, so both fit l4-1).
+The sessions are alice's: tmux (root's private server) runs the CLI through runuser.
 """
 
 import re
 import shlex
 import subprocess
-import sys
 import time
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, SLURMCTL, as_user
 
 TMUX = ["tmux", "-L", "slurmctl-test-dev"]  # a private tmux server: never touch anyone else's
 
@@ -37,7 +37,7 @@ def _wait_for(session: str, pattern: str, timeout: float) -> re.Match:
 
 
 def _start(session: str, *dev_args: str) -> None:
-    cli = shlex.join([sys.executable, "-m", "slurmctl.cli", "dev", *dev_args])
+    cli = shlex.join(as_user("alice").argv([*SLURMCTL, "dev", *dev_args]))
     # keep the pane open after the CLI exits so the test can read its last words
     _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50",
           f"cd {shlex.quote(str(REPO))} && {cli}; echo DEV-EXIT=$?; sleep 600")
@@ -72,8 +72,8 @@ def test_dev_shell_runs_on_l4_dev_and_ends_by_ttl_and_by_idle_timeout(tmux_serve
             assert match.group(2) == "l4-1"
         assert _wait_for("ttl", r"JOB=\d+ NODE=\S+ GPU=(\S+)", 1).group(1) == "0"  # the L4 is ours
         # the TTL is the job's Slurm time limit
-        limits = subprocess.run(["squeue", "-h", "-j", jobs["ttl"], "-o", "%l %j %P"], capture_output=True, text=True)
-        assert limits.stdout.split() == ["1:00", "slurmctl-dev", "l4-dev"]
+        limits = subprocess.run(["squeue", "-h", "-j", jobs["ttl"], "-o", "%l %j %P %u"], capture_output=True, text=True)
+        assert limits.stdout.split() == ["1:00", "slurmctl-dev", "l4-dev", "alice"]
 
         _wait_for("idle", r"auto-logout", timeout=30)
         _wait_for("idle", r"session ended after .*\nDEV-EXIT=0", timeout=15)
@@ -83,7 +83,7 @@ def test_dev_shell_runs_on_l4_dev_and_ends_by_ttl_and_by_idle_timeout(tmux_serve
         ttl_seconds = time.monotonic() - started
     finally:
         for job_id in jobs.values():
-            subprocess.run(["scancel", job_id], capture_output=True)
+            as_user("alice").scancel(job_id)
     assert idle_state.startswith("COMPLETED"), idle_state
     assert _sacct_state(jobs["ttl"]).split("|")[0] == "TIMEOUT"
     assert 55 < ttl_seconds < 150
