@@ -32,13 +32,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl import rundir
 from slurmctl.fsutil import append_jsonl, write_atomic
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
-DRAIN_REQUEST = "drain.request"
-DRAIN_ACK = "drain.ack"
+DRAIN_REQUEST = rundir.DRAIN_REQUEST
+DRAIN_ACK = rundir.DRAIN_ACK
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    """Where this job's checkpoints go: SLURMCTL_CHECKPOINT_DIR (the job script exports the absolute
+    path recorded in run.json at submit), else run.json's own record, else <run dir>/checkpoints."""
+    configured = os.environ.get("SLURMCTL_CHECKPOINT_DIR")
+    if configured:
+        return Path(configured)
+    return rundir.Run(Path(run_dir).name, Path(run_dir)).checkpoint_dir
 
 
 def write_drain_request(run_dir: Path, reason: str, **fields) -> dict:
@@ -49,12 +59,7 @@ def write_drain_request(run_dir: Path, reason: str, **fields) -> dict:
 
 
 def read_drain_request(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / DRAIN_REQUEST).read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError:
-        return {"reason": "unknown"}
+    return rundir.Run(Path(run_dir).name, Path(run_dir)).drain_request()
 
 
 def _sigusr2_caught_at_c_level() -> bool:
@@ -98,7 +103,7 @@ class Runtime:
     def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run",
                  handle_sigterm: bool = True) -> Runtime:
         run_dir = Path(os.environ.get("SLURMCTL_RUN_DIR", default_run_dir))
-        ckpt_dir = Path(os.environ.get("SLURMCTL_CHECKPOINT_DIR", run_dir / "checkpoints"))
+        ckpt_dir = checkpoint_dir(run_dir)
         rt = cls(
             run_dir=run_dir,
             rank=int(os.environ.get("RANK", "0")),
@@ -133,16 +138,16 @@ class Runtime:
             return
         now = time.time()
         record = {"step": step, "time": now, **{k: float(v) for k, v in metrics.items()}}
-        append_jsonl(self.run_dir / "metrics.jsonl", record)
+        append_jsonl(self.run_dir / rundir.METRICS, record)
         heartbeat = {"step": step, "time": now, "job_id": os.environ.get("SLURM_JOB_ID"),
                      "world_size": self.world_size, "metrics": record}
-        write_atomic(self.run_dir / "heartbeat.json", json.dumps(heartbeat))
-        if self.smoke:  # issue 5: `submit --smoke` stops after one step via the normal drain path
+        write_atomic(self.run_dir / rundir.HEARTBEAT, json.dumps(heartbeat))
+        if self.smoke:  # `submit --smoke` stops after one step via the normal drain path
             write_drain_request(self.run_dir, "smoke")
 
     heartbeat = log
 
-    # --- smoke test (issue 5) ------------------------------------------------------------------
+    # --- smoke test ----------------------------------------------------------------------------
     @property
     def smoke(self) -> bool:
         """SLURMCTL_SMOKE=1 (`slurmctl submit --smoke`): one step, a checkpoint round-trip, exit.

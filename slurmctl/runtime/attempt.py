@@ -19,12 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import append_jsonl, read_jsonl
-from slurmctl.slurm.client import SlurmClient
-from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, read_drain_request, write_drain_request
+from slurmctl.fsutil import append_jsonl, read_jsonl, read_text_capped
+from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.policy import REQUEUE, decide
+from slurmctl.slurm.client import SlurmClient
 
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
 # signal timer is up to ~60 s early, see shared/slurm-local.md).
@@ -39,15 +40,15 @@ def _env_int(name: str, default: int = 0) -> int:
 
 
 def _checkpoints(run_dir: Path) -> CheckpointManager:
-    return CheckpointManager(os.environ.get("SLURMCTL_CHECKPOINT_DIR") or run_dir / "checkpoints")
+    return CheckpointManager(checkpoint_dir(run_dir))
 
 
 def _max_restarts(run_dir: Path) -> int:
     try:
         import yaml
 
-        return int((yaml.safe_load((run_dir / "run.yaml").read_text()) or {}).get("max_restarts", 3))
-    except (OSError, ValueError, ImportError):
+        return int((yaml.safe_load(read_text_capped(run_dir / rundir.RUN_YAML)) or {}).get("max_restarts", 3))
+    except (OSError, ValueError, ImportError, AttributeError):
         return 3
 
 
@@ -71,7 +72,7 @@ def start(run_dir: Path) -> int:
     record["resume_step"] = ck.step if ck else None
     print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} starting on "
           f"{record['nodes']}" + (f", resuming from checkpoint step {ck.step}" if ck else ""), file=sys.stderr)
-    append_jsonl(run_dir / "attempts.jsonl", record)
+    append_jsonl(run_dir / rundir.ATTEMPTS, record)
     return 0
 
 
@@ -105,7 +106,7 @@ def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
 
 
 def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
-    events = read_jsonl(run_dir / "attempts.jsonl")
+    events = read_jsonl(run_dir / rundir.ATTEMPTS)
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
     previous_ends = [e for e in events[last_submit + 1:] if e.get("event") == "end"]
     drain = read_drain_request(run_dir)
@@ -117,20 +118,33 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
               "checkpoint_step": ck.step if ck else None, **decision.to_dict()}
     # Record first: `scontrol requeue` SIGTERMs this very batch script.
-    append_jsonl(run_dir / "attempts.jsonl", record)
+    append_jsonl(run_dir / rundir.ATTEMPTS, record)
     loud = "" if acked or drain is None else "WARNING: DRAIN NOT ACKNOWLEDGED. "
     print(f"slurmctl: attempt ended with exit code {exit_code}: {loud}{decision.reason}", file=sys.stderr)
     if decision.action != REQUEUE:
-        return 0 if decision.outcome in {"completed", "cancelled"} and (acked or drain is None) else (exit_code or 1)
+        ok = decision.outcome in {"completed", "cancelled"} and (acked or drain is None)
+        if ok and os.environ.get("SLURMCTL_SMOKE") == "1":
+            ok = _smoke_round_trip(run_dir)
+        return 0 if ok else (exit_code or 1)
     job_id = _env_int("SLURM_JOB_ID")
     try:
         client.update_job(job_id, Requeue=1)  # normally already done by watch-requeue
         client.requeue(job_id)
     except SlurmctlError as exc:
-        append_jsonl(run_dir / "attempts.jsonl", {**_base_record("requeue-failed"), "message": exc.message})
+        append_jsonl(run_dir / rundir.ATTEMPTS, {**_base_record("requeue-failed"), "message": exc.message})
         print(f"slurmctl: requeue of job {job_id} failed: {exc.message}", file=sys.stderr)
         return exit_code or 1
     return 0
+
+
+def _smoke_round_trip(run_dir: Path) -> bool:
+    """A smoke job exits 0 only if it logged a step, acknowledged the drain and left a valid
+    checkpoint: Slurm accounting's COMPLETED is then the smoke verdict the submit gate trusts."""
+    from slurmctl.submit.smoke import check_round_trip
+
+    passed, why = check_round_trip(rundir.Run(run_dir.name, run_dir))
+    print(f"slurmctl: smoke test {'passed' if passed else 'FAILED'}: {why}", file=sys.stderr)
+    return passed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -311,10 +311,13 @@ def torch_writer(state, filename: str | None = None) -> WriteFn:
     return write
 
 
-def load_torch(ck: Checkpoint, filename: str = "state.pt", map_location="cpu"):
+def load_torch(ck: Checkpoint, filename: str = "state.pt", map_location="cpu", *, weights_only: bool = True):
+    """Load a torch.save'd file of a checkpoint. weights_only=True (the default) unpickles only
+    tensors and plain containers, so a checkpoint file someone else wrote cannot run code in the
+    training; pass weights_only=False only for files you wrote yourself and trust."""
     import torch
 
-    return torch.load(ck.path / filename, map_location=map_location, weights_only=False)
+    return torch.load(ck.path / filename, map_location=map_location, weights_only=weights_only)
 
 
 def dcp_writer(state_dict) -> WriteFn:

@@ -3,8 +3,13 @@
 SLURMCTL_SMOKE=1 makes the runtime request a drain after the first logged step, so a training
 that follows the slurmctl conventions saves a checkpoint, acknowledges and exits. The smoke test
 passes when the job completed, logged a step, and left a valid checkpoint named by drain.ack
-(written inside the job, read back here: the checkpoint round-trip). A pass is recorded under
-the code+config hash; with `require_smoke: true` in site.yaml a full submit needs one.
+(written inside the job, read back: the checkpoint round-trip). The job checks this itself at its
+end (runtime/attempt.py) and exits non-zero when it fails, so Slurm accounting's COMPLETED 0:0 is
+the verdict.
+
+The gate (`require_smoke: true` in site.yaml) trusts only Slurm accounting, never a file a user
+can write: it needs a job of the caller's, named after a smoke run of the same code+config hash
+(``<name>-smoke-<hash>-<date>-<hex>``), on the smoke partition, COMPLETED with exit code 0:0.
 """
 
 from __future__ import annotations
@@ -12,14 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmctl.runtime.checkpoint import CheckpointManager
-from slurmctl.fsutil import read_jsonl, write_atomic
-from slurmctl.observe.logs import tail_lines
-from slurmctl.rundir import Run
+from slurmctl.fsutil import tail_text_lines
+from slurmctl.rundir import Run, RunRegistry, current_user
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.spec import RunSpec, SiteConfig
 
@@ -28,13 +32,22 @@ _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "checkpoin
 _MAX_CODE_FILES = 2000
 
 
-def smoke_spec(spec: RunSpec, site: SiteConfig) -> RunSpec:
+def smoke_partition(site: SiteConfig) -> str:
+    return site.smoke_partition or min(site.partitions, key=lambda p: site.partitions[p].price_per_gpu_hour)
+
+
+def smoke_name(name: str, code_hash: str) -> str:
+    """The smoke run's name carries the code+config hash, so its Slurm job name (the run id) does."""
+    return f"{name[:24]}-smoke-{code_hash}" if code_hash else f"{name[:42]}-smoke"
+
+
+def smoke_spec(spec: RunSpec, site: SiteConfig, code_hash: str = "") -> RunSpec:
     """One node, one GPU of the smoke partition, one process, a short limit, the tiniest batch."""
-    partition = site.smoke_partition or min(site.partitions, key=lambda p: site.partitions[p].price_per_gpu_hour)
+    partition = smoke_partition(site)
     gpus = 1 if site.partitions[partition].gpus_per_node else 0
     model = spec.model.model_copy(update={"micro_batch": 1}) if spec.model else None
     return spec.model_copy(update={
-        "name": f"{spec.name[:42]}-smoke", "partition": partition, "nodes": 1, "gpus_per_node": gpus,
+        "name": smoke_name(spec.name, code_hash), "partition": partition, "nodes": 1, "gpus_per_node": gpus,
         "gpu_type": None, "procs_per_node": 1, "time_limit": site.smoke_time_limit,
         "env": {**spec.env, SMOKE_ENV: "1"}, "model": model,
     })
@@ -60,16 +73,28 @@ def _code_files(workdir: Path):
         yield from (Path(root) / n for n in names if n.endswith(".py"))
 
 
-def _record_path(site: SiteConfig, code_hash: str) -> Path:
-    return site.runs_root_path / ".smoke" / f"{code_hash}.json"
+def _smoke_job_name_re(code_hash: str) -> re.Pattern:
+    return re.compile(rf"[a-z0-9][a-z0-9._-]*-smoke-{re.escape(code_hash)}-\d{{8}}-[0-9a-f]{{4}}")
 
 
-def smoke_passed(site: SiteConfig, code_hash: str) -> dict | None:
-    try:
-        record = json.loads(_record_path(site, code_hash).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+def smoke_passed(site: SiteConfig, code_hash: str, client: SlurmClient, registry: RunRegistry) -> dict | None:
+    """A passed smoke test of this code+config, as Slurm accounting records it (see the module doc).
+
+    The caller's run dirs only suggest which job ids to ask sacct about (one call); every fact that
+    decides comes from sacct: the job's user, name, partition, state and exit code.
+    """
+    if not code_hash:
         return None
-    return record if record.get("passed") else None
+    name_re = _smoke_job_name_re(code_hash)
+    candidates = {job_id for run in registry.list() if name_re.fullmatch(run.run_id) for job_id in run.job_ids()}
+    if not candidates:
+        return None
+    partition, me = smoke_partition(site), current_user()
+    for job in sorted(client.history(candidates), key=lambda j: j.job_id, reverse=True):
+        if (job.user == me and name_re.fullmatch(job.name) and job.partition == partition
+                and job.state == "COMPLETED" and job.exit_code == "0:0"):
+            return {"passed": True, "run_id": job.name, "job_id": job.job_id, "code_hash": code_hash}
+    return None
 
 
 @dataclass
@@ -101,27 +126,33 @@ def wait_and_judge(run: Run, client: SlurmClient, job_id: int, site: SiteConfig,
         client.cancel(job_id)
         state = "TIMEOUT (smoke)"
     passed, diagnosis = judge(run, state)
-    verdict = SmokeVerdict(passed, state, diagnosis, run.run_id, job_id, code_hash,
-                           round(time.monotonic() - started, 1), tail_lines(run.log_path(job_id), 15))
-    path = _record_path(site, code_hash)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps({**verdict.to_dict(), "time": time.time()}))
-    return verdict
+    return SmokeVerdict(passed, state, diagnosis, run.run_id, job_id, code_hash,
+                        round(time.monotonic() - started, 1), _log_tail(run.log_path(job_id)))
+
+
+def _log_tail(path: Path) -> list[str]:
+    try:
+        return tail_text_lines(path, 15)
+    except OSError:
+        return []
 
 
 def judge(run: Run, state: str) -> tuple[bool, str]:
     """Pass/fail and the first thing that went wrong, in plain words."""
     if state != "COMPLETED":
         return False, f"the job ended {state.lower()}; its log tail below says why."
-    steps = read_jsonl(run.path / "metrics.jsonl")
-    if not steps:
+    return check_round_trip(run)
+
+
+def check_round_trip(run: Run) -> tuple[bool, str]:
+    """The in-job half of the verdict: a logged step, an acknowledged drain, a valid checkpoint."""
+    if not run.metrics_tail(1):
         return False, "the job exited 0 but logged no step: does the training call rt.log(step, ...)?"
-    try:
-        ack = json.loads((run.path / "drain.ack").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    ack = run.drain_ack()
+    if not ack:
         return False, "no drain.ack after the first step: does the training poll rt.should_stop() and call rt.ack_drain()?"
-    spec = run.spec()
-    latest = CheckpointManager(Path(spec.checkpoint.dir or run.path / "checkpoints")).latest()
-    if latest is None or not ack.get("checkpoint") or Path(ack["checkpoint"]).resolve() != latest.path.resolve():
+    latest = run.checkpoints().latest()
+    named = ack.get("checkpoint")
+    if latest is None or not named or Path(named).resolve() != latest.path.resolve():
         return False, "the drain saved no valid checkpoint (drain.ack names none, or it is not the newest valid one)."
     return True, f"1 step, checkpoint at step {latest.step} written and read back valid."

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import yaml
 
-from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.errors import CostNotConfirmed, SlurmctlError
 from slurmctl.fsutil import write_atomic
+from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render
-from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
-from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
 from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
 
@@ -120,19 +120,19 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     workdir = resolve_workdir(spec, spec_path)
     code_hash = code_config_hash(spec, workdir)  # of what the researcher wrote, so smoke and full match
     if opts.smoke:
-        spec = smoke_spec(spec, site)
+        spec = smoke_spec(spec, site, code_hash)
     elif opts.where:
         spec = spec.with_partition(opts.where, site)
 
     report = run_preflight(spec, site, ClusterView.query(client, current_user()), workdir,
                            allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
+    registry = RunRegistry(site.runs_root_path)
     if site.require_smoke and not opts.smoke:
-        report.add(_smoke_gate(site, code_hash, spec_path))
+        report.add(_smoke_gate(site, code_hash, spec_path, client, registry))
     _stop_unless_forced(report, opts)
     # Build/push if asked, then pin the image to the registry's digest (preflight enforced the tag rule).
     image = resolve_run_image(spec, site, workdir, build=opts.build, allow_mutable=True)
 
-    registry = RunRegistry(site.runs_root_path)
     provisional_id = new_run_id(spec.name)
 
     def script_for(partition: str, run_id: str = provisional_id, run_dir: Path | None = None) -> str:
@@ -185,11 +185,12 @@ def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:
         raise PreflightFailed(report)
 
 
-def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path) -> CheckResult:
-    result = CheckResult("smoke-gate", "a smoke test of this code+config passed")
-    record = smoke_passed(site, code_hash)
+def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path, client: SlurmClient,
+                registry: RunRegistry) -> CheckResult:
+    result = CheckResult("smoke-gate", "a smoke test of this code+config passed (Slurm accounting)")
+    record = smoke_passed(site, code_hash, client, registry)
     if record:
-        result.note = f"{record.get('run_id')} (code+config {code_hash})"
+        result.note = f"{record['run_id']}, job {record['job_id']} (code+config {code_hash})"
     else:
         result.findings.append(error(
             "smoke-required", f"this site requires a passed smoke test of the same code+config ({code_hash}) first.",

@@ -50,11 +50,48 @@ def test_judge_pass_and_each_failure(tmp_path):
     assert "no valid checkpoint" in judge(finished_run(tmp_path / "v", valid=False), "COMPLETED")[1]
 
 
-def test_smoke_record_lookup(local_site, tmp_path):
+class Accounting:
+    """What sacct says about job ids (the gate's only source of truth)."""
+
+    def __init__(self, jobs):
+        self.jobs, self.asked = jobs, []
+
+    def history(self, job_ids):
+        self.asked.append(sorted(job_ids))
+        return [j for j in self.jobs if j.job_id in set(job_ids)]
+
+
+def test_smoke_gate_trusts_slurm_accounting_not_files(local_site, tmp_path):
+    import os
+
+    from slurmctl.fsutil import append_jsonl
+    from slurmctl.rundir import RunRegistry, current_user
+    from slurmctl.slurm.client import Job
+
     site = local_site.model_copy(update={"runs_root": str(tmp_path)})
-    assert smoke_passed(site, "abc") is None
-    (tmp_path / ".smoke").mkdir()
-    (tmp_path / ".smoke" / "abc.json").write_text(json.dumps({"passed": False}))
-    assert smoke_passed(site, "abc") is None
-    (tmp_path / ".smoke" / "abc.json").write_text(json.dumps({"passed": True, "run_id": "r"}))
-    assert smoke_passed(site, "abc")["run_id"] == "r"
+    registry = RunRegistry(tmp_path)
+    code_hash = "0123456789abcdef"
+    run_id = f"big-smoke-{code_hash}-20261130-00aa"
+    assert smoke_spec(BIG, local_site, code_hash).name == f"big-smoke-{code_hash}"
+    assert smoke_passed(site, code_hash, Accounting([]), registry) is None  # no runs at all
+    run_dir = tmp_path / current_user() / run_id
+    run_dir.mkdir(parents=True)
+    os.chmod(tmp_path / current_user(), 0o700)
+    (run_dir / "run.json").write_text("{}")
+    append_jsonl(run_dir / "attempts.jsonl", {"event": "submitted", "job_id": 41})
+    # a forged verdict file, as the old gate read it, counts for nothing
+    (run_dir / "smoke.json").write_text(json.dumps({"passed": True}))
+    me = current_user()
+
+    def job(**kw):
+        return Job(**{"job_id": 41, "name": run_id, "state": "COMPLETED", "partition": "l4-dev", "exit_code": "0:0",
+                      "user": me, **kw})
+
+    assert smoke_passed(site, code_hash, Accounting([job(state="FAILED", exit_code="1:0")]), registry) is None
+    assert smoke_passed(site, code_hash, Accounting([job(partition="h100-spot")]), registry) is None
+    assert smoke_passed(site, code_hash, Accounting([job(user="mallory")]), registry) is None
+    assert smoke_passed(site, code_hash, Accounting([job(name="other-20261130-00aa")]), registry) is None
+    assert smoke_passed(site, "fedcba9876543210", Accounting([job()]), registry) is None  # other code
+    accounting = Accounting([job()])
+    record = smoke_passed(site, code_hash, accounting, registry)
+    assert record["run_id"] == run_id and record["job_id"] == 41 and accounting.asked == [[41]]
