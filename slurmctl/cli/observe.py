@@ -71,27 +71,40 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
 @click.command(name="ls")
 @click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
+@click.option("--all-users", is_flag=True,
+              help="Operator only (root): every user's runs, read-only, with a USER column.")
 @json_option
 @pass_ctx
-def list_runs(ctx: Context, limit: int, as_json: bool) -> None:
+def list_runs(ctx: Context, limit: int, all_users: bool, as_json: bool) -> None:
     """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
     from slurmctl.observe.status import runs_statuses
 
-    runs = ctx.registry.list()[-limit:]
+    if all_users:
+        owned = ctx.registry.list_all_users()[-limit:]
+        users, runs = [u for u, _ in owned], [r for _, r in owned]
+    else:
+        runs = ctx.registry.list()[-limit:]
+        users = []
     statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     if as_json:
-        print_json([s.to_dict() for s in statuses])
+        rows = [s.to_dict() for s in statuses]
+        for row, user in zip(rows, users):
+            row["user"] = user
+        print_json(rows)
         return
     if not statuses:
-        out.print(f"no runs under {ctx.registry.root}; start one with `slurmctl init NAME`", markup=False)
+        where = ctx.registry.runs_root if all_users else ctx.registry.root
+        out.print(f"no runs under {where}; start one with `slurmctl init NAME`", markup=False)
         return
-    table = plain_table("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
-    for s in statuses:
+    columns = ("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
+    table = plain_table(*(("USER", *columns) if all_users else columns))
+    for i, s in enumerate(statuses):
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
-        table.add_row(s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
-                      human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
-                      f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
-                      s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+        row = (s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
+               human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
+               f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
+               s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+        table.add_row(*((users[i], *row) if all_users else row))
     out.print(table)
 
 

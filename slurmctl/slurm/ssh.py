@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 import paramiko
 
 from slurmctl.errors import HostKeyRefused, SlurmctlError, SlurmUnreachable, SSHError
-from slurmctl.rundir import Run, RunRegistry
+from slurmctl.rundir import Run, RunRegistry, current_user
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
@@ -300,10 +300,13 @@ class RemoteSlurmClient(SlurmClient):
         return super().submit(script, extra_args)
 
     def mirrored_registry(self, root: Path) -> MirroredRunRegistry:
-        """The run registry, read from the cluster (see RunMirror); one mirror per command."""
-        if self._mirror is None or self._mirror.root != root.expanduser():
-            self._mirror = RunMirror(self.runner, root.expanduser())
-        return MirroredRunRegistry(self._mirror)
+        """The caller's runs (<runs_root>/<cluster user>), read from the cluster (see RunMirror);
+        one mirror per command."""
+        user = self.runner.target.user or current_user()
+        user_root = root.expanduser() / user
+        if self._mirror is None or self._mirror.root != user_root:
+            self._mirror = RunMirror(self.runner, user_root)
+        return MirroredRunRegistry(self._mirror, root.expanduser(), user)
 
     def close(self) -> None:
         """Push what was written after sbatch (the `submitted` line of attempts.jsonl), then hang up."""
@@ -423,9 +426,12 @@ class RunMirror:
         present = self._sync_files(run_dir, _STATUS_FILES)
         if present is None:
             return 0
-        checkpoints = run_dir / "checkpoints"
-        remote_entries = self.runner.sftp().listdir_attr(str(checkpoints)) if "checkpoints" in present else []
-        checkpoints.mkdir(exist_ok=True)
+        checkpoints = Run(run_dir.name, run_dir).checkpoint_dir  # from the run.json just fetched
+        try:
+            remote_entries = self.runner.sftp().listdir_attr(str(checkpoints))
+        except FileNotFoundError:
+            remote_entries = []
+        checkpoints.mkdir(parents=True, exist_ok=True)
         names = set()
         for entry in remote_entries:
             names.add(entry.filename)
@@ -465,8 +471,8 @@ class MirroredRun(Run):
 class MirroredRunRegistry(RunRegistry):
     """The registry as the cluster sees it: listing and lookup first mirror the remote run dirs."""
 
-    def __init__(self, mirror: RunMirror):
-        super().__init__(mirror.root)
+    def __init__(self, mirror: RunMirror, runs_root: Path, user: str):
+        super().__init__(runs_root, user)
         self.mirror = mirror
 
     def list(self) -> list[Run]:
