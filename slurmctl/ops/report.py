@@ -94,13 +94,25 @@ def build_report(ledger, by: str, since: datetime, until: datetime, cluster_gpu_
                   waste, [tuple(t) for t in top], dict(by_day), missing, cluster_gpu_hours or {})
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (=HYPERLINK(...) leaks data
+# when the report is opened); a leading single quote makes it text. Numbers are written as numbers.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value):
+    """A CSV cell that a spreadsheet shows as text: strings that could start a formula get a quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def to_csv(report: Report) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
     columns = list(asdict(report.totals))
-    writer.writerow([report.by if c == "group" else c for c in columns])
+    writer.writerow([csv_cell(report.by if c == "group" else c) for c in columns])
     for g in [*report.groups, report.totals]:
-        writer.writerow([round(v, 4) if isinstance(v, float) else v for v in asdict(g).values()])
+        writer.writerow([round(v, 4) if isinstance(v, float) else csv_cell(v) for v in asdict(g).values()])
     return buf.getvalue()
 
 
@@ -142,8 +154,8 @@ def _stacked_days(report: Report) -> str:
             h = (height - 20) * value / peak
             y -= h
             parts.append(f'<rect x="{x}" y="{y:.1f}" width="{bar_w}" height="{h:.1f}" fill="{palette[j]}">'
-                         f"<title>{html.escape(name)} {day}: ${value:,.2f}</title></rect>")
-        parts.append(f'<text x="{x}" y="{height + 14}" font-size="9">{day[5:]}</text>')
+                         f"<title>{html.escape(name)} {html.escape(day)}: ${value:,.2f}</title></rect>")
+        parts.append(f'<text x="{x}" y="{height + 14}" font-size="9">{html.escape(day[5:])}</text>')
     legend = " ".join(f'<span style="color:{palette[j]}">&#9632; {html.escape(n)}</span>' for j, n in enumerate(names))
     width = len(days) * (bar_w + gap) + 60
     return (f"<h3>Cost by {html.escape(report.by)} over time</h3><svg width='{width}' height='{height + 20}' "
@@ -160,7 +172,7 @@ def to_html(report: Report) -> str:
     util_line = (", ".join(f"{k} {v:,.1f} GPU-h" for k, v in util.items()) if util
                  else "not yet rolled up by slurmdbd (sreport shows complete hours only)")
     waste_share = (t.waste_usd / t.cost_usd * 100) if t.cost_usd else 0.0
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>GPU showback {report.since[:10]} – {report.until[:10]}</title>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>GPU showback {html.escape(report.since[:10])} – {html.escape(report.until[:10])}</title>
 <style>body{{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}
 td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}}td:first-child,th:first-child{{text-align:left}}
 .kpi{{display:inline-block;margin-right:2em}}.kpi b{{font-size:1.6em;display:block}}</style></head><body>
