@@ -345,7 +345,9 @@ class SlurmClient:
         if mine:
             argv.append("--me")
         result = self._run(argv)
-        return [self._job_from_squeue(line) for line in result.stdout.splitlines() if line.strip()]
+        # A job name or comment may hold a newline: its pieces are no lines of their own; skip them.
+        return [self._job_from_squeue(line) for line in result.stdout.splitlines()
+                if line.count(SEP) == len(_SQUEUE_FIELDS) - 1 and line.split(SEP, 1)[0].split("_")[0].isdigit()]
 
     def queue_view(self, job_ids: Iterable[int]) -> QueueView:
         """One squeue of every user's jobs, fully parsed only for `job_ids` (status/ls at scale: building
