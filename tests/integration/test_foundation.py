@@ -1,4 +1,4 @@
-"""The walking skeleton on the real cluster: init -> submit -> srun torchrun -> status/logs/cancel."""
+"""The walking skeleton on the real cluster, as alice: init -> submit -> srun torchrun -> status/logs/cancel."""
 
 import json
 from pathlib import Path
@@ -37,8 +37,8 @@ def test_example_trains_world_size_4_across_2_nodes():
     assert listed[run_id]["state"] == "COMPLETED"
 
 
-def test_held_job_is_explained_in_plain_words_and_cancel_is_verified(tmp_path):
-    spec = write_run(tmp_path, {"name": "held-test", "entrypoint": "train.py", "partition": "l4-dev",
+def test_held_job_is_explained_in_plain_words_and_cancel_is_verified(workdir):
+    spec = write_run(workdir, {"name": "held-test", "entrypoint": "train.py", "partition": "l4-dev",
                                 "gpus_per_node": 1, "time_limit": "5m"}, {"train.py": "print('hi')\n"})
     run_id = slurmctl_json("submit", spec, "--", "--hold")["run_id"]
     status = wait_for_state(run_id, {"PENDING"}, timeout=30)
@@ -51,13 +51,13 @@ def test_held_job_is_explained_in_plain_words_and_cancel_is_verified(tmp_path):
     assert slurmctl_json("status", run_id)["state"] == "CANCELLED"
 
 
-def test_hostile_arguments_never_execute(tmp_path):
-    marker = tmp_path / "pwned"
-    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's \"quoted\"", "two\nlines", f"; touch {marker}"]
+def test_hostile_arguments_never_execute(workdir):
+    marker = workdir / "pwned"
+    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's \"quoted\"", "two  spaces * and a glob", f"; touch {marker}"]
     echo = ("import json, os, sys\n"
             "if os.environ['RANK'] == '0':\n"
             "    open(os.environ['SLURMCTL_RUN_DIR'] + '/argv.json', 'w').write(json.dumps(sys.argv[1:]))\n")
-    spec = write_run(tmp_path / "code", {"name": "quote-test", "entrypoint": "echo_args.py", "args": hostile,
+    spec = write_run(workdir / "code", {"name": "quote-test", "entrypoint": "echo_args.py", "args": hostile,
                                          "partition": "l4-dev", "gpus_per_node": 1, "time_limit": "5m",
                                          "env": {"EVIL": f"$(touch {marker})"}}, {"echo_args.py": echo})
     submitted = slurmctl_json("submit", spec)
@@ -67,8 +67,8 @@ def test_hostile_arguments_never_execute(tmp_path):
     assert not marker.exists()
 
 
-def test_logs_are_readable_through_the_cli(tmp_path):
-    spec = write_run(tmp_path, {"name": "logs-test", "entrypoint": "hello.py", "partition": "l4-dev",
+def test_logs_are_readable_through_the_cli(workdir):
+    spec = write_run(workdir, {"name": "logs-test", "entrypoint": "hello.py", "partition": "l4-dev",
                                 "gpus_per_node": 1, "time_limit": "5m"},
                      {"hello.py": "import os\nprint('hello from rank', os.environ['RANK'], flush=True)\n"})
     run_id = slurmctl_json("submit", spec)["run_id"]
@@ -77,12 +77,12 @@ def test_logs_are_readable_through_the_cli(tmp_path):
     assert "hello from rank 0" in slurmctl("logs", run_id).stdout
 
 
-def test_init_writes_a_run_that_submits(tmp_path):
-    slurmctl("init", "fresh-run", "--dir", tmp_path / "fresh")
-    spec = yaml.safe_load((tmp_path / "fresh" / "run.yaml").read_text())
+def test_init_writes_a_run_that_submits(workdir):
+    slurmctl("init", "fresh-run", "--dir", workdir / "fresh")
+    spec = yaml.safe_load((workdir / "fresh" / "run.yaml").read_text())
     assert spec["partition"] == "l4-dev" and spec["entrypoint"] == "train.py"
-    dry = slurmctl_json("submit", tmp_path / "fresh" / "run.yaml", "--dry-run")
+    dry = slurmctl_json("submit", workdir / "fresh" / "run.yaml", "--dry-run")
     assert dry["job_id"] is None and "#SBATCH --partition=l4-dev" in dry["script"]
     assert not Path(dry["run_dir"]).exists()
-    again = slurmctl("init", "fresh-run", "--dir", tmp_path / "fresh", check=False)
+    again = slurmctl("init", "fresh-run", "--dir", workdir / "fresh", check=False)
     assert again.returncode != 0 and "never overwrites" in again.stderr
