@@ -6,12 +6,12 @@ stack, and matplotlib is not in the environment (it would add ~40 MB to every lo
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmctl.fsutil import read_jsonl
 from slurmctl.rundir import Run
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -35,21 +35,13 @@ class RunSeries:
 
 
 def load_series(run: Run, metric: str = "loss") -> RunSeries:
-    steps, values, times = [], [], []
-    path = run.path / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record.get(metric), (int, float)) and isinstance(record.get("step"), int):
-                steps.append(record["step"])
-                values.append(float(record[metric]))
-                times.append(float(record.get("time", 0)))
-    rate = None
-    if len(steps) > 1 and times[-1] > times[0]:
-        rate = round((steps[-1] - steps[0]) / (times[-1] - times[0]), 3)
+    steps, values = [], []
+    for record in read_jsonl(run.metrics_path):  # capped; a FIFO or device there reads as empty
+        if isinstance(record.get(metric), (int, float)) and isinstance(record.get("step"), int):
+            steps.append(record["step"])
+            values.append(float(record[metric]))
+    rate = run.step_rate()  # the same steps/s as `slurmctl status` and the exporter
+    rate = round(rate, 3) if rate is not None else None
     finite = [v for v in values if v == v]
     return RunSeries(run.run_id, steps, values, steps[-1] if steps else None, values[-1] if values else None,
                      min(finite) if finite else None, rate)

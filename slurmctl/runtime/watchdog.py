@@ -35,9 +35,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmctl.fsutil import write_atomic
-from slurmctl.ops.hooks.procs import pid_alive
+from slurmctl import rundir
 from slurmctl.durations import parse_duration
+from slurmctl.fsutil import tail_bytes, write_atomic
+from slurmctl.ops.hooks.procs import pid_alive
 
 EXIT_OK, EXIT_KILLED = 0, 3
 TAIL_BYTES = 64 * 1024
@@ -50,12 +51,9 @@ def log(message: str) -> None:
 
 
 def tail_text(path: Path, max_bytes: int = TAIL_BYTES) -> str:
+    """The log's last bytes through fsutil's tail reader (capped; never blocks on a FIFO)."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            return fh.read().decode(errors="replace")
+        return tail_bytes(path, max_bytes)[0].decode(errors="replace")
     except OSError:
         return ""
 
@@ -175,13 +173,13 @@ class Watchdog:
         log("HUNG: " + diagnosis["summary"] + "\n--- log tail ---\n" + diagnosis["log_tail"] + "\n---")
         self._write_state("drain-requested", now, diagnosis)
         request = {"reason": "watchdog", "job_id": self.s.job_id, "time": now, "summary": diagnosis["summary"]}
-        write_atomic(self.s.run_dir / "drain.request", json.dumps(request))
+        write_atomic(self.s.run_dir / rundir.DRAIN_REQUEST, json.dumps(request))
         log(f"asked the training to drain; ending the step in {self.s.drain_timeout_seconds:.0f} s "
             "unless it acknowledges or moves")
         self.drain_since = now
 
     def _while_draining(self, now: float) -> str | None:
-        if (self.s.run_dir / "drain.ack").exists():
+        if (self.s.run_dir / rundir.DRAIN_ACK).exists():
             log("training acknowledged the drain; watchdog done")
             self._write_state("drained", now)
             return "done"
@@ -341,12 +339,13 @@ def parse_args(argv: list[str] | None) -> Settings:
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the batch shell) is gone")
     a = p.parse_args(argv)
     run_dir = Path(a.run_dir)
-    log_path = Path(a.log) if a.log else (run_dir / "logs" / f"{a.job_id}.out" if a.job_id else None)
+    log_path = Path(a.log) if a.log else (
+        rundir.Run(run_dir.name, run_dir).log_path(a.job_id) if a.job_id else None)
     if a.source:
         source = Path(a.source)
         source = source if source.is_absolute() else run_dir / source
     else:
-        source = log_path if a.step_field.startswith("regex:") and log_path else run_dir / "heartbeat.json"
+        source = log_path if a.step_field.startswith("regex:") and log_path else run_dir / rundir.HEARTBEAT
     if a.step_field.startswith("regex:"):
         re.compile(a.step_field.removeprefix("regex:"))  # fail at start, not at the first check
     if not a.pid and not a.job_id:

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
+from slurmctl import rundir
 from slurmctl.errors import HostKeyRefused, SlurmctlError, SlurmUnreachable, SSHError
 from slurmctl.rundir import Run, RunRegistry, current_user
 from slurmctl.slurm.client import SlurmClient
@@ -58,7 +59,7 @@ class SSHTarget:
     port: int = 22
 
     @classmethod
-    def parse(cls, text: str) -> "SSHTarget":
+    def parse(cls, text: str) -> SSHTarget:
         """`[user@]host[:port]`."""
         user, _, hostport = text.rpartition("@")
         host, sep, port = hostport.partition(":")
@@ -322,7 +323,7 @@ def _frozen_workdir(run_dir: Path) -> Path | None:
     import yaml
 
     try:
-        workdir = (yaml.safe_load((run_dir / "run.yaml").read_text()) or {}).get("workdir")
+        workdir = (yaml.safe_load((run_dir / rundir.RUN_YAML).read_text()) or {}).get("workdir")
     except (OSError, yaml.YAMLError):
         return None
     return Path(workdir) if workdir else None
@@ -334,8 +335,8 @@ def _frozen_workdir(run_dir: Path) -> Path | None:
 # small files they read to the same local path, right before they read them, leaves all of that
 # code unchanged; a read abstraction would have to be threaded through every one of them.
 
-_LISTING_FILES = ("run.json", "attempts.jsonl", "heartbeat.json")  # what `ls` and `cost` read per run
-_STATUS_FILES = (*_LISTING_FILES, "run.yaml", "metrics.jsonl", "drain.request", "drain.ack")
+_LISTING_FILES = (rundir.RUN_JSON, rundir.ATTEMPTS, rundir.HEARTBEAT)  # what `ls` and `cost` read per run
+_STATUS_FILES = (*_LISTING_FILES, rundir.RUN_YAML, rundir.METRICS, rundir.DRAIN_REQUEST, rundir.DRAIN_ACK)
 
 
 class RunMirror:
@@ -398,7 +399,7 @@ class RunMirror:
     def sync_run(self, path: Path) -> bool:
         """What `status` reads of one run; False when the cluster has no such run dir."""
         if not self._active():
-            return (path / "run.json").exists()
+            return (path / rundir.RUN_JSON).exists()
         return bool(self._guard(f"run {path.name}", lambda: self._sync_run(path)))
 
     def fetch(self, path: Path) -> Path:
@@ -413,7 +414,7 @@ class RunMirror:
             present = {a.filename: a for a in self.runner.sftp().listdir_attr(str(run_dir))}
         except FileNotFoundError:
             return None
-        if "run.json" not in present:
+        if rundir.RUN_JSON not in present:
             return None
         for name in names:
             if name in present:

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import ImageError
-from slurmctl.fsutil import write_atomic
+from slurmctl.fsutil import read_json, write_atomic
+from slurmctl.rundir import RUN_JSON
 from slurmctl.submit.spec import BuildSpec, RunSpec, SiteConfig
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -328,7 +329,7 @@ def record_image(run_dir: Path, image: PinnedImage | None) -> None:
     """Add the pinned image to run.json (what `status` shows and what a rerun must use)."""
     if image is None:
         return
-    meta_path = run_dir / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta_path = run_dir / RUN_JSON
+    meta = read_json(meta_path) or {}
     meta["image"] = image.to_dict()
     write_atomic(meta_path, json.dumps(meta, indent=2))
