@@ -1,10 +1,10 @@
-"""Issue 4 on the real cluster: a held run's status/queue/ls, and a failed run's diagnosis."""
+"""On the real cluster, as alice: a held run's status/queue/ls, and a failed run's diagnosis."""
 
 from .conftest import slurmctl, slurmctl_json, wait_for_state, write_run
 
 
-def test_held_run_status_queue_and_ls(tmp_path):
-    spec = write_run(tmp_path, {"name": "observe-held", "entrypoint": "train.py", "partition": "l4-dev",
+def test_held_run_status_queue_and_ls(workdir):
+    spec = write_run(workdir, {"name": "observe-held", "entrypoint": "train.py", "partition": "l4-dev",
                                 "gpus_per_node": 1, "time_limit": "5m"}, {"train.py": "print('hi')\n"})
     run_id = slurmctl_json("submit", spec, "--", "--hold")["run_id"]
     try:
@@ -19,8 +19,8 @@ def test_held_run_status_queue_and_ls(tmp_path):
         slurmctl("cancel", run_id, check=False)
 
 
-def test_failed_run_is_diagnosed(tmp_path):
-    spec = write_run(tmp_path, {"name": "observe-fail", "entrypoint": "train.py", "partition": "l4-dev",
+def test_failed_run_is_diagnosed(workdir):
+    spec = write_run(workdir, {"name": "observe-fail", "entrypoint": "train.py", "partition": "l4-dev",
                                 "gpus_per_node": 1, "time_limit": "5m"},
                      {"train.py": "import importlib\nimportlib.import_module(\"definitely_not_installed_pkg\")\n"})
     run_id = slurmctl_json("submit", spec)["run_id"]
@@ -32,12 +32,12 @@ def test_failed_run_is_diagnosed(tmp_path):
                                                            for line in diagnosed["evidence"])
 
 
-def test_logs_rank_filter_shows_that_global_rank(tmp_path):
+def test_logs_rank_filter_shows_that_global_rank(workdir):
     """2 nodes x 2 processes: torchrun --tee prefixes each line with the global rank; --rank 3 keeps rank 3's."""
     train = ("import os, socket\n"
              "print(f\"hello from rank {os.environ['RANK']} local {os.environ['LOCAL_RANK']} on {socket.gethostname()}\","
              " flush=True)\n")
-    spec = write_run(tmp_path, {"name": "observe-ranks", "entrypoint": "train.py", "partition": "h100-ondemand",
+    spec = write_run(workdir, {"name": "observe-ranks", "entrypoint": "train.py", "partition": "h100-ondemand",
                                 "gpu_type": "h100", "nodes": 2, "gpus_per_node": 2, "time_limit": "5m"},
                      {"train.py": train})
     run_id = slurmctl_json("submit", spec)["run_id"]
