@@ -31,8 +31,7 @@ from pathlib import Path
 from slurmctl.durations import parse_duration
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.hooks import asuser
-from slurmctl.ops.hooks.jobinfo import RUN_ID_RE
-from slurmctl.rundir import RunRegistry
+from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.submit.spec import SiteConfig
 
@@ -83,7 +82,7 @@ def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | 
             if confirmed is None or not confirmed.held or confirmed.run_id != job.run_id:
                 continue
             run_id, user = confirmed.run_id, _user_name(int(confirmed.user))
-            if user is None or not RUN_ID_RE.fullmatch(run_id) or (user, run_id) in live_unheld:
+            if user is None or not is_run_id(run_id) or (user, run_id) in live_unheld:
                 continue  # not a run slurmctl made, or the run is still going: this hold is its plan
             facts = _as_owner(int(confirmed.user), inspect_run, str(runs_root / user / run_id), run_id,
                               sweep=sweep)
@@ -195,19 +194,14 @@ def _own_dir(path: Path) -> bool:
 
 
 def _is_run(path: Path, run_id: str) -> bool:
-    from slurmctl.fsutil import read_json
-
+    """A run slurmctl made: our own real directory (and user directory), run.json naming the id."""
     if not _own_dir(path.parent) or not _own_dir(path):
         return False
-    meta = read_json(path / "run.json", 256 * 1024)
-    return isinstance(meta, dict) and meta.get("run_id") == run_id
+    return Run(run_id, path).meta.get("run_id") == run_id
 
 
 def inspect_run(run_dir: str, run_id: str) -> dict:
     """exists / foreign (something is there but not a run we made) / ended, exit_code / has_checkpoint."""
-    from slurmctl.fsutil import read_json, read_jsonl
-    from slurmctl.runtime.checkpoint import CheckpointManager
-
     path = Path(run_dir)
     try:
         os.stat(path, follow_symlinks=False)
@@ -215,12 +209,10 @@ def inspect_run(run_dir: str, run_id: str) -> dict:
         return {"exists": False}
     if not _is_run(path, run_id):
         return {"exists": True, "foreign": True}
-    ended = [e for e in read_jsonl(path / "attempts.jsonl", 16 * 1024 * 1024) if e.get("event") == "end"]
-    meta = read_json(path / "run.json", 256 * 1024) or {}
-    configured = meta.get("checkpoint_dir")
-    ck_root = Path(configured) if isinstance(configured, str) and configured.startswith("/") else path / "checkpoints"
+    run = Run(run_id, path)
+    ended = [e for e in run.events() if e.get("event") == "end"]
     return {"exists": True, "ended": bool(ended), "exit_code": ended[-1].get("exit_code") if ended else None,
-            "has_checkpoint": CheckpointManager(ck_root).latest() is not None}
+            "has_checkpoint": run.checkpoints().latest() is not None}
 
 
 def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
@@ -230,7 +222,7 @@ def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
         return []
     out = []
     for name in sorted(os.listdir(root)):
-        if not RUN_ID_RE.fullmatch(name) or (only_run and name != only_run):
+        if not is_run_id(name) or (only_run and name != only_run):
             continue
         run = root / name
         try:
@@ -246,7 +238,7 @@ def remove_drain_request(user_dir: str, run_id: str) -> bool:
     """Unlink <run>/drain.request through the run directory's fd, after checking it is our own
     real directory and the entry a regular file (never a symlink's target)."""
     run = Path(user_dir) / run_id
-    if not RUN_ID_RE.fullmatch(run_id) or not _is_run(run, run_id):
+    if not is_run_id(run_id) or not _is_run(run, run_id):
         return False
     fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

@@ -27,7 +27,8 @@ SCONTROL_LINE = (
 
 def cfg_for(tmp_path, **over):
     env = {"SLURMD_NODENAME": "n1", "SLURMCTL_LOCAL_DIR": str(tmp_path), "SLURMCTL_SLURM_BIN_DIR": "/nonexistent",
-           "SLURMCTL_MIN_FREE_SCRATCH_MB": "1", "SLURMCTL_MIN_FREE_SHM_MB": "1", **over}
+           "SLURMCTL_MIN_FREE_SCRATCH_MB": "1", "SLURMCTL_MIN_FREE_SHM_MB": "1",
+           "SLURMCTL_RUNS_ROOT": str(tmp_path / "runs"), **over}
     cfg = HookConfig.from_env(env)
     cfg.slurm, cfg.nvidia_smi = None, None
     return cfg
@@ -49,7 +50,7 @@ def test_final_state_while_the_controller_still_says_completing():
 
 
 def test_prolog_test_trigger_fails_with_one_line_and_only_on_the_local_cluster(tmp_path):
-    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_COMMENT": "slurmctl:r1", "SLURM_JOB_GPUS": "2,3"}
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_COMMENT": "slurmctl:r1", "SLURM_JOB_GPUS": "2,3", "SLURM_JOB_UID": "0"}
     (tmp_path / "test-triggers" / "prolog-fail").mkdir(parents=True)
     (tmp_path / "test-triggers" / "prolog-fail" / "slurmctl:r1").touch()
     result = prolog.run_prolog(env, cfg_for(tmp_path))
@@ -70,15 +71,15 @@ def test_prolog_fails_when_shm_is_too_full(tmp_path):
 def test_epilog_cleans_up_and_writes_one_record_per_attempt(tmp_path):
     cfg = cfg_for(tmp_path)
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0", "SLURM_JOB_RESTART_COUNT": "2", "SLURM_JOB_UID": "0",
-           "SLURM_JOB_COMMENT": "slurmctl:run-a", "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_USER": "u"}
+           "SLURM_JOB_COMMENT": "slurmctl:run-a-20261130-0abc", "SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_USER": "u"}
     assert prolog.run_prolog(env, cfg).ok
     (cfg.gpu_map_dir / "1").write_text("78\n")  # another job's GPU
     epilog.run_epilog(env, cfg)
     assert not (cfg.gpu_map_dir / "0").exists() and (cfg.gpu_map_dir / "1").exists()
     assert not (cfg.scratch_root / "77").exists()
     [record] = read_records(cfg.cost_spool)
-    assert (record.job_id, record.restart_count, record.run_id, record.state) == (77, 2, "run-a", "FAILED")
-    assert record.schema_version == SCHEMA_VERSION and os.listdir(cfg.cost_spool) == ["77.2.json"]
+    assert (record.job_id, record.restart_count, record.run_id, record.state) == (77, 2, "run-a-20261130-0abc", "FAILED")
+    assert record.schema_version == SCHEMA_VERSION and os.listdir(cfg.cost_spool) == ["77.2.0.json"]
 
 
 def test_epilog_kills_a_process_of_the_ended_job_and_spares_others(tmp_path):
@@ -101,7 +102,7 @@ def test_epilog_kills_a_process_of_the_ended_job_and_spares_others(tmp_path):
 def test_record_file_is_json_with_every_documented_field(tmp_path):
     cfg = cfg_for(tmp_path)
     epilog.run_epilog({"SLURM_JOB_ID": "9", "SLURM_JOB_UID": "0"}, cfg)
-    data = json.loads((cfg.cost_spool / "9.0.json").read_text())
+    data = json.loads((cfg.cost_spool / "9.0.0.json").read_text())
     for key in ("job_id", "restart_count", "run_id", "user", "account", "partition", "gpu_model", "gpu_count",
                 "start_time", "end_time", "state", "exit_code", "drain_requested", "drain_acknowledged",
                 "last_checkpoint_step", "last_checkpoint_time", "schema_version"):
@@ -114,7 +115,7 @@ def test_hooks_reach_slurm_only_through_the_client_and_degrade_when_it_is_down(t
     cfg.slurm = SlurmClient(down)
     result = epilog.run_epilog({"SLURM_JOB_ID": "31", "SLURM_JOB_UID": "0", "SLURM_JOB_EXIT_CODE2": "0:0"}, cfg)
     assert "scontrol did not describe the job; record has no state/times" in result.notes
-    assert (cfg.cost_spool / "31.0.json").is_file()
+    assert (cfg.cost_spool / "31.0.0.json").is_file()
     assert prolog.drain_node(cfg, "gpu 3 lost") is False
     assert down.calls[0] == ["scontrol", "show", "job", "-o", "31"]
     assert down.calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain", "reason=slurmctl prolog: gpu 3 lost"]

@@ -18,6 +18,7 @@ from slurmctl.slurm.runner import LocalRunner
 DEFAULT_GPU_MAP_DIR = "/run/slurmctl/gpu-job-map"
 DEFAULT_SCRATCH_ROOT = "/scratch/slurm"
 DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
+SITE_CONFIG = "/etc/slurmctl/site.yaml"
 NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
 
@@ -51,9 +52,12 @@ class HookConfig:
     min_free_shm_mb: int = 256
     min_free_scratch_mb: int = 1024
     kill_grace_seconds: float = 1.0
+    # reading a run's flags and checkpoints as the job's user takes ~10 ms; a FIFO/NFS hang is cut here
+    user_read_timeout: float = 2.0
     nvidia_smi: str | None = None
     slurm: SlurmClient | None = None  # every Slurm command of the hooks goes through it
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
+    runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -77,4 +81,23 @@ class HookConfig:
             nvidia_smi=env.get("SLURMCTL_NVIDIA_SMI") or _first_executable(NVIDIA_SMI_PATHS),
             slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir()),
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
+            runs_root=_runs_root(env),
         )
+
+
+def _runs_root(env) -> Path | None:
+    """SLURMCTL_RUNS_ROOT, else the `runs_root:` line of the site config. The hooks run under the
+    system python3 without a YAML parser, and this one top-level scalar is all they need from it."""
+    explicit = env.get("SLURMCTL_RUNS_ROOT")
+    if explicit:
+        return Path(explicit)
+    try:
+        with open(env.get("SLURMCTL_SITE_CONFIG") or SITE_CONFIG, "rb") as fh:  # root's config
+            text = fh.read(256 * 1024).decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("runs_root:"):
+            value = line.split(":", 1)[1].split(" #", 1)[0].strip().strip("'\"")
+            return Path(value) if value.startswith("/") else None
+    return None

@@ -1,24 +1,28 @@
 """Slurm Epilog logic: kill orphans, clean /dev/shm and scratch, drop the GPU map, write the
 per-attempt cost record. Cleanup failures are noted, never raised: a failing epilog drains the node.
+
+Root here never opens a file in the user's run directory itself. What the record needs about the
+run comes from Slurm (run id: the job's comment ``slurmctl:<run id>``, checked against the run-id
+pattern) or is read by a child that dropped to the job's uid (drain flags, newest valid
+checkpoint), with non-blocking capped reads and a deadline (asuser.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import shutil
+import re
 import time
 from pathlib import Path
 
-from slurmctl.slurm.scontrol import JobInfo
-from slurmctl.ops.hooks import jobinfo, procs
+from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
 from slurmctl.ops.hooks.records import CostRecord, write_record
+from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
+from slurmctl.rundir import run_id_from_comment
+from slurmctl.slurm.scontrol import JobInfo
 
-# Where a record goes when the shared spool is down; the ledger's ingest also sweeps it.
-FALLBACK_SPOOL = Path("/var/tmp/slurmctl-cost-records")
+USER_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def kill_orphans(cfg: HookConfig, env, job_id: int, result: HookResult) -> None:
@@ -66,80 +70,129 @@ def _open_paths(prefix: str) -> set[str]:
 
 def clean_shm(cfg: HookConfig, env, since: float | None, result: HookResult) -> None:
     """Files the job left in /dev/shm: owned by the job's user, created during the job, and held
-    open by no live process (so a concurrent job of the same user keeps its segments)."""
+    open by no live process (so a concurrent job of the same user keeps its segments). /dev/shm is
+    world-writable: entries are judged by lstat and removed through its fd, never followed."""
     uid = env.get("SLURM_JOB_UID")
     if not uid or not uid.isdigit() or since is None:
         return
-    candidates = []
     try:
-        entries = list(os.scandir(cfg.shm_dir))
+        shm_fd = os.open(cfg.shm_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
-    for entry in entries:
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if st.st_uid == int(uid) and st.st_mtime >= since - 2:
-            candidates.append(entry.path)
-    if not candidates:
-        return
-    held = _open_paths(str(cfg.shm_dir) + "/")
-    removed = 0
-    for path in candidates:
-        if path in held or any(h.startswith(path + "/") for h in held):
-            continue
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-            removed += 1
-        except OSError:
-            continue
+    try:
+        candidates = []
+        for name in os.listdir(shm_fd):
+            try:
+                st = os.stat(name, dir_fd=shm_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid == int(uid) and st.st_mtime >= since - 2:
+                candidates.append(name)
+        if not candidates:
+            return
+        prefix = str(cfg.shm_dir).rstrip("/") + "/"
+        held = _open_paths(prefix)
+        removed = 0
+        for name in candidates:
+            path = prefix + name
+            if path in held or any(h.startswith(path + "/") for h in held):
+                continue
+            try:
+                removed += remove_entry(shm_fd, name)
+            except OSError:
+                continue
+    finally:
+        os.close(shm_fd)
     if removed:
         result.notes.append(f"removed {removed} /dev/shm entr{'y' if removed == 1 else 'ies'}")
 
 
+def remove_scratch(cfg: HookConfig, job_id: int) -> None:
+    """The job's scratch dir, removed through the (root-owned, checked) scratch root's fd."""
+    if job_id <= 0:
+        return
+    try:
+        root_fd = open_trusted_dir(cfg.scratch_root)
+    except FileNotFoundError:
+        return
+    try:
+        remove_entry(root_fd, str(job_id))
+    finally:
+        os.close(root_fd)
+
+
 def remove_gpu_map(cfg: HookConfig, env, job_id: int) -> None:
-    for idx in job_gpu_indices(env):
-        path = cfg.gpu_map_dir / idx
-        try:
-            if path.read_text().split() == [str(job_id)]:  # never remove the next job's mapping
-                path.unlink()
-        except OSError:
-            continue
-
-
-def find_run_dir(info: JobInfo | None) -> Path | None:
-    """The job writes <run dir>/logs/<job>.out (see sbatch_templates/torchrun.sbatch.j2)."""
-    if info is None or not info.std_out:
-        return None
-    candidate = Path(info.std_out).parent.parent
-    return candidate if (candidate / "run.json").is_file() else None
-
-
-def _checkpoint_dir(run_dir: Path) -> Path:
+    indices = job_gpu_indices(env)
+    if not indices:
+        return
     try:
-        for line in (run_dir / "job.sbatch").read_text().splitlines():
-            if line.startswith("export SLURMCTL_CHECKPOINT_DIR="):
-                return Path(shlex.split(line.split("=", 1)[1])[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return run_dir / "checkpoints"
-
-
-def last_valid_checkpoint(run_dir: Path) -> tuple[int | None, float | None]:
-    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
-
-    ck = CheckpointManager(_checkpoint_dir(run_dir)).latest()
-    if ck is None:
-        return None, None
+        dir_fd = open_trusted_dir(cfg.gpu_map_dir)
+    except FileNotFoundError:
+        return
     try:
-        when = float(json.loads((ck.path / COMPLETE_MARKER).read_text())["time"])
-    except (OSError, ValueError, KeyError, TypeError):
-        when = (ck.path / COMPLETE_MARKER).stat().st_mtime
-    return ck.step, when
+        for idx in indices:
+            try:
+                if read_small(dir_fd, idx, 64).split() == [str(job_id).encode()]:  # never the next job's
+                    os.unlink(idx, dir_fd=dir_fd)
+            except OSError:
+                continue
+    finally:
+        os.close(dir_fd)
+
+
+def run_id_of(env) -> str | None:
+    """The run id from the job's comment (the user's free text: `slurmctl:../..` names no path)."""
+    return run_id_from_comment(env.get("SLURM_JOB_COMMENT"))
+
+
+def run_dir_of(cfg: HookConfig, env, info: JobInfo | None, run_id: str) -> Path | None:
+    """Where the run should be: <runs_root>/<user>/<run id>; without a configured runs root, the
+    parent of the job's logs/ (StdOut). Either is only a guess until the child, as the job's
+    user, finds run.json there naming this run id."""
+    user = env.get("SLURM_JOB_USER") or ""
+    if cfg.runs_root is not None and USER_RE.fullmatch(user) and user not in (".", ".."):
+        return cfg.runs_root / user / run_id
+    if info is not None and info.std_out.startswith("/"):
+        return Path(info.std_out).parent.parent
+    return None
+
+
+def read_run_facts(run_dir: str, run_id: str) -> dict:
+    """Runs in the child, as the job's user: drain flags and the newest valid checkpoint of the run
+    whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed)."""
+    from slurmctl.fsutil import read_json
+    from slurmctl.runtime.checkpoint import COMPLETE_MARKER
+    from slurmctl.rundir import Run
+
+    run = Run(run_id, Path(run_dir))
+    if run.meta.get("run_id") != run_id:
+        return {}
+    facts = {"drain_requested": run.drain_requested(), "drain_acknowledged": run.drain_acked()}
+    ck = run.checkpoints().latest()
+    if ck is not None:
+        marker = read_json(ck.path / COMPLETE_MARKER, 64 * 1024)
+        when = marker.get("time") if isinstance(marker, dict) else None
+        if not isinstance(when, (int, float)):
+            when = os.stat(ck.path / COMPLETE_MARKER, follow_symlinks=False).st_mtime
+        facts.update(last_checkpoint_step=ck.step, last_checkpoint_time=float(when))
+    return facts
+
+
+def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None) -> tuple[dict, str | None]:
+    """(facts, note): read_run_facts as the job's user, bounded by cfg.user_read_timeout."""
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    if run_id is None or not uid_text.isdigit():
+        return {}, None
+    run_dir = run_dir_of(cfg, env, info, run_id)
+    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
+    if run_dir is None or gid is None:
+        return {}, "run facts skipped: run directory or job gid unknown"
+    try:
+        facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id,
+                              timeout=cfg.user_read_timeout)
+    except asuser.AsUserError as exc:
+        return {}, f"run facts skipped: {exc}"
+    return (facts if isinstance(facts, dict) else {}), None
 
 
 def final_state(info: JobInfo | None, env) -> tuple[str | None, bool, str | None]:
@@ -154,21 +207,23 @@ def final_state(info: JobInfo | None, env) -> tuple[str | None, bool, str | None
     return (info.state if info else None), False, env_code or (info.exit_code if info else None)
 
 
-def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float) -> CostRecord:
+def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float, result: HookResult | None = None) -> CostRecord:
     job_id = int(env.get("SLURM_JOB_ID") or 0)
-    comment = env.get("SLURM_JOB_COMMENT") or ""
     restarts = env.get("SLURM_JOB_RESTART_COUNT") or ""
     start = info.start_time if info else None
     end = (info.end_time if info and info.end_time else None) or now
     gpu_count = info.gpu_count if info else len(job_gpu_indices(env))
-    run_dir = find_run_dir(info)
-    step, step_time = last_valid_checkpoint(run_dir) if run_dir else (None, None)
+    run_id = run_id_of(env)
+    facts, note = run_facts(cfg, env, info, run_id)
+    if note and result is not None:
+        result.notes.append(note)
+    step, step_time = facts.get("last_checkpoint_step"), facts.get("last_checkpoint_time")
     state, state_final, exit_code = final_state(info, env)
     elapsed = max(0.0, end - start) if start else None
     return CostRecord(
         job_id=job_id,
         restart_count=int(restarts) if restarts.isdigit() else (info.restarts if info else 0),
-        run_id=comment.removeprefix("slurmctl:") if comment.startswith("slurmctl:") else None,
+        run_id=run_id,
         user=env.get("SLURM_JOB_USER"),
         account=env.get("SLURM_JOB_ACCOUNT"),
         partition=env.get("SLURM_JOB_PARTITION"),
@@ -183,10 +238,10 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float) -> Cost
         state=state,
         state_final=state_final,
         exit_code=exit_code,
-        drain_requested=bool(run_dir and (run_dir / "drain.request").exists()),
-        drain_acknowledged=bool(run_dir and (run_dir / "drain.ack").exists()),
-        last_checkpoint_step=step,
-        last_checkpoint_time=step_time,
+        drain_requested=bool(facts.get("drain_requested")),
+        drain_acknowledged=bool(facts.get("drain_acknowledged")),
+        last_checkpoint_step=step if isinstance(step, int) else None,
+        last_checkpoint_time=step_time if isinstance(step_time, (int, float)) else None,
         written_by=cfg.node,
         written_at=now,
     )
@@ -202,7 +257,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     steps = (
         ("orphans", lambda: kill_orphans(cfg, env, job_id, result)),
         ("shm", lambda: clean_shm(cfg, env, info.start_time if info else None, result)),
-        ("scratch", lambda: shutil.rmtree(cfg.scratch_root / str(job_id), ignore_errors=True)),
+        ("scratch", lambda: remove_scratch(cfg, job_id)),
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
     )
     for label, step in steps:
@@ -210,11 +265,11 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
             step()
         except Exception as exc:  # noqa: BLE001 - cleanup must go on; the record must be written
             result.notes.append(f"{label} cleanup failed: {type(exc).__name__}: {exc}")
-    record = build_record(cfg, env, info, time.time())
+    record = build_record(cfg, env, info, time.time(), result)
     try:
         path = write_record(cfg.cost_spool, record)
-    except OSError as exc:  # shared spool unreachable: keep the record on the node, never drop it
-        path = write_record(FALLBACK_SPOOL, record)
-        result.notes.append(f"spool {cfg.cost_spool} failed ({exc.strerror}); kept locally")
-    result.notes.append(f"cost record {path}")
+    except OSError as exc:  # no unsafe fallback: sacct still costs the attempt; the log says why
+        result.notes.append(f"cost record NOT written: {exc}")
+    else:
+        result.notes.append(f"cost record {path}")
     return result

@@ -45,7 +45,7 @@ def log_hook(env, hook: str, started: float, **extra) -> None:
     try:
         path = hooks_log_path(env)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())
         finally:

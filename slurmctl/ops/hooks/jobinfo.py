@@ -43,3 +43,4 @@ def drain_node(slurm: SlurmClient | None, node: str, reason: str) -> bool:
     except SlurmctlError:
         return False
     return True
+

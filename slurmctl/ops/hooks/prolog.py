@@ -7,12 +7,15 @@ that line as the reason (``sinfo -R`` shows it) and exits non-zero, so Slurm req
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.ops.hooks import jobinfo, procs
+from slurmctl.ops.hooks.asuser import user_gid
 from slurmctl.ops.hooks.config import HookConfig
+from slurmctl.ops.hooks.rootfs import UnsafeDirectory, make_fresh_dir, open_trusted_dir, publish_file
 
 
 class HealthError(Exception):
@@ -37,9 +40,13 @@ def job_gpu_indices(env) -> list[str]:
 def check_test_trigger(cfg: HookConfig, env) -> None:
     """Local dev cluster only (SLURMCTL_LOCAL_DIR set): <state>/test-triggers/prolog-fail/<comment>."""
     comment = env.get("SLURM_JOB_COMMENT") or ""
-    if cfg.test_trigger_dir is None or not comment or "/" in comment:
+    if cfg.test_trigger_dir is None or not comment or "/" in comment or "\0" in comment:
         return
-    if (cfg.test_trigger_dir / "prolog-fail" / comment).exists():
+    try:  # a regular file only: a comment of ".." must not name the directory itself
+        planted = stat.S_ISREG(os.stat(cfg.test_trigger_dir / "prolog-fail" / comment, follow_symlinks=False).st_mode)
+    except OSError:
+        planted = False
+    if planted:
         raise HealthError(f"test trigger prolog-fail/{comment} (local dev cluster)")
 
 
@@ -70,10 +77,14 @@ def _free_mb(path: Path) -> int:
 
 
 def check_space(cfg: HookConfig, result: HookResult) -> None:
-    cfg.scratch_root.mkdir(parents=True, exist_ok=True)
     for label, path, need in (("/dev/shm", cfg.shm_dir, cfg.min_free_shm_mb),
                               ("scratch", cfg.scratch_root, cfg.min_free_scratch_mb)):
-        free = _free_mb(path)
+        try:
+            free = _free_mb(path)
+        except FileNotFoundError:
+            if label == "scratch":
+                continue  # created (or refused) by make_scratch; nothing to measure yet
+            raise
         if free < need:
             where = label if str(path) == label else f"{label} {path}"
             raise HealthError(f"{where} has {free} MB free, needs {need} MB")
@@ -100,25 +111,41 @@ def check_leftovers(cfg: HookConfig, job_id: int, result: HookResult) -> None:
     result.notes.append(f"killed {len(stale)} leftover process(es) of ended job(s) {','.join(jobs)}")
 
 
-def make_scratch(cfg: HookConfig, env, job_id: int) -> Path:
-    path = cfg.scratch_root / str(job_id)
-    path.mkdir(mode=0o700, exist_ok=True)
-    uid, gid = env.get("SLURM_JOB_UID"), env.get("SLURM_JOB_GID")
-    if uid and uid.isdigit():
-        os.chown(path, int(uid), int(gid) if gid and gid.isdigit() else -1)
-    return path
+def make_scratch(cfg: HookConfig, env, job_id: int) -> Path | None:
+    """<scratch_root>/<job id>, created fresh and handed to the job's user through its fd.
+
+    The scratch root must be root's and writable by nobody else: in a directory users can write
+    (a 1777 /scratch), one of them could pre-plant <job id> as a symlink and have root create or
+    chown whatever it points at. Such a root is refused (noted in the hooks log; the job runs
+    without scratch) rather than draining the node for a site setting. Whatever sits at
+    <job id> (a leftover of this job's previous attempt) is removed without following symlinks."""
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    if not uid_text.isdigit() or job_id <= 0:
+        return None
+    uid = int(uid_text)
+    gid = user_gid(uid, env.get("SLURM_JOB_GID"))
+    if gid is None:
+        raise HealthError(f"job user uid {uid} has no passwd entry on this node (cannot give it scratch)")
+    root_fd = open_trusted_dir(cfg.scratch_root, create_mode=0o755)
+    try:
+        make_fresh_dir(root_fd, str(job_id), uid, gid, 0o700)
+    finally:
+        os.close(root_fd)
+    return cfg.scratch_root / str(job_id)
 
 
 def write_gpu_map(cfg: HookConfig, env, job_id: int) -> list[str]:
-    """dcgm-exporter --hpc-job-mapping-dir format: file named by GPU index, content the job id."""
+    """dcgm-exporter --hpc-job-mapping-dir format: file named by GPU index, content the job id.
+    The map dir is root's (readable by exporters, writable by nobody else)."""
     indices = job_gpu_indices(env)
     if not indices:
         return []
-    cfg.gpu_map_dir.mkdir(parents=True, exist_ok=True)
-    for idx in indices:
-        tmp = cfg.gpu_map_dir / f".{idx}.{os.getpid()}.tmp"
-        tmp.write_text(f"{job_id}\n")
-        os.replace(tmp, cfg.gpu_map_dir / idx)
+    dir_fd = open_trusted_dir(cfg.gpu_map_dir, create_mode=0o755)
+    try:
+        for idx in indices:
+            publish_file(dir_fd, idx, f"{job_id}\n".encode(), mode=0o644, durable=False)
+    finally:
+        os.close(dir_fd)
     return indices
 
 
@@ -131,11 +158,17 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
         check_gpus(cfg, env, result)
         check_space(cfg, result)
         check_leftovers(cfg, job_id, result)
-        scratch = make_scratch(cfg, env, job_id)
-        result.notes.append(f"scratch {scratch}")
-        mapped = write_gpu_map(cfg, env, job_id)
-        if mapped:
-            result.notes.append(f"gpu map {cfg.gpu_map_dir}: {','.join(mapped)}")
+        try:
+            scratch = make_scratch(cfg, env, job_id)
+            result.notes.append(f"scratch {scratch}" if scratch else "scratch skipped: no job uid")
+        except UnsafeDirectory as exc:
+            result.notes.append(f"scratch skipped: {exc}")
+        try:
+            mapped = write_gpu_map(cfg, env, job_id)
+            if mapped:
+                result.notes.append(f"gpu map {cfg.gpu_map_dir}: {','.join(mapped)}")
+        except UnsafeDirectory as exc:
+            result.notes.append(f"gpu map skipped: {exc}")
     except HealthError as exc:
         result.ok, result.reason = False, str(exc)
     except OSError as exc:  # a broken scratch/shm filesystem is a node problem too

@@ -1,9 +1,17 @@
-"""The per-attempt cost record: the epilog's output and the cost ledger's (issue 7) input.
+"""The per-attempt cost record: the epilog's output and the cost ledger's input (ops/accounting.py).
 
-One JSON file per attempt, ``<spool>/<job_id>.<restart_count>.json``, written atomically
-(unique tmp sibling + fsync + rename): no locks, safe on NFS/Lustre/GCS-fuse, and a reader sees
-a whole record or none. Every node of a multi-node job writes the same name with the same
-job-level content, so losing one node's epilog loses nothing; the last rename wins.
+One JSON file per attempt, ``<spool>/<job_id>.<restart_count>.<start epoch>.json``: keyed by the
+attempt's identity (job id + restart count + the attempt's start time), so a requeued job's second
+attempt never overwrites the first's record even when the restart count was not yet bumped.
+Written atomically (fresh O_EXCL|O_NOFOLLOW tmp sibling + fsync + rename): no locks, safe on
+NFS/Lustre/GCS-fuse, and a reader sees a whole record or none. Every node of a multi-node job
+writes the same name with the same job-level content, so losing one node's epilog loses nothing;
+the last rename wins.
+
+The spool is root's: owned by root, mode 0700 (records name users, accounts and runs). The epilog
+refuses a spool that is a symlink or writable by anyone else, and never falls back to a
+world-writable place like /var/tmp: a record it cannot write safely is logged and skipped (the
+ledger still costs the attempt from sacct).
 
 Schema (``schema_version`` 1; add fields, never rename; bump the version on incompatible change):
   job_id, restart_count        the attempt: Slurm job id and SLURM_JOB_RESTART_COUNT
@@ -29,6 +37,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from slurmctl.ops.hooks.rootfs import open_trusted_dir, publish_file, read_small
 
 SCHEMA_VERSION = 1
 
@@ -62,7 +72,8 @@ class CostRecord:
 
     @property
     def filename(self) -> str:
-        return f"{self.job_id}.{self.restart_count}.json"
+        start = int(self.start_time) if self.start_time else 0  # 0: Slurm did not say (controller down)
+        return f"{self.job_id}.{self.restart_count}.{start}.json"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,36 +85,43 @@ class CostRecord:
 
 
 def write_record(spool: Path, record: CostRecord) -> Path:
-    """Atomically publish `record` into `spool`; returns the final path."""
-    spool.mkdir(parents=True, exist_ok=True)
-    final = spool / record.filename
-    tmp = spool / f".{record.filename}.{record.written_by}.{os.getpid()}.tmp"
+    """Atomically publish `record` into the root-owned 0700 `spool` (created if missing); returns the
+    final path. Raises UnsafeDirectory (an OSError) when the spool is a symlink, not root's, or
+    writable by others, and OSError when the filesystem fails."""
     data = (json.dumps(record.to_dict(), sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    dir_fd = open_trusted_dir(spool, create_mode=0o700, private=True)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    dir_fd = os.open(spool, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a crash of the node
+        publish_file(dir_fd, record.filename, data, mode=0o600)
     finally:
         os.close(dir_fd)
-    return final
+    return spool / record.filename
+
+
+MAX_RECORD_BYTES = 64 * 1024  # a record is ~600 bytes
 
 
 def read_records(spool: Path) -> list[CostRecord]:
-    """Every published record (tmp files and unreadable ones are skipped)."""
-    out = []
-    if not spool.is_dir():
+    """Every published record (tmp files and unreadable ones are skipped). A spool we may not read
+    (a user's `slurmctl cost`: the spool is root's) reads as empty; only regular files are read,
+    capped, through the spool's directory fd."""
+    out: list[CostRecord] = []
+    try:
+        dir_fd = os.open(spool, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
         return out
-    for entry in sorted(spool.iterdir()):
-        if entry.name.startswith(".") or not entry.name.endswith(".json"):
-            continue
-        try:
-            out.append(CostRecord.from_dict(json.loads(entry.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue
+    try:
+        names = sorted(os.listdir(dir_fd))
+    except OSError:
+        names = []
+    try:
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            try:
+                data = json.loads(read_small(dir_fd, name, MAX_RECORD_BYTES))
+                out.append(CostRecord.from_dict(data))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+    finally:
+        os.close(dir_fd)
     return out
