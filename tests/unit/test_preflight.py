@@ -117,11 +117,50 @@ def test_data_paths(site, workdir, tmp_path):
     assert codes(spec(data=["nowhere/train"]), site, workdir) == ["missing-data"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
+CHECK_DATA = r"""
+import sys
+from pathlib import Path
+from slurmctl.submit.preflight.files import check_data
+from slurmctl.submit.spec import RunSpec
+spec = RunSpec(name="t", entrypoint="train.py", partition="l4-dev", data=sys.argv[1:])
+print(" ".join(sorted(f.code for f in check_data(spec, Path("/")).findings)) or "-")
+"""
+
+
+def _data_codes_as_user(paths: list[Path]) -> list[str]:
+    """check_data run by a real unprivileged user (alice where deploy/local/up made her, else nobody)."""
+    import pwd
+    import subprocess
+
+    try:
+        user = pwd.getpwnam("alice").pw_name
+    except KeyError:
+        user = "nobody"
+    done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", CHECK_DATA, *map(str, paths)],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 def test_unreadable_data(site, workdir, tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o000)
-    assert codes(spec(data=[str(locked)]), site, workdir) == ["unreadable-data"]
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o000)
+        assert codes(spec(data=[str(locked)]), site, workdir) == ["unreadable-data"]
+        return
+    # Root reads anything: CI runs as root, so the check runs as a real user on root's private dir.
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="preflight-data-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "open").mkdir(mode=0o755)
+        (base / "locked").mkdir(mode=0o700)
+        assert _data_codes_as_user([base / "open"]) == ["-"]
+        assert _data_codes_as_user([base / "locked"]) == ["unreadable-data"]
+    finally:
+        shutil.rmtree(base)
 
 
 def test_remote_data_through_fsspec(site, workdir):
@@ -278,3 +317,15 @@ def test_preflight_runs_the_site_python_outside_the_workdir(site, workdir):
     report = run_preflight(spec(), site, VIEW, workdir, user="root")
     imports = next(c for c in report.checks if c.name == "imports")
     assert imports.status == "ok" and "found by" in imports.note
+
+
+def test_force_does_not_override_a_credential_in_env(site, workdir):
+    report = run_preflight(spec(env={"HF_TOKEN": "hf_abc", "NCCL_DEBUG": "INFO"}, entrypoint="missing.py"), site, VIEW,
+                           workdir, user="root")
+    assert report.must_stop(force=False) and report.must_stop(force=True)
+    assert [f.code for f in report.unforceable] == ["credential-in-env"]
+    with pytest.raises(PreflightFailed) as info:
+        raise_on_errors(report)
+    assert "does not override" in info.value.hint
+    other = run_preflight(spec(entrypoint="missing.py"), site, VIEW, workdir, user="root")
+    assert other.must_stop(force=False) and not other.must_stop(force=True)
