@@ -181,7 +181,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
 
 
 def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:
-    if report.errors and not opts.force:
+    if report.must_stop(opts.force):
         raise PreflightFailed(report)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from slurmctl.submit.spec import RunSpec
+from slurmctl.fsutil import read_capped, read_text_capped
+from slurmctl.submit.spec import RunSpec, YAMLTooLarge, bounded_safe_load
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
 
 # ${VAR}, ${VAR:-x} and $VAR: slurmctl never expands variables, so any left is a mistake.
@@ -88,7 +89,15 @@ def check_imports(spec: RunSpec, workdir: Path, python: str) -> CheckResult:
         result.note = "skipped (no Python entrypoint)"
         return result
     try:
-        tree = ast.parse(entry.read_bytes(), filename=str(entry))
+        tree = ast.parse(read_capped(entry, CONFIG_READ_CAP, nofollow=False), filename=str(entry))
+    except OSError as exc:
+        result.findings.append(warning("cannot-verify-imports", f"cannot read {spec.entrypoint}: {exc}.",
+                                       "Make the entrypoint a regular, readable file."))
+        return result
+    except (RecursionError, MemoryError):
+        result.findings.append(error("entrypoint-syntax", f"{spec.entrypoint} is nested too deeply to parse.",
+                                     "Simplify the file; Python itself would fail to compile it."))
+        return result
     except SyntaxError as exc:
         result.findings.append(error("entrypoint-syntax", f"{spec.entrypoint} line {exc.lineno}: {exc.msg}.",
                                      "Fix the syntax error; the job would die on its first line."))
@@ -167,9 +176,14 @@ def _resolve(rel: str, workdir: Path) -> Path:
     return path if path.is_absolute() else workdir / path
 
 
+# Config files are read whole to parse them: capped, and a FIFO or device is refused without
+# blocking (fsutil), so a hostile path in `config_files` cannot hang `submit --dry-run`.
+CONFIG_READ_CAP = 16 * 1024 * 1024
+
+
 def _read_lines(path: Path) -> list[str]:
     try:
-        return path.read_text(errors="replace").splitlines()
+        return read_text_capped(path, CONFIG_READ_CAP, nofollow=False).splitlines()
     except OSError:
         return []
 
@@ -177,9 +191,12 @@ def _read_lines(path: Path) -> list[str]:
 def _parse_problem(path: Path) -> str | None:
     suffix = path.suffix.lower()
     try:
-        text = path.read_text()
+        raw = read_capped(path, CONFIG_READ_CAP + 1, nofollow=False)
+        if len(raw) > CONFIG_READ_CAP:
+            return f"it is larger than {CONFIG_READ_CAP // (1024 * 1024)} MiB, too large to check"
+        text = raw.decode()
         if suffix in (".yaml", ".yml"):
-            yaml.safe_load(text)
+            bounded_safe_load(text)
         elif suffix == ".json":
             json.loads(text)
         elif suffix == ".toml":
@@ -192,6 +209,10 @@ def _parse_problem(path: Path) -> str | None:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         return f"line {mark.line + 1}: {getattr(exc, 'problem', 'malformed YAML')}" if mark else "malformed YAML"
+    except YAMLTooLarge as exc:
+        return str(exc)
+    except RecursionError:
+        return "it is nested too deeply"
     except json.JSONDecodeError as exc:
         return f"line {exc.lineno}: {exc.msg}"
     except tomllib.TOMLDecodeError as exc:

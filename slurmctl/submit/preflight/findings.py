@@ -6,6 +6,10 @@ from dataclasses import asdict, dataclass, field
 
 from slurmctl.errors import PreflightError
 
+# Findings `--force` cannot override: a credential written into job.sbatch and run.yaml stays
+# readable in the run directory after the run, whatever the user meant by forcing.
+UNFORCEABLE = frozenset({"credential-in-env", "secret-in-script"})
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -57,6 +61,14 @@ class PreflightReport:
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.level == "error"]
 
+    @property
+    def unforceable(self) -> list[Finding]:
+        return [f for f in self.errors if f.code in UNFORCEABLE]
+
+    def must_stop(self, force: bool) -> bool:
+        """Errors stop a submission unless forced; credential findings stop it even when forced."""
+        return bool(self.unforceable) if force else bool(self.errors)
+
     def add(self, result: CheckResult) -> None:
         self.checks.append(result)
 
@@ -73,7 +85,8 @@ class PreflightFailed(PreflightError):
                          f"{len(errors)} problem{'s' if len(errors) != 1 else ''}: "
                          + " ".join(f"({i}) {f.message}" for i, f in enumerate(errors, 1)),
                          " ".join(f.hint for f in errors)
-                         + " (`--force` submits anyway and records that it did.)")
+                         + (" (`--force` does not override a credential in the job script.)" if report.unforceable
+                            else " (`--force` submits anyway and records that it did.)"))
         self.report = report
 
     def to_dict(self) -> dict:
