@@ -1,5 +1,7 @@
 """Prolog/epilog really invoked by slurmd on the local cluster, the prolog-failure drain, and 200
-concurrent epilogs. Evidence comes from <state>/log/hooks.jsonl and the cost-record spool."""
+concurrent epilogs. Evidence comes from <state>/log/hooks.jsonl and the cost-record spool. The jobs
+are alice's; root only does what slurmd and an operator do (run the hooks, plant the test trigger,
+resume the node)."""
 
 import json
 import os
@@ -8,15 +10,13 @@ import time
 import uuid
 from pathlib import Path
 
-from .conftest import REPO
+from .conftest import REPO, as_user
 
 STATE = Path(os.environ.get("SLURMCTL_LOCAL_DIR", "/var/lib/slurmctl-local"))
 HOOKS_LOG = STATE / "log" / "hooks.jsonl"
 
 
-def sbatch(*args: str) -> int:
-    out = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip().split(";")[0])
+ALICE = as_user("alice")
 
 
 def hook_lines(job_id: int, timeout: float = 40) -> dict:
@@ -41,13 +41,13 @@ def test_hooks_kill_orphans_clean_shm_and_write_the_cost_record():
     script = (f"echo data > {shm}\n"
               f"(setsid sleep {seconds} </dev/null >/dev/null 2>&1 &)\n"   # double fork: escapes linuxproc
               "sleep 1\nexit 0\n")
-    job = sbatch("-p", "l4-dev", "--gres=gpu:l4:1", f"--comment=slurmctl:{tag}", "-o", "/dev/null",
+    job = ALICE.sbatch("-p", "l4-dev", "--gres=gpu:l4:1", f"--comment=slurmctl:{tag}", "-o", "/dev/null",
                  "--wrap", script)
     try:
         lines = hook_lines(job)
     finally:
-        subprocess.run(["scancel", str(job)], capture_output=True)
-    assert lines["prolog"]["ok"] is True and lines["prolog"]["context"] == "prolog_slurmd"
+        ALICE.scancel(job)
+    assert lines["prolog"]["ok"] is True and lines["prolog"]["user"] == "alice" and lines["prolog"]["context"] == "prolog_slurmd"
     assert any(n.startswith("gpu map") for n in lines["prolog"]["notes"])
     epilog = lines["epilog"]
     assert any(n.startswith("killed") and f"(sleep {seconds})" in n for n in epilog["notes"]), epilog
@@ -68,7 +68,7 @@ def test_failing_prolog_drains_the_node_with_a_readable_reason():
     trigger.touch()
     job = None
     try:
-        job = sbatch("-p", "h100-ondemand", "-w", node, "--gres=gpu:h100:1", f"--comment=slurmctl:{tag}",
+        job = ALICE.sbatch("-p", "h100-ondemand", "-w", node, "--gres=gpu:h100:1", f"--comment=slurmctl:{tag}",
                      "-o", "/dev/null", "--wrap", "true")
         reason = ""
         deadline = time.monotonic() + 60
@@ -82,8 +82,7 @@ def test_failing_prolog_drains_the_node_with_a_readable_reason():
     finally:
         trigger.unlink(missing_ok=True)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        if job:
-            subprocess.run(["scancel", str(job)], capture_output=True)
+        ALICE.scancel(job)
     assert "drain" not in subprocess.run(["sinfo", "-h", "-n", node, "-o", "%t"], capture_output=True,
                                          text=True).stdout
 
