@@ -1,4 +1,5 @@
-"""Preflight, cost confirmation, --force, placement and --smoke on the real local cluster."""
+"""Preflight, cost confirmation, --force, placement and --smoke on the real local cluster, as alice
+(bob holds the L4 in the placement test)."""
 
 import json
 import shutil
@@ -9,25 +10,22 @@ from pathlib import Path
 
 import yaml
 
-from .conftest import REPO, slurmctl, slurmctl_json, write_run
+from .conftest import REPO, as_user, give, slurmctl, slurmctl_json, write_run
 
 TINY = {"name": "pf-tiny", "entrypoint": "train.py", "partition": "l4-dev", "gpus_per_node": 1, "time_limit": "5m"}
 
 
-def site_copy(tmp_path, **changes) -> dict:
+def site_copy(workdir, **changes) -> dict:
     """SLURMCTL_SITE_CONFIG pointing at the installed site.yaml with `changes`."""
     data = yaml.safe_load(Path("/etc/slurmctl/site.yaml").read_text())
-    path = tmp_path / "site.yaml"
+    path = workdir / "site.yaml"
     path.write_text(yaml.safe_dump({**data, **changes}))
+    give(path)
     return {"SLURMCTL_SITE_CONFIG": str(path)}
 
 
-def scancel(job_id):
-    subprocess.run(["scancel", str(job_id)], capture_output=True, timeout=30)
-
-
-def test_three_problems_are_listed_at_once(tmp_path):
-    spec = write_run(tmp_path, {**TINY, "entrypoint": "nope.py", "env": {"URI": "${TRACKING_URI}"},
+def test_three_problems_are_listed_at_once(workdir):
+    spec = write_run(workdir, {**TINY, "entrypoint": "nope.py", "env": {"URI": "${TRACKING_URI}"},
                                 "time_limit": "6h"}, {"train.py": "pass\n"})
     result = slurmctl("submit", spec, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -36,9 +34,9 @@ def test_three_problems_are_listed_at_once(tmp_path):
     assert "✓ partition, GPU type and node shape fit the cluster" in result.stderr  # the checklist
 
 
-def test_cost_threshold_then_force_is_recorded(tmp_path):
-    env = site_copy(tmp_path, cost_confirm_threshold=0.001)
-    spec = write_run(tmp_path / "run", {**TINY, "env": {"URI": "${TRACKING_URI}"}}, {"train.py": "pass\n"})
+def test_cost_threshold_then_force_is_recorded(workdir):
+    env = site_copy(workdir, cost_confirm_threshold=0.001)
+    spec = write_run(workdir / "run", {**TINY, "env": {"URI": "${TRACKING_URI}"}}, {"train.py": "pass\n"})
     refused = slurmctl("submit", spec, "--force", check=False, env=env)
     assert refused.returncode == 2 and "cost-not-confirmed" in refused.stderr and "--yes" in refused.stderr
     result = slurmctl_json("submit", spec, "--force", "--yes", "--", "--hold", env=env)
@@ -48,20 +46,21 @@ def test_cost_threshold_then_force_is_recorded(tmp_path):
         assert json.loads((run_dir / "run.json").read_text())["forced"] == ["unresolved-variable"]
         assert json.loads((run_dir / "preflight.json").read_text())["forced"] == ["unresolved-variable"]
     finally:
-        scancel(result["job_id"])
+        as_user("alice").scancel(result["job_id"])
 
 
-def test_placement_picks_the_free_partition(tmp_path):
-    """Hold l4-1's only GPU with a sleep job: the run that accepts l4-dev (cheapest) or h100-spot goes to h100-spot."""
-    filler = subprocess.run(["sbatch", "--parsable", "-p", "l4-dev", "--gres=gpu:l4:1", "-t", "3",
-                             f"--job-name=pf-filler-{uuid.uuid4().hex[:4]}", "--wrap", "sleep 170"],
-                            capture_output=True, text=True, check=True, timeout=90).stdout.strip()
+def test_placement_picks_the_free_partition(workdir):
+    """bob holds l4-1's only GPU with a sleep job: alice's run that accepts l4-dev (cheapest) or
+    h100-spot goes to h100-spot."""
+    bob = as_user("bob")
+    filler = str(bob.sbatch("-p", "l4-dev", "--gres=gpu:l4:1", "-t", "3", f"--job-name=pf-filler-{uuid.uuid4().hex[:4]}",
+                            "-o", "/dev/null", "--wrap", "sleep 170"))
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and subprocess.run(
                 ["squeue", "-h", "-j", filler, "-o", "%T"], capture_output=True, text=True).stdout.strip() == "PENDING":
             time.sleep(1)  # pending behind someone else's l4 job keeps l4 busy too
-        spec = write_run(tmp_path, {**TINY, "partition": ["l4-dev", "h100-spot"]}, {"train.py": "pass\n"})
+        spec = write_run(workdir, {**TINY, "partition": ["l4-dev", "h100-spot"]}, {"train.py": "pass\n"})
         placed = slurmctl_json("submit", spec, "--dry-run")["placement"]
         options = {o["partition"]: o for o in placed["options"]}
         assert placed["chosen"] == "h100-spot", placed
@@ -69,15 +68,16 @@ def test_placement_picks_the_free_partition(tmp_path):
         forced = slurmctl_json("submit", spec, "--dry-run", "--where", "l4-dev")
         assert forced["placement"]["chosen"] == "l4-dev" and "--partition=l4-dev" in forced["script"]
     finally:
-        scancel(filler)
+        bob.scancel(filler)
 
 
-def test_smoke_on_l4_dev_gates_the_full_submit(tmp_path):
-    code = tmp_path / "tiny-lm"
+def test_smoke_on_l4_dev_gates_the_full_submit(workdir):
+    code = workdir / "tiny-lm"
     shutil.copytree(REPO / "examples" / "tiny-lm", code)
     with open(code / "train.py", "a") as fh:
         fh.write(f"# {uuid.uuid4()}: a code hash of its own\n")
-    env = site_copy(tmp_path, require_smoke=True)
+    give(code)
+    env = site_copy(workdir, require_smoke=True)
     gated = slurmctl("submit", code / "run.yaml", "--dry-run", check=False, env=env)
     assert gated.returncode == 2 and "smoke-required" in gated.stderr and "--smoke" in gated.stderr
     smoke = slurmctl_json("submit", code / "run.yaml", "--smoke", env=env, timeout=400)
