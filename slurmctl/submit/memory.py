@@ -35,7 +35,7 @@ GPU_MEMORY_GB = {"h100": 80, "h200": 141, "b200": 180, "a100": 80, "a10g": 24, "
                  "v100": 32, "t4": 16, "mi300x": 192}
 USABLE_FRACTION, RESERVED_GB = 0.90, 1.0
 _OPTIMIZER_BYTES = {"adamw": 8, "adam": 8, "sgd-momentum": 4, "lion": 4, "adafactor": 0.5, "sgd": 0}
-_PARAMS_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_PARAMS_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
@@ -43,7 +43,7 @@ def parse_params(value: str | float) -> float:
     """7e9, '7b', '350M', '1.3B' -> parameter count."""
     if isinstance(value, (int, float)):
         return float(value)
-    m = _PARAMS_RE.match(value)
+    m = _PARAMS_RE.fullmatch(value)
     if not m:
         raise ValueError(f"'{value}' is not a parameter count; write 7e9, '7b' or '350m'")
     return float(m.group(1)) * _SCALE[m.group(2).lower()]
