@@ -1,7 +1,8 @@
-"""Issue 4 on the real cluster: a run pending for a real QOS GPU limit shows the limit and the usage.
+"""On the real cluster: alice's run pending for a real QOS GPU limit shows the limit and the usage.
 
-Needs AccountingStorageEnforce=associations,limits,qos (deploy/local/up sets it). The test creates its
-own QOS (MaxTRESPerUser=gres/gpu=1), gives root access to it, and removes both in `finally`.
+Needs AccountingStorageEnforce=associations,limits,qos (deploy/local/up sets it). The operator (root)
+creates a QOS of the test's own (MaxTRESPerUser=gres/gpu=1), gives alice access to it, and removes
+both in `finally`; alice submits and reads the status.
 """
 
 import os
@@ -14,14 +15,14 @@ def sacctmgr(*args: str) -> None:
     subprocess.run(["sacctmgr", "-i", *args], check=True, capture_output=True, text=True, timeout=30)
 
 
-def test_qos_gpu_limit_shows_limit_and_usage(tmp_path):
+def test_qos_gpu_limit_shows_limit_and_usage(workdir):
     qos = f"t4quota{os.getpid()}"
     runs = []
     sacctmgr("add", "qos", qos, "MaxTRESPerUser=gres/gpu=1")
     try:
-        sacctmgr("modify", "user", "root", "set", f"qos+={qos}")
+        sacctmgr("modify", "user", "alice", "set", f"qos+={qos}")
         for name, seconds in (("quota-first", 60), ("quota-second", 1)):
-            spec = write_run(tmp_path / name, {"name": name, "entrypoint": "train.py", "partition": "h100-ondemand",
+            spec = write_run(workdir / name, {"name": name, "entrypoint": "train.py", "partition": "h100-ondemand",
                                                "gpu_type": "h100", "gpus_per_node": 1, "time_limit": "5m"},
                              {"train.py": f"import time\ntime.sleep({seconds})\n"})
             runs.append(slurmctl_json("submit", spec, "--", f"--qos={qos}")["run_id"])
@@ -41,5 +42,5 @@ def test_qos_gpu_limit_shows_limit_and_usage(tmp_path):
     finally:
         for run_id in runs:
             slurmctl("cancel", run_id, "--now", check=False)
-        subprocess.run(["sacctmgr", "-i", "modify", "user", "root", "set", f"qos-={qos}"], capture_output=True)
+        subprocess.run(["sacctmgr", "-i", "modify", "user", "alice", "set", f"qos-={qos}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "qos", qos], capture_output=True)
