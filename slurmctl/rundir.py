@@ -329,6 +329,10 @@ class RunRegistry:
         except FileNotFoundError:
             if not create:
                 return None
+        except PermissionError:
+            raise ConfigError(f"the runs root {self.runs_root} cannot be read by you.",
+                              "Ask the operator: the runs root must be 0755 with a private 0700 directory "
+                              "per user.") from None
         try:
             self.root.mkdir(mode=0o700)
         except FileExistsError:
@@ -437,6 +441,9 @@ class RunRegistry:
             _check_owned_dir(path, "run directory", self.uid)
         except FileNotFoundError:
             raise RunNotFound(f"no run directory at {path}.", "`slurmctl ls` lists your runs.") from None
+        except PermissionError:  # inside another user's private runs directory
+            raise RunNotOwned(f"run directory {path} is not yours (you cannot even look into it).",
+                              "slurmctl only acts on your own runs; `slurmctl ls` lists them.") from None
         if not (path / RUN_JSON).is_file():
             raise RunNotFound(f"{path} is not a run directory (it has no {RUN_JSON}).",
                               "Give a run id, a run name or a run directory.")

@@ -212,3 +212,24 @@ def test_small_helpers():
         ["Priority", "ReqNodeNotAvail", "other", "none"]
     assert step_seconds([{"step": 1, "time": 10.0}]) is None
     assert step_seconds([{"step": s, "time": s * 3.0} for s in range(100)]) == pytest.approx(3.0)
+
+
+def test_run_labels_come_only_from_valid_run_ids_of_the_jobs_user(tmp_path):
+    """A comment like `slurmctl:..` or a planted symlink creates no series and reads no path."""
+    import os
+
+    hostile = "".join(
+        f"{n}{S}RUNNING{S}None{S}h100-ondemand{S}1{S}cpu=1,gres/gpu=2{S}2026-11-29T13:29:23{S}2026-11-29T13:29:24"
+        f"{S}root{S}{comment}{S}\n"
+        for n, comment in ((40, "slurmctl:.."), (41, "slurmctl:../root"), (42, "slurmctl:fixture-20261129-0009/..")))
+    write_active_run(tmp_path)
+    (tmp_path / "heartbeat.json").write_text(json.dumps({"step": 999, "time": time.time()}))  # the root's parent
+    _, registry, _ = make(tmp_path, squeue=hostile)
+    runs = {dict(labels).get("run") for name, labels in scrape(registry) if name == "slurmctl_run_info"}
+    assert runs == set()
+    # the run dir swapped for a symlink to someone else's directory: not followed
+    real = tmp_path / "root" / "fixture-20261129-0009"
+    os.rename(real, tmp_path / "moved")
+    real.symlink_to(tmp_path / "moved")
+    _, registry, _ = make(tmp_path)
+    assert not any(name == "slurmctl_run_step" for name, _ in scrape(registry))

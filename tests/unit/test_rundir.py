@@ -1,0 +1,290 @@
+"""slurmctl.rundir and slurmctl.fsutil: the layout, the checkpoint-dir rule, the one step rate, who
+may open a run, and readers that never block or follow a planted file."""
+
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from slurmctl import rundir
+from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned, UnsafeFile
+from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, tail_jsonl, tail_text_lines, write_atomic
+from slurmctl.rundir import (
+    Run,
+    RunRegistry,
+    current_user,
+    is_run_id,
+    resolve_checkpoint_dir,
+    run_id_from_comment,
+    step_rate,
+)
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.submit.spec import RunSpec
+
+SPEC = RunSpec(name="demo", entrypoint="train.py", partition="l4-dev")
+OTHER_UID = 54321  # a caller that owns nothing here
+
+
+@contextmanager
+def deadline(seconds: int = 3):
+    """Fail instead of hanging when a reader blocks (a FIFO with no writer blocks a plain open forever)."""
+    def hung(signum, frame):
+        raise AssertionError(f"blocked for more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def make_run(registry: RunRegistry, name: str = "demo", created: float | None = None, **meta) -> Run:
+    run = registry.create(SPEC.model_copy(update={"name": name}))
+    write_atomic(run.meta_path, json.dumps({"run_id": run.run_id, "name": name, "created": created or time.time(),
+                                            **meta}))
+    return run
+
+
+# --- layout ---------------------------------------------------------------------------------------
+
+def test_every_file_name_comes_from_rundir(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path)
+    names = {p.name for p in (run.spec_path, run.meta_path, run.script_path, run.attempts_path, run.logs_dir,
+                              run.heartbeat_path, run.metrics_path, run.drain_request_path, run.drain_ack_path,
+                              run.default_checkpoint_dir, run.watchdog_dir, run.preflight_path)}
+    assert names == {"run.yaml", "run.json", "job.sbatch", "attempts.jsonl", "logs", "heartbeat.json", "metrics.jsonl",
+                     "drain.request", "drain.ack", "checkpoints", "watchdog", "preflight.json"}
+    assert run.log_path(42) == tmp_path / "logs" / "42.out"
+
+
+def test_rundir_imports_only_the_standard_library():
+    import subprocess
+    code = ("import sys; import slurmctl.rundir, slurmctl.fsutil, slurmctl.runtime, slurmctl.runtime.attempt; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in {'yaml', 'pydantic', 'click', 'rich'}]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_run_ids_and_comments():
+    assert is_run_id("demo-20261130-0bad") and is_run_id("a.b_c-20261130-ffff")
+    for bad in ("..", ".", "demo", "demo-20261130-0bad/x", "../demo-20261130-0bad", "demo-20261130-0bad\n",
+                "Demo-20261130-0bad", "-x-20261130-0bad", ""):
+        assert not is_run_id(bad), bad
+    assert run_id_from_comment("slurmctl:demo-20261130-0bad") == "demo-20261130-0bad"
+    for comment in ("slurmctl:..", "slurmctl:", "slurmctl:../../etc", "slurmctl:a/b-20261130-0bad", "other:x", None):
+        assert run_id_from_comment(comment) is None, comment
+
+
+# --- the checkpoint dir -----------------------------------------------------------------------------
+
+def test_checkpoint_dir_rule(tmp_path):
+    work, run_dir = tmp_path / "work", tmp_path / "runs" / "alice" / "demo-20261130-abcd"
+    assert resolve_checkpoint_dir(None, work, run_dir) == run_dir / "checkpoints"
+    assert resolve_checkpoint_dir("ckpts/a", work, run_dir) == work / "ckpts" / "a"  # the job's cwd is the workdir
+    assert resolve_checkpoint_dir("../shared/ck", work, run_dir) == tmp_path / "shared" / "ck"
+    assert resolve_checkpoint_dir("/data/ck", work, run_dir) == tmp_path.root / __import__("pathlib").Path("data/ck")
+
+
+def test_run_reads_the_recorded_checkpoint_dir_and_falls_back_for_old_runs(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path / "run")
+    run.path.mkdir()
+    assert run.checkpoint_dir == run.path / "checkpoints"  # nothing recorded
+    run.spec_path.write_text(f"name: demo\nworkdir: {tmp_path / 'work'}\ncheckpoint: {{dir: ck}}\n")
+    assert run.checkpoint_dir == tmp_path / "work" / "ck"  # an old run: run.yaml, same rule
+    run.meta_path.write_text(json.dumps({"checkpoint_dir": str(tmp_path / "elsewhere")}))
+    assert run.checkpoint_dir == tmp_path / "elsewhere"  # run.json wins
+    CheckpointManager(tmp_path / "elsewhere").save(7, lambda d: (d / "x").write_text("x"))
+    assert run.checkpoints().latest().step == 7
+    run.meta_path.write_text(json.dumps({"checkpoint_dir": "relative/is/ignored"}))
+    assert run.checkpoint_dir == tmp_path / "work" / "ck"
+
+
+# --- the one step rate ------------------------------------------------------------------------------
+
+def test_step_rate_counts_only_the_current_attempt(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path)
+    now = 10_000.0
+    for step in range(0, 41):  # attempt 1: 1 step/s
+        append_jsonl(run.metrics_path, {"step": step, "time": now + step})
+    # queued for 1000 s, then resumed from the checkpoint at step 40: 0.5 steps/s, steps continue
+    for i, step in enumerate(range(41, 61)):
+        append_jsonl(run.metrics_path, {"step": step, "time": now + 1040 + 2.0 * i})
+    append_jsonl(run.attempts_path, {"event": "start", "time": now - 1})
+    append_jsonl(run.attempts_path, {"event": "start", "time": now + 1030})
+    assert run.step_rate() == pytest.approx(0.5)
+    # without the attempt boundary the queue wait would count as training time
+    assert step_rate(run.metrics_tail()) < 0.2
+    # a resume that replays steps (from an older checkpoint) restarts the window too
+    assert step_rate([{"step": s, "time": float(s)} for s in range(10)] +
+                     [{"step": s, "time": 100.0 + 4 * (s - 5)} for s in range(5, 10)]) == pytest.approx(0.25)
+    assert step_rate([{"step": 1, "time": 1.0}]) is None
+
+
+# --- ownership --------------------------------------------------------------------------------------
+
+def test_create_makes_a_private_user_dir_and_run_dir(tmp_path):
+    registry = RunRegistry(tmp_path)
+    run = make_run(registry)
+    assert registry.root == tmp_path / current_user()
+    assert stat.S_IMODE(os.lstat(registry.root).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(run.path).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(run.meta_path).st_mode) == 0o600  # the CLI's umask for run files
+    assert registry.get("demo").run_id == run.run_id and registry.get(run.run_id[:8]).path == run.path
+    assert registry.get(str(run.path)).run_id == run.run_id
+
+
+def test_shared_runs_are_group_readable(tmp_path):
+    registry = RunRegistry(tmp_path)
+    run = registry.create(SPEC, share_with_group=True)
+    write_atomic(run.meta_path, "{}")
+    assert stat.S_IMODE(os.lstat(run.path).st_mode) == 0o750
+    assert stat.S_IMODE(os.lstat(run.meta_path).st_mode) == 0o640
+    os.umask(0o077)
+
+
+def test_missing_user_dir_that_cannot_be_created_names_the_operator(tmp_path):
+    registry = RunRegistry(tmp_path / "no-such-root")
+    assert registry.list() == []
+    with pytest.raises(ConfigError, match="cannot be created") as exc:
+        registry.create(SPEC)
+    assert "Ask the operator" in exc.value.hint and "install -d -m 0700" in exc.value.hint
+
+
+def test_symlinked_user_dir_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / current_user()).symlink_to(elsewhere)
+    registry = RunRegistry(tmp_path / "runs")
+    for action in (registry.list, lambda: registry.get("demo"), lambda: registry.create(SPEC)):
+        with pytest.raises(RunNotOwned, match="symbolic link"):
+            action()
+
+
+def test_group_writable_user_dir_is_refused(tmp_path):
+    user_dir = tmp_path / current_user()
+    user_dir.mkdir()
+    os.chmod(user_dir, 0o770)
+    with pytest.raises(RunNotOwned, match="writable by group or others"):
+        RunRegistry(tmp_path).list()
+
+
+def test_runs_of_another_user_are_never_found_or_opened(tmp_path):
+    """The planted-run attack: the victim's `resume demo` must not reach the planter's run."""
+    planter = RunRegistry(tmp_path)  # owns everything created here
+    planted = make_run(planter, created=time.time() + 10 ** 8)  # "newest" demo run, far in the future
+    victim = RunRegistry(tmp_path, user="victim", uid=OTHER_UID)
+    victim_dir = tmp_path / "victim"
+    victim_dir.mkdir(mode=0o700)
+    os.chown(victim_dir, OTHER_UID, -1) if os.geteuid() == 0 else pytest.skip("needs root to chown")
+    assert victim.list() == []
+    with pytest.raises(RunNotFound):
+        victim.get("demo")
+    with pytest.raises(RunNotOwned, match="not to you"):
+        victim.get(str(planted.path))  # an explicit path the caller does not own
+    # planted inside the victim's dir (only root could): skipped by the listing, refused by id
+    inside = victim_dir / planted.run_id
+    inside.mkdir()
+    (inside / "run.json").write_text(json.dumps({"name": "demo"}))
+    assert victim.list() == []
+    with pytest.raises(RunNotOwned):
+        victim.get(planted.run_id)
+
+
+def test_explicit_paths_through_symlinks_are_refused(tmp_path):
+    registry = RunRegistry(tmp_path)
+    run = make_run(registry)
+    link = tmp_path / "link-to-run"
+    link.symlink_to(run.path)
+    with pytest.raises(RunNotOwned, match="symbolic link"):
+        registry.get(str(link))
+    (registry.root / "alias-20261130-0000").symlink_to(run.path)
+    assert [r.run_id for r in registry.list()] == [run.run_id]  # a symlink is no run
+    with pytest.raises(RunNotOwned):
+        registry.get("alias-20261130-0000")
+
+
+def test_all_users_is_the_operators_view(tmp_path, monkeypatch):
+    registry = RunRegistry(tmp_path)
+    run = make_run(registry)
+    (tmp_path / "stray-link").symlink_to(registry.root)  # a symlinked "user dir" is skipped
+    if os.geteuid() == 0:
+        assert registry.list_all_users() == [(current_user(), run)]
+    monkeypatch.setattr(rundir.os, "geteuid", lambda: OTHER_UID)
+    with pytest.raises(RunNotOwned, match="operator"):
+        registry.list_all_users()
+
+
+# --- readers that never block -----------------------------------------------------------------------
+
+def test_tail_refuses_fifo_dev_zero_and_symlinks_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.log"
+    link.symlink_to("/etc/passwd")
+    with deadline():
+        with pytest.raises(UnsafeFile, match="FIFO"):
+            tail_text_lines(fifo, 10)
+        with pytest.raises(UnsafeFile, match="device"):
+            tail_text_lines("/dev/zero", 10)
+        with pytest.raises(UnsafeFile, match="symbolic link"):
+            tail_text_lines(link, 10)
+        assert read_json(fifo) is None and read_json("/dev/zero") is None
+        assert tail_jsonl(fifo) == [] and read_jsonl(fifo) == []
+    assert tail_text_lines(tmp_path / "missing.log") == []
+
+
+def test_run_readers_survive_planted_fifos(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path)
+    for path in (run.heartbeat_path, run.metrics_path, run.attempts_path, run.meta_path, run.drain_request_path):
+        os.mkfifo(path)
+    with deadline():
+        assert run.heartbeat() is None and run.metrics_tail() == [] and run.events() == [] and run.meta == {}
+        assert run.drain_request() == {"reason": "unknown"} and run.step_rate() is None
+
+
+def test_tail_caps_bytes_and_drops_the_cut_line(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    lines = tail_text_lines(log, 0, max_bytes=1000)
+    assert lines[-1] == "line 99999" and len(lines) < 130 and all(line.startswith("line ") for line in lines)
+    assert tail_text_lines(log, 3) == ["line 99997", "line 99998", "line 99999"]
+
+
+def test_write_atomic_never_follows_a_planted_temp_name(tmp_path, monkeypatch):
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    monkeypatch.setattr(os, "urandom", lambda n: b"\0" * n)
+    tmp_name = tmp_path / f".heartbeat.json.{os.getpid()}.{'00' * 4}.tmp"
+    tmp_name.symlink_to(target)
+    with pytest.raises(FileExistsError):
+        write_atomic(tmp_path / "heartbeat.json", "{}")
+    assert target.read_text() == "keep"
+
+
+# --- load_torch --------------------------------------------------------------------------------------
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/slurmctl-load-torch-pwned",))
+
+
+def test_load_torch_refuses_code_in_a_checkpoint(tmp_path):
+    torch = pytest.importorskip("torch")
+    from slurmctl.runtime.checkpoint import load_torch
+
+    ck = CheckpointManager(tmp_path).save(1, lambda d: torch.save({"w": torch.ones(2), "x": _Boom()}, d / "state.pt"))
+    if os.path.exists("/tmp/slurmctl-load-torch-pwned"):
+        os.unlink("/tmp/slurmctl-load-torch-pwned")
+    with pytest.raises(Exception, match="[Ww]eights only|weights_only"):
+        load_torch(ck)
+    assert not os.path.exists("/tmp/slurmctl-load-torch-pwned")
+    CheckpointManager(tmp_path).save(2, lambda d: torch.save({"w": torch.ones(2)}, d / "state.pt"))
+    assert torch.equal(load_torch(CheckpointManager(tmp_path).latest())["w"], torch.ones(2))
