@@ -1,28 +1,25 @@
 """Reliability on the real cluster: crash before/after the first checkpoint, restart cap, cancel with
 and without an ACK, preemption loop, time-limit drain chaining, resume and fork.
 
-Requeued jobs wait ~120 s in PENDING(BeginTime); the tests start them at once with
-`scontrol update JobId=N StartTime=now` once they have left COMPLETING.
+The runs are alice's (bob's on-demand job preempts her spot run). Requeued jobs wait ~120 s in
+PENDING(BeginTime); the tests start them at once, as an operator, with `scontrol update JobId=N
+StartTime=now` once they have left COMPLETING.
 """
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
-from slurmctl.slurm.client import SlurmClient
-
-from .conftest import slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
+from .conftest import as_user, slurmctl, slurmctl_json, start_requeued_now, wait_for_state, write_run
 
 STEPS_PY = (Path(__file__).parent / "reliability" / "steps.py").read_text()
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
-client = SlurmClient()
 
 
-def submit(tmp_path: Path, name: str, args: list[str], *, sbatch: tuple[str, ...] = (), **spec) -> dict:
+def submit(workdir: Path, name: str, args: list[str], *, sbatch: tuple[str, ...] = (), **spec) -> dict:
     fields = {"name": name, "entrypoint": "steps.py", "args": args, "partition": "h100-ondemand",
               "gpus_per_node": 1, "time_limit": "5m", "checkpoint": {"interval_steps": 3}, **spec}
-    path = write_run(tmp_path / name, fields, {"steps.py": STEPS_PY})
+    path = write_run(workdir / name, fields, {"steps.py": STEPS_PY})
     return slurmctl_json("submit", path, *(("--", *sbatch) if sbatch else ()))
 
 
@@ -42,8 +39,8 @@ def wait_for_event(run_dir: str, kind: str, count: int, timeout: float = 90) -> 
     raise AssertionError(f"no {count}x '{kind}' in {run_dir}: {events(run_dir)}")
 
 
-def test_crash_before_first_checkpoint_fails_at_once_without_requeue(tmp_path):
-    run = submit(tmp_path, "rel-early-crash", ["--crash-at", "1", "--sleep", "0.05"],
+def test_crash_before_first_checkpoint_fails_at_once_without_requeue(workdir):
+    run = submit(workdir, "rel-early-crash", ["--crash-at", "1", "--sleep", "0.05"],
                  checkpoint={"interval_steps": 100})
     status = wait_for_state(run["run_id"], ENDED, timeout=90)
     assert status["state"] == "FAILED"
@@ -52,8 +49,8 @@ def test_crash_before_first_checkpoint_fails_at_once_without_requeue(tmp_path):
     assert end["restart_count"] == 0 and end["checkpoint_step"] is None
 
 
-def test_crash_after_checkpoint_requeues_resumes_and_is_capped_then_resumes_by_hand(tmp_path):
-    run = submit(tmp_path, "rel-crash", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=1)
+def test_crash_after_checkpoint_requeues_resumes_and_is_capped_then_resumes_by_hand(workdir):
+    run = submit(workdir, "rel-crash", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=1)
     first_end = wait_for_event(run["run_dir"], "end", 1)[0]
     assert (first_end["action"], first_end["checkpoint_step"]) == ("requeue", 5), first_end
     start_requeued_now(run["job_id"])
@@ -70,9 +67,9 @@ def test_crash_after_checkpoint_requeues_resumes_and_is_capped_then_resumes_by_h
     assert slurmctl_json("cancel", run["run_id"], "--now")["verified"]
 
 
-def test_cancel_waits_for_the_drain_ack_and_reports_an_ignored_drain(tmp_path):
-    good = submit(tmp_path, "rel-cancel-ok", ["--steps", "2000", "--sleep", "0.1"])
-    deaf = submit(tmp_path, "rel-cancel-deaf", ["--steps", "2000", "--sleep", "0.1", "--ignore-drain"])
+def test_cancel_waits_for_the_drain_ack_and_reports_an_ignored_drain(workdir):
+    good = submit(workdir, "rel-cancel-ok", ["--steps", "2000", "--sleep", "0.1"])
+    deaf = submit(workdir, "rel-cancel-deaf", ["--steps", "2000", "--sleep", "0.1", "--ignore-drain"])
     for run in (good, deaf):
         wait_for_event(run["run_dir"], "start", 1)
     time.sleep(3)  # both are stepping
@@ -89,9 +86,9 @@ def test_cancel_waits_for_the_drain_ack_and_reports_an_ignored_drain(tmp_path):
     assert events(deaf["run_dir"], "drain-unacknowledged")
 
 
-def test_preempted_spot_run_checkpoints_requeues_and_resumes(tmp_path):
+def test_preempted_spot_run_checkpoints_requeues_and_resumes(workdir):
     """An on-demand job needs the spot run's node: the run drains, is requeued and resumes."""
-    run = submit(tmp_path, "rel-preempt", ["--steps", "150", "--sleep", "0.1"], partition="h100-spot",
+    run = submit(workdir, "rel-preempt", ["--steps", "150", "--sleep", "0.1"], partition="h100-spot",
                  gpus_per_node=8, procs_per_node=1, checkpoint={"interval_steps": 10},
                  sbatch=("--nodelist=h100-3",))
     ck_root = Path(run["run_dir"]) / "checkpoints"
@@ -99,9 +96,9 @@ def test_preempted_spot_run_checkpoints_requeues_and_resumes(tmp_path):
     while not (ck_root / "latest").exists():
         assert time.monotonic() < deadline, "the spot run never wrote its first checkpoint"
         time.sleep(0.5)
-    job = subprocess.run(["sbatch", "--parsable", "-p", "h100-ondemand", "-w", "h100-3", "--gres=gpu:h100:8",
-                          "-t", "1", "-J", "rel-preemptor", "-o", "/dev/null", "--wrap", "sleep 2"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    bob = as_user("bob")
+    job = bob.sbatch("-p", "h100-ondemand", "-w", "h100-3", "--gres=gpu:h100:8", "-t", "1", "-J", "rel-preemptor",
+                     "-o", "/dev/null", "--wrap", "sleep 2")
     try:
         end = wait_for_event(run["run_dir"], "end", 1)[0]
         assert (end["outcome"], end["action"], end["drain_acked"]) == ("preemption", "requeue", True), end
@@ -109,7 +106,7 @@ def test_preempted_spot_run_checkpoints_requeues_and_resumes(tmp_path):
         start_requeued_now(run["job_id"])
         status = wait_for_state(run["run_id"], ENDED, timeout=120)
     finally:
-        subprocess.run(["scancel", job.split(";")[0]], check=False)
+        bob.scancel(job)
     assert status["state"] == "COMPLETED", slurmctl("logs", run["run_id"], "-n", "0").stdout
     starts = events(run["run_dir"], "start")
     assert starts[1]["restart_count"] == 1 and starts[1]["resume_step"] == end["checkpoint_step"]
@@ -118,9 +115,9 @@ def test_preempted_spot_run_checkpoints_requeues_and_resumes(tmp_path):
     assert lost == 0
 
 
-def test_time_limit_drain_chains_into_a_new_allocation_then_fork(tmp_path):
+def test_time_limit_drain_chains_into_a_new_allocation_then_fork(workdir):
     # USR1 ~100 s before a 2-minute limit = ~20 s after the start; 120 steps x 0.25 s need two allocations.
-    run = submit(tmp_path, "rel-timelimit", ["--steps", "120", "--sleep", "0.25"], time_limit="2m",
+    run = submit(workdir, "rel-timelimit", ["--steps", "120", "--sleep", "0.25"], time_limit="2m",
                  checkpoint={"interval_steps": 1000}, sbatch=("--signal=B:USR1@100",))
     first_end = wait_for_event(run["run_dir"], "end", 1, timeout=120)[0]
     assert (first_end["outcome"], first_end["action"], first_end["drain_acked"]) == ("time-limit", "requeue", True)
