@@ -13,12 +13,16 @@ import time
 STARTED = time.monotonic()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from slurmctl.ops.hooks.hooklog import log_hook  # noqa: E402
+
+def _no_log(env, hook, started, **extra) -> None:
+    """Used when even the hooks log cannot be imported (the package is missing or broken)."""
 
 
 def main() -> int:
     env = os.environ
-    try:
+    log_hook = _no_log
+    try:  # every slurmctl import inside: a missing or broken package must not fail the hook
+        from slurmctl.ops.hooks.hooklog import log_hook
         from slurmctl.ops.hooks.prolog import drain_node, run_prolog
         from slurmctl.ops.hooks.config import HookConfig
 

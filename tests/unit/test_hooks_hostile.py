@@ -21,7 +21,7 @@ from slurmctl.ops import cleanup
 from slurmctl.ops.hooks import asuser, epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import read_records
-from slurmctl.slurm.client import SEP, SlurmClient
+from slurmctl.slurm.client import QUEUE, SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root-side hooks: the attacks need root and a second uid")
@@ -254,12 +254,15 @@ def scontrol_line(**fields) -> str:
     return " ".join(f"{k}={v}" for k, v in base.items()) + "\n"
 
 
-SQUEUE_QUEUE = ("squeue", "-h", "-o", SEP.join(["%i", "%j", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V", "%S", "%k", "%u"]))
+SQUEUE_QUEUE = ("squeue", "-h", *QUEUE.format_argv())
 
 
 def squeue_line(job_id, name, state, reason, comment, user, partition="l4-dev", elapsed="0:00") -> str:
-    return SEP.join([str(job_id), name, state, reason, partition, "1", "", elapsed, "1:00:00", "N/A", "N/A",
-                     comment, user])
+    """One line of the sweep's squeue listing, in the client's own field order."""
+    values = {"job_id": str(job_id), "state": state, "reason": reason, "partition": partition, "num_nodes": "1",
+              "elapsed_seconds": elapsed, "time_limit_seconds": "1:00:00", "submit_time": "N/A",
+              "start_time": "N/A", "user": user, "name": name, "comment": comment}
+    return SEP.join(values.get(attr, "") for attr in QUEUE.attrs)
 
 
 def confirm_argv(job_id) -> tuple:
@@ -277,13 +280,15 @@ def test_forged_job_name_in_squeue_does_not_make_root_cancel_another_users_job(w
     """bob (nobody) names his job so that squeue prints a fake line for alice's (daemon's) job 555:
     held, of a run whose directory is gone. The controller says 555 is RUNNING: nothing is cancelled."""
     make_run(world, DAEMON, "alice-20261130-aaaa")
-    forged_name = "x\n" + squeue_line(555, "y", "PENDING", "JobHeldUser", "slurmctl:gone-20261130-dead", "daemon")
-    queue = squeue_line(777, forged_name, "RUNNING", "None", "", "nobody") + "\n" + \
+    forged = squeue_line(555, "y", "PENDING", "JobHeldUser", "slurmctl:gone-20261130-dead", "daemon")
+    forged_name = "x\n" + forged.rsplit(SEP, 1)[0]  # bob's own comment completes the forged line
+    queue = squeue_line(777, forged_name, "RUNNING", "None", "slurmctl:gone-20261130-dead", "nobody") + "\n" + \
         squeue_line(555, "alice", "RUNNING", "None", "slurmctl:alice-20261130-aaaa", "daemon") + "\n"
     runner = Argv({SQUEUE_QUEUE: queue,
                    confirm_argv(555): SEP.join(["555", str(DAEMON.pw_uid), "RUNNING", "None", "l4-dev", "5:00",
                                                 "slurmctl:alice-20261130-aaaa"]) + "\n"})
     client = SlurmClient(runner)
+    assert [j.job_id for j in client.queue(mine=False) if j.run_id == "gone-20261130-dead"] == [555]  # forged
     orphans = cleanup.find_orphans(site_for(world), client)
     cleanup.release(orphans, client)
     assert not [c for c in runner.calls if c[0] == "scancel"], runner.calls
@@ -335,3 +340,19 @@ def test_cleanup_skips_a_user_dir_not_owned_by_its_user_and_survives_a_fifo(worl
     assert time.monotonic() - started < 3
     assert orphans == []  # attempts.jsonl unreadable (a FIFO): no "ended" evidence, nothing released
     assert any("nobody" in n and "not a directory owned by nobody" in n for n in sweep.notes), sweep.notes
+
+
+# --- the entry points -----------------------------------------------------------------------------
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_a_broken_package_never_fails_the_hook(world, hook):
+    """slurmd drains the node when a hook fails: an import error of ours must exit 0."""
+    repo = Path(__file__).resolve().parents[2]
+    (world / "plugins").mkdir()
+    shutil.copy(repo / "plugins" / f"{hook}.py", world / "plugins")
+    (world / "slurmctl").mkdir()
+    (world / "slurmctl" / "__init__.py").write_text("raise ImportError('half-installed')\n")
+    import subprocess
+
+    out = subprocess.run(["/usr/bin/python3", str(world / "plugins" / f"{hook}.py")], env={"SLURM_JOB_ID": "1"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "half-installed" in out.stderr
