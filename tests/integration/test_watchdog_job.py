@@ -1,12 +1,13 @@
 """A real Slurm job (script written here) whose training hangs after step 5: the watchdog sidecar
-in the batch script catches it within the window and ends the srun step, so the job fails fast."""
+in the batch script catches it within the window and ends the srun step, so the job fails fast.
+The job is alice's; its run directory is a private directory of hers."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time
-import uuid
+
+from .conftest import give
 
 TRAIN = """
 import time
@@ -19,8 +20,8 @@ time.sleep(3600)   # hung after step 5
 """
 
 
-def test_a_training_that_hangs_after_step_5_is_ended_by_the_watchdog(tmp_path, cluster):
-    run_dir = cluster.runs_root_path / f"wd-hang-{uuid.uuid4().hex[:6]}"
+def test_a_training_that_hangs_after_step_5_is_ended_by_the_watchdog(workdir, alice):
+    run_dir = workdir / "wd-hang"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "train.py").write_text(TRAIN)
     script = run_dir / "job.sbatch"
@@ -33,8 +34,8 @@ export SLURMCTL_RUN_DIR={run_dir}
 srun "{sys.executable}" {run_dir}/train.py
 echo "srun exited $?"
 """)
-    job = int(subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
-                             check=True).stdout.strip())
+    give(run_dir)
+    job = alice.sbatch(str(script))
     try:
         deadline = time.monotonic() + 90
         state = ""
@@ -49,8 +50,7 @@ echo "srun exited $?"
         heartbeat = json.loads((run_dir / "heartbeat.json").read_text())
         ended = (run_dir / "logs" / f"{job}.out").stat().st_mtime
     finally:
-        subprocess.run(["scancel", str(job)], capture_output=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        alice.scancel(job)
     assert "HUNG: no progress in field 'step'" in log and "last value 5" in log, log
     assert watchdog["state"] == "killed" and watchdog["last_value"] == 5
     assert "srun exited" in log and "srun exited 0" not in log
