@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # runs with any python3 (the checkpoint library is standard library only)
 
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.runtime.checkpoint import CheckpointManager  # noqa: E402 - after the sys.path line above
 
 WRITER = r"""
 import hashlib, json, os, sys

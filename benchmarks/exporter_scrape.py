@@ -122,8 +122,9 @@ def main() -> None:
         print(f"scrape from the cached snapshot:      median {statistics.median(cached) * 1000:.1f} ms")
         print(f"Slurm calls for 100 scrapes inside one interval: {calls_in_interval}; "
               f"in the next interval: {calls_next} (goal <= 2 per interval)")
-        print(f"squeue -O (lean, parsed) {statistics.median(squeue_lean):.3f} s vs squeue --json (unparsed) "
-              f"{statistics.median(squeue_json):.3f} s: ratio {statistics.median(squeue_json) / statistics.median(squeue_lean):.1f}x")
+        lean, as_json = statistics.median(squeue_lean), statistics.median(squeue_json)
+        print(f"squeue -O (lean, parsed) {lean:.3f} s vs squeue --json (unparsed) {as_json:.3f} s: "
+              f"ratio {as_json / lean:.1f}x")
         synthetic_scrape(args.synthetic)
     finally:
         client.cancel_many(job_ids)

@@ -1,8 +1,8 @@
 """Pricing, sacct parsing, waste and the ledger. Sacct lines are in the exact format the local
 cluster's `sacct -a -X --duplicates -P --delimiter=\\x1f` printed (Slurm 22.05.8, 2026-11-29)."""
 
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
