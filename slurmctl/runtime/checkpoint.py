@@ -286,19 +286,31 @@ def snapshot_state(state, into=None):
     """A detached CPU copy of a (nested) state dict: the step loop pays only for this copy.
 
     `into`: a previous snapshot of the same structure whose tensors are overwritten in place.
+    GPU tensors are copied into pinned host buffers without blocking per tensor, then one
+    synchronize: pageable copies stage through a bounce buffer and serialise on every tensor.
     """
     import torch
 
+    snapshot = _snapshot(state, into, torch)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # the writer thread reads the buffers: every copy must have landed
+    return snapshot
+
+
+def _snapshot(state, into, torch):
     if isinstance(state, torch.Tensor):
-        if isinstance(into, torch.Tensor) and into.shape == state.shape and into.dtype == state.dtype:
-            return into.copy_(state.detach())
-        return state.detach().to("cpu", copy=True)
+        source = state.detach()
+        if isinstance(into, torch.Tensor) and into.shape == source.shape and into.dtype == source.dtype:
+            return into.copy_(source, non_blocking=source.is_cuda)
+        if source.is_cuda:
+            return torch.empty(source.shape, dtype=source.dtype, pin_memory=True).copy_(source, non_blocking=True)
+        return source.to("cpu", copy=True)
     if isinstance(state, dict):
         into = into if isinstance(into, dict) else {}
-        return {k: snapshot_state(v, into.get(k)) for k, v in state.items()}
+        return {k: _snapshot(v, into.get(k), torch) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
         into = into if isinstance(into, (list, tuple)) and len(into) == len(state) else [None] * len(state)
-        return type(state)(snapshot_state(v, i) for v, i in zip(state, into))
+        return type(state)(_snapshot(v, i, torch) for v, i in zip(state, into))
     return state
 
 
