@@ -99,6 +99,7 @@ class ModelSpec(_Strict):
     seq_len: int | None = Field(None, ge=1, description="tokens per sequence")
     hidden_size: int | None = Field(None, ge=1, description="model width, for the activation estimate")
     num_layers: int | None = Field(None, ge=1, description="transformer layers, for the activation estimate")
+    vocab_size: int | None = Field(None, ge=1, description="vocabulary size, for the logits (seq_len x vocab) of the loss")
     activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
 
 

@@ -51,3 +51,15 @@ def test_activation_checkpointing_shrinks_activations():
 def test_unknown_gpu_and_site_override():
     assert estimate_memory(ModelSpec(params="1b"), "mystery", 1) is None
     assert estimate_memory(ModelSpec(params="1b"), "mystery", 1, {"mystery": 40}).usable_gb == pytest.approx(35.0)
+
+
+def test_logits_count_when_vocab_is_given():
+    # Measured on an H200 (benchmarks/results/gpu_memory_h200.txt): a 125M model at seq 2048 with a
+    # 32k vocabulary holds 0.77 GB of logits per sequence, more than its 0.64 GB of activations.
+    base = dict(params="125m", micro_batch=8, seq_len=2048, hidden_size=768, num_layers=12)
+    without = estimate_memory(ModelSpec(**base), "h200", 1)
+    with_vocab = estimate_memory(ModelSpec(**base, vocab_size=32000), "h200", 1)
+    logits_gb = with_vocab.activation_gb_per_sample - without.activation_gb_per_sample
+    assert logits_gb == pytest.approx(12 * 2048 * 32000 / 1e9)
+    assert 0.74 <= logits_gb <= 0.82
+    assert with_vocab.max_micro_batch < without.max_micro_batch
