@@ -153,7 +153,7 @@ def test_async_failure_surfaces_on_wait(tmp_path):
 
 
 def test_torch_snapshot_is_independent_and_round_trips(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch  # the train extra; scripts/setup installs it, so a missing torch fails here, never skips
     state = {"w": torch.ones(3), "opt": {"lr": 0.1, "buf": [torch.zeros(2)]}}
     snap = snapshot_state(state)
     state["w"].add_(1)  # the next training step mutates the live tensors
@@ -165,7 +165,7 @@ def test_torch_snapshot_is_independent_and_round_trips(tmp_path):
 
 
 def test_dcp_checkpoint_loads_with_plain_dcp(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch  # the train extra; scripts/setup installs it, so a missing torch fails here, never skips
     import torch.distributed.checkpoint as dcp
 
     model = torch.nn.Linear(4, 2)
