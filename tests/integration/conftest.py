@@ -183,7 +183,8 @@ def workdir(user_dir) -> Path:
     return user_dir(DEFAULT_USER)
 
 
-def slurmctl(*args, check=True, env=None, timeout=300, user: str = DEFAULT_USER, cwd=None) -> subprocess.CompletedProcess:
+def slurmctl(*args, check=True, env=None, timeout=300, user: str = DEFAULT_USER,
+             cwd=None) -> subprocess.CompletedProcess:
     """Run the real CLI as `user` (default alice; "root" for operator commands)."""
     return as_user(user).slurmctl(*args, check=check, env=env, timeout=timeout, cwd=cwd)
 

@@ -3,7 +3,6 @@
 import re
 from pathlib import Path
 
-
 from .conftest import give, slurmctl, write_run
 
 BASE = {"name": "bad-input", "entrypoint": "train.py", "partition": "l4-dev", "gpus_per_node": 1}

@@ -72,7 +72,8 @@ def test_dev_shell_runs_on_l4_dev_and_ends_by_ttl_and_by_idle_timeout(tmux_serve
             assert match.group(2) == "l4-1"
         assert _wait_for("ttl", r"JOB=\d+ NODE=\S+ GPU=(\S+)", 1).group(1) == "0"  # the L4 is ours
         # the TTL is the job's Slurm time limit
-        limits = subprocess.run(["squeue", "-h", "-j", jobs["ttl"], "-o", "%l %j %P %u"], capture_output=True, text=True)
+        limits = subprocess.run(["squeue", "-h", "-j", jobs["ttl"], "-o", "%l %j %P %u"],
+                                capture_output=True, text=True)
         assert limits.stdout.split() == ["1:00", "slurmctl-dev", "l4-dev", "alice"]
 
         _wait_for("idle", r"auto-logout", timeout=30)

@@ -53,7 +53,8 @@ def test_held_job_is_explained_in_plain_words_and_cancel_is_verified(workdir):
 
 def test_hostile_arguments_never_execute(workdir):
     marker = workdir / "pwned"
-    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's \"quoted\"", "two  spaces * and a glob", f"; touch {marker}"]
+    hostile = [f"$(touch {marker})", f"`touch {marker}`", "it's \"quoted\"", "two  spaces * and a glob",
+               f"; touch {marker}"]
     echo = ("import json, os, sys\n"
             "if os.environ['RANK'] == '0':\n"
             "    open(os.environ['SLURMCTL_RUN_DIR'] + '/argv.json', 'w').write(json.dumps(sys.argv[1:]))\n")

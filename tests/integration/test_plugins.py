@@ -35,7 +35,7 @@ def hook_lines(job_id: int, timeout: float = 40) -> dict:
 
 
 def test_hooks_kill_orphans_clean_shm_and_write_the_cost_record():
-    tag = f"plug-{uuid.uuid4().hex[:8]}"
+    tag = f"plug-{time.strftime('%Y%m%d')}-{uuid.uuid4().hex[:4]}"  # a run id: the record keeps only those
     seconds = f"300.{uuid.uuid4().int % 10**8:08d}"  # a unique command line to find the orphan by
     shm = Path("/dev/shm") / f"{tag}-segment"
     script = (f"echo data > {shm}\n"
@@ -47,7 +47,8 @@ def test_hooks_kill_orphans_clean_shm_and_write_the_cost_record():
         lines = hook_lines(job)
     finally:
         ALICE.scancel(job)
-    assert lines["prolog"]["ok"] is True and lines["prolog"]["user"] == "alice" and lines["prolog"]["context"] == "prolog_slurmd"
+    assert lines["prolog"]["ok"] is True and lines["prolog"]["context"] == "prolog_slurmd"
+    assert lines["prolog"]["user"] == "alice"
     assert any(n.startswith("gpu map") for n in lines["prolog"]["notes"])
     epilog = lines["epilog"]
     assert any(n.startswith("killed") and f"(sleep {seconds})" in n for n in epilog["notes"]), epilog
@@ -56,7 +57,9 @@ def test_hooks_kill_orphans_clean_shm_and_write_the_cost_record():
     node = epilog["node"]
     assert not (STATE / "gpu-job-map" / node / lines["prolog"]["gpus"]).exists()
     assert not (STATE / "scratch" / node / str(job)).exists()
-    record = json.loads((STATE / "cost-records" / f"{job}.0.json").read_text())
+    [path] = [n.split(" ", 2)[2] for n in epilog["notes"] if n.startswith("cost record /")]
+    assert Path(path).parent == STATE / "cost-records" and Path(path).name.startswith(f"{job}.0.")
+    record = json.loads(Path(path).read_text())
     assert record["run_id"] == tag and record["gpu_model"] == "l4" and record["gpu_count"] == 1
     assert record["schema_version"] == 1 and record["exit_code"] == "0:0" and record["start_time"]
 
@@ -97,10 +100,10 @@ def test_200_concurrent_epilogs_write_200_records(tmp_path):
     procs = []
     for i in range(200):
         env = {**base, "SLURM_JOB_ID": str(9_000_000 + i), "SLURM_JOB_RESTART_COUNT": str(i % 3),
-               "SLURM_JOB_COMMENT": f"slurmctl:bulk-{i}"}
+               "SLURM_JOB_COMMENT": f"slurmctl:bulk-{i}-20261130-0abc"}
         procs.append(subprocess.Popen(["/usr/bin/python3", str(REPO / "plugins" / "epilog.py")], env=env))
     assert [p.wait(timeout=120) for p in procs] == [0] * 200
     names = sorted(p.name for p in spool.iterdir())
     assert len(names) == 200 and not [n for n in names if n.startswith(".")]
     records = [json.loads((spool / n).read_text()) for n in names]
-    assert {r["run_id"] for r in records} == {f"bulk-{i}" for i in range(200)}
+    assert {r["run_id"] for r in records} == {f"bulk-{i}-20261130-0abc" for i in range(200)}

@@ -53,8 +53,8 @@ def test_placement_picks_the_free_partition(workdir):
     """bob holds l4-1's only GPU with a sleep job: alice's run that accepts l4-dev (cheapest) or
     h100-spot goes to h100-spot."""
     bob = as_user("bob")
-    filler = str(bob.sbatch("-p", "l4-dev", "--gres=gpu:l4:1", "-t", "3", f"--job-name=pf-filler-{uuid.uuid4().hex[:4]}",
-                            "-o", "/dev/null", "--wrap", "sleep 170"))
+    filler = str(bob.sbatch("-p", "l4-dev", "--gres=gpu:l4:1", "-t", "3", "-o", "/dev/null",
+                            f"--job-name=pf-filler-{uuid.uuid4().hex[:4]}", "--wrap", "sleep 170"))
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and subprocess.run(
