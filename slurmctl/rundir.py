@@ -284,6 +284,16 @@ class Run:
         return os.path.lexists(self.drain_ack_path)
 
     # --- writers -------------------------------------------------------------------------------
+    def use_umask(self) -> None:
+        """Files this process creates for the run (and the job's log, which Slurm creates with the
+        submitter's umask) get the run dir's privacy: owner only, or group-readable when the run dir
+        is shared (0750). Call before writing into a run or submitting one of its jobs."""
+        try:
+            shared = bool(os.lstat(self.path).st_mode & 0o050)
+        except OSError:
+            shared = False
+        os.umask(0o027 if shared else 0o077)
+
     def record(self, event: str, **fields) -> None:
         append_jsonl(self.attempts_path, {"event": event, "time": time.time(), **fields})
 

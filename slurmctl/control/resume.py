@@ -53,6 +53,7 @@ def resume_run(run: Run, client: SlurmClient) -> ResumeResult:
     if ck is None:
         raise ResumeError(f"run {run.run_id} has no valid checkpoint to resume from.",
                           "Submit its run.yaml again to start from step 0.")
+    run.use_umask()
     job_id = client.submit(run.script_path)
     run.record("submitted", job_id=job_id, resumed_from_step=ck.step, sbatch_args=[])
     return ResumeResult(run.run_id, str(run.path), job_id, ck.step, run.run_id)

@@ -15,6 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
+from slurmctl.submit.spec import load_site_config
+
 from .conftest import give, slurmctl, slurmctl_json, wait_for_state, write_run
 
 TRAIN = '''\
@@ -85,10 +87,14 @@ def test_relative_checkpoint_dir_is_seen_by_status_cost_exporter_and_resume(alic
         give(release)
         wait_for_state(run_id, {"COMPLETED"}, user="alice")
 
-        # cost: the epilog recorded the attempt's last checkpoint from the same recorded dir
-        cost = poll(lambda: slurmctl_json("cost", run_id, user="alice"),
-                    lambda c: c["attempts"] and c["attempts"][0].get("last_ckpt_step") is not None, timeout=60)
-        assert cost["attempts"][0]["last_ckpt_step"] == 3
+        # cost: its checkpoint facts come from the epilog's record (root's spool), which read the run
+        # through rundir as alice: the same recorded dir, so the attempt's last checkpoint is step 3
+        spool = load_site_config().cost_records_dir
+        records = poll(lambda: [json.loads(p.read_text()) for p in Path(spool).glob(f"{job_id}.*.json")],
+                       lambda r: bool(r), timeout=60)
+        assert records[-1]["last_checkpoint_step"] == 3 and records[-1]["run_id"] == run_id
+        cost = slurmctl_json("cost", run_id, user="alice")
+        assert [a["job_id"] for a in cost["attempts"]] == [job_id]
 
         # resume continues from the custom dir's checkpoint and writes the next one there
         resumed = slurmctl_json("resume", run_id, user="alice")
