@@ -1,5 +1,6 @@
-"""Exporter scrape time with a big queue: submits N held jobs (name prefix bench8-exporter-<pid>),
-scrapes, prints times and Slurm calls per interval, then cancels exactly those jobs.
+"""Exporter scrape time with a big queue: submits N held jobs (name prefix bench8-exporter-<pid>)
+as a cluster user (alice; see _as_user.py), scrapes with the exporter as the operator runs it,
+prints times and Slurm calls per interval, then cancels exactly those jobs, as their owner.
 
     .venv/bin/python benchmarks/exporter_scrape.py --jobs 10000
 
@@ -17,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _as_user import bench_user, cancel, run
 from prometheus_client import generate_latest
 
-from slurmctl.errors import SlurmctlError
 from slurmctl.ops.exporter import build
 from slurmctl.slurm.client import SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner
@@ -83,14 +84,17 @@ def main() -> None:
     name = f"bench8-exporter-{os.getpid()}"
     script = Path(tempfile.mkdtemp()) / "held.sh"
     script.write_text("#!/bin/bash\ntrue\n")
+    script.parent.chmod(0o755)  # sbatch reads the script as the benchmark user
     job_ids: list[int] = []
     try:
         started = time.perf_counter()
-        try:
-            for _ in range(args.jobs):
-                job_ids.append(client.submit(script, ["--hold", "-J", name, "-p", args.partition, "-t", "1"]))
-        except SlurmctlError as exc:  # MaxJobCount or an overloaded slurmctld: measure what is queued
-            print(f"submission stopped after {len(job_ids)} jobs: {exc.message}")
+        for _ in range(args.jobs):
+            out = run(["sbatch", "--parsable", "--hold", "-J", name, "-p", args.partition, "-t", "1",
+                       "-o", "/dev/null", str(script)], check=False)
+            if out.returncode != 0:  # MaxJobCount or an overloaded slurmctld: measure what is queued
+                print(f"submission as {bench_user().pw_name} stopped after {len(job_ids)} jobs: {out.stderr.strip()}")
+                break
+            job_ids.append(int(out.stdout.strip().split(";")[0]))
         submit_seconds = time.perf_counter() - started
         queued = len(client.queue_snapshot())
         print(f"submitted {len(job_ids)} held jobs in {submit_seconds:.1f} s "
@@ -127,7 +131,7 @@ def main() -> None:
               f"ratio {as_json / lean:.1f}x")
         synthetic_scrape(args.synthetic)
     finally:
-        client.cancel_many(job_ids)
+        cancel(job_ids)
         print(f"cancelled {len(job_ids)} jobs named {name}")
 
 
