@@ -7,6 +7,7 @@ has no import cycle and `slurmctl --help` imports no command module.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -18,14 +19,33 @@ from slurmctl.rundir import RunRegistry
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.spec import SiteConfig, load_site_config
 
+# Control characters other than newline and tab are printed as '?': an ESC in a job name or reason
+# that another user chose would otherwise reach this user's terminal (recolour, retitle, set the
+# clipboard). One character for one, so rich's styles keep their place.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(value: object) -> str:
+    return _CONTROL.sub("?", str(value))
+
+
+class _TextConsole(Console):
+    """Every printed string (markup or not) has its control characters made visible."""
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        rendered = super().render_str(text, **kwargs)
+        rendered.plain = printable(rendered.plain)
+        return rendered
+
+
 # Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+out = _TextConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = _TextConsole(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 def text(value: object, style: str = "") -> Text:
     """A printed value as rich Text: brackets in names, reasons or paths are shown, never parsed as markup."""
-    return Text(str(value), style=style)
+    return Text(printable(value), style=style)
 
 
 class _PlainTable(Table):
@@ -34,7 +54,7 @@ class _PlainTable(Table):
     Text, so a job named '[/]x' prints as itself."""
 
     def add_row(self, *cells, **kwargs) -> None:
-        cells = tuple(Text(c) if isinstance(c, str) else c for c in cells)
+        cells = tuple(Text(printable(c)) if isinstance(c, str) else c for c in cells)
         super().add_row(*cells, **kwargs)
         for column, cell in zip(self.columns[:-1], cells):
             width = cell.cell_len if isinstance(cell, Text) else len(str(cell or ""))

@@ -128,12 +128,14 @@ def test_explain_prints_brackets_as_text():
         assert f"{word} (unknown)" in result.stdout
 
 
-def test_queue_shows_a_job_named_with_markup(alice, bob):
-    job = alice.sbatch("--hold", "-J", "[/]x", "-p", "l4-dev", "-t", "1", "--wrap", "true")
+def test_queue_shows_a_job_named_with_markup_or_terminal_escapes(alice, bob):
+    # bob reads the queue; alice chose the name: markup must not crash it, ESC must not reach bob's terminal
+    job = alice.sbatch("--hold", "-J", "[/]x\x1b[2Jy", "-p", "l4-dev", "-t", "1", "--wrap", "true")
     try:
         result = slurmctl("queue", "-u", "alice", check=False, user="bob")
         assert result.returncode == 0, result.stderr
-        assert "[/]x" in result.stdout and str(job) in result.stdout
+        assert "[/]x?[2Jy" in result.stdout and str(job) in result.stdout
+        assert "\x1b" not in result.stdout
     finally:
         alice.scancel(job)
 

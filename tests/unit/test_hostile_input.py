@@ -167,3 +167,20 @@ def test_html_report_escapes_every_name():
     page = to_html(_report("<script>alert(1)</script>", "<img src=x onerror=alert(2)>"))
     assert "<script>alert" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_terminal_escapes_in_printed_values_are_made_visible():
+    word = "\x1b]52;c;ZXZpbA==\x07\x1b[2J[/]"  # OSC 52 (write the clipboard), clear screen, markup
+    proc = subprocess.run([*CLI, "explain", word], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stdout and "?]52;c;ZXZpbA==?[2J[/] (unknown)" in proc.stdout
+
+
+def test_table_cells_are_text_without_control_characters():
+    from slurmctl.cli.context import out, plain_table
+
+    table = plain_table("NAME", "WHY")
+    table.add_row("[/]x\x1b[31m", "[bold]reason")
+    with out.capture() as captured:
+        out.print(table)
+    assert "[/]x?[31m" in captured.get() and "[bold]reason" in captured.get() and "\x1b" not in captured.get()
