@@ -172,6 +172,8 @@ def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
 
 
 def _as_owner(uid: int, func, *args, sweep: Sweep):
+    import slurmctl.runtime.checkpoint  # noqa: F401 - imported once here, inherited by every child
+
     gid = asuser.user_gid(uid)
     if gid is None:
         sweep.notes.append(f"uid {uid} has no passwd entry; its runs were skipped")

@@ -161,14 +161,19 @@ def read_run_facts(run_dir: str, run_id: str) -> dict:
     """Runs in the child, as the job's user: drain flags and the newest valid checkpoint of the run
     whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed)."""
     from slurmctl.fsutil import read_json
-    from slurmctl.runtime.checkpoint import COMPLETE_MARKER
+    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
     from slurmctl.rundir import Run
 
     run = Run(run_id, Path(run_dir))
-    if run.meta.get("run_id") != run_id:
+    meta = run.meta
+    if meta.get("run_id") != run_id:
         return {}
     facts = {"drain_requested": run.drain_requested(), "drain_acknowledged": run.drain_acked()}
-    ck = run.checkpoints().latest()
+    # The checkpoint dir submit recorded in run.json; a run from before it was recorded gets the
+    # default rather than Run.checkpoint_dir's run.yaml fallback (no YAML parser in a node hook).
+    recorded = meta.get("checkpoint_dir")
+    ck_dir = Path(recorded) if isinstance(recorded, str) and os.path.isabs(recorded) else run.default_checkpoint_dir
+    ck = CheckpointManager(ck_dir).latest()
     if ck is not None:
         marker = read_json(ck.path / COMPLETE_MARKER, 64 * 1024)
         when = marker.get("time") if isinstance(marker, dict) else None
@@ -187,6 +192,11 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None) ->
     gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
     if run_dir is None or gid is None:
         return {}, "run facts skipped: run directory or job gid unknown"
+    # Import what the child needs here, as root: the child inherits the modules, and as the job's
+    # user it could not write their bytecode cache (it would recompile them on every epilog).
+    import slurmctl.fsutil  # noqa: F401
+    import slurmctl.runtime.checkpoint  # noqa: F401
+
     try:
         facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id,
                               timeout=cfg.user_read_timeout)
