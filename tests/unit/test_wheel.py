@@ -45,13 +45,12 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def build_wheel(workspace: Path) -> Path:
     """Build from a copy of the sources, so the build writes nothing into the shared checkout."""
-    src = tmp_path_factory.mktemp("src")
+    src, dist = workspace / "src", workspace / "dist"
+    src.mkdir()
     shutil.copy2(REPO / "pyproject.toml", src / "pyproject.toml")
     shutil.copytree(REPO / "slurmctl", src / "slurmctl", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    dist = tmp_path_factory.mktemp("dist")
     # --no-build-isolation: build with this venv's setuptools instead of downloading one.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(dist), str(src)], check=True, capture_output=True, text=True, timeout=120,
@@ -60,17 +59,26 @@ def wheel(tmp_path_factory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def fresh_venv(wheel, tmp_path_factory) -> Path:
+def install_fresh_venv(wheel: Path, venv: Path) -> Path:
+    """A venv from Debian's python3 with the wheel and its dependencies (pinned by constraints.txt)."""
     if not SYSTEM_PYTHON.exists():
         pytest.fail(f"{SYSTEM_PYTHON} is missing: the project's venvs are made from Debian's python3")
-    venv = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", str(venv)], check=True, timeout=120, env=_clean_env())
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
                               "-c", str(REPO / "constraints.txt"), str(wheel)],
                              capture_output=True, text=True, timeout=300, env=_clean_env())
     assert install.returncode == 0, install.stderr[-3000:]
     return venv
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("build"))
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(wheel, tmp_path_factory) -> Path:
+    return install_fresh_venv(wheel, tmp_path_factory.mktemp("venv") / "v")
 
 
 def test_wheel_ships_the_templates(wheel):
