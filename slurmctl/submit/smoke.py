@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmctl.fsutil import tail_text_lines
+from slurmctl.fsutil import read_capped, tail_text_lines
 from slurmctl.rundir import Run, RunRegistry, current_user
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.spec import RunSpec, SiteConfig
@@ -30,6 +30,7 @@ from slurmctl.submit.spec import RunSpec, SiteConfig
 SMOKE_ENV = "SLURMCTL_SMOKE"
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "checkpoints", "wandb", "mlruns"}
 _MAX_CODE_FILES = 2000
+_MAX_HASHED_BYTES = 16 * 1024 * 1024  # per file
 
 
 def smoke_partition(site: SiteConfig) -> str:
@@ -60,10 +61,14 @@ def code_config_hash(spec: RunSpec, workdir: Path) -> str:
             "python": spec.python, "config_files": spec.config_files}
     digest.update(json.dumps(what, sort_keys=True).encode())
     files = sorted(p for p in _code_files(workdir))[:_MAX_CODE_FILES]
-    files += [(workdir / c) for c in spec.config_files if (workdir / c).is_file()]
+    files += [(workdir / c) for c in spec.config_files]
     for path in files:
+        try:  # non-blocking and capped: a FIFO or /dev/zero among the files must not hang submit
+            data = read_capped(path, _MAX_HASHED_BYTES, nofollow=False)
+        except OSError:
+            continue  # missing, unreadable or not a regular file: preflight reports it
         digest.update(str(path.relative_to(workdir) if path.is_relative_to(workdir) else path).encode())
-        digest.update(path.read_bytes())
+        digest.update(data)
     return digest.hexdigest()[:16]
 
 

@@ -148,3 +148,26 @@ def test_diagnose_log_on_a_fifo_or_dev_zero_fails_at_once(workdir):
         started = time.monotonic()
         assert_clear_error(slurmctl("diagnose", "--log", path, check=False, timeout=60), kind, exit_code=7)
         assert time.monotonic() - started < 30
+
+
+def test_paths_in_another_users_private_dir_are_unreadable_not_a_crash(workdir, user_dir):
+    # os.stat under a folder alice cannot enter raises PermissionError (Path.exists() does not hide it)
+    bobs = user_dir("bob")
+    (bobs / "dataset").mkdir()
+    (bobs / "config.yaml").write_text("lr: 1\n")
+    give(bobs / "dataset"), give(bobs / "config.yaml")
+    spec = write_run(workdir, {**BASE, "name": _name("data"), "data": [str(bobs / "dataset")],
+                               "config_files": [str(bobs / "config.yaml")]}, TRAIN)
+    assert_clear_error(slurmctl("submit", spec, "--dry-run", check=False), "unreadable-data",
+                       "unreadable-config-file", str(bobs / "dataset"))
+
+
+def test_fifos_among_the_code_and_config_files_do_not_hang_submit(workdir):
+    spec = write_run(workdir, {**BASE, "name": _name("fifo"), "config_files": ["cfg.yaml"]}, TRAIN)
+    for name in ("helpers.py", "cfg.yaml"):
+        os.mkfifo(workdir / name)
+        give(workdir / name)
+    started = time.monotonic()
+    result = slurmctl("submit", spec, "--dry-run", check=False, timeout=120)
+    assert_clear_error(result, "invalid-config-file", "not a regular file")
+    assert time.monotonic() - started < 60

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tomllib
@@ -38,7 +39,7 @@ def check_placeholders(spec: RunSpec, workdir: Path) -> CheckResult:
                 "Replace it with the real value in run.yaml (slurmctl does not expand variables)."))
     for rel in spec.config_files:
         path = _resolve(rel, workdir)
-        if PLACEHOLDER_RE.search(rel) or not path.is_file():
+        if PLACEHOLDER_RE.search(rel) or _kind(path) != "file":
             continue  # reported above / by check_config_files
         comment = _COMMENT_PREFIXES.get(path.suffix.lower(), None if path.suffix else "#")
         for number, line in enumerate(_read_lines(path), 1):
@@ -58,7 +59,16 @@ def check_config_files(spec: RunSpec, workdir: Path) -> CheckResult:
         if PLACEHOLDER_RE.search(rel):
             continue
         path = _resolve(rel, workdir)
-        if not path.is_file():
+        kind = _kind(path)
+        if kind == "denied":
+            result.findings.append(error("unreadable-config-file", f"config file {rel} is not readable by you "
+                                         f"(looked at {path}).", "Fix `config_files` in run.yaml, or its permissions."))
+            continue
+        if kind in ("dir", "other"):
+            result.findings.append(error("invalid-config-file", f"config file {rel} is not a regular file "
+                                         f"(a folder, FIFO or device at {path}).", "Point `config_files` at files."))
+            continue
+        if kind != "file":
             result.findings.append(error("missing-config-file", f"config file {rel} does not exist (looked at {path}).",
                                          "Fix `config_files` in run.yaml (paths are relative to workdir)."))
             continue
@@ -72,10 +82,10 @@ def check_config_files(spec: RunSpec, workdir: Path) -> CheckResult:
 
 def check_entrypoint(spec: RunSpec, workdir: Path) -> CheckResult:
     result = CheckResult("entrypoint", "workdir and entrypoint exist")
-    if not workdir.is_dir():
+    if _kind(workdir) != "dir":
         result.findings.append(error("missing-workdir", f"workdir {workdir} does not exist.",
                                      "Fix `workdir` in run.yaml (relative paths are relative to run.yaml)."))
-    elif not (workdir / spec.entrypoint).is_file():
+    elif _kind(workdir / spec.entrypoint) != "file":
         result.findings.append(error("missing-entrypoint", f"entrypoint {spec.entrypoint} not found in {workdir}.",
                                      "Fix `entrypoint` in run.yaml (relative to workdir)."))
     return result
@@ -85,7 +95,7 @@ def check_imports(spec: RunSpec, workdir: Path, python: str) -> CheckResult:
     """Top-level imports of the entrypoint must resolve in the job's Python (find_spec: nothing runs)."""
     result = CheckResult("imports", "entrypoint's top-level imports resolve in the job's Python")
     entry = workdir / spec.entrypoint
-    if entry.suffix != ".py" or not entry.is_file():
+    if entry.suffix != ".py" or _kind(entry) != "file":
         result.note = "skipped (no Python entrypoint)"
         return result
     try:
@@ -141,10 +151,11 @@ def check_data(spec: RunSpec, workdir: Path) -> CheckResult:
                 result.findings.append(finding)
             continue
         path = _resolve(data_path, workdir)
-        if not path.exists():
+        kind = _kind(path)
+        if kind == "missing":
             result.findings.append(error("missing-data", f"data path {data_path} does not exist (looked at {path}).",
                                          "Fix `data` in run.yaml, or stage the data first."))
-        elif not os.access(path, os.R_OK) or (path.is_dir() and not os.access(path, os.X_OK)):
+        elif kind == "denied" or not os.access(path, os.R_OK) or (kind == "dir" and not os.access(path, os.X_OK)):
             result.findings.append(error("unreadable-data", f"data path {data_path} is not readable by you.",
                                          f"Fix its permissions (`chmod -R a+rX {path}`) or ask its owner."))
     result.note = f"{len(spec.data)} path(s)" if spec.data else "none declared"
@@ -169,6 +180,20 @@ def _check_remote(url: str):
     if not exists:
         return error("missing-data", f"data path {url} does not exist.", "Fix `data` in run.yaml, or upload the data first.")
     return None
+
+
+def _kind(path: Path) -> str:
+    """'file', 'dir', 'other', 'missing' or 'denied'. Path.exists()/is_file() raise PermissionError
+    for a path under a folder the user cannot enter (another user's private directory)."""
+    try:
+        mode = os.stat(path).st_mode
+    except PermissionError:
+        return "denied"
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError:
+        return "other"
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
 
 
 def _resolve(rel: str, workdir: Path) -> Path:
@@ -233,7 +258,7 @@ def _top_level_imports(tree: ast.Module, workdir: Path) -> dict[str, int]:
             names = [node.module]
         for name in names:
             root = name.split(".")[0]
-            local = (workdir / f"{root}.py").exists() or (workdir / root).is_dir()
+            local = _kind(workdir / f"{root}.py") != "missing" or _kind(workdir / root) == "dir"
             if root not in sys.stdlib_module_names and not local and root != "__future__":
                 roots.setdefault(root, node.lineno)
     return roots
@@ -267,7 +292,7 @@ def _interpreter(python: str, workdir: Path) -> tuple[str | None, str | None]:
         if candidate == root or root in candidate.parents:
             return None, (f"the job's python {python} lies inside the code directory {workdir}; preflight does not "
                           "run programs that come with the code, so imports are not checked here.")
-    if not path.is_file() or not os.access(path, os.X_OK):
+    if _kind(path) != "file" or not os.access(path, os.X_OK):
         return None, f"the job's python {python} is not an executable file on this machine; imports not checked."
     return str(path), None
 
