@@ -1,6 +1,9 @@
-"""The SSH login-node path against a real sshd on 127.0.0.1 (see ssh_server.py) and the real cluster."""
+"""The SSH login-node path against a real sshd on 127.0.0.1 (see ssh_server.py) and the real cluster.
+alice logs in with her key; whatever the login node touches (remote paths, the "cluster" side of the
+fake laptop) is in her private directories, and the laptop's CLI runs as alice."""
 
 import json
+import os
 import shlex
 import shutil
 import socket
@@ -13,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmctl.slurm.ssh import HostKeyRefused, RemoteSlurmClient, SSHError, SSHRunner, SSHTarget
+from slurmctl.rundir import new_run_id
+from slurmctl.slurm.ssh import HostKeyRefused, SSHError, SSHRunner, SSHTarget
 
-from .conftest import slurmctl, write_run
+from .conftest import SLURMCTL, as_user, give, slurmctl, write_run
 from .ssh_server import _keygen, login_node  # noqa: F401 - pytest fixture
 
 
@@ -25,12 +29,13 @@ def _runner(node, **kw) -> SSHRunner:
     return SSHRunner(SSHTarget.parse(node.host), allow_agent=False, **kw)
 
 
-def test_runs_slurm_commands_over_one_connection_and_quotes_every_argument(login_node, tmp_path):
+def test_runs_slurm_commands_over_one_connection_and_quotes_every_argument(login_node, workdir):
     runner = _runner(login_node)
     try:
         partitions = runner.run(["sinfo", "-h", "-o", "%P"]).stdout.split()
         assert {"h100-ondemand", "h100-spot", "l4-dev*"} <= set(partitions)
-        marker = tmp_path / "pwned"
+        assert runner.run(["id", "-un"]).stdout.strip() == "alice"
+        marker = workdir / "pwned"  # where alice could create it, if any argument reached a shell
         hostile = f"$(touch {marker}); touch {marker} 'q\" `touch {marker}`"
         echoed = runner.run(["printf", "%s", hostile])
         assert echoed.returncode == 0 and echoed.stdout == hostile and not marker.exists()
@@ -41,7 +46,7 @@ def test_runs_slurm_commands_over_one_connection_and_quotes_every_argument(login
         runner.close()
 
 
-def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path):
+def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path, workdir):
     src = tmp_path / "src"
     (src / "logs").mkdir(parents=True)
     (src / "job.sbatch").write_text("#!/bin/bash\necho hi\n")
@@ -49,31 +54,47 @@ def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path):
     (src / "logs" / "a.out").write_text("x")
     runner = _runner(login_node)
     try:
-        copied = runner.upload_tree(src, str(tmp_path / "remote" / "run-1"))
+        copied = runner.upload_tree(src, str(workdir / "remote" / "run-1"))
     finally:
         runner.close()
-    dst = tmp_path / "remote" / "run-1"
+    dst = workdir / "remote" / "run-1"
+    assert dst.stat().st_uid == (dst / "job.sbatch").stat().st_uid == as_user("alice").uid
     assert copied == 2 and (dst / "job.sbatch").read_text() == "#!/bin/bash\necho hi\n"
     assert (dst / "job.sbatch").stat().st_mode & 0o777 == 0o755 and (dst / "logs" / "a.out").read_text() == "x"
     assert f'open "{dst}/job.sbatch" flags WRITE,CREATE,TRUNCATE' in login_node.sftp_log.read_text()
 
 
 
-def test_mirroring_stands_down_when_the_login_node_shares_the_runs_root(login_node, tmp_path):
+MIRROR_PROBE = """
+import json, sys
+from pathlib import Path
+from slurmctl.slurm.ssh import RemoteSlurmClient, SSHRunner, SSHTarget
+host, key, known_hosts, runs, run_id = sys.argv[1:]
+runner = SSHRunner(SSHTarget.parse(host), allow_agent=False, key_filename=key, known_hosts=Path(known_hosts))
+try:
+    run = RemoteSlurmClient(runner).mirrored_registry(Path(runs)).get(run_id)
+    print(json.dumps({"heartbeat": run.heartbeat(), "refreshed": run.refresh(run.path / "heartbeat.json").exists()}))
+finally:
+    runner.close()
+"""
+
+
+def test_mirroring_stands_down_when_the_login_node_shares_the_runs_root(login_node, workdir):
     """Here sshd sees this very runs root: nothing is copied (a file copied onto itself could be
-    truncated under a running job), and the probe file that told us so is gone again."""
-    run_dir = tmp_path / "runs" / "shared-run"
+    truncated under a running job), and the probe file that told us so is gone again. The laptop
+    side runs as alice too: her runs are hers on both sides."""
+    run_id = new_run_id("shared-run")
+    run_dir = workdir / "runs" / login_node.user / run_id
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text("{}")
     (run_dir / "heartbeat.json").write_text('{"step": 3}')
-    runner = _runner(login_node)
-    try:
-        run = RemoteSlurmClient(runner).mirrored_registry(tmp_path / "runs").get("shared-run")
-    finally:
-        runner.close()
-    assert run.heartbeat() == {"step": 3} and run.refresh(run_dir / "heartbeat.json").exists()
+    give(workdir / "runs")
+    run_dir.parent.chmod(0o700)
+    probe = as_user(login_node.user).run([sys.executable, "-c", MIRROR_PROBE, login_node.host, login_node.client_key,
+                                          login_node.known_hosts, workdir / "runs", run_id], check=True)
+    assert json.loads(probe.stdout) == {"heartbeat": {"step": 3}, "refreshed": True}
     assert str(run_dir) not in login_node.sftp_log.read_text()
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["shared-run"]
+    assert [p.name for p in run_dir.parent.iterdir()] == [run_id]
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(login_node, tmp_path):
     empty = tmp_path / "known_hosts"
@@ -105,7 +126,8 @@ def test_wrong_key_and_silent_host_give_clear_errors(login_node, tmp_path):
     silent.listen()
     held = []  # keep the accepted connection open: a closed one would fail fast instead of timing out
     threading.Thread(target=lambda: held.append(silent.accept()), daemon=True).start()
-    runner = SSHRunner(SSHTarget("127.0.0.1", "root", silent.getsockname()[1]), known_hosts=login_node.known_hosts,
+    runner = SSHRunner(SSHTarget("127.0.0.1", login_node.user, silent.getsockname()[1]),
+                       known_hosts=login_node.known_hosts,
                        allow_agent=False, key_filename=str(login_node.client_key), connect_timeout=1.5)
     started = time.monotonic()
     with pytest.raises(SSHError) as timed_out:
@@ -116,32 +138,43 @@ def test_wrong_key_and_silent_host_give_clear_errors(login_node, tmp_path):
     assert 1.4 < waited < 5
 
 
-def fake_laptop(tmp_path, cluster, login_node, spec: dict, files: dict[str, str]):
-    """Folders and a shell preamble for a "laptop": the CLI in a private mount namespace whose runs
-    root and code dir are tmpfs that sshd and Slurm (the "cluster") cannot see, with no Slurm tools
-    on PATH. Returns (runs, code, out, cli, preamble); run the script with `unshare -m bash -c`."""
-    runs, code, out = tmp_path / "runs", tmp_path / "code", tmp_path / "out"
-    for d in (runs, code, out):
+def fake_laptop(tmp_path, workdir, cluster, login_node, spec: dict, files: dict[str, str]):
+    """Folders and a shell preamble for alice's "laptop": the CLI (as alice) in a private mount
+    namespace whose runs root and code dir are tmpfs that sshd and Slurm (the "cluster") cannot see,
+    with no Slurm tools on PATH. The same paths on the cluster's side are in alice's private
+    directory (the runs root laid out as deploy/local/up does: root's, with alice's own 0700 dir).
+    Returns (runs, code, out, cli, preamble); run the script (as root) with `unshare -m bash -c`."""
+    alice = as_user(login_node.user)
+    runs, code, out = workdir / "runs", workdir / "code", tmp_path / "out"  # out: root's redirections
+    for d in (runs, runs / alice.name, code, out):
         d.mkdir()
-    src = write_run(tmp_path / "src", spec, files).parent
-    site = tmp_path / "site.yaml"
+    runs.chmod(0o755)
+    for d in (runs / alice.name, code):
+        d.chmod(0o700)
+        os.chown(d, alice.uid, alice.gid)
+    src = write_run(workdir / "src", spec, files).parent
+    site = workdir / "site.yaml"
     site.write_text(yaml.safe_dump({**cluster.model_dump(mode="json"), "runs_root": str(runs)}))
-    config = login_node.user_config(tmp_path / "config.yaml", login_host=login_node.host)
-    cli = shlex.join([sys.executable, "-m", "slurmctl.cli"])
+    give(site)
+    config = login_node.user_config(workdir / "config.yaml", login_host=login_node.host)
+    cli = shlex.join(alice.argv(SLURMCTL, env={"PATH": "/nonexistent", "SLURMCTL_SITE_CONFIG": site,
+                                               "SLURMCTL_USER_CONFIG": config}))
+    owner = f"{alice.uid}:{alice.gid}"
     preamble = f"""set -e
-mount -t tmpfs laptop-runs {runs}; mount -t tmpfs laptop-code {code}; cp -r {src}/. {code}/
-export PATH=/nonexistent SLURMCTL_SITE_CONFIG={site} SLURMCTL_USER_CONFIG={config}
+mount -t tmpfs -o mode=0755 laptop-runs {runs}; mkdir -m 0700 {runs}/{alice.name}; chown {owner} {runs}/{alice.name}
+mount -t tmpfs -o mode=0700,uid={alice.uid},gid={alice.gid} laptop-code {code}
+cp -r {src}/. {code}/; chown -R {owner} {code}
 """
     return runs, code, out, cli, preamble
 
 
-def test_cli_submits_reads_status_and_cancels_through_the_login_node(login_node, tmp_path, cluster):
+def test_cli_submits_reads_status_and_cancels_through_the_login_node(login_node, tmp_path, workdir, cluster):
     """The "laptop" is the CLI in a private mount namespace: its runs root and code dir are tmpfs
     that sshd and Slurm (the "cluster") cannot see, and it has no Slurm tools on PATH. So the
     job script and the code reach the cluster only if SFTP copies them, and every Slurm command
     only works over SSH."""
     runs, code, out, cli, preamble = fake_laptop(
-        tmp_path, cluster, login_node, {"name": "ssh-test", "entrypoint": "train.py", "partition": "l4-dev",
+        tmp_path, workdir, cluster, login_node, {"name": "ssh-test", "entrypoint": "train.py", "partition": "l4-dev",
                                         "gpus_per_node": 1, "time_limit": "5m"}, {"train.py": "print('hi')\n"})
     laptop = preamble + f"""{cli} --host {login_node.host} submit {code}/run.yaml --json -- --hold > {out}/submit.json
 run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
@@ -157,9 +190,10 @@ run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1])
         assert json.loads((out / "cancel.json").read_text())["final_state"] == "CANCELLED"
     finally:
         if submitted.get("job_id"):
-            subprocess.run(["scancel", str(submitted["job_id"])], capture_output=True)
-    # what reached the cluster's filesystem came over SFTP
-    run_dir = runs / submitted["run_id"]
+            as_user("alice").scancel(submitted["job_id"])
+    # what reached the cluster's filesystem came over SFTP, as alice
+    run_dir = Path(submitted["run_dir"])
+    assert run_dir.parent == runs / "alice" and run_dir.stat().st_uid == as_user("alice").uid
     assert (run_dir / "job.sbatch").read_text().startswith("#!") and (code / "train.py").read_text() == "print('hi')\n"
     sftp_log = login_node.sftp_log.read_text()
     assert f'open "{run_dir}/job.sbatch" flags WRITE' in sftp_log and f'open "{code}/train.py" flags WRITE' in sftp_log
@@ -168,23 +202,24 @@ run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1])
     assert {"event": "submitted", "job_id": submitted["job_id"]}.items() <= events[0].items()
 
 
-def test_cli_refuses_an_unknown_login_node_cleanly(login_node, tmp_path):
-    empty = tmp_path / "known_hosts"
+def test_cli_refuses_an_unknown_login_node_cleanly(login_node, workdir):
+    empty = workdir / "known_hosts"
     empty.write_text("")
-    config = login_node.user_config(tmp_path / "config.yaml", known_hosts=str(empty))
+    give(empty)
+    config = login_node.user_config(workdir / "config.yaml", known_hosts=str(empty))
     result = slurmctl("--host", login_node.host, "ls", "--json", check=False,
                       env={"SLURMCTL_USER_CONFIG": str(config)})
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert json.loads(result.stdout)["error"] == "ssh-host-key-refused"
 
 
-def test_cli_reads_progress_checkpoints_and_logs_from_the_login_node(login_node, tmp_path, cluster):
+def test_cli_reads_progress_checkpoints_and_logs_from_the_login_node(login_node, tmp_path, workdir, cluster):
     """Same fake laptop as above, but the job runs to the end: its heartbeat, checkpoints and log
     exist only on the cluster's filesystem, so `logs -f`, `status` and `logs` see them only if they
     are mirrored over SFTP (and the checkpoint payload must not be)."""
     steps_py = (Path(__file__).parent / "reliability" / "steps.py").read_text()
     runs, code, out, cli, preamble = fake_laptop(
-        tmp_path, cluster, login_node,
+        tmp_path, workdir, cluster, login_node,
         {"name": "ssh-read", "entrypoint": "steps.py", "args": ["--steps", "7", "--sleep", "0.3"],
          "partition": "h100-ondemand", "gpus_per_node": 1, "time_limit": "5m", "checkpoint": {"interval_steps": 3}},
         {"steps.py": steps_py})
@@ -194,7 +229,7 @@ run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1])
 {cli} status "$run_id" --json > {out}/status.json
 {cli} logs "$run_id" -n 0 > {out}/logs.txt
 {cli} ls --json > {out}/ls.json
-{sys.executable} -c 'import os,sys; print(*os.listdir(sys.argv[1]))' {runs}/$run_id/checkpoints/checkpoint-6 \
+{sys.executable} -c 'import os,sys; print(*os.listdir(sys.argv[1]))' {runs}/alice/$run_id/checkpoints/checkpoint-6 \
     > {out}/mirrored-checkpoint.txt
 """
     result = subprocess.run(["unshare", "-m", "bash", "-c", laptop], capture_output=True, text=True, timeout=150)
@@ -203,7 +238,7 @@ run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1])
         assert result.returncode == 0, result.stderr
     finally:
         if submitted.get("job_id"):
-            subprocess.run(["scancel", str(submitted["job_id"])], capture_output=True)
+            as_user("alice").scancel(submitted["job_id"])
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "COMPLETED", status
     assert (status["last_step"], status["latest_checkpoint_step"]) == (6, 6)
