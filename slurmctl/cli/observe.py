@@ -122,8 +122,12 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
     """Print the training output of RUN (rank 0 by default)."""
     from slurmctl.observe.logs import follow as follow_log, log_file, split_attempts, tail_lines, training_lines
 
-    the_run = ctx.registry.get(run)
+    if rank != "all" and not rank.isdigit():
+        from slurmctl.errors import SpecError
+
+        raise SpecError(f"--rank {rank!r} is not a rank.", "Pass a rank number (0, 1, ...) or --rank all.")
     wanted_rank = None if rank == "all" else int(rank)
+    the_run = ctx.registry.get(run)
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(
             "\n".join(training_lines(text.split("\n"), wanted_rank)), nl=False))

@@ -184,3 +184,8 @@ def test_table_cells_are_text_without_control_characters():
     with out.capture() as captured:
         out.print(table)
     assert "[/]x?[31m" in captured.get() and "[bold]reason" in captured.get() and "\x1b" not in captured.get()
+
+
+def test_logs_rank_that_is_not_a_number_is_a_clear_error():
+    proc = subprocess.run([*CLI, "logs", "some-run", "--rank", "a[/]"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--rank 'a[/]' is not a rank" in proc.stderr, proc.stderr
