@@ -266,7 +266,9 @@ def _previous_steps_finished(job_id: int) -> bool:
 def start_requeued_now(job_id: int, timeout: float = 120) -> None:
     """Operator action (root): skip the ~120 s BeginTime of a requeued job. Starting it while the
     previous attempt's step is still winding down on the node makes slurmd refuse the launch ("Job
-    credential revoked"), so wait for PENDING (BeginTime) AND for every earlier step to have ended."""
+    credential revoked"), so wait for PENDING (BeginTime) AND for every earlier step to have ended.
+    slurmd also refuses a credential issued in the same second as the previous attempt's revocation
+    (whole-second timestamps), so the start comes at least two seconds after both are seen."""
     from slurmctl.slurm.client import SlurmClient
 
     client = SlurmClient()
@@ -274,6 +276,7 @@ def start_requeued_now(job_id: int, timeout: float = 120) -> None:
     while time.monotonic() < deadline:
         job = client.jobs([job_id]).get(job_id)
         if job and job.state == "PENDING" and job.reason == "BeginTime" and _previous_steps_finished(job_id):
+            time.sleep(2.0)
             client.update_job(job_id, StartTime="now")
             return
         time.sleep(0.5)
