@@ -1,6 +1,11 @@
 """Training images on the real local cluster: build -> push -> digest -> run inside the image,
 tag immutability by digest, and the architecture refusal. Needs deploy/local/images-up (started
-here; a no-op when already up). Prints build/push/pull timings (run with -s to see them)."""
+here; a no-op when already up). Prints build/push/pull timings (run with -s to see them).
+
+Still run as root, unlike the other integration tests: the local image engine is root's podman
+(its API socket is root-equivalent, so it is not handed to users), and a job's `podman run` as a
+normal user needs rootless podman on the nodes (subordinate ids, user namespaces), which the
+local cluster does not set up yet."""
 
 import io
 import json
