@@ -20,7 +20,7 @@ from _as_user import cancel, reexec_as_user, submit_held
 
 from slurmctl.observe.status import run_status, runs_statuses
 from slurmctl.rundir import Run
-from slurmctl.slurm.client import _SQUEUE_FIELDS, SEP, SlurmClient
+from slurmctl.slurm.client import QUEUE, SlurmClient
 
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 REPEAT = 15
@@ -56,7 +56,7 @@ def main() -> int:
         for i in range(JOBS):
             submit_held(f"{PREFIX}{i}", ids, comment=f"slurmctl:{PREFIX}{i}")
         client = SlurmClient()
-        raw_argv = ["squeue", "-h", "-o", SEP.join(code for _, code in _SQUEUE_FIELDS)]
+        raw_argv = ["squeue", "-h", *QUEUE.format_argv()]
         with tempfile.TemporaryDirectory() as tmp:
             runs = fake_runs(Path(tmp), ids, 20)
             calls = []

@@ -9,9 +9,9 @@ import click
 from rich.markup import escape
 
 from slurmctl import lineage
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import parse_when
 from slurmctl.errors import SpecError
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 @click.command()

@@ -105,9 +105,9 @@ class Context:
 
     @property
     def registry(self) -> RunRegistry:
-        self.client  # builds the remote client when Slurm is reached over SSH
-        if self._remote is not None:
-            return self._remote.mirrored_registry(self.site.runs_root_path)
+        remote = self._remote if self.client is self._remote else None  # the client decides: local or SSH
+        if remote is not None:
+            return remote.mirrored_registry(self.site.runs_root_path)
         return RunRegistry(self.site.runs_root_path)
 
     def close(self) -> None:

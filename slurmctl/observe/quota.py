@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from slurmctl.slurm.client import Job, QuotaJob, SlurmClient
+from slurmctl.slurm.parsing import parse_tres
 from slurmctl.observe.explain import LimitFamily, parse_limit_family
 
 # structural resource -> TRES name in sacctmgr/squeue strings
@@ -60,22 +61,6 @@ def sacctmgr_field(family: LimitFamily) -> str | None:
     if minutes:
         return f"MaxTRES{minutes}"  # MaxTRESMins: per job
     return f"MaxTRES{per}"
-
-
-def parse_tres(text: str) -> dict[str, float]:
-    """'cpu=4,gres/gpu=1,mem=8G' -> {'cpu': 4, 'gres/gpu': 1, 'mem': 8192} (mem in MB)."""
-    out: dict[str, float] = {}
-    for item in text.split(","):
-        key, _, value = item.partition("=")
-        if not value:
-            continue
-        scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(value[-1:].upper(), None)
-        number = value[:-1] if scale else value
-        try:
-            out[key.strip()] = float(number) * (scale or 1)
-        except ValueError:
-            continue
-    return out
 
 
 def quota_for(job: Job, client: SlurmClient) -> Quota | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.ops.pricing import Discounts, allocation_cost
 from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
+from slurmctl.slurm.parsing import tres_gpus as parse_gpus  # cached: one call per sacct row
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 from slurmctl.submit.spec import SiteConfig
@@ -68,24 +69,6 @@ class Attempt:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@lru_cache(maxsize=4096)  # a cluster has few distinct allocation shapes; a report sees each many times
-def parse_gpus(alloc_tres: str) -> tuple[int, str]:
-    """'billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M,node=2' -> (4, 'h100')."""
-    total, model = 0, ""
-    at = alloc_tres.find("gres/gpu")
-    while at != -1:  # string scanning: this runs once per sacct row, a million times in a report
-        end = alloc_tres.find(",", at)
-        item = alloc_tres[at:end if end != -1 else None]
-        key, _, value = item.partition("=")
-        if key == "gres/gpu":
-            total = int(value or 0)
-        elif key.startswith("gres/gpu:"):
-            model = key[9:]
-            total = total or int(value or 0)
-        at = alloc_tres.find("gres/gpu", at + 8)
-    return total, model
 
 
 _NO_TIME = frozenset({"Unknown", "None", ""})

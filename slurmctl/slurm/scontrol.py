@@ -7,23 +7,16 @@ Standard library only: the Prolog/Epilog import it under the system python3.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
-_GPU_TRES_RE = re.compile(r"gres/gpu:([A-Za-z0-9_.-]+)=(\d+)")
-_GPU_COUNT_RE = re.compile(r"gres/gpu=(\d+)")
+from slurmctl.slurm.parsing import scontrol_pairs, tres_gpus
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:
-    """'A=1 B=x y C=2' -> {'A': '1', 'B': 'x y', 'C': '2'} (values may contain spaces)."""
-    matches = list(_KEY_RE.finditer(line))
-    out = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
-    return out
+    """'A=1 B=x y C=2' -> {'A': '1', 'B': 'x y', 'C': '2'} (values may contain spaces); {} when a key
+    appears twice, i.e. a user wrote 'Key=' into a name or path (see parsing.scontrol_pairs)."""
+    return scontrol_pairs(line) or {}
 
 
 def _epoch(text: str | None) -> float | None:
@@ -53,9 +46,7 @@ class JobInfo:
 
     @classmethod
     def from_fields(cls, job_id: int, f: dict[str, str]) -> JobInfo:
-        tres = f.get("TRES", "") or f.get("AllocTRES", "")
-        typed = _GPU_TRES_RE.search(tres)
-        count = _GPU_COUNT_RE.search(tres)
+        gpus, model = tres_gpus(f.get("TRES", "") or f.get("AllocTRES", ""))
         restarts = f.get("Restarts", "0")
         return cls(
             job_id=job_id,
@@ -68,15 +59,17 @@ class JobInfo:
             nodelist=f.get("NodeList", ""),
             std_out=f.get("StdOut", ""),
             work_dir=f.get("WorkDir", ""),
-            gpu_model=typed.group(1) if typed else None,
-            gpu_count=int(count.group(1)) if count else (int(typed.group(2)) if typed else 0),
+            gpu_model=model or None,
+            gpu_count=gpus,
             raw=f,
         )
 
 
 def job_info_from_output(job_id: int, stdout: str) -> JobInfo | None:
-    """The line of `scontrol show job -o JOB` that describes JOB itself (not another array task)."""
+    """The line of `scontrol show job -o JOB` that describes JOB itself (not another array task);
+    None without one, or when that line cannot be trusted (a key printed twice)."""
     for line in stdout.splitlines():
         if line.startswith(f"JobId={job_id} "):
-            return JobInfo.from_fields(job_id, parse_scontrol_line(line))
+            fields = scontrol_pairs(line)
+            return JobInfo.from_fields(job_id, fields) if fields is not None else None
     return None

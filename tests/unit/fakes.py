@@ -1,4 +1,10 @@
-"""A runner that records argv and replays stdout captured from the real local cluster."""
+"""A runner that records argv and replays output captured from the real local cluster, by FULL argv.
+
+tests/fixtures/slurm_22.05_outputs.json holds each call's exact argv and output, recorded by
+tests/fixtures/capture_slurm_outputs.py (re-run it when a client argv changes). A call whose argv
+was never captured fails the test: a client that asks Slurm something new cannot pass on output
+recorded for another question.
+"""
 
 import json
 from pathlib import Path
@@ -6,15 +12,35 @@ from pathlib import Path
 from slurmctl.slurm.runner import CommandResult
 
 CAPTURED = json.loads((Path(__file__).parent.parent / "fixtures" / "slurm_22.05_outputs.json").read_text())
+JOBS = CAPTURED["jobs"]  # {"failed": id, "completed": id, "held": id} of the captured jobs
 
 
 class ReplayRunner:
-    def __init__(self, outputs: dict[str, str] | None = None, returncode: int = 0, stderr: str = ""):
+    """Replays CAPTURED by full argv, or `outputs` written by the test.
+
+    `outputs` keys are a full argv (tuple) or, for output a test writes itself, a command name (str)
+    that answers every call of that command; other calls get empty output (control commands such as
+    scancel print nothing; such tests assert the argv). Replaying CAPTURED, a call whose argv was not
+    captured is an AssertionError (or, when the test simulates a failure, that failure).
+    """
+
+    def __init__(self, outputs: dict | None = None, returncode: int = 0, stderr: str = ""):
         self.calls: list[list[str]] = []
-        self.outputs = outputs if outputs is not None else {k: v[0]["stdout"] for k, v in CAPTURED.items()
-                                                            if isinstance(v, list)}
+        self.strict = outputs is None
+        if outputs is None:
+            outputs = {tuple(c["argv"]): c["stdout"] for c in CAPTURED["calls"]}
+        self.outputs = outputs
         self.returncode, self.stderr = returncode, stderr
 
     def run(self, argv, timeout=60.0):
         self.calls.append(list(argv))
-        return CommandResult(tuple(argv), self.returncode, self.outputs.get(argv[0], ""), self.stderr)
+        for key in (tuple(argv), argv[0]):
+            if key in self.outputs:
+                return CommandResult(tuple(argv), self.returncode, self.outputs[key], self.stderr)
+        if self.returncode != 0 or not self.strict:
+            return CommandResult(tuple(argv), self.returncode, "", self.stderr)
+        raise AssertionError(f"no captured output for argv {argv!r}; re-run tests/fixtures/capture_slurm_outputs.py")
+
+    def attach(self, argv):
+        self.calls.append(list(argv))
+        return self.returncode

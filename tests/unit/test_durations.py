@@ -4,8 +4,15 @@ from datetime import datetime
 
 import pytest
 
-from slurmctl.durations import (human_duration, parse_duration, parse_slurm_duration, parse_slurm_timestamp,
-                                parse_when, slurm_time, until)
+from slurmctl.durations import (
+    human_duration,
+    parse_duration,
+    parse_slurm_duration,
+    parse_slurm_timestamp,
+    parse_when,
+    slurm_time,
+    until,
+)
 
 
 @pytest.mark.parametrize("text, seconds", [

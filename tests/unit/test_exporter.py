@@ -24,11 +24,11 @@ from .fakes import ReplayRunner
 S = SEP
 SQUEUE = (
     f"27{S}PENDING{S}JobHeldUser{S}h100-ondemand,h100-spot{S}2{S}cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,"
-    f"gres/gpu:h100=4{S}2026-11-29T13:29:20{S}N/A{S}slurmctl:fixture-20261129-0008{S}root{S}\n"
+    f"gres/gpu:h100=4{S}2026-11-29T13:29:20{S}N/A{S}root{S}slurmctl:fixture-20261129-0008{S}\n"
     f"28{S}PENDING{S}Priority{S}l4-dev{S}1{S}cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1{S}2026-11-29T13:29:20"
-    f"{S}N/A{S}(null){S}root{S}\n"
+    f"{S}N/A{S}root{S}(null){S}\n"
     f"29{S}RUNNING{S}None{S}h100-ondemand{S}1{S}cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2{S}"
-    f"2026-11-29T13:29:23{S}2026-11-29T13:29:24{S}slurmctl:fixture-20261129-0009{S}root{S}\n"
+    f"2026-11-29T13:29:23{S}2026-11-29T13:29:24{S}root{S}slurmctl:fixture-20261129-0009{S}\n"
 )
 SINFO = (
     f"h100-1{S}h100-ondemand{S}gpu:h100:8{S}gpu:h100:2(IDX:0-1){S}mixed{S}none{S}\n"
@@ -83,8 +83,8 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     jobs, nodes = SlurmClient(runner).queue_snapshot(), SlurmClient(runner).node_usage()
     assert runner.calls == [
         ["squeue", "-h", "-O", ",".join(f"{f}:{SEP}" for f in ["JobID", "State", "Reason", "Partition", "NumNodes",
-                                                            "tres-alloc", "SubmitTime", "StartTime", "Comment",
-                                                            "UserName"])],
+                                                            "tres-alloc", "SubmitTime", "StartTime", "UserName",
+                                                            "Comment"])],
         ["sinfo", "-h", "-N", "-O", ",".join(f"{f}:{SEP}" for f in ["NodeList", "Partition", "Gres", "GresUsed",
                                                                   "StateLong", "Reason"])],
     ]
@@ -193,7 +193,7 @@ def test_run_gauges_from_the_run_directory(tmp_path):
 
 def test_pending_job_with_room_in_another_acceptable_partition(tmp_path):
     spot_only = (f"31{S}PENDING{S}Priority{S}h100-spot{S}1{S}cpu=1,gres/gpu=4{S}2026-11-29T10:00:00{S}N/A{S}"
-                 f"slurmctl:fixture-20261129-0009{S}root{S}\n")
+                 f"root{S}slurmctl:fixture-20261129-0009{S}\n")
     write_active_run(tmp_path)
     _, registry, _ = make(tmp_path, squeue=spot_only)
     s = scrape(registry)

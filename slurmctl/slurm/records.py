@@ -1,0 +1,135 @@
+"""What slurmctl knows about Slurm objects: plain dataclasses, filled by slurmctl.slurm.parsing.
+
+One job shape: every squeue or sacct listing returns ``Job`` (a query that does not ask for a
+field leaves its default). Standard library only: the node hooks import these records too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT",
+})
+RUN_COMMENT_PREFIX = "slurmctl:"  # --comment=slurmctl:<run id> marks a job as one attempt of a run
+
+
+@dataclass
+class Job:
+    """One Slurm job as slurmctl sees it, from squeue (live) or sacct (accounting)."""
+
+    job_id: int
+    name: str = ""
+    state: str = ""
+    reason: str = ""
+    partition: str = ""  # as Slurm says it: a pending job may list several, comma-separated
+    num_nodes: int = 0
+    nodelist: str = ""
+    elapsed_seconds: int | None = None
+    time_limit_seconds: int | None = None
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    exit_code: str = ""
+    comment: str = ""
+    user: str = ""
+    account: str = ""
+    qos: str = ""
+    tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
+    source: str = "squeue"
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def held(self) -> bool:
+        """Pending and will never start by itself (user/admin hold, requeue hold)."""
+        return self.state == "REQUEUE_HOLD" or (self.state == "PENDING" and (
+            self.reason.startswith("JobHeld") or "held" in self.reason.lower()))
+
+    @property
+    def partitions(self) -> list[str]:
+        return [p for p in self.partition.split(",") if p]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
+        from slurmctl.slurm.parsing import tres_gpus
+
+        return tres_gpus(self.tres)[0]
+
+    @property
+    def run_id(self) -> str | None:
+        """The run this job is an attempt of, as its comment claims (a user sets the comment: callers
+        that act on it validate the id and confirm the owner)."""
+        return self.comment.removeprefix(RUN_COMMENT_PREFIX) if self.comment.startswith(RUN_COMMENT_PREFIX) else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("submit_time", "start_time", "end_time"):
+            d[key] = d[key].isoformat() if d[key] else None
+        return d
+
+
+# Earlier names of the same shape (the exporter's snapshot rows, quota's rows).
+QueueEntry = Job
+QuotaJob = Job
+
+
+@dataclass
+class QueueView:
+    """The queue as status/ls need it: the wanted jobs in full, every other job as a queue place."""
+
+    jobs: dict[int, Job] = field(default_factory=dict)
+    pending_by_partition: dict[str, list[int]] = field(default_factory=dict)  # squeue order, holds left out
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    partitions: list[str] = field(default_factory=list)
+    gpu_type: str | None = None
+    gpus: int = 0
+    cpus: int = 0
+    memory_mb: int = 0
+    state: str = ""
+
+
+@dataclass
+class NodeUsage:
+    """One (node, partition) row of sinfo: GPUs configured and in use, state and drain reason."""
+
+    name: str
+    partition: str
+    gpu_type: str | None
+    gpus: int
+    gpus_used: int
+    state: str
+    reason: str
+
+
+@dataclass
+class StartEstimate:
+    """`sbatch --test-only`: when and where Slurm would start the job now, or why it can't."""
+
+    ok: bool
+    start_time: datetime | None = None
+    partition: str = ""
+    nodes: str = ""
+    message: str = ""
+
+
+@dataclass
+class PartitionInfo:
+    name: str
+    max_time_seconds: int | None  # None = UNLIMITED
+    available: str = "up"
+
+
+@dataclass
+class Association:
+    account: str
+    qos: list[str] = field(default_factory=list)
