@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import human_duration
 from slurmctl.observe.status import RunStatus
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 
 def _when(iso: str | None) -> str:
@@ -120,7 +120,8 @@ def list_runs(ctx: Context, limit: int, all_users: bool, as_json: bool) -> None:
 def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: int | None, job_id: int | None,
          as_json: bool) -> None:
     """Print the training output of RUN (rank 0 by default)."""
-    from slurmctl.observe.logs import follow as follow_log, log_file, split_attempts, tail_lines, training_lines
+    from slurmctl.observe.logs import follow as follow_log
+    from slurmctl.observe.logs import log_file, split_attempts, tail_lines, training_lines
 
     if rank != "all" and not rank.isdigit():
         from slurmctl.errors import SpecError
@@ -177,8 +178,8 @@ def explain(word: tuple[str, ...], as_json: bool) -> None:
 @pass_ctx
 def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool) -> None:
     """Name why RUN (or --log FILE) failed, with the evidence and a fix."""
-    from slurmctl.observe.diagnose import diagnose_file
     from slurmctl.errors import SpecError
+    from slurmctl.observe.diagnose import diagnose_file
 
     if bool(run) == bool(log_path):
         raise SpecError("give either RUN or --log FILE (not both, not neither).",

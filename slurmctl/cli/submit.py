@@ -10,10 +10,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.submit.cost import CostEstimate
 from slurmctl.submit.placement import Placement
 from slurmctl.submit.preflight import PreflightFailed, PreflightReport
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json, plain_table
 
 _MARK = {"ok": "[green]✓[/]", "warning": "[yellow]![/]", "error": "[red]✗[/]"}
 
@@ -38,7 +38,8 @@ def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: 
 
     Extra sbatch arguments go after `--`, e.g. `slurmctl submit run.yaml -- --hold`.
     """
-    from slurmctl.submit.submission import SubmitOptions, submit as do_submit
+    from slurmctl.submit.submission import SubmitOptions
+    from slurmctl.submit.submission import submit as do_submit
 
     def confirm(cost: CostEstimate) -> bool:
         return click.confirm(f"Worst case ${cost.max_usd:,.2f} ({cost.sentence()}) Submit?", default=False,

@@ -130,7 +130,7 @@ def _bar_chart(title: str, items: list[tuple[str, float]], unit: str = "$") -> s
     for i, (label, value) in enumerate(items):
         w = (width - label_w - 90) * value / peak
         y = i * row_h
-        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(label[:30])}</text>'
+        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(str(label)[:30])}</text>'
                     f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="#4c78a8"/>'
                     f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" font-size="12">{unit}{value:,.2f}</text>')
     return (f"<h3>{html.escape(title)}</h3><svg width='{width}' height='{row_h * len(items)}' "

@@ -198,7 +198,7 @@ class RunSpec(_Strict):
     def partitions(self) -> list[str]:
         return [self.partition] if isinstance(self.partition, str) else list(self.partition)
 
-    def with_partition(self, where: str, site: "SiteConfig") -> "RunSpec":
+    def with_partition(self, where: str, site: SiteConfig) -> RunSpec:
         """This spec on the partition `submit --where` names: it must be one the site configures
         (model_copy does not validate, so the check is here)."""
         if not isinstance(where, str) or not PARTITION_RE.fullmatch(where) or where not in site.partitions:
@@ -270,7 +270,7 @@ class SiteConfig(_Strict):
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
 
     @model_validator(mode="after")
-    def _smoke(self) -> "SiteConfig":
+    def _smoke(self) -> SiteConfig:
         if self.smoke_partition and self.smoke_partition not in self.partitions:
             raise ValueError(f"smoke_partition '{self.smoke_partition}' is not one of partitions")
         return self

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from slurmctl.observe.explain import (
-    SHORT_STATES, STATES, explain_reason, explain_state, explain_word, parse_limit_family,
+    SHORT_STATES,
+    STATES,
+    explain_reason,
+    explain_state,
+    explain_word,
+    parse_limit_family,
 )
 
 TABLE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "slurm_job_state_reasons.json").read_text())

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurmctl.errors import PreflightError
-from slurmctl.submit.preflight import ClusterView, PreflightFailed, raise_on_errors, run_preflight, secret_leaks
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo
+from slurmctl.submit.preflight import ClusterView, PreflightFailed, raise_on_errors, run_preflight, secret_leaks
 from slurmctl.submit.spec import RunSpec
 
 H100 = ["h100-ondemand", "h100-spot"]

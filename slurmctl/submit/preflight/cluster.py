@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmctl.errors import SlurmCommandError
-from slurmctl.submit.memory import estimate_memory, parse_params
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo, SlurmClient
-from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
+from slurmctl.submit.memory import estimate_memory, parse_params
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
+from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
 
 
 @dataclass
@@ -20,7 +20,7 @@ class ClusterView:
     associations: list[Association] | None  # None: accounting did not answer
 
     @classmethod
-    def query(cls, client: SlurmClient, user: str) -> "ClusterView":
+    def query(cls, client: SlurmClient, user: str) -> ClusterView:
         nodes = client.nodes()
         partitions = client.partitions()
         try:
