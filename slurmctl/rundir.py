@@ -204,11 +204,10 @@ class Run:
 
     def spec(self):
         """The frozen RunSpec (pydantic and yaml are imported here only: the job and hooks never need them)."""
-        import yaml
+        from slurmctl.submit.spec import RunSpec, bounded_safe_load
 
-        from slurmctl.submit.spec import RunSpec
-
-        return RunSpec.model_validate(yaml.safe_load(read_text_capped(self.spec_path)))
+        # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
+        return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
 
     @property
     def checkpoint_dir(self) -> Path:
