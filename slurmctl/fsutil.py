@@ -6,6 +6,9 @@ The readers here never block and never read without bound, whatever sits at the 
 `/dev/zero`, a device or a directory is refused after a non-blocking open (`O_NONBLOCK`, then
 `fstat` must say S_ISREG), and every read is capped. With ``nofollow=True`` (the default, for paths
 a user controls) a symlink as the last path component is refused too (`O_NOFOLLOW`).
+
+The writers create files 0640 at most; the process umask narrows that: the CLI sets 077 before it
+writes a run (027 when the site shares runs with a group) and the job script sets the same umask.
 """
 
 from __future__ import annotations
