@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -94,6 +93,8 @@ def remove_entry(dir_fd: int, name: str) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(st.st_mode):
+        import shutil  # only here: the prolog's common path never needs it, and each ms counts
+
         shutil.rmtree(name, dir_fd=dir_fd)
     else:
         os.unlink(name, dir_fd=dir_fd)
