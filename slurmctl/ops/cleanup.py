@@ -31,10 +31,11 @@ from pathlib import Path
 from slurmctl.durations import parse_duration
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.hooks import asuser
-from slurmctl.rundir import Run, RunRegistry, is_run_id
+from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.submit.spec import SiteConfig
 
+DEV_COMMENT_PREFIX = "slurmctl-dev:"  # control/dev.py's --comment
 USER_READ_TIMEOUT = 5.0  # one child per user reads all of that user's runs
 
 
@@ -128,7 +129,10 @@ def _confirm(client: SlurmClient, job_id: int, me: int, sweep: Sweep) -> Job | N
 
 
 def _past_dev_ttl(site: SiteConfig, job: Job) -> bool:
-    return (job.state == "RUNNING" and _is_dev(site, job) and job.elapsed_seconds is not None
+    """A running allocation slurmctl made (`slurmctl dev`, or a run) in a dev partition, past the TTL;
+    other people's dev-partition jobs are not ours to end."""
+    ours = job.comment.startswith(DEV_COMMENT_PREFIX) or run_id_from_comment(job.comment) is not None
+    return (ours and job.state == "RUNNING" and _is_dev(site, job) and job.elapsed_seconds is not None
             and job.elapsed_seconds > parse_duration(site.dev_allocation_ttl))
 
 

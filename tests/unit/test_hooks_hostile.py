@@ -356,3 +356,23 @@ def test_a_broken_package_never_fails_the_hook(world, hook):
     out = subprocess.run(["/usr/bin/python3", str(world / "plugins" / f"{hook}.py")], env={"SLURM_JOB_ID": "1"},
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "half-installed" in out.stderr
+
+
+def test_dev_ttl_ends_only_slurmctl_dev_allocations_the_controller_confirms_past_the_ttl(world):
+    """A queue line says 9 hours for three dev jobs: 701 is a `slurmctl dev` allocation (confirmed 9 h),
+    702 is not slurmctl's, 703 is slurmctl's but the controller says 5 minutes (a forged line)."""
+    (world / "runs").mkdir(mode=0o755)
+    queue = "\n".join(squeue_line(j, "d", "RUNNING", "None", c, "daemon", elapsed="9:00:00") for j, c in
+                      ((701, "slurmctl-dev:daemon"), (702, "someone-else"), (703, "slurmctl-dev:daemon"))) + "\n"
+
+    def confirmed(job_id, comment, elapsed):
+        return SEP.join([str(job_id), str(DAEMON.pw_uid), "RUNNING", "None", "l4-dev", elapsed, comment]) + "\n"
+
+    runner = Argv({SQUEUE_QUEUE: queue, confirm_argv(701): confirmed(701, "slurmctl-dev:daemon", "9:00:00"),
+                   confirm_argv(702): confirmed(702, "someone-else", "9:00:00"),
+                   confirm_argv(703): confirmed(703, "slurmctl-dev:daemon", "5:00")})
+    client = SlurmClient(runner)
+    orphans = cleanup.find_orphans(site_for(world), client)
+    assert [(o.kind, o.job_id, o.user) for o in orphans] == [("dev-ttl", 701, "daemon")]
+    cleanup.release(orphans, client)
+    assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "701"]]
