@@ -171,3 +171,28 @@ def test_symlinked_run_dir_does_not_make_root_cleanup_delete_alices_drain_reques
     finally:
         as_user("bob", "rm", "-f", str(RUNS / "bob" / evil), check=False)
         remove_run("alice", alice_run)
+
+
+def test_root_cleanup_ends_alices_expired_dev_allocation_and_not_bobs_plain_job():
+    """dev TTL (1 s here): alice's `slurmctl dev`-style allocation is ended; bob's job in the same
+    dev partition, not made by slurmctl, is not root's to end."""
+    site = load_site_config().model_copy(update={"dev_allocation_ttl": "1s"})
+    dev_job = sbatch_as("alice", "-p", "l4-dev", "--comment=slurmctl-dev:alice", "-o", "/dev/null",
+                        "--wrap", "sleep 120")
+    plain_job = sbatch_as("bob", "-p", "l4-dev", "-o", "/dev/null", "--wrap", "sleep 120")
+    try:
+        client = SlurmClient()
+        deadline = time.monotonic() + 90
+        mine: list = []
+        while time.monotonic() < deadline and not mine:
+            time.sleep(1)
+            running = {j.job_id for j in client.queue(mine=False) if j.state == "RUNNING"}
+            if {dev_job, plain_job} <= running:  # both run (one GPU each); wait past the TTL
+                mine = [o for o in cleanup.find_orphans(site, client) if o.job_id in (dev_job, plain_job)]
+        assert [(o.kind, o.job_id, o.user) for o in mine] == [("dev-ttl", dev_job, "alice")]
+        cleanup.release(mine, client)  # only this test's jobs: the sweep saw the whole cluster
+        assert mine[0].released, mine[0]
+        time.sleep(1)
+        assert client.confirm_job(plain_job) is not None and client.confirm_job(plain_job).state == "RUNNING"
+    finally:
+        subprocess.run(["scancel", str(dev_job), str(plain_job)], capture_output=True)
