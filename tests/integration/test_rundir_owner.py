@@ -188,3 +188,39 @@ def test_a_real_run_is_private_to_its_owner(alice, bob, user_dir):
         assert result.returncode == 5 and "run-not-found" in result.stderr
     finally:
         bob.scancel(submitted["job_id"])
+
+
+def test_smoke_gate_cannot_be_forged_with_files(alice, user_dir):
+    """The gate asks Slurm accounting: a forged verdict file, or a fake smoke run dir that points at
+    a real COMPLETED job of the wrong name and partition, does not open it."""
+    import yaml
+
+    work = user_dir("alice")
+    release = work / "release"
+    release.touch()
+    give(release)
+    site = yaml.safe_load(Path("/etc/slurmctl/site.yaml").read_text())
+    (work / "site.yaml").write_text(yaml.safe_dump({**site, "require_smoke": True}))
+    give(work / "site.yaml")
+    env = {"SLURMCTL_SITE_CONFIG": str(work / "site.yaml")}
+    run_yaml = write_run(work, spec("gated", release, partition="h100-ondemand"), {"train.py": TRAIN})
+    gated = slurmctl("submit", run_yaml, "--dry-run", "--json", user="alice", env=env, check=False)
+    assert gated.returncode == 2 and "smoke-required" in gated.stdout + gated.stderr
+    # a real, COMPLETED job of alice's: not a smoke job (wrong name, wrong partition)
+    plain = write_run(work / "plain", spec("plain", release, partition="h100-ondemand"), {"train.py": TRAIN})
+    done = slurmctl_json("submit", plain, "--yes", user="alice")
+    wait_for_state(done["run_id"], {"COMPLETED"}, user="alice")
+    code_hash = slurmctl_json("submit", run_yaml, "--dry-run", "--force", user="alice", env=env)["code_hash"]
+    forged = alice.runs_root / f"gated-smoke-{code_hash}-20261130-f0f0"
+    forged.mkdir(mode=0o700)
+    (forged / "run.json").write_text(json.dumps({"name": f"gated-smoke-{code_hash}", "smoke": True,
+                                                 "code_hash": code_hash, "passed": True}))
+    (forged / "attempts.jsonl").write_text(json.dumps({"event": "submitted", "job_id": done["job_id"]}) + "\n")
+    (forged / "smoke.json").write_text(json.dumps({"passed": True, "run_id": forged.name}))
+    give(forged, (alice.uid, alice.gid))
+    try:
+        again = slurmctl("submit", run_yaml, "--dry-run", "--json", user="alice", env=env, check=False)
+        assert again.returncode == 2 and "smoke-required" in again.stdout + again.stderr
+    finally:
+        import shutil
+        shutil.rmtree(forged, ignore_errors=True)
