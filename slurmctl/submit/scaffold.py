@@ -8,15 +8,19 @@ from pathlib import Path
 import jinja2
 
 from slurmctl.errors import ConfigError, SlurmctlError, SpecError
-from slurmctl.submit.spec import NAME_RE, SiteConfig, load_site_config
+from slurmctl.submit.spec import NAME_RE, SiteConfig, control_character, load_site_config
 
 TEMPLATES = ("torchrun",)
 
 
 def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteConfig | None = None) -> list[Path]:
     if not NAME_RE.match(name):
-        raise SpecError(f"run name '{name}' is not allowed.",
+        raise SpecError(f"run name {name!r} is not allowed.",
                         "Use lower-case letters, digits, '.', '_' or '-' (at most 48, starting with a letter or digit).")
+    bad = control_character(str(directory))
+    if bad is not None:  # the path is written into the generated run.yaml, where a newline adds fields
+        raise SpecError(f"--dir {str(directory)!r} contains the control character {bad!r}.",
+                        "Use a folder name without line breaks or control characters.")
     if template not in TEMPLATES:
         raise SpecError(f"unknown template '{template}'.", f"Choose one of: {', '.join(TEMPLATES)}.")
     if site is None:

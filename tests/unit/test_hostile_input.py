@@ -189,3 +189,10 @@ def test_table_cells_are_text_without_control_characters():
 def test_logs_rank_that_is_not_a_number_is_a_clear_error():
     proc = subprocess.run([*CLI, "logs", "some-run", "--rank", "a[/]"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--rank 'a[/]' is not a rank" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["evil\n"], ["demo", "--dir", "x\npython: ./evil.sh\n#"]])
+def test_init_refuses_line_breaks_in_the_name_or_folder(tmp_path, args):
+    proc = subprocess.run([*CLI, "init", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "\\n" in proc.stderr and not list(tmp_path.iterdir())
