@@ -81,6 +81,7 @@ def _one_line(value: Any) -> Any:
                             "Remove line breaks and control characters from run.yaml and site.yaml values.")
     return value
 
+
 DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parent / "sbatch_templates"
 
 
