@@ -81,7 +81,7 @@ class Context:
         self.as_json = as_json  # set by the command's --json option (see json_option): the error boundary reads it
         self._site: SiteConfig | None = None
         self._client: SlurmClient | None = None
-        self._remote = None  # slurmctl.remote.RemoteSlurmClient when Slurm is reached over SSH
+        self._remote = None  # a slurmctl.remote.RemoteSlurmClient when Slurm is reached over SSH
 
     @property
     def site(self) -> SiteConfig:
@@ -98,16 +98,17 @@ class Context:
             if runner is None:
                 self._client = SlurmClient()
             else:
-                from slurmctl.slurm.ssh import RemoteSlurmClient
+                from slurmctl.remote import RemoteSlurmClient, UploadLimits
 
-                self._client = self._remote = RemoteSlurmClient(runner)
+                limits = UploadLimits(max_bytes=int(self.site.ssh_upload_max_mb * 1024 * 1024))
+                self._client = self._remote = RemoteSlurmClient(runner, limits)
         return self._client
 
     @property
     def registry(self) -> RunRegistry:
         remote = self._remote if self.client is self._remote else None  # the client decides: local or SSH
         if remote is not None:
-            return remote.mirrored_registry(self.site.runs_root_path)
+            return remote.registry(self.site.runs_root_path)
         return RunRegistry(self.site.runs_root_path)
 
     def close(self) -> None:

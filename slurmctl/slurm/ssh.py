@@ -1,10 +1,16 @@
 """SSHRunner: run Slurm commands on a login node, behind the same ``Runner`` seam as LocalRunner.
 
+The transport only: connection, host keys, commands, SFTP transfers. What travels to and from the
+cluster (the run dir, the workdir under its ignore rules, the mirrored run files) is slurmctl.remote.
+
 - Strict host-key checking by default: the host must already be in known_hosts; an unknown or
   changed key is refused with the key's fingerprint and how to verify it (never auto-added).
 - Key or agent authentication (no passwords are asked for: slurmctl runs non-interactively).
 - One connection per slurmctl command, reused by every Slurm call and SFTP transfer it makes.
 - argv is joined with ``shlex.join`` for the remote shell: user strings are always quoted.
+- The login host is validated (a name or address, never something starting with '-'), and every
+  OpenSSH argv puts ``--`` before the destination: `--host -oProxyCommand=...` cannot become an
+  ssh option.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import hashlib
 import logging
 import os
 import posixpath
-import secrets
+import re
 import shlex
 import stat
 import subprocess
@@ -23,10 +29,7 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from slurmctl import rundir
 from slurmctl.errors import HostKeyRefused, SlurmctlError, SlurmUnreachable, SSHError
-from slurmctl.rundir import Run, RunRegistry, current_user
-from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
 # paramiko logs transport errors (with tracebacks) from its thread; slurmctl reports them itself
@@ -52,6 +55,11 @@ class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
         )
 
 
+# A DNS name (labels of letters, digits, '-', not starting with '-') or a dotted IPv4 address.
+_HOST_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?")
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
 @dataclass(frozen=True)
 class SSHTarget:
     host: str
@@ -60,12 +68,16 @@ class SSHTarget:
 
     @classmethod
     def parse(cls, text: str) -> SSHTarget:
-        """`[user@]host[:port]`."""
+        """`[user@]host[:port]`; host a DNS name or an IPv4 address, user a login name: nothing that
+        OpenSSH could read as an option (a leading '-') or a shell could split."""
         user, _, hostport = text.rpartition("@")
         host, sep, port = hostport.partition(":")
-        if not host or (sep and not port.isdigit()):
-            raise SlurmctlError(f"login host '{text}' is not of the form [user@]host[:port].",
-                                "Pass e.g. `--host alice@login.example.org` or `--host login.example.org:2222`.",
+        if not _HOST_RE.fullmatch(host) or (user and not _USER_RE.fullmatch(user)) or \
+                (sep and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise SlurmctlError(f"login host {text!r} is not of the form [user@]host[:port] (a host name or "
+                                "address, a login name, a port number).",
+                                "Pass e.g. `--host alice@login.example.org` or `--host login.example.org:2222` "
+                                "(or set login_host in ~/.config/slurmctl/config.yaml).",
                                 code="invalid-login-host")
         return cls(host=host, user=user or None, port=int(port) if sep else 22)
 
@@ -100,7 +112,8 @@ class SSHRunner:
             argv += ["-i", self.key_filename]
         remote = shlex.join([*(["env", *(f"{k}={v}" for k, v in environment.items())] if environment else []),
                              *command])
-        return [*argv, f"{self.target.user + '@' if self.target.user else ''}{self.target.host}", remote]
+        # `--` ends ssh's options: whatever the destination says, it is the destination
+        return [*argv, "--", f"{self.target.user + '@' if self.target.user else ''}{self.target.host}", remote]
 
     def attach(self, argv: list[str]) -> int:
         """Run an interactive command on the login node with this terminal attached."""
@@ -223,6 +236,29 @@ class SSHRunner:
                            code="ssh-upload-failed") from None
         return count
 
+    def upload_files(self, local_root: Path, remote_root: str, rel_paths: list[str]) -> int:
+        """Copy the listed files (posix paths relative to `local_root`) to the same places under
+        `remote_root`; directories are created with their local modes. Returns files copied."""
+        self.sftp()
+        made: set[str] = set()
+        count = 0
+        try:
+            self._makedirs(remote_root, stat.S_IMODE(local_root.stat().st_mode))
+            for rel in rel_paths:
+                parent = posixpath.dirname(rel)
+                if parent and parent not in made:
+                    for i, _ in enumerate(parts := parent.split("/")):
+                        sub = "/".join(parts[:i + 1])
+                        if sub not in made:
+                            self._makedirs(f"{remote_root}/{sub}", stat.S_IMODE((local_root / sub).stat().st_mode))
+                            made.add(sub)
+                count += self._put_if_changed(local_root / rel, f"{remote_root}/{rel}")
+        except OSError as exc:
+            raise SSHError(f"Uploading {local_root} to {self.target}:{remote_root} failed: {exc}.",
+                           "Check that the directory exists on the cluster and that you may write there.",
+                           code="ssh-upload-failed") from None
+        return count
+
     def _put_if_changed(self, src: Path, dst: str) -> int:
         """Copy unless dst has the same size and mtime (rsync's quick check). This also keeps a
         shared filesystem safe: writing a file onto itself would truncate it first."""
@@ -273,218 +309,3 @@ class SSHRunner:
                 sftp.stat(path)
             except FileNotFoundError:
                 sftp.mkdir(path, mode)
-
-
-class RemoteSlurmClient(SlurmClient):
-    """SlurmClient whose submissions first copy the run directory and the code to the login node.
-
-    Paths are mirrored: the run dir lives at the same absolute path (the site's shared
-    ``runs_root``) on both sides, and so does the workdir, so the rendered sbatch script is
-    valid on the cluster unchanged.
-    """
-
-    runner: SSHRunner
-
-    def __init__(self, runner: SSHRunner):
-        super().__init__(runner)
-        self.uploaded_files = 0
-        self._run_dirs: list[Path] = []
-        self._mirror: RunMirror | None = None
-
-    def submit(self, script: Path, extra_args=()) -> int:
-        run_dir = script.parent
-        self._run_dirs.append(run_dir)
-        self.uploaded_files += self.runner.upload_tree(run_dir, str(run_dir))
-        workdir = _frozen_workdir(run_dir)
-        if workdir is not None and workdir != run_dir and workdir.is_dir():
-            self.uploaded_files += self.runner.upload_tree(workdir, str(workdir))
-        return super().submit(script, extra_args)
-
-    def mirrored_registry(self, root: Path) -> MirroredRunRegistry:
-        """The caller's runs (<runs_root>/<cluster user>), read from the cluster (see RunMirror);
-        one mirror per command."""
-        user = self.runner.target.user or current_user()
-        user_root = root.expanduser() / user
-        if self._mirror is None or self._mirror.root != user_root:
-            self._mirror = RunMirror(self.runner, user_root)
-        return MirroredRunRegistry(self._mirror, root.expanduser(), user)
-
-    def close(self) -> None:
-        """Push what was written after sbatch (the `submitted` line of attempts.jsonl), then hang up."""
-        try:
-            for run_dir in self._run_dirs:
-                if run_dir.is_dir():  # a failed submission removes its run dir
-                    self.uploaded_files += self.runner.upload_tree(run_dir, str(run_dir))
-        finally:
-            self.runner.close()
-
-
-def _frozen_workdir(run_dir: Path) -> Path | None:
-    import yaml
-
-    try:
-        workdir = (yaml.safe_load((run_dir / rundir.RUN_YAML).read_text()) or {}).get("workdir")
-    except (OSError, yaml.YAMLError):
-        return None
-    return Path(workdir) if workdir else None
-
-
-# --- reading run directories that live on the cluster ------------------------------------------
-# Mirroring, not a read abstraction: status, ls, logs, cost, diagnose and compare read `run.path`
-# through plain pathlib (Run, CheckpointManager, watchdog_report, logs.tail_lines). Copying the few
-# small files they read to the same local path, right before they read them, leaves all of that
-# code unchanged; a read abstraction would have to be threaded through every one of them.
-
-_LISTING_FILES = (rundir.RUN_JSON, rundir.ATTEMPTS, rundir.HEARTBEAT)  # what `ls` and `cost` read per run
-_STATUS_FILES = (*_LISTING_FILES, rundir.RUN_YAML, rundir.METRICS, rundir.DRAIN_REQUEST, rundir.DRAIN_ACK)
-
-
-class RunMirror:
-    """Copies the small files of remote run dirs to the same local paths, only when they changed.
-
-    Never checkpoint payloads: of checkpoints/ only the `.complete` markers (their mtime is the
-    checkpoint's age) and `latest`; of logs/ only the log a command actually reads.
-    """
-
-    def __init__(self, runner: SSHRunner, root: Path):
-        self.runner = runner
-        self.root = root
-        self._shared: bool | None = None
-        self._listed = False
-
-    def _active(self) -> bool:
-        """False when the login node sees this machine's runs root (a shared filesystem): then the
-        files are already here, and copying a file onto itself could truncate a live log."""
-        if self._shared is None:
-            try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                probe = self.root / f".slurmctl-probe-{secrets.token_hex(4)}"
-                probe.touch()
-            except OSError as exc:
-                raise SSHError(f"Cannot keep a local copy of the runs root {self.root}: {exc}.",
-                               "Make runs_root writable here (slurmctl mirrors run files from the login node "
-                               "to the same path).", code="ssh-mirror-failed") from None
-            try:
-                self.runner.sftp().stat(str(probe))
-                self._shared = True
-            except FileNotFoundError:
-                self._shared = False
-            finally:
-                probe.unlink(missing_ok=True)
-        return not self._shared
-
-    def _guard(self, what: str, action) -> int:
-        try:
-            return action()
-        except (OSError, paramiko.SSHException) as exc:
-            raise SSHError(f"Reading {what} from the login node {self.runner.target} failed: {exc}.",
-                           "Retry; check that the runs root on the cluster is readable by you.",
-                           code="ssh-mirror-failed") from None
-
-    def sync_listing(self) -> None:
-        """run.json, attempts.jsonl and heartbeat.json of every run on the cluster (once per command)."""
-        if self._listed or not self._active():
-            return
-        self._listed = True
-
-        def sync() -> int:
-            try:
-                entries = self.runner.sftp().listdir_attr(str(self.root))
-            except FileNotFoundError:
-                return 0
-            return sum(self._sync_files(self.root / e.filename, _LISTING_FILES) is not None
-                       for e in entries if stat.S_ISDIR(e.st_mode or 0))
-        self._guard(f"the runs in {self.root}", sync)
-
-    def sync_run(self, path: Path) -> bool:
-        """What `status` reads of one run; False when the cluster has no such run dir."""
-        if not self._active():
-            return (path / rundir.RUN_JSON).exists()
-        return bool(self._guard(f"run {path.name}", lambda: self._sync_run(path)))
-
-    def fetch(self, path: Path) -> Path:
-        """One file (a log) read now: re-fetched on every call, so a followed log keeps growing."""
-        if self._active():
-            self._guard(str(path), lambda: self.runner.fetch_if_changed(str(path), path))
-        return path
-
-    def _sync_files(self, run_dir: Path, names: tuple[str, ...]) -> set[str] | None:
-        """`names` of one run dir (one listing, then only what changed); None if it is no run."""
-        try:
-            present = {a.filename: a for a in self.runner.sftp().listdir_attr(str(run_dir))}
-        except FileNotFoundError:
-            return None
-        if rundir.RUN_JSON not in present:
-            return None
-        for name in names:
-            if name in present:
-                self.runner.fetch_if_changed(str(run_dir / name), run_dir / name, present[name])
-            else:  # gone on the cluster (a handled drain.request)
-                (run_dir / name).unlink(missing_ok=True)
-        return set(present)
-
-    def _sync_run(self, run_dir: Path) -> int:
-        present = self._sync_files(run_dir, _STATUS_FILES)
-        if present is None:
-            return 0
-        checkpoints = Run(run_dir.name, run_dir).checkpoint_dir  # from the run.json just fetched
-        try:
-            remote_entries = self.runner.sftp().listdir_attr(str(checkpoints))
-        except FileNotFoundError:
-            remote_entries = []
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        names = set()
-        for entry in remote_entries:
-            names.add(entry.filename)
-            if entry.filename == "latest":
-                self.runner.fetch_if_changed(str(checkpoints / "latest"), checkpoints / "latest", entry)
-            elif stat.S_ISDIR(entry.st_mode or 0):  # empty here but for its marker: that is all status needs
-                (checkpoints / entry.filename).mkdir(exist_ok=True)
-                marker = checkpoints / entry.filename / ".complete"
-                self.runner.fetch_if_changed(str(marker), marker)
-        for stale in checkpoints.iterdir():  # pruned or renamed (.tmp) on the cluster
-            if stale.name not in names and stale.is_dir():
-                (stale / ".complete").unlink(missing_ok=True)
-                try:
-                    stale.rmdir()
-                except OSError:
-                    pass  # holds more than a mirrored marker: not ours to delete
-        if "watchdog" in present:
-            state = run_dir / "watchdog" / "state.json"
-            self.runner.fetch_if_changed(str(state), state)
-        return 1
-
-
-class MirroredRun(Run):
-    """A Run whose logs are fetched from the login node when they are read."""
-
-    def __init__(self, run: Run, mirror: RunMirror):
-        super().__init__(run.run_id, run.path)
-        self._mirror = mirror
-
-    def log_path(self, job_id: int) -> Path:
-        return self.refresh(super().log_path(job_id))
-
-    def refresh(self, path: Path) -> Path:
-        return self._mirror.fetch(path)
-
-
-class MirroredRunRegistry(RunRegistry):
-    """The registry as the cluster sees it: listing and lookup first mirror the remote run dirs."""
-
-    def __init__(self, mirror: RunMirror, runs_root: Path, user: str):
-        super().__init__(runs_root, user)
-        self.mirror = mirror
-
-    def list(self) -> list[Run]:
-        self.mirror.sync_listing()
-        return [MirroredRun(r, self.mirror) for r in super().list()]
-
-    def get(self, ref: str) -> Run:
-        by_id = "/" not in ref and self.mirror.sync_run(self.root / ref)
-        if not by_id:  # a run name, an id prefix or a path: resolve it against every run
-            self.mirror.sync_listing()
-        run = super().get(ref)
-        if not by_id:
-            self.mirror.sync_run(run.path)
-        return MirroredRun(run, self.mirror)

@@ -268,6 +268,8 @@ class SiteConfig(_Strict):
     # issue 6: node hooks and the orphan sweeper
     cost_records_dir: str = Field("/var/spool/slurmctl/cost-records", description="spool of per-attempt cost records (epilog)")
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
+    ssh_upload_max_mb: float = Field(200, gt=0, description="through an SSH login node, submit uploads at most this "
+                                     "much of the workdir (after .gitignore and .slurmctlignore)")
 
     @model_validator(mode="after")
     def _smoke(self) -> SiteConfig:

@@ -68,11 +68,12 @@ def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path, workdir):
 MIRROR_PROBE = """
 import json, sys
 from pathlib import Path
-from slurmctl.slurm.ssh import RemoteSlurmClient, SSHRunner, SSHTarget
+from slurmctl.remote import RemoteSlurmClient
+from slurmctl.slurm.ssh import SSHRunner, SSHTarget
 host, key, known_hosts, runs, run_id = sys.argv[1:]
 runner = SSHRunner(SSHTarget.parse(host), allow_agent=False, key_filename=key, known_hosts=Path(known_hosts))
 try:
-    run = RemoteSlurmClient(runner).mirrored_registry(Path(runs)).get(run_id)
+    run = RemoteSlurmClient(runner).registry(Path(runs)).get(run_id)
     print(json.dumps({"heartbeat": run.heartbeat(), "refreshed": run.refresh(run.path / "heartbeat.json").exists()}))
 finally:
     runner.close()
@@ -175,7 +176,9 @@ def test_cli_submits_reads_status_and_cancels_through_the_login_node(login_node,
     only works over SSH."""
     runs, code, out, cli, preamble = fake_laptop(
         tmp_path, workdir, cluster, login_node, {"name": "ssh-test", "entrypoint": "train.py", "partition": "l4-dev",
-                                        "gpus_per_node": 1, "time_limit": "5m"}, {"train.py": "print('hi')\n"})
+                                        "gpus_per_node": 1, "time_limit": "5m"},
+        {"train.py": "print('hi')\n", ".gitignore": "data/\n", "data/big.bin": "not for the cluster\n",
+         ".slurmctlignore": "*.ckpt\n", "old.ckpt": "x\n"})
     laptop = preamble + f"""{cli} --host {login_node.host} submit {code}/run.yaml --json -- --hold > {out}/submit.json
 run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
 {cli} status "$run_id" --json > {out}/status.json   # login_host from the user config this time
@@ -197,6 +200,8 @@ run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1])
     assert (run_dir / "job.sbatch").read_text().startswith("#!") and (code / "train.py").read_text() == "print('hi')\n"
     sftp_log = login_node.sftp_log.read_text()
     assert f'open "{run_dir}/job.sbatch" flags WRITE' in sftp_log and f'open "{code}/train.py" flags WRITE' in sftp_log
+    # what .gitignore and .slurmctlignore exclude stays on the laptop
+    assert not (code / "data").exists() and not (code / "old.ckpt").exists() and "big.bin" not in sftp_log
     # the `submitted` record written after sbatch was pushed too, so the cluster side knows the job
     events = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
     assert {"event": "submitted", "job_id": submitted["job_id"]}.items() <= events[0].items()
