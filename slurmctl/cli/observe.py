@@ -9,15 +9,12 @@ import click
 from rich.markup import escape
 
 from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
-from slurmctl.durations import human_duration
+from slurmctl.durations import human_duration, until
 from slurmctl.observe.status import RunStatus
 
 
 def _when(iso: str | None) -> str:
-    if not iso:
-        return "no estimate yet"
-    delta = datetime.fromisoformat(iso).timestamp() - datetime.now().timestamp()
-    return "now" if delta <= 60 else f"in ~{human_duration(delta)}"
+    return until(datetime.fromisoformat(iso) if iso else None)
 
 
 def _print_status(s: RunStatus) -> None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
+from slurmctl.durations import until
 from slurmctl.submit.cost import CostEstimate
 from slurmctl.submit.placement import Placement
 from slurmctl.submit.preflight import PreflightFailed, PreflightReport
@@ -115,8 +116,5 @@ def print_placement(placement: Placement, console: Console) -> None:
 def _when(start: datetime | None) -> str:
     if start is None:
         return "unknown"
-    seconds = (start - datetime.now()).total_seconds()
-    if seconds < 60:
-        return "now"
-    hours, rest = divmod(int(seconds) // 60, 60)
-    return f"{start:%Y-%m-%d %H:%M} (in {hours}h{rest:02d}m)" if hours else f"{start:%H:%M} (in {rest}m)"
+    soon = until(start)
+    return soon if soon == "now" else f"{start:%Y-%m-%d %H:%M} ({soon})"
