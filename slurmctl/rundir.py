@@ -217,12 +217,12 @@ class Run:
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
         try:
-            import yaml
+            from slurmctl.submit.spec import bounded_safe_load  # old runs only: no record in run.json
 
-            frozen = yaml.safe_load(read_text_capped(self.spec_path)) or {}
+            frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")
             return resolve_checkpoint_dir(configured, frozen.get("workdir") or self.path, self.path)
-        except (OSError, ValueError, AttributeError, ImportError, TypeError):
+        except Exception:  # noqa: BLE001 - unreadable or malformed (YAMLError too): the default place
             return self.default_checkpoint_dir
 
     def checkpoints(self, **kwargs):

@@ -55,7 +55,9 @@ class RunStatus:
     last_metrics: dict = field(default_factory=dict)
     latest_checkpoint_step: int | None = None
     attempts: int = 0
-    phase: str = ""  # not submitted|queued|held|requeued|starting|training|checkpointing|draining|finishing|finished|failed|stopped|cancelled
+    # not submitted | queued | held | requeued | starting | training | checkpointing | draining |
+    # finishing | finished | failed | stopped | cancelled
+    phase: str = ""
     why: str = ""  # the reason in plain words, with numbers where Slurm has them
     reason_kind: str = ""  # wait | blocked | hold | ... (slurmctl.observe.explain)
     gpus: int = 0

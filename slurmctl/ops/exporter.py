@@ -36,7 +36,7 @@ from slurmctl.rundir import Run, run_id_from_comment, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
-from slurmctl.submit.spec import SiteConfig
+from slurmctl.submit.spec import SiteConfig, YAMLTooLarge, bounded_safe_load
 
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 _USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a Unix login name: one safe path component
@@ -178,12 +178,12 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
                        acceptable_partitions=list(job.partitions))
     interval_steps = None
     try:
-        spec = yaml.safe_load(read_text_capped(run.spec_path)) or {}
+        spec = bounded_safe_load(read_text_capped(run.spec_path)) or {}
         partitions = spec.get("partition") or []
         sample.acceptable_partitions += [p for p in ([partitions] if isinstance(partitions, str) else partitions)
                                          if p not in sample.acceptable_partitions]
         interval_steps = int((spec.get("checkpoint") or {}).get("interval_steps", 100))
-    except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
+    except (OSError, yaml.YAMLError, YAMLTooLarge, ValueError, TypeError, AttributeError):
         pass
     heartbeat = run.heartbeat() or {}
     metrics = heartbeat.get("metrics") if isinstance(heartbeat.get("metrics"), dict) else {}
@@ -396,7 +396,8 @@ _RUN_GAUGES = [
     ("slurmctl_run_step_seconds", "step_seconds", "Mean step time over the newest steps."),
     ("slurmctl_run_samples_per_second", "samples_per_second", "Training throughput."),
     ("slurmctl_run_checkpoint_step", "checkpoint_step", "Step of the newest valid checkpoint."),
-    ("slurmctl_run_checkpoint_last_timestamp_seconds", "checkpoint_time", "When the newest valid checkpoint completed."),
+    ("slurmctl_run_checkpoint_last_timestamp_seconds", "checkpoint_time",
+     "When the newest valid checkpoint completed."),
     ("slurmctl_run_checkpoint_age_seconds", "checkpoint_age_seconds",
      "Seconds of work not yet in a checkpoint (since the newest checkpoint or the attempt start)."),
     ("slurmctl_run_checkpoint_interval_seconds", "checkpoint_interval_seconds",
@@ -437,7 +438,8 @@ class SlurmctlCollector(Collector):
     def collect(self) -> Iterator:
         started = time.perf_counter()
         snap = self.cache.get()
-        yield GaugeMetricFamily("slurmctl_slurm_up", "1 if the last Slurm snapshot succeeded.", value=int(snap.slurm_up))
+        yield GaugeMetricFamily("slurmctl_slurm_up", "1 if the last Slurm snapshot succeeded.",
+                                value=int(snap.slurm_up))
         yield GaugeMetricFamily("slurmctl_exporter_snapshot_duration_seconds",
                                 "Time to take the last Slurm snapshot (squeue + sinfo + run files).",
                                 value=snap.duration_seconds)

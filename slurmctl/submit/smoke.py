@@ -155,7 +155,8 @@ def check_round_trip(run: Run) -> tuple[bool, str]:
         return False, "the job exited 0 but logged no step: does the training call rt.log(step, ...)?"
     ack = run.drain_ack()
     if not ack:
-        return False, "no drain.ack after the first step: does the training poll rt.should_stop() and call rt.ack_drain()?"
+        return False, ("no drain.ack after the first step: does the training poll rt.should_stop() and call "
+                       "rt.ack_drain()?")
     latest = run.checkpoints().latest()
     named = ack.get("checkpoint")
     if latest is None or not named or Path(named).resolve() != latest.path.resolve():

@@ -288,3 +288,15 @@ def test_load_torch_refuses_code_in_a_checkpoint(tmp_path):
     assert not os.path.exists("/tmp/slurmctl-load-torch-pwned")
     CheckpointManager(tmp_path).save(2, lambda d: torch.save({"w": torch.ones(2)}, d / "state.pt"))
     assert torch.equal(load_torch(CheckpointManager(tmp_path).latest())["w"], torch.ones(2))
+
+
+def test_old_run_with_a_broken_or_hostile_run_yaml_uses_the_default_checkpoint_dir(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path)
+    run.spec_path.write_text("checkpoint: {dir: [unclosed\n")
+    assert run.checkpoint_dir == tmp_path / "checkpoints"
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+    run.spec_path.write_text(bomb + "checkpoint: {dir: /elsewhere}\n")
+    with deadline(5):
+        assert run.checkpoint_dir == tmp_path / "checkpoints"
