@@ -163,6 +163,9 @@ class JobQuery:
         first_free = next((i for i, f in enumerate(fields) if f.free_text), len(fields))
         if any(not f.free_text for f in fields[first_free:]):
             raise ValueError(f"{self.name}: free-text fields must come last")
+        # computed once: parse_line runs per line of a 10,000-job queue
+        object.__setattr__(self, "_plan", (tuple(f.attr for f in fields),
+                                           tuple(f.converter(self.command) for f in fields), first_free))
 
     @property
     def fields(self) -> list[Field]:
@@ -184,20 +187,19 @@ class JobQuery:
     def parse_line(self, line: str, rejects: Rejects | None, source: str = "squeue") -> Job | None:
         if not line.strip():
             return None
-        fields = self.fields
+        attrs, converters, n_fixed = self._plan
         if self.command == "squeue -O":
             line = line.removesuffix(SEP)  # -O ends every field, the last one too, with SEP
-        n_fixed = sum(not f.free_text for f in fields)
-        n_free = len(fields) - n_fixed
+        n_free = len(attrs) - n_fixed
         values = line.split(SEP, n_fixed) if n_free else line.split(SEP)
         if n_free and len(values) == n_fixed + 1:
             # the user-written tail: a separator inside a name would shift the comment, so the
             # tail must split into exactly the free fields asked for
             values = values[:n_fixed] + values[n_fixed].split(SEP)
         try:
-            if len(values) != len(fields):
-                raise ValueError(f"{len(values)} fields, expected {len(fields)}")
-            kwargs = {f.attr: f.converter(self.command)(v) for f, v in zip(fields, values)}
+            if len(values) != len(attrs):
+                raise ValueError(f"{len(values)} fields, expected {len(attrs)}")
+            kwargs = {attr: convert(v) for attr, convert, v in zip(attrs, converters, values)}
         except ValueError:
             if rejects is not None:
                 rejects.add(self.name, line)
