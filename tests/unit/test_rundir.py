@@ -300,3 +300,26 @@ def test_old_run_with_a_broken_or_hostile_run_yaml_uses_the_default_checkpoint_d
     run.spec_path.write_text(bomb + "checkpoint: {dir: /elsewhere}\n")
     with deadline(5):
         assert run.checkpoint_dir == tmp_path / "checkpoints"
+
+
+def test_status_and_exporter_show_the_same_rate_after_a_resume(tmp_path, local_site):
+    from slurmctl.observe.status import build_status
+    from slurmctl.ops.exporter import read_run
+    from slurmctl.slurm.records import Job
+
+    run = Run("demo-20261130-abcd", tmp_path)
+    now = time.time()
+    # attempt 1 at 4 steps/s and a checkpoint at its last step (29); ~16 min queued; the resume
+    # continues at step 30 with 0.5 steps/s: the steps stay monotone across the gap
+    for step in range(0, 30):
+        append_jsonl(run.metrics_path, {"step": step, "time": now - 1000 + step / 4})
+    for i, step in enumerate(range(30, 41)):
+        append_jsonl(run.metrics_path, {"step": step, "time": now - 22 + 2 * i})
+    append_jsonl(run.attempts_path, {"event": "start", "time": now - 1001})
+    append_jsonl(run.attempts_path, {"event": "start", "time": now - 45})
+    write_atomic(run.heartbeat_path, json.dumps({"step": 40, "time": now - 2}))
+    status = build_status(run, None, now)
+    sample = read_run(run, Job(job_id=1, state="RUNNING", partition="l4-dev", comment=f"slurmctl:{run.run_id}"),
+                      local_site, now)
+    assert status.steps_per_second == pytest.approx(0.5)
+    assert sample.step_seconds == pytest.approx(1 / status.steps_per_second)
