@@ -69,4 +69,5 @@ class LocalRunner:
             return subprocess.call(argv, env=self.env)
         except FileNotFoundError:
             raise SlurmUnreachable(f"`{argv[0]}` is not installed on this machine.",
-                                   "Run this on the cluster's login node, or pass --host to reach it over SSH.") from None
+                                   "Run this on the cluster's login node, or pass --host to reach it over SSH.",
+                                   ) from None

@@ -129,7 +129,8 @@ class SSHRunner:
         if self.known_hosts.exists():
             client.load_host_keys(str(self.known_hosts))
         elif self.strict_host_key:
-            raise HostKeyRefused(f"No known_hosts file at {self.known_hosts}, so {self.target.host} cannot be verified.",
+            raise HostKeyRefused(f"No known_hosts file at {self.known_hosts}, so {self.target.host} "
+                                 "cannot be verified.",
                                  f"Create it with the login node's verified key: `ssh-keyscan -p {self.target.port} "
                                  f"{self.target.host} >> {self.known_hosts}`.")
         client.set_missing_host_key_policy(_RefuseUnknownHost(self.known_hosts) if self.strict_host_key
@@ -164,7 +165,8 @@ class SSHRunner:
                 raise SSHError(f"The login node {where} did not answer within {self.connect_timeout:.0f} s ({exc}).",
                                "Check the host name, the port, your VPN, and that the login node is up.") from None
             raise SSHError(f"Cannot connect to the login node {where}: {exc}.",
-                           "Check the host name and port (`--host user@host:port`), and that sshd runs there.") from None
+                           "Check the host name and port (`--host user@host:port`), and that sshd runs there.",
+                           ) from None
         self._client = client
         self.connections += 1
         return client
