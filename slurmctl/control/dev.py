@@ -126,8 +126,9 @@ def jupyter_plan(site: SiteConfig, request: DevRequest, token: str) -> DevPlan:
 
 
 def tunnel_command(login: str | None, node: str, port: int) -> str:
-    """What the user runs on the laptop: local port -> node:port through the login node."""
-    return f"ssh -N -L {port}:{node}:{port} {login or socket.getfqdn()}"
+    """What the user runs on the laptop: local port -> node:port through the login node (quoted, and
+    `--` before the destination, as in every ssh argv slurmctl builds)."""
+    return shlex.join(["ssh", "-N", "-L", f"{int(port)}:{node}:{int(port)}", "--", login or socket.getfqdn()])
 
 
 def run_shell(plan: DevPlan, client) -> tuple[int, float]:

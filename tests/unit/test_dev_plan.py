@@ -30,7 +30,7 @@ def test_jupyter_plan_keeps_the_token_out_of_the_script():
     wrap = next(a for a in plan.command if a.startswith("--wrap="))
     assert "--port=8899" in wrap and "shutdown_no_activity_timeout=1800" in wrap and "s3cret" not in wrap
     assert plan.environment == {"JUPYTER_TOKEN": "s3cret"}
-    assert tunnel_command("alice@login", "l4-1", 8899) == "ssh -N -L 8899:l4-1:8899 alice@login"
+    assert tunnel_command("alice@login", "l4-1", 8899) == "ssh -N -L 8899:l4-1:8899 -- alice@login"
 
 
 @pytest.mark.parametrize("request_, message", [
