@@ -456,6 +456,12 @@ class SlurmctlCollector(Collector):
         yield errors
         yield CounterMetricFamily("slurmctl_exporter_run_read_errors", "Run directories that could not be read.",
                                   value=self.cache.run_read_errors)
+        unparsed = CounterMetricFamily("slurmctl_slurm_unparsed_lines",
+                                       "Lines of Slurm output skipped because they did not parse (e.g. a job name "
+                                       "holding a separator or a newline).", labels=["query"])
+        for query in sorted({"queue_snapshot", "node_usage", *self.cache.client.rejects.counts}):
+            unparsed.add_metric([query], self.cache.client.rejects.counts.get(query, 0))
+        yield unparsed
         waits = HistogramMetricFamily("slurmctl_queue_wait_seconds", "Queue wait (start - submit) of started jobs.",
                                       labels=["partition"])
         for partition, counts in sorted(self.cache.waits.items()):

@@ -233,3 +233,11 @@ def test_run_labels_come_only_from_valid_run_ids_of_the_jobs_user(tmp_path):
     real.symlink_to(tmp_path / "moved")
     _, registry, _ = make(tmp_path)
     assert not any(name == "slurmctl_run_step" for name, _ in scrape(registry))
+
+
+def test_unparsable_queue_lines_are_counted_not_fatal(tmp_path):
+    broken = SQUEUE + f"x{S}piece of a job name after a newline{S}\n"
+    _, registry, _ = make(tmp_path, squeue=broken)
+    s = scrape(registry)
+    assert value(s, "slurmctl_slurm_unparsed_lines_total", query="queue_snapshot") == 1
+    assert value(s, "slurmctl_slurm_up") == 1
