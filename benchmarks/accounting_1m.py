@@ -60,9 +60,9 @@ def synthetic_lines(rows: int, seed: int = 7):
             state = "PREEMPTED" if attempt < attempts - 1 else rng.choice(STATES)
             nodes = max(1, gpus // 8)
             tres = f"billing={gpus},cpu={gpus * 4},gres/gpu:{model}={gpus},gres/gpu={gpus},mem=64G,node={nodes}"
-            values = [str(job_id), f"run{job_id}", user, f"team{int(user[4:]) % 12}", partition, tres, str(nodes),
+            values = [str(job_id), user, f"team{int(user[4:]) % 12}", partition, tres, str(nodes),
                       submit.isoformat(), submit.isoformat(), start.isoformat(), end.isoformat(), str(elapsed),
-                      "1-00:00:00", state, "0:0", f"slurmctl:run-{job_id}"]
+                      "1-00:00:00", state, "0:0", f"run{job_id}", f"slurmctl:run-{job_id}"]
             yield SEP.join(values)
             emitted += 1
             start = end + timedelta(seconds=rng.randrange(30, 300))

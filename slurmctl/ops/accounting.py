@@ -26,8 +26,11 @@ from slurmctl.slurm.parsing import tres_gpus as parse_gpus  # cached: one call p
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 from slurmctl.submit.spec import SiteConfig
 
-SACCT_FIELDS = ["JobIDRaw", "JobName", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit",
-                "Eligible", "Start", "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "Comment"]
+# The two fields users write (job name, comment) come last: a separator or a newline in them cannot
+# shift the fields that price the attempt, nor make it vanish from the ledger.
+SACCT_FIELDS = ["JobIDRaw", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit", "Eligible", "Start",
+                "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "JobName", "Comment"]
+_FIXED_FIELDS = len(SACCT_FIELDS) - 2
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "DEADLINE", "BOOT_FAIL", "REQUEUED"}
 # States where the work done since the last valid checkpoint is lost.
@@ -79,11 +82,14 @@ def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = 
 
     Written for speed (a report may read a million of these): plain unpacking, each timestamp
     parsed once."""
-    values = line.rstrip("\n").split(SEP)
-    if len(values) != len(SACCT_FIELDS):
-        return None
-    (job_id, name, user, account, partition, tres, nnodes, submit_s, eligible_s, start_s, end_s, _elapsed,
-     limit, state, exit_code, comment) = values
+    values = line.rstrip("\n").split(SEP, _FIXED_FIELDS)
+    if len(values) != _FIXED_FIELDS + 1 or not values[0].split("_")[0].split(".")[0].isdigit():
+        return None  # e.g. the rest of a job name after a newline: its attempt's own line was costed
+    (job_id, user, account, partition, tres, nnodes, submit_s, eligible_s, start_s, end_s, _elapsed,
+     limit, state, exit_code, free) = values
+    name, sep, comment = free.partition(SEP)
+    if not sep or SEP in comment:  # a separator or newline inside the name: cost it, attribute it to no run
+        name, comment = "", ""
     state = state.split(" ", 1)[0]  # "CANCELLED by 0" -> CANCELLED
     if state not in ENDED_STATES or start_s in _NO_TIME or end_s in _NO_TIME:
         return None

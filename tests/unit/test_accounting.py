@@ -15,8 +15,8 @@ from slurmctl.slurm.client import SEP
 def line(job_id, state, start, end, gpus=4, partition="h100-ondemand", user="alice", account="ml-research",
          comment="slurmctl:tiny-lm-20261129-6340", submit=None):
     tres = f"billing={gpus},cpu={gpus},gres/gpu:h100={gpus},gres/gpu={gpus},mem=4000M,node=2" if gpus else ""
-    values = [str(job_id), "tiny-lm-20261129-6340", user, account, partition, tres, "2", submit or start,
-              submit or start, start, end, "0", "00:15:00", state, "0:0", comment]
+    values = [str(job_id), user, account, partition, tres, "2", submit or start,
+              submit or start, start, end, "0", "00:15:00", state, "0:0", "tiny-lm-20261129-6340", comment]
     assert len(values) == len(SACCT_FIELDS)
     return SEP.join(values)
 
@@ -134,3 +134,17 @@ def test_discounted_cost_matches_a_minute_by_minute_reference():
         start = datetime(2026, 11, 20) + timedelta(minutes=rng.randrange(14 * 24 * 60))
         end = start + timedelta(minutes=rng.randrange(1, 3 * 24 * 60))
         assert allocation_cost(8, start, end, 3.9, d) == pytest.approx(reference(8, start, end, 3.9), rel=1e-9)
+
+
+def test_a_hostile_job_name_cannot_hide_an_attempt_from_the_ledger(site):
+    """The job name is written by the user: with a separator or a newline in it, the attempt is still
+    costed to its user and account (attributed to no run); the piece after a newline is skipped."""
+    def named(job_id, name):
+        return line(job_id, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T11:00:00", user="bob",
+                    comment="slurmctl:r-20261129-0001").replace("tiny-lm-20261129-6340", name)
+
+    lines = [named(30, "plain"), named(31, f"a{SEP}alice{SEP}x"), *named(32, f"evil\n33{SEP}root").splitlines()]
+    assert len(lines) == 4
+    attempts = list(attempts_from_lines(lines, site, {}))
+    assert [(a.job_id, a.user, a.gpus, a.run_id) for a in attempts] == [
+        (30, "bob", 4, "r-20261129-0001"), (31, "bob", 4, ""), (32, "bob", 4, "")]
