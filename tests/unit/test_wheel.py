@@ -8,6 +8,7 @@ The dependencies are installed with the pinned constraints, as CI installs them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,3 +117,39 @@ def test_installed_wheel_scaffolds_and_renders_a_job_outside_the_repo(fresh_venv
     assert "train.py" in script
     syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30)
     assert syntax.returncode == 0, syntax.stderr
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        requirement = line.split("#", 1)[0].strip()
+        if requirement:
+            name, _, version = requirement.partition("==")
+            assert version, f"constraints.txt: '{line}' is not pinned with =="
+            pins[_canonical(name)] = version.strip()
+    return pins
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_dependency_is_pinned_and_installed_at_its_pin():
+    """What CI installs is what the tests ran with: each dependency of the package and of the extras
+    scripts/setup installs has a pin, and this venv holds exactly the pinned versions."""
+    import tomllib
+    from importlib.metadata import PackageNotFoundError, version
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *(d for extra in ("dev", "train", "debug")
+                                          for d in project["optional-dependencies"][extra])]
+    pins = _pins()
+    names = {_canonical(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0]) for d in wanted}
+    assert names - set(pins) == set(), "dependencies without a pin in constraints.txt"
+    for name, pinned in pins.items():
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            pytest.fail(f"{name}=={pinned} is pinned but not installed: rerun scripts/setup")
+        assert installed.split("+")[0] == pinned.split("+")[0], \
+            f"{name} {installed} installed, constraints.txt pins {pinned}: rerun scripts/setup or refresh the pins"
