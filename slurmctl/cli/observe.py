@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
+from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json, printable
 from slurmctl.durations import human_duration, until
 from slurmctl.observe.status import RunStatus
 
@@ -241,8 +241,8 @@ def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str,
     if as_json:
         print_json(result)
         return
-    table = plain_table("RUN", "LAST STEP", f"LAST {metric.upper()}", f"MIN {metric.upper()}", "STEPS/S",
-                        metric.upper())
+    name = escape(printable(metric.upper()))  # column headers are parsed as markup
+    table = plain_table("RUN", "LAST STEP", f"LAST {name}", f"MIN {name}", "STEPS/S", name)
     for r in result["runs"]:
         fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
         table.add_row(r["run_id"], str(r["last_step"] if r["last_step"] is not None else "-"), fmt(r["last_loss"]),

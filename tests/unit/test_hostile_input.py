@@ -196,3 +196,20 @@ def test_init_refuses_line_breaks_in_the_name_or_folder(tmp_path, args):
     proc = subprocess.run([*CLI, "init", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "\\n" in proc.stderr and not list(tmp_path.iterdir())
+
+
+from tests.unit.test_compare import REPO, two_runs  # noqa: E402,F401 - the fixture: two runs with metrics
+
+
+def test_compare_metric_name_with_markup_is_printed_as_text(two_runs, tmp_path):
+    import yaml
+
+    registry, a, b = two_runs
+    site = yaml.safe_load((REPO / "deploy" / "local" / "site.yaml").read_text())
+    site["runs_root"] = str(registry.runs_root)
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    env = {**os.environ, "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml")}
+    proc = subprocess.run([*CLI, "compare", a.run_id, b.run_id, "--metric", "[/]x"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "LAST [/]X" in proc.stdout and "Traceback" not in proc.stderr
