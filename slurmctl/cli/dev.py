@@ -51,5 +51,6 @@ def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | Non
     if as_json:
         print_json({"exit_code": code, "seconds": round(seconds, 1), **plan.to_dict()})
     else:
-        err.print(f"[bold]slurmctl dev[/]: session ended after {seconds:.0f} s (exit {code}); the allocation is released.")
+        err.print(f"[bold]slurmctl dev[/]: session ended after {seconds:.0f} s (exit {code}); "
+                  "the allocation is released.")
 

@@ -28,7 +28,8 @@ def _print_status(s: RunStatus) -> None:
         out.print(f"[bold]Queue:[/] {escape(str(s.partition))} · waiting {human_duration(s.waiting_seconds)}{pos} · "
                   f"estimated start {_when(s.estimated_start)}")
     if s.gpus:
-        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){f' on {escape(str(s.nodes))}' if s.nodes else ''}"
+        on = f" on {escape(str(s.nodes))}" if s.nodes else ""
+        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){on}"
                   f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""

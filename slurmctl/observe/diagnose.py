@@ -47,7 +47,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
          r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error",
          "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
-         "Resubmit (the platform drains the node); resume from the last checkpoint. Tell the platform team the node name."),
+         "Resubmit (the platform drains the node); resume from the last checkpoint. "
+         "Tell the platform team the node name."),
     _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
          "The job reached its time limit and Slurm stopped it.",
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
@@ -241,7 +242,8 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
 
 # --- the progress watchdog ---------------------------------------------------------------------
 _SCENE_DIR = re.compile(r"^(?P<job>\d+|local)-(?P<time>\d+)$")
-_WATCHDOG_LINE = re.compile(r"slurmctl watchdog \[[\d:]+\]: (?:WARNING|HUNG|CONFIGURATION PROBLEM|no ACK|progress resumed)")
+_WATCHDOG_LINE = re.compile(
+    r"slurmctl watchdog \[[\d:]+\]: (?:WARNING|HUNG|CONFIGURATION PROBLEM|no ACK|progress resumed)")
 
 
 def _clock(epoch) -> str:

@@ -8,6 +8,8 @@ PerJob/PerNode/PerUser/PerAccount) are parsed structurally, so a combination mis
 table is still explained correctly. Words we do not know are reported as unknown, never guessed.
 """
 
+# The tables below keep one Slurm word per line (grep-able, diff-able), so long lines are allowed here.
+# ruff: noqa: E501
 from __future__ import annotations
 
 import re

@@ -17,7 +17,8 @@ from slurmctl.slurm.client import SlurmClient
 def log_file(run: Run, job_id: int | None = None) -> Path:
     job_id = job_id or run.latest_job_id()
     if job_id is None:
-        raise RunNotFound(f"run {run.run_id} was never submitted, so it has no log.", "Submit it with `slurmctl submit`.")
+        raise RunNotFound(f"run {run.run_id} was never submitted, so it has no log.",
+                          "Submit it with `slurmctl submit`.")
     return run.log_path(job_id)
 
 

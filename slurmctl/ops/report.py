@@ -57,7 +57,8 @@ def build_report(ledger, by: str, since: datetime, until: datetime, cluster_gpu_
     """Sums and groupings run inside SQLite (C speed, no row objects); only queue waits stream
     through Python, already sorted per group, to take percentiles."""
     key = GROUP_KEYS[by]
-    where, args = "WHERE end >= ? AND start < ?", [since.isoformat(timespec="seconds"), until.isoformat(timespec="seconds")]
+    where = "WHERE end >= ? AND start < ?"
+    args = [since.isoformat(timespec="seconds"), until.isoformat(timespec="seconds")]
     sums = ("COUNT(*), COALESCE(SUM(gpu_hours),0), COALESCE(SUM(cost_usd),0), COALESCE(SUM(waste_gpu_hours),0), "
             "COALESCE(SUM(waste_usd),0)")
     db = ledger.db
@@ -71,7 +72,8 @@ def build_report(ledger, by: str, since: datetime, until: datetime, cluster_gpu_
             g = groups[name or "(none)"]
             g.queue_wait_p50_s, g.queue_wait_p95_s = _percentile(values, 0.5), _percentile(values, 0.95)
 
-    for name, wait in db.execute(f"SELECT {key}, queue_wait_s FROM attempts {where} ORDER BY {key}, queue_wait_s", args):
+    waits_query = f"SELECT {key}, queue_wait_s FROM attempts {where} ORDER BY {key}, queue_wait_s"
+    for name, wait in db.execute(waits_query, args):
         if name != current:
             close(current, waits)
             current, waits = name, array("i")
@@ -172,7 +174,8 @@ def to_html(report: Report) -> str:
     util_line = (", ".join(f"{k} {v:,.1f} GPU-h" for k, v in util.items()) if util
                  else "not yet rolled up by slurmdbd (sreport shows complete hours only)")
     waste_share = (t.waste_usd / t.cost_usd * 100) if t.cost_usd else 0.0
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>GPU showback {html.escape(report.since[:10])} – {html.escape(report.until[:10])}</title>
+    since, until = html.escape(report.since[:10]), html.escape(report.until[:10])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>GPU showback {since} – {until}</title>
 <style>body{{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}
 td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}}td:first-child,th:first-child{{text-align:left}}
 .kpi{{display:inline-block;margin-right:2em}}.kpi b{{font-size:1.6em;display:block}}</style></head><body>

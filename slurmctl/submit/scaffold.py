@@ -16,7 +16,8 @@ TEMPLATES = ("torchrun",)
 def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteConfig | None = None) -> list[Path]:
     if not NAME_RE.match(name):
         raise SpecError(f"run name {name!r} is not allowed.",
-                        "Use lower-case letters, digits, '.', '_' or '-' (at most 48, starting with a letter or digit).")
+                        "Use lower-case letters, digits, '.', '_' or '-' "
+                        "(at most 48, starting with a letter or digit).")
     bad = control_character(str(directory))
     if bad is not None:  # the path is written into the generated run.yaml, where a newline adds fields
         raise SpecError(f"--dir {str(directory)!r} contains the control character {bad!r}.",

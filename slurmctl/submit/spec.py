@@ -92,14 +92,18 @@ class ModelSpec(_Strict):
     """What the memory estimate needs (see slurmctl/submit/memory.py for the formula)."""
 
     params: str | float = Field(description="parameter count: 7e9, '7b', '350m'")
-    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="training precision (bf16/fp16/fp8 = mixed, with fp32 master weights)")
-    optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "lion", "adafactor"] = Field("adamw", description="optimizer")
-    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = Field("ddp", description="ddp, zero1/2/3 or fsdp (= zero3)")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+        "bf16", description="training precision (bf16/fp16/fp8 = mixed, with fp32 master weights)")
+    optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "lion", "adafactor"] = Field(
+        "adamw", description="optimizer")
+    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = Field(
+        "ddp", description="ddp, zero1/2/3 or fsdp (= zero3)")
     micro_batch: int | None = Field(None, ge=1, description="sequences per GPU per step")
     seq_len: int | None = Field(None, ge=1, description="tokens per sequence")
     hidden_size: int | None = Field(None, ge=1, description="model width, for the activation estimate")
     num_layers: int | None = Field(None, ge=1, description="transformer layers, for the activation estimate")
-    vocab_size: int | None = Field(None, ge=1, description="vocabulary size, for the logits (seq_len x vocab) of the loss")
+    vocab_size: int | None = Field(None, ge=1,
+                                   description="vocabulary size, for the logits (seq_len x vocab) of the loss")
     activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
 
 
@@ -119,21 +123,28 @@ class RunSpec(_Strict):
     time_limit: str = Field("01:00:00", description="wall-clock limit: '2h', '90m' or '01:30:00'")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables (strings)")
     data: list[str] = Field(default_factory=list, description="data paths the job reads; must exist")
-    secrets: list[str] = Field(default_factory=list, description="names of keys read from the secrets file at job start")
+    secrets: list[str] = Field(default_factory=list,
+                               description="names of keys read from the secrets file at job start")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     python: str | None = Field(None, description="python on the compute nodes; default from site config")
-    max_restarts: int = Field(3, ge=0, le=100, description="automatic restarts after failures (preemptions and time-limit drains do not count)")
-    image: str | None = Field(None, description="container image the training runs in, pinned as registry/repo@sha256:<digest>")
-    build: BuildSpec | None = Field(None, description="build the image from a Dockerfile at submit (see `submit --build`)")
-    config_files: list[str] = Field(default_factory=list, description="config files the training reads (YAML/JSON/TOML/.env), relative to workdir; checked for unresolved ${VAR}")
-    model: ModelSpec | None = Field(None, description="model size, precision, optimizer, sharding: enables the GPU memory check")
+    max_restarts: int = Field(3, ge=0, le=100, description="automatic restarts after failures (preemptions and "
+                              "time-limit drains do not count)")
+    image: str | None = Field(None, description="container image the training runs in, pinned as "
+                              "registry/repo@sha256:<digest>")
+    build: BuildSpec | None = Field(None,
+                                    description="build the image from a Dockerfile at submit (see `submit --build`)")
+    config_files: list[str] = Field(default_factory=list, description="config files the training reads "
+                                    "(YAML/JSON/TOML/.env), relative to workdir; checked for unresolved ${VAR}")
+    model: ModelSpec | None = Field(None, description="model size, precision, optimizer, sharding: enables the GPU "
+                                    "memory check")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_RE.fullmatch(v):
-            raise ValueError("use lower-case letters, digits, '.', '_' or '-' (at most 48, starting with a letter or digit)")
+            raise ValueError("use lower-case letters, digits, '.', '_' or '-' "
+                             "(at most 48, starting with a letter or digit)")
         return v
 
     @field_validator("entrypoint")
@@ -183,7 +194,8 @@ class RunSpec(_Strict):
                                  "(letters, digits and '_', not starting with a digit)")
             if isinstance(value, (dict, list)) or value is None:
                 raise ValueError(f"{key}: value must be a string or number")
-            out[str(key)] = value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+            out[str(key)] = (value if isinstance(value, str) else str(value).lower() if isinstance(value, bool)
+                             else str(value))
         return out
 
     @field_validator("secrets")
@@ -227,12 +239,14 @@ class PartitionConfig(_Strict):
 class ContainersConfig(_Strict):
     """How training images are built, stored and run on this cluster."""
 
-    runtime: Literal["none", "pyxis", "podman"] = Field("none", description="none, pyxis (srun --container-image) or podman")
+    runtime: Literal["none", "pyxis", "podman"] = Field(
+        "none", description="none, pyxis (srun --container-image) or podman")
     registry: str | None = Field(None, description="registry host[:port] that `submit --build` pushes to")
     engine_host: str | None = Field(None, description="DOCKER_HOST of the build engine when $DOCKER_HOST is unset")
     base_image: str | None = Field(None, description="FROM image of the Dockerfile that `slurmctl init` writes")
     podman: str = Field("podman", description="podman command on the nodes (runtime: podman)")
-    mounts: list[str] = Field(default_factory=list, description="extra host paths mounted at the same path in the container")
+    mounts: list[str] = Field(default_factory=list,
+                              description="extra host paths mounted at the same path in the container")
 
 
 class AccountingConfig(_Strict):
@@ -259,14 +273,18 @@ class SiteConfig(_Strict):
     sbatch_templates_dir: str | None = None
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)
     containers: ContainersConfig = Field(default_factory=ContainersConfig)
-    cost_confirm_threshold: float | None = Field(None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
-    require_smoke: bool = Field(False, description="first full submit needs a passed `submit --smoke` of the same code+config")
+    cost_confirm_threshold: float | None = Field(
+        None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
+    require_smoke: bool = Field(
+        False, description="first full submit needs a passed `submit --smoke` of the same code+config")
     share_runs_with_group: bool = Field(False, description="run dirs 0750 / files 0640: the group of each user's runs "
                                         "directory (set by the operator, setgid) may read runs; default owner only")
     smoke_time_limit: str = Field("10m", description="time limit of `submit --smoke` jobs")
-    gpu_memory_gb: dict[str, float] = Field(default_factory=dict, description="GPU memory per GPU model (overrides built-ins)")
+    gpu_memory_gb: dict[str, float] = Field(default_factory=dict,
+                                            description="GPU memory per GPU model (overrides built-ins)")
     # issue 6: node hooks and the orphan sweeper
-    cost_records_dir: str = Field("/var/spool/slurmctl/cost-records", description="spool of per-attempt cost records (epilog)")
+    cost_records_dir: str = Field("/var/spool/slurmctl/cost-records",
+                                  description="spool of per-attempt cost records (epilog)")
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
     ssh_upload_max_mb: float = Field(200, gt=0, description="through an SSH login node, submit uploads at most this "
                                      "much of the workdir (after .gitignore and .slurmctlignore)")

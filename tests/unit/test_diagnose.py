@@ -56,7 +56,8 @@ def test_slurm_state_outranks_the_log():
 
 def test_unknown_shows_the_last_traceback_not_a_guess():
     log = ("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'\nnoise\n"
-           "Traceback (most recent call last):\n  File \"b.py\", line 2, in f\n    g()\nZeroDivisionError: division by zero\n"
+           "Traceback (most recent call last):\n  File \"b.py\", line 2, in f\n    g()\n"
+           "ZeroDivisionError: division by zero\n"
            "more noise after\n")
     result = diagnose_text(log, exit_code="1:0")
     assert result.category == "unknown" and "exit code 1:0" in result.summary

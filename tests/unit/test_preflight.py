@@ -20,8 +20,8 @@ H100 = ["h100-ondemand", "h100-spot"]
 VIEW = ClusterView(
     nodes=[NodeInfo(f"h100-{i}", list(H100), "h100", 8, 8, 32000, "idle") for i in (1, 2, 3)]
     + [NodeInfo("l4-1", ["l4-dev"], "l4", 1, 4, 16000, "idle")],
-    partitions={"h100-ondemand": PartitionInfo("h100-ondemand", 7 * 86400), "h100-spot": PartitionInfo("h100-spot", 7 * 86400),
-                "l4-dev": PartitionInfo("l4-dev", 4 * 3600)},
+    partitions={"h100-ondemand": PartitionInfo("h100-ondemand", 7 * 86400),
+                "h100-spot": PartitionInfo("h100-spot", 7 * 86400), "l4-dev": PartitionInfo("l4-dev", 4 * 3600)},
     associations=[Association("ml-research", ["normal"]), Association("root", ["normal"])],
 )
 DIGEST = "registry.local/team/train@sha256:" + "a" * 64
@@ -100,8 +100,8 @@ def test_missing_entrypoint_and_syntax_error(site, workdir):
 
 
 def test_missing_import_names_module_and_line(site, workdir):
-    (workdir / "train.py").write_text("import os\n\nfrom no_such_pkg_zz.sub import thing\ntry:\n    import optional_zz\n"
-                                      "except ImportError:\n    pass\n")
+    (workdir / "train.py").write_text("import os\n\nfrom no_such_pkg_zz.sub import thing\n"
+                                      "try:\n    import optional_zz\nexcept ImportError:\n    pass\n")
     report = run_preflight(spec(), site, VIEW, workdir, user="root")
     [finding] = report.findings
     assert finding.code == "missing-import" and "line 3" in finding.message and "`no_such_pkg_zz`" in finding.message
@@ -205,7 +205,8 @@ def test_secret_value_in_script_is_found(site):
 @pytest.mark.parametrize("image", ["nvcr.io/nvidia/pytorch:latest", "ghcr.io/team/train", "ghcr.io/team/train:v1"])
 def test_mutable_image_refused_unless_allowed(site, workdir, image):
     report = run_preflight(spec(image=image), site, VIEW, workdir, user="root")
-    assert [(f.code, f.level) for f in report.findings if f.code != "cannot-verify-imports"] == [("mutable-image", "error")]
+    found = [(f.code, f.level) for f in report.findings if f.code != "cannot-verify-imports"]
+    assert found == [("mutable-image", "error")]
     report = run_preflight(spec(image=image), site, VIEW, workdir, user="root", allow_mutable_image=True)
     assert ("mutable-image", "warning") in [(f.code, f.level) for f in report.findings]
 
@@ -238,8 +239,9 @@ def test_memory_does_not_fit_then_fits_sharded(site, workdir):
     report = run_preflight(dense, site, VIEW, workdir, user="root")
     [finding] = report.findings
     assert finding.code == "memory-does-not-fit" and "model states alone" in finding.message
-    sharded = spec(partition="h100-ondemand", gpus_per_node=8, model={**seven_b, "sharding": "fsdp", "micro_batch": 2,
-                                                                     "seq_len": 4096, "hidden_size": 4096, "num_layers": 32})
+    sharded = spec(partition="h100-ondemand", gpus_per_node=8,
+                   model={**seven_b, "sharding": "fsdp", "micro_batch": 2, "seq_len": 4096, "hidden_size": 4096,
+                          "num_layers": 32})
     report = run_preflight(sharded, site, VIEW, workdir, user="root")
     memory = next(c for c in report.checks if c.name == "memory")
     assert memory.status == "ok" and memory.note.startswith("fits") and "max safe micro-batch ≈ 3" in memory.note

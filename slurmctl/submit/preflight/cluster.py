@@ -60,7 +60,8 @@ def check_shape(spec: RunSpec, site: SiteConfig, view: ClusterView) -> CheckResu
         fitting = [n for n in members if n.gpus >= spec.gpus_per_node]
         if spec.nodes > len(fitting):
             findings.append(error(
-                "too-many-nodes", f"nodes={spec.nodes} but partition '{name}' has only {len(fitting)} node(s) that fit.",
+                "too-many-nodes",
+                f"nodes={spec.nodes} but partition '{name}' has only {len(fitting)} node(s) that fit.",
                 f"Set `nodes` to {len(fitting)} or fewer."))
     if not findings:
         result.note = f"{spec.nodes} node(s) x {spec.gpus_per_node} GPU(s) on {', '.join(spec.partitions)}"
@@ -76,7 +77,8 @@ def check_time_limit(spec: RunSpec, view: ClusterView) -> CheckResult:
         if info.max_time_seconds is not None and spec.time_limit_seconds > info.max_time_seconds:
             result.findings.append(error(
                 "time-limit-too-long",
-                f"time_limit {spec.time_limit} is above partition '{name}' MaxTime {slurm_time(info.max_time_seconds)}; "
+                f"time_limit {spec.time_limit} is above partition '{name}' MaxTime "
+                f"{slurm_time(info.max_time_seconds)}; "
                 "the job would pend forever (PartitionTimeLimit).",
                 f"Set `time_limit` to {slurm_time(info.max_time_seconds)} or less and resume from checkpoints."))
         if info.available != "up":

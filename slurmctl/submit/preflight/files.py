@@ -29,7 +29,8 @@ def check_placeholders(spec: RunSpec, workdir: Path) -> CheckResult:
     result = CheckResult("placeholders", "no unresolved ${VAR} in run.yaml, env or config files")
     values = [("entrypoint", spec.entrypoint), *((f"args[{i}]", a) for i, a in enumerate(spec.args)),
               *((f"env.{k}", v) for k, v in spec.env.items()), *((f"data[{i}]", d) for i, d in enumerate(spec.data)),
-              ("workdir", spec.workdir or ""), ("image", spec.image or ""), ("checkpoint.dir", spec.checkpoint.dir or ""),
+              ("workdir", spec.workdir or ""), ("image", spec.image or ""),
+              ("checkpoint.dir", spec.checkpoint.dir or ""),
               *((f"config_files[{i}]", c) for i, c in enumerate(spec.config_files))]
     for name, value in values:
         m = PLACEHOLDER_RE.search(value)
@@ -178,7 +179,8 @@ def _check_remote(url: str):
         return warning("cannot-verify-data", f"cannot verify {url}: {type(exc).__name__}: {exc}.",
                        "Check your credentials for this bucket.")
     if not exists:
-        return error("missing-data", f"data path {url} does not exist.", "Fix `data` in run.yaml, or upload the data first.")
+        return error("missing-data", f"data path {url} does not exist.",
+                     "Fix `data` in run.yaml, or upload the data first.")
     return None
 
 

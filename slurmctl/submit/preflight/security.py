@@ -31,7 +31,8 @@ def check_secrets(spec: RunSpec, site: SiteConfig) -> CheckResult:
         st = path.stat()
     except FileNotFoundError:
         result.findings.append(error("secrets-file-missing",
-                                     f"secrets file {path} does not exist but run.yaml asks for {', '.join(spec.secrets)}.",
+                                     f"secrets file {path} does not exist but run.yaml asks for "
+                                     f"{', '.join(spec.secrets)}.",
                                      f"Create it with one KEY=VALUE per line and `chmod 600 {path}`."))
         return result
     mode = stat.S_IMODE(st.st_mode)
