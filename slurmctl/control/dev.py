@@ -19,8 +19,8 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
-from slurmctl.errors import SlurmctlError, SpecError
 from slurmctl.durations import parse_duration, slurm_time
+from slurmctl.errors import SlurmctlError, SpecError
 from slurmctl.submit.spec import SiteConfig
 
 DEV_JOB_NAME = "slurmctl-dev"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from slurmctl.observe.explain import LimitFamily, parse_limit_family
 from slurmctl.slurm.client import Job, QuotaJob, SlurmClient
 from slurmctl.slurm.parsing import parse_tres
-from slurmctl.observe.explain import LimitFamily, parse_limit_family
 
 # structural resource -> TRES name in sacctmgr/squeue strings
 _TRES = {"Cpu": "cpu", "CPU": "cpu", "Mem": "mem", "Memory": "mem", "Node": "node", "GRES": "gres/gpu",

@@ -9,22 +9,22 @@ sacct output is streamed line by line, never loaded whole.
 from __future__ import annotations
 
 import fcntl
-from operator import attrgetter
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
 from datetime import datetime, timedelta
+from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.ops.pricing import Discounts, allocation_cost
 from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
 from slurmctl.slurm.parsing import tres_gpus as parse_gpus  # cached: one call per sacct row
+from slurmctl.submit.spec import SiteConfig
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
-from slurmctl.submit.spec import SiteConfig
 
 # The two fields users write (job name, comment) come last: a separator or a newline in them cannot
 # shift the fields that price the attempt, nor make it vanish from the ledger.

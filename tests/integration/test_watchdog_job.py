@@ -30,7 +30,8 @@ def test_a_training_that_hangs_after_step_5_is_ended_by_the_watchdog(workdir, al
 #SBATCH -o {run_dir}/logs/%j.out
 #SBATCH -t 5
 export SLURMCTL_RUN_DIR={run_dir}
-"{sys.executable}" -m slurmctl.runtime.watchdog --check 0.5s --stall 2s --startup 20s --drain-timeout 2s --parent-pid $$ &
+"{sys.executable}" -m slurmctl.runtime.watchdog --check 0.5s --stall 2s --startup 20s --drain-timeout 2s \
+  --parent-pid $$ &
 srun "{sys.executable}" {run_dir}/train.py
 echo "srun exited $?"
 """)
