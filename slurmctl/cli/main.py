@@ -172,8 +172,3 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"internal error: {type(exc).__name__}: {exc}\n  Rerun with --debug for the traceback "
                    "and report it to the platform team.", err=True)
         return EXIT_INTERNAL
-
-
-def run() -> None:
-    """The console script: `slurmctl ...`."""
-    sys.exit(main())

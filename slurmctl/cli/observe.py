@@ -165,7 +165,7 @@ def explain(word: tuple[str, ...], as_json: bool) -> None:
     out.print(f"[bold]{escape(text)}[/] ({kind}): {escape(expl.headline)}")
     out.print(f"  [bold]What to do:[/] {escape(expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>'))}")
     if not expl.known:
-        raise SystemExit(1)
+        return 1
 
 
 @click.command()
