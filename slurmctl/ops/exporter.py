@@ -257,6 +257,10 @@ class SnapshotCache:
         self._taken_mono = float("-inf")
         # partition -> cumulative queue-wait histogram: [count per bucket..., total count, sum]
         self.waits: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(QUEUE_WAIT_BUCKETS) + 2))
+        # Every site partition's series exists from the first scrape, at zero: Prometheus's rate()
+        # cannot see the increase of a series whose first sample already holds the first job.
+        for partition in site.partitions:
+            self.waits[partition]
         self._seen_started: set[int] = set()
         self.run_read_errors = 0
 

@@ -62,3 +62,12 @@ def test_dashboards_and_rules_use_only_exported_metrics(tmp_path):
     used = {m for text in texts for m in re.findall(r"\b(slurmctl_[a-z_]+|up)\b(?=\s*[{\[)=<>*+-/]|\s*$)", text)}
     assert used - exported == set()
     assert len(used) > 25
+
+
+def test_queue_wait_series_exist_at_zero_before_any_job_starts(tmp_path):
+    """rate() in the queue-wait panel only sees an increase from a sample Prometheus already has:
+    every site partition's histogram must be scraped at zero before its first job starts."""
+    _, registry, _ = make(tmp_path, squeue="")
+    counts = {s.labels["partition"]: s.value for m in registry.collect() if m.name == "slurmctl_queue_wait_seconds"
+              for s in m.samples if s.name == "slurmctl_queue_wait_seconds_count"}
+    assert counts == {"h100-ondemand": 0, "h100-spot": 0, "l4-dev": 0}
