@@ -53,6 +53,9 @@ DRAIN_REQUEST = "drain.request"
 DRAIN_ACK = "drain.ack"
 CHECKPOINTS_DIR = "checkpoints"
 WATCHDOG_DIR = "watchdog"
+# The epilog's per-attempt cost records, copied here as the job's user for the user's own `cost`
+# (the authoritative copies sit in root's spool, which users cannot read).
+COST_RECORDS_DIR = "cost-records"
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
@@ -187,6 +190,10 @@ class Run:
     @property
     def watchdog_dir(self) -> Path:
         return self.path / WATCHDOG_DIR
+
+    @property
+    def cost_records_dir(self) -> Path:
+        return self.path / COST_RECORDS_DIR
 
     def log_path(self, job_id: int) -> Path:
         return self.logs_dir / f"{int(job_id)}.out"

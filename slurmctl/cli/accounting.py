@@ -25,7 +25,8 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
     registry = ctx.registry
     family = lineage.family(registry.list(), registry.get(run).run_id)
     job_ids = [j for r in family for j in r.job_ids()]
-    result = run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client)
+    result = run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client,
+                      [r.cost_records_dir for r in family])
     if as_json:
         print_json(result.to_dict())
         return

@@ -134,13 +134,18 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     return attempt
 
 
-def read_epilog_records(spool: Path | None) -> dict[tuple[int, str], dict]:
+def read_epilog_records(spool: Path | None, run_copies: Iterable[Path] = ()) -> dict[tuple[int, str], dict]:
     """Epilog cost records (slurmctl.ops.hooks.records, one file per attempt), keyed by
-    (job id, start time as sacct prints it) and by (job id, restart count)."""
+    (job id, start time as sacct prints it) and by (job id, restart count).
+
+    `run_copies`: the runs' own cost-records dirs, the copies the epilog leaves there as the job's
+    user. Only a user's view of their own runs reads them (the spool is root's); the spool's copy
+    wins where both exist, and the ledger never reads them."""
     out: dict[tuple[int, str], dict] = {}
-    if not spool:
-        return out
-    for record in read_records(spool):
+    records = [r for d in run_copies for r in read_records(d)]
+    if spool:
+        records += read_records(spool)
+    for record in records:
         rec = record.to_dict()
         out[(record.job_id, str(record.restart_count))] = rec
         if record.start_time:
@@ -265,12 +270,14 @@ def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = No
     return IngestResult(start.isoformat(timespec="seconds"), now.isoformat(timespec="seconds"), count, missing)
 
 
-def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None) -> list[Attempt]:
+def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
+                 run_copies: Iterable[Path] = ()) -> list[Attempt]:
     """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows."""
     if not job_ids:
         return []
     now = datetime.now()
-    return list(attempts_from_lines(stream_sacct(client, now, now, job_ids), site, read_epilog_records(spool)))
+    records = read_epilog_records(spool, run_copies)
+    return list(attempts_from_lines(stream_sacct(client, now, now, job_ids), site, records))
 
 
 def cost_records_dir(site: SiteConfig) -> Path | None:
@@ -295,9 +302,11 @@ class RunCost:
         return d
 
 
-def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient) -> RunCost:
-    """Cost of a logical run: every attempt of every job of the run and of its resumes/forks."""
-    attempts = run_attempts(site, client, job_ids, cost_records_dir(site))
+def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
+             run_copies: Iterable[Path] = ()) -> RunCost:
+    """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
+    `run_copies`: the runs' cost-records dirs (see read_epilog_records)."""
+    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:

@@ -376,3 +376,18 @@ def test_dev_ttl_ends_only_slurmctl_dev_allocations_the_controller_confirms_past
     assert [(o.kind, o.job_id, o.user) for o in orphans] == [("dev-ttl", 701, "daemon")]
     cleanup.release(orphans, client)
     assert [c for c in runner.calls if c[0] == "scancel"] == [["scancel", "701"]]
+
+
+def test_the_user_gets_a_copy_of_the_record_in_the_run_dir_written_as_the_user(world):
+    # The spool is root's 0700, so a user's `slurmctl cost` reads this copy for drain/checkpoint facts.
+    from slurmctl.ops.accounting import read_epilog_records
+
+    cfg = cfg_for(world)
+    run = make_run(world)
+    (run / "drain.request").touch()
+    record = epilog.build_record(cfg, job_env(), None, time.time())
+    copy = run / "cost-records" / record.filename
+    assert copy.stat().st_uid == NOBODY.pw_uid and copy.stat().st_mode & 0o077 == 0
+    assert json.loads(copy.read_text())["drain_requested"] is True
+    assert read_epilog_records(None, [run / "cost-records"])[(4242, "0")]["run_id"] == RUN_ID
+    assert read_epilog_records(cfg.cost_spool, [world / "missing"]) == {}

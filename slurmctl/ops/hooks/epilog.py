@@ -9,6 +9,7 @@ checkpoint), with non-blocking capped reads and a deadline (asuser.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -157,9 +158,11 @@ def run_dir_of(cfg: HookConfig, env, info: JobInfo | None, run_id: str) -> Path 
     return None
 
 
-def read_run_facts(run_dir: str, run_id: str) -> dict:
+def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filename: str | None = None) -> dict:
     """Runs in the child, as the job's user: drain flags and the newest valid checkpoint of the run
-    whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed)."""
+    whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed).
+    With `record`, the attempt's record completed by these facts is also left in the run dir for
+    the user's own `slurmctl cost`; written as the user, it can harm nothing but the user's view."""
     from slurmctl.fsutil import read_json
     from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
     from slurmctl.rundir import Run
@@ -180,10 +183,22 @@ def read_run_facts(run_dir: str, run_id: str) -> dict:
         if not isinstance(when, (int, float)):
             when = os.stat(ck.path / COMPLETE_MARKER, follow_symlinks=False).st_mtime
         facts.update(last_checkpoint_step=ck.step, last_checkpoint_time=float(when))
+    if record is not None and filename:
+        _leave_user_copy(run.cost_records_dir, filename, {**record, **facts})
     return facts
 
 
-def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None) -> tuple[dict, str | None]:
+def _leave_user_copy(directory: Path, filename: str, record: dict) -> None:
+    directory.mkdir(mode=0o700, exist_ok=True)
+    tmp = directory / f".{filename}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+    os.replace(tmp, directory / filename)
+
+
+def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None,
+              record: CostRecord | None = None) -> tuple[dict, str | None]:
     """(facts, note): read_run_facts as the job's user, bounded by cfg.user_read_timeout."""
     uid_text = env.get("SLURM_JOB_UID") or ""
     if run_id is None or not uid_text.isdigit():
@@ -197,8 +212,9 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None) ->
     import slurmctl.fsutil  # noqa: F401
     import slurmctl.runtime.checkpoint  # noqa: F401
 
+    extra = (record.to_dict(), record.filename) if record is not None else ()
     try:
-        facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id,
+        facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id, *extra,
                               timeout=cfg.user_read_timeout)
     except asuser.AsUserError as exc:
         return {}, f"run facts skipped: {exc}"
@@ -224,13 +240,9 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float, result:
     end = (info.end_time if info and info.end_time else None) or now
     gpu_count = info.gpu_count if info else len(job_gpu_indices(env))
     run_id = run_id_of(env)
-    facts, note = run_facts(cfg, env, info, run_id)
-    if note and result is not None:
-        result.notes.append(note)
-    step, step_time = facts.get("last_checkpoint_step"), facts.get("last_checkpoint_time")
     state, state_final, exit_code = final_state(info, env)
     elapsed = max(0.0, end - start) if start else None
-    return CostRecord(
+    record = CostRecord(
         job_id=job_id,
         restart_count=int(restarts) if restarts.isdigit() else (info.restarts if info else 0),
         run_id=run_id,
@@ -248,13 +260,22 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float, result:
         state=state,
         state_final=state_final,
         exit_code=exit_code,
-        drain_requested=bool(facts.get("drain_requested")),
-        drain_acknowledged=bool(facts.get("drain_acknowledged")),
-        last_checkpoint_step=step if isinstance(step, int) else None,
-        last_checkpoint_time=step_time if isinstance(step_time, (int, float)) else None,
+        drain_requested=False,
+        drain_acknowledged=False,
+        last_checkpoint_step=None,
+        last_checkpoint_time=None,
         written_by=cfg.node,
         written_at=now,
     )
+    facts, note = run_facts(cfg, env, info, run_id, record)
+    if note and result is not None:
+        result.notes.append(note)
+    step, step_time = facts.get("last_checkpoint_step"), facts.get("last_checkpoint_time")
+    record.drain_requested = bool(facts.get("drain_requested"))
+    record.drain_acknowledged = bool(facts.get("drain_acknowledged"))
+    record.last_checkpoint_step = step if isinstance(step, int) else None
+    record.last_checkpoint_time = step_time if isinstance(step_time, (int, float)) else None
+    return record
 
 
 def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
