@@ -38,6 +38,7 @@ CODES: dict[str, int] = {
     "image": 2, "image-reference": 2, "image-not-found": 2, "image-build": 2, "image-build-failed": 2,
     "image-push-failed": 2, "image-arch-mismatch": 2, "image-mutable-tag": 2, "image-runtime": 2,
     "registry-auth": 2, "registry-unreachable": 2, "engine-unreachable": 2,
+    "registry-no-credentials": 2, "registry-token-expired": 2, "registry-access-denied": 2, "skopeo-missing": 2,
     # cannot reach Slurm (3)
     "slurm-unreachable": 3, "slurm-busy": 3, "ssh-failed": 3, "ssh-auth-failed": 3,
     "ssh-host-key-refused": 3, "ssh-upload-failed": 3, "ssh-mirror-failed": 3,

@@ -2,8 +2,9 @@
 
 Two seams: ``Engine`` builds and pushes through the ``docker`` SDK (the engine is whatever
 ``DOCKER_HOST`` points at: Docker in production, podman's Docker-compatible API on the local
-cluster), and ``RegistryClient`` asks the registry itself (Docker Registry HTTP API v2) for the
-digest and the image config, because local engine metadata is wrong right after a push on podman.
+cluster), and ``SkopeoRegistry`` (registry.py) asks the registry itself for the digest and the
+image config, because local engine metadata is wrong right after a push on podman. Both use the
+submitting user's registry login (registry.find_credential); the engine needs none of its own.
 """
 
 from __future__ import annotations
@@ -13,24 +14,16 @@ import json
 import os
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import ImageError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.rundir import RUN_JSON
+from slurmctl.submit.registry import Credential, SkopeoRegistry
 from slurmctl.submit.spec import BuildSpec, RunSpec, SiteConfig
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-])
-INDEX_TYPES = ("application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json")
 _IGNORED_IN_HASH = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 
 
@@ -42,7 +35,7 @@ class ImageRef:
     digest: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "ImageRef":
+    def parse(cls, text: str) -> ImageRef:
         name, _, digest = text.partition("@")
         if digest and not DIGEST_RE.match(digest):
             raise ImageError(f"image '{text}': '{digest}' is not a sha256 digest.",
@@ -87,63 +80,6 @@ class PinnedImage:
         return asdict(self)
 
 
-# --- registry (HTTP API v2) --------------------------------------------------------------------
-
-class RegistryClient:
-    def __init__(self, timeout: float = 10.0):
-        self.timeout = timeout
-
-    def _url(self, ref: ImageRef, kind: str, name: str) -> str:
-        local = ref.registry.split(":")[0] in ("127.0.0.1", "localhost")
-        return f"{'http' if local else 'https'}://{ref.registry}/v2/{ref.repository}/{kind}/{name}"
-
-    def _get(self, ref: ImageRef, kind: str, name: str, method: str = "GET") -> tuple[bytes, dict]:
-        req = urllib.request.Request(self._url(ref, kind, name), method=method, headers={"Accept": MANIFEST_TYPES})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise ImageError(f"image {ref} is not in registry {ref.registry}.",
-                                 "Check the repository and tag, or build and push it with `slurmctl submit --build`.",
-                                 code="image-not-found") from None
-            if exc.code in (401, 403):
-                raise ImageError(f"registry {ref.registry} refused access to {ref.repository} (HTTP {exc.code}).",
-                                 "Log in to the registry or ask the platform team for pull access.",
-                                 code="registry-auth") from None
-            raise ImageError(f"registry {ref.registry} answered HTTP {exc.code} for {ref}.", "Retry; if it persists, "
-                             "tell the platform team.", code="registry-unreachable") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ImageError(f"registry {ref.registry} is unreachable: {reason}.",
-                             "Check the registry address in site.yaml (containers.registry); on the local cluster "
-                             "run deploy/local/images-up.", code="registry-unreachable") from None
-
-    def has_tag(self, ref: ImageRef) -> bool:
-        try:
-            self._get(ref, "manifests", ref.tag or "latest", method="HEAD")
-            return True
-        except ImageError as exc:
-            if exc.code == "image-not-found":
-                return False
-            raise
-
-    def resolve(self, ref: ImageRef, arch: str) -> tuple[str, dict]:
-        """(digest of the image manifest for ``arch``, image config) as the registry serves them."""
-        body, headers = self._get(ref, "manifests", ref.digest or ref.tag or "latest")
-        manifest = json.loads(body)
-        digest = headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
-        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-            platforms = {m.get("platform", {}).get("architecture"): m["digest"] for m in manifest["manifests"]}
-            if arch not in platforms:
-                return digest, {"architecture": ",".join(p for p in platforms if p) or "unknown", "os": "linux"}
-            digest = platforms[arch]
-            body, _ = self._get(ref, "manifests", digest)
-            manifest = json.loads(body)
-        config, _ = self._get(ref, "blobs", manifest["config"]["digest"])
-        return digest, json.loads(config)
-
-
 # --- engine (docker SDK) -----------------------------------------------------------------------
 
 class Engine:
@@ -178,19 +114,29 @@ class Engine:
             if "error" in event or "errorDetail" in event:
                 message = event.get("error") or event["errorDetail"].get("message", "")
                 last = "\n".join(tail[-10:])
-                raise ImageError(f"building the image failed at `{step or 'the first step'}`: {message.strip()}\n{last}",
+                raise ImageError(f"building the image failed at `{step or 'the first step'}`: "
+                                 f"{message.strip()}\n{last}",
                                  f"Fix that step of {dockerfile} and submit again.", code="image-build-failed")
         if not self.api.images(name=tag):
             raise ImageError(f"the engine finished building but has no image {tag}.\n" + "\n".join(tail[-10:]),
                              f"Check {dockerfile}; build it by hand with `docker build` to see more.",
                              code="image-build-failed")
 
-    def push(self, ref: ImageRef) -> None:
+    def push(self, ref: ImageRef, credential: Credential | None = None) -> None:
+        """Push with the user's login (X-Registry-Auth); the engine's own stored logins are not used."""
+        auth = credential.auth_config() if credential else None
         # Push failures do not raise: they arrive as {"error": ...} events in the stream.
-        for event in self.api.push(ref.name, tag=ref.tag, stream=True, decode=True):
+        for event in self.api.push(ref.name, tag=ref.tag, stream=True, decode=True, auth_config=auth):
             if "error" in event or "errorDetail" in event:
-                message = event.get("error") or event["errorDetail"].get("message", "")
-                raise ImageError(f"pushing {ref} failed: {message.strip()}",
+                message = (event.get("error") or event["errorDetail"].get("message", "")).strip()
+                lowered = message.lower()
+                if "unauthorized" in lowered or "authentication required" in lowered or "denied" in lowered:
+                    who = f"the login from {credential.source}" if credential else "no login (you have none for it)"
+                    raise ImageError(f"registry {ref.registry} refused to let {who} push {ref.repository}: {message}",
+                                     f"Log in with an account that may push there: podman login {ref.registry} "
+                                     "(or docker login), or set build.repository to a repository you own.",
+                                     code="registry-auth")
+                raise ImageError(f"pushing {ref} failed: {message}",
                                  "Check that the registry is up and that you may push to this repository.",
                                  code="image-push-failed")
 
@@ -225,12 +171,13 @@ def check_architecture(pinned: PinnedImage, archs: set[str], spec: RunSpec) -> N
 
 
 def build_and_push(spec: RunSpec, site: SiteConfig, workdir: Path, engine: Engine | None = None,
-                   registry: RegistryClient | None = None) -> tuple[ImageRef, bool, dict[str, float]]:
+                   registry: SkopeoRegistry | None = None) -> tuple[ImageRef, bool, dict[str, float]]:
     """Build the run's image, tag it with the code hash and push it; reuse a pushed code hash."""
     build = spec.build
     if build is None:
         raise ImageError("`submit --build` needs a `build:` section in run.yaml.",
-                         "Add `build: {dockerfile: Dockerfile}` (slurmctl init writes a Dockerfile).", code="image-build")
+                         "Add `build: {dockerfile: Dockerfile}` (slurmctl init writes a Dockerfile).",
+                         code="image-build")
     if not site.containers.registry:
         raise ImageError("this site has no image registry (site.yaml containers.registry).",
                          "Ask the platform team; on the local cluster run deploy/local/images-up.", code="image-build")
@@ -239,7 +186,7 @@ def build_and_push(spec: RunSpec, site: SiteConfig, workdir: Path, engine: Engin
     if not dockerfile.is_file():
         raise ImageError(f"Dockerfile {dockerfile} does not exist.",
                          "Set build.dockerfile in run.yaml (relative to workdir).", code="image-build")
-    registry = registry or RegistryClient()
+    registry = registry or SkopeoRegistry(site.containers.registry_auth_file)
     ref = ImageRef.parse(f"{site.containers.registry}/{build.repository or 'slurmctl/' + spec.name}:"
                          f"{code_hash(context, dockerfile, build.args)}")
     timings: dict[str, float] = {}
@@ -250,13 +197,13 @@ def build_and_push(spec: RunSpec, site: SiteConfig, workdir: Path, engine: Engin
     engine.build(context, str(dockerfile), str(ref), build.args)  # the SDK sends a Dockerfile outside the context
     timings["build_s"] = round(time.monotonic() - t0, 2)
     t0 = time.monotonic()
-    engine.push(ref)
+    engine.push(ref, registry.credential(ref.registry))
     timings["push_s"] = round(time.monotonic() - t0, 2)
     return ref, True, timings
 
 
-def pin(ref: ImageRef, archs: set[str], registry: RegistryClient | None = None) -> PinnedImage:
-    registry = registry or RegistryClient()
+def pin(ref: ImageRef, archs: set[str], registry: SkopeoRegistry | None = None) -> PinnedImage:
+    registry = registry or SkopeoRegistry()
     t0 = time.monotonic()
     digest, config = registry.resolve(ref, min(archs))
     cfg = config.get("config") or {}
@@ -267,7 +214,7 @@ def pin(ref: ImageRef, archs: set[str], registry: RegistryClient | None = None) 
 
 def resolve_run_image(spec: RunSpec, site: SiteConfig, workdir: Path, *, build: bool = False,
                       allow_mutable: bool = False, engine: Engine | None = None,
-                      registry: RegistryClient | None = None) -> PinnedImage | None:
+                      registry: SkopeoRegistry | None = None) -> PinnedImage | None:
     """The submit hook: build if asked, then pin ``image:`` to a registry digest and check the arch.
 
     A ``build:`` section in run.yaml builds like --build; a reused code hash reuses the pushed image.
@@ -285,7 +232,7 @@ def resolve_run_image(spec: RunSpec, site: SiteConfig, workdir: Path, *, build: 
         raise ImageError(f"this cluster ({site.cluster}) does not run container images (site.yaml containers.runtime).",
                          "Remove `image:`/--build from the run, or ask the platform team to enable pyxis or podman.",
                          code="image-runtime")
-    registry = registry or RegistryClient()
+    registry = registry or SkopeoRegistry(site.containers.registry_auth_file)
     timings: dict[str, float] = {}
     built = False
     if build:

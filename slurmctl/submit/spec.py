@@ -245,6 +245,9 @@ class ContainersConfig(_Strict):
     engine_host: str | None = Field(None, description="DOCKER_HOST of the build engine when $DOCKER_HOST is unset")
     base_image: str | None = Field(None, description="FROM image of the Dockerfile that `slurmctl init` writes")
     podman: str = Field("podman", description="podman command on the nodes (runtime: podman)")
+    registry_auth_file: str | None = Field(
+        None, description="auth file (containers auth.json format) of the platform's robot account, used for a "
+        "registry the user has no login for")
     mounts: list[str] = Field(default_factory=list,
                               description="extra host paths mounted at the same path in the container")
 

@@ -1,5 +1,6 @@
 """images.py without an engine: reference parsing, the submit hook's refusals, stream errors, and
-the pyxis / podman renderings of the launcher (pyxis is golden-file tested)."""
+the pyxis / podman renderings of the launcher (pyxis is golden-file tested). Registry logins and
+skopeo against real registries: tests/unit/test_registry.py and tests/integration/test_images.py."""
 
 import json
 import os
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.submit.images import (Engine, ImageError, ImageRef, PinnedImage, RegistryClient, code_hash,
-                             record_image, resolve_run_image)
+from slurmctl.submit.images import Engine, ImageError, ImageRef, PinnedImage, code_hash, record_image, resolve_run_image
+from slurmctl.submit.registry import Credential, SkopeoRegistry
 from slurmctl.submit.render import render
 from slurmctl.submit.scaffold import init_run
 from slurmctl.submit.spec import RunSpec
@@ -33,10 +34,11 @@ def with_runtime(site, runtime="podman", arch=None):
     return site
 
 
-class FakeRegistry(RegistryClient):
-    """Serves one manifest (or index) per reference, like the v2 API would."""
+class FakeRegistry(SkopeoRegistry):
+    """Serves one manifest (or index) per reference, like the registry would."""
 
     def __init__(self, architecture="amd64", index=None, tags=()):
+        super().__init__()
         self.architecture, self.index, self.tags = architecture, index, set(tags)
 
     def has_tag(self, ref):
@@ -151,6 +153,7 @@ class FakeAPI:
         return iter(self.build_events)
 
     def push(self, *args, **kwargs):
+        self.push_kwargs = kwargs
         return iter(self.push_events)
 
     def images(self, name):
@@ -177,15 +180,31 @@ def test_build_failure_names_the_step_and_shows_the_output(tmp_path):
 
 
 def test_push_error_event_raises(tmp_path):
-    events = [{"status": "Pushing"}, {"error": "denied: requested access to the resource is denied"}]
+    events = [{"status": "Pushing"}, {"error": "writing blob: connection reset by peer"}]
     with pytest.raises(ImageError) as exc:
         fake_engine(FakeAPI(push_events=events)).push(ImageRef.parse("127.0.0.1:5000/a/b:1"))
-    assert exc.value.code == "image-push-failed" and "denied" in exc.value.message
+    assert exc.value.code == "image-push-failed" and "connection reset" in exc.value.message
 
 
-def test_unreachable_registry_is_a_clear_error():
+def test_push_carries_the_users_login_and_a_refusal_names_its_source():
+    cred = Credential("127.0.0.1:5001", "alice", "s3cret-pw", "/home/alice/.docker/config.json")
+    events = [{"status": "Pushing"}, {"error": "unauthorized: authentication required"}]
+    api = FakeAPI(push_events=events)
     with pytest.raises(ImageError) as exc:
-        RegistryClient(timeout=2).resolve(ImageRef.parse(f"127.0.0.1:9/a/b@{DIGEST}"), "amd64")
+        fake_engine(api).push(ImageRef.parse("127.0.0.1:5001/a/b:1"), cred)
+    assert api.push_kwargs["auth_config"] == {"username": "alice", "password": "s3cret-pw",
+                                              "serveraddress": "127.0.0.1:5001"}
+    assert exc.value.code == "registry-auth" and "/home/alice/.docker/config.json" in exc.value.message
+    assert "s3cret-pw" not in exc.value.message + exc.value.hint
+    api = FakeAPI(push_events=[{"status": "Pushed"}])
+    fake_engine(api).push(ImageRef.parse("127.0.0.1:5000/a/b:1"))
+    assert api.push_kwargs["auth_config"] is None  # no login: the engine's own stored logins are not asked for
+
+
+def test_unreachable_registry_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ImageError) as exc:
+        SkopeoRegistry().resolve(ImageRef.parse(f"127.0.0.1:9/a/b@{DIGEST}"), "amd64")
     assert exc.value.code == "registry-unreachable" and "images-up" in exc.value.hint
 
 
@@ -217,7 +236,8 @@ def test_pyxis_rendering_matches_golden(local_site):
 def test_podman_rendering_runs_the_pinned_image_with_the_job_environment(local_site):
     script = render(TEMPLATE, image_context(local_site, "podman"))
     launcher = script.split("srun --kill-on-bad-exit=1", 1)[1].split(" &\n", 1)[0]
-    for part in ["run --rm --network=host --uts=host", "--volume=/runs/tiny-lm-20261129-abcd:/runs/tiny-lm-20261129-abcd",
+    for part in ["run --rm --network=host --uts=host",
+                 "--volume=/runs/tiny-lm-20261129-abcd:/runs/tiny-lm-20261129-abcd",
                  "--workdir=/app", "--env='SLURM_*'", "--env=MASTER_ADDR", "--env=HF_HOME", "--env=WANDB_API_KEY",
                  "--env=NCCL_SOCKET_IFNAME", f"registry.example.com/ml/tiny-lm@{DIGEST}",
                  "python3 -m torch.distributed.run"]:
