@@ -393,6 +393,10 @@ class MirroredRunRegistry(RunRegistry):
         self.mirror.sync_listing()
         return [MirroredRun(r, self.mirror) for r in super().list()]
 
+    def recent(self, limit: int | None = None, since: float | None = None) -> list[Run]:
+        self.mirror.sync_listing()
+        return [MirroredRun(r, self.mirror) for r in super().recent(limit, since)]
+
     def get(self, ref: str) -> Run:
         by_id = "/" not in ref and rundir.is_run_id(ref) and self.mirror.sync_run(self.root / ref)
         if not by_id:  # a run name, an id prefix or a path: resolve it against every run

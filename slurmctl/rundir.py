@@ -60,6 +60,7 @@ COST_RECORDS_DIR = "cost-records"
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
 RUN_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}-\d{8}-[0-9a-f]{4}")
+_RUN_ID_DAY_RE = re.compile(r"-(\d{8})-[0-9a-f]{4}\Z")
 COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
 _SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
@@ -381,8 +382,10 @@ class RunRegistry:
         return Run(run_id, path)
 
     # --- lookups: only the caller's runs -------------------------------------------------------
-    def _runs_in(self, directory: Path, uid: int | None) -> list[Run]:
-        runs = []
+    @staticmethod
+    def _dirs_in(directory: Path, uid: int | None) -> list[os.DirEntry]:
+        """Real directories owned by `uid` (symlinks, files and anything not the owner's are no runs)."""
+        found = []
         try:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -392,17 +395,49 @@ class RunRegistry:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
-                continue  # symlinks, files, and anything not the owner's are no runs
-            if not is_run_id(entry.name) and not os.path.isfile(os.path.join(entry.path, RUN_JSON)):
-                continue
-            if os.path.isfile(os.path.join(entry.path, RUN_JSON)):
-                runs.append(Run(entry.name, Path(entry.path)))
+            if stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid):
+                found.append(entry)
+        return found
+
+    @staticmethod
+    def _sorted_runs(entries) -> list[Run]:
+        runs = [Run(e.name, Path(e.path)) for e in entries if os.path.isfile(os.path.join(e.path, RUN_JSON))]
         return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
+
+    def _runs_in(self, directory: Path, uid: int | None) -> list[Run]:
+        return self._sorted_runs(self._dirs_in(directory, uid))
 
     def list(self) -> list[Run]:
         directory = self.user_dir()
         return self._runs_in(directory, self.uid) if directory else []
+
+    def recent(self, limit: int | None = None, since: float | None = None) -> list[Run]:
+        """``list()`` cut to runs created at or after `since` (Unix time) and then to the newest
+        `limit`, oldest first, at a cost that does not grow with older runs: a run id carries its
+        creation day (UTC), so run.json is read only for the newest days' runs (one day more than
+        needed, for a run created just after midnight of its id's day) and for the rare directory
+        whose name is no run id."""
+        directory = self.user_dir()
+        if directory is None:
+            return []
+        by_day: dict[str, list[os.DirEntry]] = {}
+        undated: list[os.DirEntry] = []
+        for entry in self._dirs_in(directory, self.uid):
+            day = _RUN_ID_DAY_RE.search(entry.name) if is_run_id(entry.name) else None
+            (by_day.setdefault(day.group(1), []) if day else undated).append(entry)
+        first_day = "" if since is None else f"{datetime.fromtimestamp(since, UTC):%Y%m%d}"
+        chosen, extra_days = list(undated), 1
+        for day in sorted(by_day, reverse=True):
+            enough = limit is not None and len(chosen) - len(undated) >= limit
+            if day < first_day or enough:
+                if extra_days == 0:
+                    break
+                extra_days -= 1
+            chosen += by_day[day]
+        runs = self._sorted_runs(chosen)
+        if since is not None:
+            runs = [r for r in runs if (r.meta.get("created") or 0) >= since]
+        return runs[-limit:] if limit else runs
 
     def list_all_users(self) -> list[tuple[str, Run]]:
         """(user, run) for every user's runs: the operator's read-only view (root only)."""

@@ -36,8 +36,9 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)
-    out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), {result.gpu_hours:.2f} GPU-hours, "
-              f"[bold]${result.cost_usd:,.2f}[/]; waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
+    out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), "
+              f"{result.gpu_hours:.2f} GPU-hours, [bold]${result.cost_usd:,.2f}[/]; "
+              f"waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
     for note in result.notes:
         out.print(f"  note: {note}", markup=False)
 
@@ -57,7 +58,8 @@ def _parse_when(option: str, value: str | None, default: datetime) -> datetime:
 @click.option("--until", help="End (default: now).")
 @click.option("--by", type=click.Choice(["account", "user", "partition", "gpu", "run"]), default="account",
               show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]), default="table",
+              show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file (never overwrites).")
 @click.option("--no-ingest", is_flag=True, help="Report from the ledger as it is; do not ask sacct first.")
 @pass_ctx

@@ -8,7 +8,17 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json, printable
+from slurmctl.cli.context import (
+    Context,
+    err,
+    json_option,
+    out,
+    pass_ctx,
+    plain_table,
+    print_json,
+    print_table,
+    printable,
+)
 from slurmctl.durations import human_duration, until
 from slurmctl.observe.status import RunStatus
 
@@ -69,19 +79,35 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
 @click.command(name="ls")
 @click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
+@click.option("--since", metavar="DURATION", help="Only runs created in this past duration (e.g. 2h, 3d).")
+@click.option("--all", "show_all", is_flag=True, help="Every run, however old (no --limit).")
 @click.option("--all-users", is_flag=True,
               help="Operator only (root): every user's runs, read-only, with a USER column.")
 @json_option
 @pass_ctx
-def list_runs(ctx: Context, limit: int, all_users: bool, as_json: bool) -> None:
+def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_users: bool, as_json: bool) -> None:
     """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
+    import time
+
+    from slurmctl.durations import parse_duration
     from slurmctl.observe.status import runs_statuses
 
+    try:
+        after = None if since is None else time.time() - parse_duration(since)
+    except ValueError as exc:
+        from slurmctl.errors import SpecError
+
+        raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
+    wanted = None if show_all else limit
     if all_users:
-        owned = ctx.registry.list_all_users()[-limit:]
+        owned = ctx.registry.list_all_users()
+        if after is not None:
+            owned = [(u, r) for u, r in owned if (r.meta.get("created") or 0) >= after]
+        owned = owned[-wanted:] if wanted else owned
         users, runs = [u for u, _ in owned], [r for _, r in owned]
     else:
-        runs = ctx.registry.list()[-limit:]
+        # Only the newest runs' files are read: the cost does not grow with old, ended runs.
+        runs = ctx.registry.recent(wanted, since=after)
         users = []
     statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     if as_json:
@@ -95,15 +121,15 @@ def list_runs(ctx: Context, limit: int, all_users: bool, as_json: bool) -> None:
         out.print(f"no runs under {where}; start one with `slurmctl init NAME`", markup=False)
         return
     columns = ("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
-    table = plain_table(*(("USER", *columns) if all_users else columns))
+    table = []
     for i, s in enumerate(statuses):
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
         row = (s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
                human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
                f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
-        table.add_row(*((users[i], *row) if all_users else row))
-    out.print(table)
+        table.append((users[i], *row) if all_users else row)
+    print_table(("USER", *columns) if all_users else columns, table)
 
 
 @click.command()
@@ -219,12 +245,9 @@ def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = plain_table("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY")
-    for r in rows:
-        table.add_row(str(r["job_id"]), r["user"], r["name"][:30], r["partition"], r["state"].lower(),
-                      str(r["num_nodes"]), _when(r["estimated_start"]) if r["state"] == "PENDING" else "running",
-                      r["why"])
-    out.print(table)
+    print_table(("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY"), [
+        (str(r["job_id"]), r["user"], r["name"][:30], r["partition"], r["state"].lower(), str(r["num_nodes"]),
+         _when(r["estimated_start"]) if r["state"] == "PENDING" else "running", r["why"]) for r in rows])
 
 
 @click.command()
