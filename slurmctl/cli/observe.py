@@ -77,6 +77,26 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
     print_json(result.to_dict()) if as_json else _print_status(result)
 
 
+def _with_active(ctx: Context, runs: list) -> list:
+    """`runs` plus every run of the caller with a job in the queue, however old (one squeue --me)."""
+    import os
+
+    from slurmctl.errors import RunNotFound, RunNotOwned
+    from slurmctl.rundir import run_id_from_comment
+
+    shown = {r.run_id for r in runs}
+    for job in ctx.client.queue(mine=True):
+        run_id = run_id_from_comment(job.comment)
+        # only an existing run dir is looked up: a bare id never falls back to a scan of every run
+        if run_id and run_id not in shown and os.path.lexists(ctx.registry.root / run_id):
+            try:
+                runs.append(ctx.registry.get(run_id))
+            except (RunNotFound, RunNotOwned):
+                continue  # not a run of the caller's (the comment is user-written text)
+            shown.add(run_id)
+    return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
+
+
 @click.command(name="ls")
 @click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
 @click.option("--since", metavar="DURATION", help="Only runs created in this past duration (e.g. 2h, 3d).")
@@ -108,6 +128,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
+        runs = runs if show_all else _with_active(ctx, runs)
         users = []
     statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     if as_json:
