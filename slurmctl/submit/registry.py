@@ -55,7 +55,8 @@ class Credential:
     def auth_file(self) -> bytes:
         """A containers auth.json holding only this login (what skopeo reads from the pipe)."""
         if self.token:
-            entry = {"identitytoken": self.secret}
+            # containers/image skips an entry without a decodable `auth` (docker writes "user:" there).
+            entry = {"auth": base64.b64encode(f"{self.username}:".encode()).decode(), "identitytoken": self.secret}
         else:
             entry = {"auth": base64.b64encode(f"{self.username}:{self.secret}".encode()).decode()}
         keys = _HUB_KEYS if self.registry == DOCKER_HUB else (self.registry,)

@@ -80,7 +80,8 @@ def test_identity_token_entry(home):
     write(home / ".docker" / "config.json", {"auths": {REG: {"identitytoken": "refresh-123"}}})
     cred = find_credential(REG)
     assert cred.token and cred.auth_config() == {"identitytoken": "refresh-123", "serveraddress": REG}
-    assert json.loads(cred.auth_file()) == {"auths": {REG: {"identitytoken": "refresh-123"}}}
+    entry = json.loads(cred.auth_file())["auths"][REG]
+    assert entry["identitytoken"] == "refresh-123" and base64.b64decode(entry["auth"]) == b"<token>:"
 
 
 def test_cred_helper_hands_out_the_login(home):
