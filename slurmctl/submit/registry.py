@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -95,14 +96,16 @@ def _entry(table: dict, registry: str):
     return None
 
 
-def _read_auth_file(path: Path) -> dict | None:
+def _read_auth_file(path: Path, site: bool = False) -> dict | None:
     try:
         text = path.read_text()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ImageError(f"cannot read the registry auth file {path}: {exc.strerror}.",
-                         f"Fix its permissions (chmod 600 {path}, owned by you), or unset REGISTRY_AUTH_FILE.",
+        hint = ("Ask the platform team for read access to the site's registry login (site.yaml "
+                "containers.registry_auth_file), or log in yourself: podman login <registry>." if site else
+                f"Fix its permissions (chmod 600 {path}, owned by you), or unset REGISTRY_AUTH_FILE.")
+        raise ImageError(f"cannot read the registry auth file {path}: {exc.strerror}.", hint,
                          code="registry-auth") from None
     try:
         data = json.loads(text)
@@ -147,8 +150,9 @@ def _from_helper(helper: str, registry: str, path: Path) -> Credential | None:
 
 def find_credential(registry: str, site_auth_file: str | None = None) -> Credential | None:
     """The login for ``registry`` from the first place that has one, or None (try anonymously)."""
-    for path in auth_files(site_auth_file):
-        data = _read_auth_file(path)
+    files = auth_files(site_auth_file)
+    for path in files:
+        data = _read_auth_file(path, site=bool(site_auth_file) and path == files[-1])
         if data is None:
             continue
         helper = _entry(data.get("credHelpers") or {}, registry)
@@ -246,18 +250,22 @@ class SkopeoRegistry:
             return ImageError(f"image {ref} is not in registry {ref.registry}.",
                               "Check the repository and tag, or build and push it with `slurmctl submit --build`.",
                               code="image-not-found")
-        if "denied" in text or "403" in text:
-            who = f"the login from {cred.source}" if cred else "an anonymous pull"
-            return ImageError(f"registry {ref.registry} denied {who} access to {ref.repository}.",
+        denied = "denied" in text or re.search(r"\b403\b", text)
+        refused = denied or re.search(r"unauthorized|authentication required|invalid_token|\b401\b", text)
+        if refused and cred is None:
+            # Docker Hub and GHCR answer "denied" to an anonymous pull of a private or missing repository.
+            maybe_missing = " (or it does not exist)" if denied else ""
+            return ImageError(
+                f"registry {ref.registry} needs a login to read {ref.repository}{maybe_missing}, and you have "
+                f"none for it (looked in {', '.join(str(p) for p in auth_files(self.site_auth_file))}).",
+                _login_hint(ref.registry), code="registry-no-credentials")
+        if denied:
+            return ImageError(f"registry {ref.registry} denied the login from {cred.source} access to "
+                              f"{ref.repository}.",
                               "Ask the repository's owner for pull access for that account, or log in as an "
-                              f"account that has it. {_login_hint(ref.registry, cred.helper if cred else None)}",
+                              f"account that has it. {_login_hint(ref.registry, cred.helper)}",
                               code="registry-access-denied")
-        if "unauthorized" in text or "authentication required" in text or "401" in text or "invalid_token" in text:
-            if cred is None:
-                return ImageError(
-                    f"registry {ref.registry} needs a login to read {ref.repository}, and you have none for it "
-                    f"(looked in {', '.join(str(p) for p in auth_files(self.site_auth_file))}).",
-                    _login_hint(ref.registry), code="registry-no-credentials")
+        if refused:
             if cred.token or cred.helper:
                 return ImageError(
                     f"registry {ref.registry} refused the token from {cred.source}: it has expired or was revoked.",

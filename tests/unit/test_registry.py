@@ -110,6 +110,14 @@ def test_named_helper_not_installed_says_which_file(home):
     assert "docker-credential-ecr-login" in exc.value.message and str(config) in exc.value.message
 
 
+def test_unreadable_site_robot_file_says_whom_to_ask(home):
+    site = home / "robot.json"
+    site.mkdir()  # unreadable as a file even for root (where chmod 000 would not stop the read)
+    with pytest.raises(ImageError) as exc:
+        find_credential(REG, str(site))
+    assert str(site) in exc.value.message and "platform team" in exc.value.hint
+
+
 def test_broken_auth_file_names_itself(home):
     path = home / ".docker" / "config.json"
     path.parent.mkdir()
@@ -149,6 +157,9 @@ def test_secret_stays_out_of_repr_and_argv(home, tmp_path):
      "unauthorized: authentication failed", "registry-token-expired", "gcloud auth login"),
     (Credential(REG, "alice", "pw", "/h/auth.json"), "denied: requested access to the resource is denied",
      "registry-access-denied", "pull access"),
+    (None, "requested access to the resource is denied", "registry-no-credentials", "does not exist"),
+    (Credential(REG, "alice", "pw", "/h/auth.json"), f"reading blob sha256:{'1401' * 16}: connection reset",
+     "registry-unreachable", "site.yaml"),  # "401" inside a digest is no refusal
     (None, "reading manifest 1 in r/x: manifest unknown: manifest unknown", "image-not-found", "--build"),
     (None, "pinging container registry: dial tcp: connection refused", "registry-unreachable", "site.yaml"),
 ])
