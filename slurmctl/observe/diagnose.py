@@ -45,14 +45,15 @@ def _sig(category: str, pattern: str, summary: str, hint: str) -> Signature:
 SIGNATURES: tuple[Signature, ...] = (
     _sig("gpu_hardware",
          r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
-         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error",
+         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error|Unable to determine the device handle for GPU",
          "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
          "Resubmit (the platform drains the node); resume from the last checkpoint. "
          "Tell the platform team the node name."),
     _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
          "The job reached its time limit and Slurm stopped it.",
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
-    _sig("preempted", r"DUE TO PREEMPTION|DUE TO NODE FAIL|job .* was requeued due to|Preempted by",
+    _sig("preempted", r"DUE TO PREEMPTION|DUE TO NODE FAIL|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
+         r"this job is preempted",
          "Slurm took the nodes back (preemption or a node failure); this is not your code.",
          "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
     _sig("cuda_illegal_access",
@@ -69,16 +70,26 @@ SIGNATURES: tuple[Signature, ...] = (
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
     _sig("host_oom",
-         r"oom[-_]kill event|Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
+         r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory",
+         "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
+         "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
+         "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
+    _sig("host_oom",
+         r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory",
          "The node ran out of host (CPU) memory and the kernel killed a process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, "
          "or ask for more memory per node."),
+    _sig("host_oom",
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory",
+         "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
+         "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
+         "platform team for a larger /dev/shm on the nodes."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     _sig("checkpoint_corrupt",
-         r"PytorchStreamReader failed|failed finding central directory|UnpicklingError|invalid load key|"
+         r"PytorchStreamReader\b|failed finding central directory|UnpicklingError|invalid load key|"
          r"SafetensorError: Error while deserializing|EOFError: Ran out of input|unexpected EOF.*(?:checkpoint|\.pt)",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
@@ -96,10 +107,17 @@ SIGNATURES: tuple[Signature, ...] = (
          "then resubmit; try `slurmctl submit --dry-run` first."),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
-         r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError",
-         "A configuration file or required setting is missing.",
+         r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
+         r"ConfigCompositionException|InterpolationKeyError|Key '[^']+' (?:is )?not in (?:struct|'\w+')",
+         "A configuration file or setting is missing or misspelt (config file, or a hydra/omegaconf key).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
-         "shared filesystem; list it under `data:` in run.yaml so submit checks it."),
+         "shared filesystem (list it under `config_files:` in run.yaml so submit checks it); for a hydra/omegaconf "
+         "key, compare the override in `args:` with the config's keys (full_key names it)."),
+    _sig("data_shape",
+         r"stack expects each tensor to be equal size",
+         "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
+         "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
+         "`collate_fn`; the two sizes in the message are two samples of the same batch."),
     _sig("data_shape",
          r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
          r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
@@ -109,10 +127,16 @@ SIGNATURES: tuple[Signature, ...] = (
          "belongs to this model."),
     _sig("nan_loss",
          r"\bloss\b[^\n]{0,30}?[:=]\s*\(?nan\b|loss is nan|nan loss|NaN or Inf found|non-finite loss|"
-         r"Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached",
+         r"Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|Loss became infinite or NaN",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
+    _sig("nan_loss",
+         r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore",
+         "fp16 training overflowed at every step until the dynamic loss scale hit its minimum "
+         "(DeepSpeed/apex gave up).",
+         "Train in bf16 instead of fp16 (`model.precision: bf16` in run.yaml, and the framework's bf16 switch), or "
+         "lower the learning rate / add warm-up and gradient clipping; check the data for bad samples."),
     _sig("rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
          r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
@@ -122,7 +146,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "(check MASTER_ADDR resolves on every node)."),
     _sig("nccl_error",
          r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
-         r"DistBackendError|NCCL WARN .*(?:failed|error)",
+         r"NCCL WARN .*(?:failed|error)",
          "NCCL (the GPU-to-GPU communication library) failed.",
          "Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
          "(env: in run.yaml) for details."),
@@ -132,16 +156,30 @@ SIGNATURES: tuple[Signature, ...] = (
          "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
          "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
          "the same collectives. Resubmit from the last checkpoint."),
+    # The exception type alone wraps both NCCL errors and watchdog timeouts: only a fallback.
+    _sig("nccl_error", r"DistBackendError",
+         "NCCL (the GPU-to-GPU communication library) failed.",
+         "Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
+         "(env: in run.yaml) for details."),
 )
-_PRIORITY = {sig.category: i for i, sig in enumerate(SIGNATURES)}
+_CATEGORY_RANK = {}  # category -> index of its first (highest-priority) signature
+for _i, _s in enumerate(SIGNATURES):
+    _CATEGORY_RANK.setdefault(_s.category, _i)
 
 # Slurm's verdict outranks the log for causes outside the training.
 _SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL": "preempted",
                  "OUT_OF_MEMORY": "host_oom"}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
+# torch >= 2.4 prefixes every line a rank writes with "[rankN]:", and a rank that re-logs its own output
+# doubles it ("[rank0]:[rank0]: ..."); some log collectors put the process id in front ("[80746] [rank0]:").
+_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
+# A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
+_LAUNCHER_FRAME = re.compile(r"torch/distributed/(?:run|launch)\.py|distributed/launcher/api\.py|"
+                             r"elastic/multiprocessing|accelerate/commands/launch\.py|ChildFailedError")
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
+_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|host|traceback)\s*:\s*(.*)$")
 
 
 @dataclass
@@ -160,14 +198,39 @@ class Diagnosis:
 
 
 def clean_line(line: str) -> tuple[str, int | None]:
-    """Strip ANSI codes and launcher rank prefixes; return (text, rank or None)."""
+    """Strip ANSI codes and launcher rank prefixes (repeated ones too); return (text, rank or None)."""
     text = _ANSI.sub("", line).rstrip()
     rank = None
-    m = _PREFIX.match(text)
-    if m:
-        rank = int(m.group(1) or m.group(2))
+    while m := _PREFIX.match(text):
+        rank = int(m.group(1) or m.group(2)) if rank is None else rank
         text = text[m.end():]
     return text, rank
+
+
+def launcher_root_cause(lines: list[str]) -> dict | None:
+    """torchrun's summary of a failed job: the rank that failed first, its exit code and signal.
+
+    ChildFailedError prints "Root Cause (first observed failure):" then `rank : 3 (local_rank: 3)`,
+    `exitcode : -9 (pid: 123)`, `traceback : Signal 9 (SIGKILL) received by PID 123`."""
+    for i in range(len(lines) - 1, -1, -1):
+        if _ROOT_CAUSE.search(lines[i]):
+            fields: dict = {}
+            for line in lines[i + 1:i + 10]:
+                m = _ROOT_FIELD.match(line)
+                if m:
+                    fields[m[1]] = m[2].strip()
+            rank = re.match(r"-?\d+", fields.get("rank", ""))
+            code = re.match(r"-?\d+", fields.get("exitcode", ""))
+            signal = re.search(r"Signal (\d+) \((\w+)\)", fields.get("traceback", ""))
+            if not (rank or code):
+                return None
+            result = {"rank": int(rank[0]) if rank else None, "exitcode": int(code[0]) if code else None,
+                      "host": fields.get("host") or None, "signal": signal[2] if signal else None}
+            if result["signal"] is None and result["exitcode"] is not None and result["exitcode"] < 0:
+                result["signal"] = {-9: "SIGKILL", -6: "SIGABRT", -11: "SIGSEGV", -15: "SIGTERM",
+                                    -7: "SIGBUS"}.get(result["exitcode"], f"signal {-result['exitcode']}")
+            return result
+    return None
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True) -> str:
@@ -181,43 +244,66 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True)
 
 
 def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
-    """The last Python traceback's head and its final exception line, or the log's last lines."""
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    if starts:
-        block = lines[starts[-1]:]
+    """The last Python traceback's head and its final exception line, or the log's last lines.
+
+    A launcher's own traceback (torchrun/accelerate raising ChildFailedError) says only that a rank
+    died; the rank's traceback above it is the one that explains why, so it wins when there is one."""
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
+    blocks = []
+    for n, start in enumerate(starts):
+        block = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]
         end = next((i for i, line in enumerate(block) if i and _EXCEPTION_LINE.match(line)), len(block) - 1)
-        block = block[: end + 1]
+        blocks.append(block[: end + 1])
+    own = [b for b in blocks if not any(_LAUNCHER_FRAME.search(line) for line in b)]
+    if own or blocks:
+        block = (own or blocks)[-1]
         return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
     return [line for line in lines if line.strip()][-limit:]
+
+
+def _unknown_summary(exit_code: str, root: dict | None) -> str:
+    summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
+    if root and root.get("rank") is not None:
+        how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
+        if root.get("signal") == "SIGKILL":
+            how = "SIGKILL (often the out-of-memory killer; `slurmctl status RUN` shows memory)"
+        elif root.get("signal"):
+            how = root["signal"]
+        summary += f"; torchrun reports rank {root['rank']} failed first, with {how}"
+    return summary + "; the last error in the log is shown below."
 
 
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
     cleaned = [clean_line(line) for line in text.splitlines()]
     lines = [t for t, _ in cleaned]
-    hits: dict[str, list[int]] = {}
+    hits: dict[int, list[int]] = {}  # signature index -> line numbers
     for i, line in enumerate(lines):
-        for sig in SIGNATURES:
+        for n, sig in enumerate(SIGNATURES):
             if sig.pattern.search(line):
-                hits.setdefault(sig.category, []).append(i)
+                hits.setdefault(n, []).append(i)
+    root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     from_slurm = _SLURM_STATES.get(state)
-    if from_slurm and not (from_slurm == "preempted" and "gpu_hardware" in hits):
+    hit_categories = {SIGNATURES[n].category for n in hits}
+    if from_slurm and not (from_slurm == "preempted" and "gpu_hardware" in hit_categories):
         category, source = from_slurm, "slurm"
+        own = [n for n in hits if SIGNATURES[n].category == category]
+        sig = SIGNATURES[min(own)] if own else SIGNATURES[_CATEGORY_RANK[category]]
     elif hits:
-        category, source = min(hits, key=_PRIORITY.__getitem__), "log"
+        sig, source = SIGNATURES[min(hits)], "log"
+        category = sig.category
     else:
         return Diagnosis(
-            "unknown",
-            "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
-            + "; the last error in the log is shown below.",
-            last_traceback(lines),
+            "unknown", _unknown_summary(exit_code, root), last_traceback(lines),
             "Read the traceback above; `slurmctl logs RUN --rank N` shows other ranks.",
-            source="none",
+            rank=root.get("rank") if root else None, source="none", extra={"root_cause": root} if root else {},
         )
-    sig = SIGNATURES[_PRIORITY[category]]
+    found = sorted({i for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx})
+    if root and root.get("rank") is not None:  # the launcher's first failure leads the evidence
+        found.sort(key=lambda i: cleaned[i][1] != root["rank"])
     evidence: list[str] = []
     rank = None
-    for i in hits.get(category, []):
+    for i in found:
         if lines[i].strip() and lines[i].strip() not in evidence:
             evidence.append(lines[i].strip())
             rank = cleaned[i][1] if rank is None else rank
@@ -226,7 +312,8 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     if source == "slurm" and not evidence:
         evidence = [f"Slurm state: {state}" + (f", exit code {exit_code}" if exit_code else "")]
     summary = sig.summary + (f" First seen on rank {rank}." if rank is not None else "")
-    return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source)
+    return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source,
+                     extra={"root_cause": root} if root else {})
 
 
 def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nofollow: bool = True) -> Diagnosis:

@@ -67,3 +67,90 @@ def test_unknown_shows_the_last_traceback_not_a_guess():
 def test_words_that_only_look_like_failures_stay_unknown():
     # "nan" in a file name and "memory" in a normal log line are not failures
     assert diagnose_text("loading nanogpt weights\nmemory usage 3.2 GB\nstep 4 loss 2.1\n").category == "unknown"
+
+
+# torchrun >= 2.4: the rank's lines carry "[rankN]:", doubled when the rank re-logs its own stderr; the
+# launcher's ChildFailedError traceback and summary come last and say only that a rank died.
+_TORCHRUN_LOG = """\
+[rank0]:[rank0]: Traceback (most recent call last):
+[rank0]:[rank0]:   File "/home/alice/proj/train.py", line 41, in <module>
+[rank0]:[rank0]:     for batch in loader:
+[rank0]:[rank0]:   File "/usr/lib/python3/dist-packages/torch/utils/data/_utils/collate.py", line 214, in collate
+[rank0]:[rank0]:     return torch.stack(batch, 0, out=out)
+[rank0]:[rank0]: RuntimeError: stack expects each tensor to be equal size, but got [7] at entry 0 and [9] at entry 1
+E1130 18:00:01.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0
+Traceback (most recent call last):
+  File "/usr/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/usr/lib/python3/dist-packages/torch/distributed/launcher/api.py", line 269, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_18:00:01
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4242)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_doubled_rank_prefix_and_launcher_noise():
+    assert clean_line("[rank0]:[rank0]: RuntimeError: x") == ("RuntimeError: x", 0)
+    assert clean_line("[80746] [rank4]:[E321 02:07:08] boom") == ("[E321 02:07:08] boom", 4)
+    assert clean_line("[12] not a rank prefix") == ("[12] not a rank prefix", None)
+    result = diagnose_text(_TORCHRUN_LOG)
+    assert result.category == "data_shape" and result.rank == 0
+    assert result.evidence[0].startswith("RuntimeError: stack expects each tensor to be equal size")
+    assert result.extra["root_cause"] == {"rank": 0, "exitcode": 1, "host": "node1", "signal": None}
+    assert "collate_fn" in result.hint
+
+
+def test_unknown_shows_the_ranks_traceback_not_the_launchers():
+    log = _TORCHRUN_LOG.replace("RuntimeError: stack expects each tensor to be equal size, but got [7] at "
+                                "entry 0 and [9] at entry 1", "KeyError: 'labels'")
+    result = diagnose_text(log)
+    assert result.category == "unknown" and result.evidence[-1] == "KeyError: 'labels'"
+    assert not any("ChildFailedError" in line for line in result.evidence)
+    assert "rank 0 failed first, with exit code 1" in result.summary
+
+
+def test_launcher_reports_a_sigkill():
+    log = ("Root Cause (first observed failure):\n[0]:\n  host      : n1\n  rank      : 5 (local_rank: 5)\n"
+           "  exitcode  : -9 (pid: 14750)\n  error_file: <N/A>\n"
+           "  traceback : Signal 9 (SIGKILL) received by PID 14750\n")
+    result = diagnose_text(log)
+    assert result.category == "unknown" and result.rank == 5
+    assert "SIGKILL (often the out-of-memory killer" in result.summary
+
+
+def test_slurm_cgroup_oom_is_named_as_such():
+    log = ("slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks have been "
+           "OOM Killed.\nsrun: error: nid001277: tasks 1-3: Out Of Memory\n")
+    result = diagnose_text(log)
+    assert result.category == "host_oom" and "cgroup" in result.summary and len(result.evidence) == 2
+
+
+def test_a_watchdog_timeout_wrapped_in_dist_backend_error_is_a_timeout():
+    log = ("terminate called after throwing an instance of 'c10::DistBackendError'\n"
+           "  what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception: [Rank 5] Watchdog "
+           "caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600020 milliseconds "
+           "before timing out.\n")
+    assert diagnose_text(log).category == "nccl_timeout"
+    assert diagnose_text("torch.distributed.DistBackendError: boom\n").category == "nccl_error"
+
+
+@pytest.mark.parametrize("line, category", [
+    ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.", "nan_loss"),
+    ("submitit WARNING (2022-08-12 02:06:11,453) - Caught signal SIGUSR2 on n1: this job is preempted.", "preempted"),
+    ("omegaconf.errors.ConfigAttributeError: Key 'min_lr' is not in struct", "missing_config"),
+    ("RuntimeError: DataLoader worker (pid 3002) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory.", "host_oom"),
+])
+def test_new_signatures(line, category):
+    assert diagnose_text(line + "\n").category == category
