@@ -11,33 +11,53 @@ Today: how to reach the cluster from a laptop through its SSH login node.
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import TYPE_CHECKING
 
 from slurmctl.errors import ConfigError
-from slurmctl.submit.spec import format_validation_error
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 USER_CONFIG_ENV = "SLURMCTL_USER_CONFIG"
 DEFAULT_USER_CONFIG = Path("~/.config/slurmctl/config.yaml")
 
 
-class UserConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@cache
+def _model():
+    """The pydantic model, built on first use: most users have no config file, and every command
+    asks for one (the read commands then never import pydantic for it)."""
+    from pydantic import BaseModel, ConfigDict
 
-    login_host: str | None = None
-    ssh_key: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    strict_host_key_checking: bool = True
+    class UserConfig(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        login_host: str | None = None
+        ssh_key: str | None = None
+        known_hosts: str = "~/.ssh/known_hosts"
+        strict_host_key_checking: bool = True
+
+    return UserConfig
+
+
+def __getattr__(name: str):
+    if name == "UserConfig":
+        return _model()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def user_config_path() -> Path:
     return Path(os.environ.get(USER_CONFIG_ENV) or DEFAULT_USER_CONFIG).expanduser()
 
 
-def load_user_config(path: Path | None = None) -> UserConfig:
+def load_user_config(path: Path | None = None) -> BaseModel:  # a UserConfig
     import yaml
+    from pydantic import ValidationError
 
+    from slurmctl.submit.spec import format_validation_error
+
+    UserConfig = _model()  # noqa: N806 - the model class
     path = path or user_config_path()
     if not path.exists():
         return UserConfig()
@@ -51,8 +71,10 @@ def load_user_config(path: Path | None = None) -> UserConfig:
                           "Known keys: login_host, ssh_key, known_hosts, strict_host_key_checking.") from None
 
 
-def ssh_runner_for(host: str | None, config: UserConfig | None = None):
+def ssh_runner_for(host: str | None, config: BaseModel | None = None):
     """An SSHRunner for `--host` (or the config's login_host); None means run locally."""
+    if host is None and config is None and not user_config_path().exists():
+        return None
     config = config or load_user_config()
     host = host or config.login_host
     if not host:

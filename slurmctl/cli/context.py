@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -17,7 +18,9 @@ from rich.text import Text
 
 from slurmctl.rundir import RunRegistry
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import SiteConfig, load_site_config
+
+if TYPE_CHECKING:  # pydantic and yaml are imported only by commands that read the site config
+    from slurmctl.submit.spec import SiteConfig
 
 # Control characters other than newline and tab are printed as '?': an ESC in a job name or reason
 # that another user chose would otherwise reach this user's terminal (recolour, retitle, set the
@@ -120,6 +123,8 @@ class Context:
     @property
     def site(self) -> SiteConfig:
         if self._site is None:
+            from slurmctl.submit.spec import load_site_config
+
             self._site = load_site_config()
         return self._site
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -20,7 +21,9 @@ from slurmctl.cli.context import (
     printable,
 )
 from slurmctl.durations import human_duration, until
-from slurmctl.observe.status import RunStatus
+
+if TYPE_CHECKING:  # status pulls in pricing (pydantic): imported by the commands that need it
+    from slurmctl.observe.status import RunStatus
 
 
 def _when(iso: str | None) -> str:

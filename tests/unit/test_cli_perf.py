@@ -1,0 +1,134 @@
+"""What keeps the CLI quick, pinned: read commands import no heavy module, the plain table formatter
+prints exactly what rich prints, and `ls` reads only the newest runs' files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import string
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+import slurmctl.cli.context as context
+import slurmctl.rundir as rundir
+from slurmctl.rundir import RunRegistry
+
+HEAVY = ("jinja2", "torch", "docker", "paramiko", "matplotlib", "submitit", "prometheus_client")
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = code + "\nimport sys, json\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "SLURMCTL_USER_CONFIG": "/nonexistent/config.yaml"})
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("command", ["ls", "status", "queue", "logs", "explain"])
+def test_read_commands_import_no_heavy_module(command):
+    # The command module and every library module the read commands import when they run.
+    loaded = _imported_after(
+        "from slurmctl.cli.main import cli\n"
+        f"cli.get_command(None, {command!r})\n"
+        "import slurmctl.observe.status, slurmctl.observe.logs, slurmctl.observe.explain, slurmctl.userconfig\n"
+        "import slurmctl.durations, slurmctl.errors\n")
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_help_and_explain_import_neither_pydantic_nor_yaml():
+    for argv in (["--help"], ["explain", "PD"]):
+        loaded = _imported_after(f"from slurmctl.cli.main import main\nmain({argv!r})")
+        assert not loaded & {"pydantic", "yaml", *HEAVY}, (argv, loaded & {"pydantic", "yaml", *HEAVY})
+
+
+def _render(fn, width: int, columns, rows) -> str:
+    buf = io.StringIO()
+    console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=width)
+    saved, context.out = context.out, console
+    try:
+        fn(columns, rows)
+    finally:
+        context.out = saved
+    return buf.getvalue()
+
+
+_PLAIN_TABLE = context.plain_table
+
+
+def _rich(columns, rows) -> None:
+    table = _PLAIN_TABLE(*columns)
+    for row in rows:
+        table.add_row(*row)
+    context.out.print(table)
+
+
+def test_print_table_prints_what_rich_prints(monkeypatch):
+    through_rich = []
+    monkeypatch.setattr(context, "plain_table", lambda *a, **k: through_rich.append(1) or _PLAIN_TABLE(*a, **k))
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits + " []/-:$.\x1b"
+    fast = 0
+    for _ in range(400):
+        columns = tuple(rng.choice(["JOB", "USER", "NAME", "WHAT IS HAPPENING", "X"]) for _ in range(rng.randint(1, 8)))
+        rows = [tuple("".join(rng.choice(alphabet) for _ in range(rng.choice([0, 1, 3, 10, 20, 120])))
+                      for _ in columns) for _ in range(rng.randint(0, 30))]
+        rows += [tuple(rng.choice(["é", "漢字", "a\tb", "a\nb"]) for _ in columns)] if rng.random() < 0.1 else []
+        width = rng.choice([40, 80, 200, 400])
+        before = len(through_rich)
+        assert _render(context.print_table, width, columns, rows) == _render(_rich, width, columns, rows)
+        fast += len(through_rich) == before
+    assert fast > 50, fast  # the plain formatter itself was compared, not only rich with rich
+
+
+def test_print_table_is_linear_in_rows():
+    rows = [(str(1000 + i), "alice", f"job-{i}", "l4-dev", "pending", "1", "in 3 min", "Held by its owner.")
+            for i in range(2000)]
+    columns = ("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY")
+    started = time.perf_counter()
+    fast = _render(context.print_table, 200, columns, rows)
+    fast_s = time.perf_counter() - started
+    started = time.perf_counter()
+    slow = _render(_rich, 200, columns, rows)
+    rich_s = time.perf_counter() - started
+    assert fast == slow and fast_s * 5 < rich_s, (fast_s, rich_s)
+
+
+def _make_runs(root, runs: list[tuple[str, float]]) -> None:
+    for run_id, created in runs:
+        (root / run_id).mkdir(mode=0o700)
+        (root / run_id / rundir.RUN_JSON).write_text(json.dumps({"run_id": run_id, "created": created}))
+
+
+def test_recent_is_the_tail_of_list_and_reads_only_the_newest_days(tmp_path, monkeypatch):
+    runs_root = tmp_path / "runs"
+    (runs_root / "me").mkdir(parents=True, mode=0o700)
+    root = runs_root / "me"
+    now = time.time()
+    made = []
+    for i in range(600):  # two runs a day for 300 days, and one run just after midnight of its id's day
+        created = now - i * 43200
+        made.append((f"r{i}-{datetime.fromtimestamp(created, UTC):%Y%m%d}-{i:04x}", created))
+    day = datetime.fromtimestamp(now - 5 * 86400, UTC).strftime("%Y%m%d")
+    made.append((f"late-{day}-ffff", now - 4.5 * 86400))
+    made.append(("not-a-run-id", now - 1000 * 86400))  # a run dir under another name: always read
+    _make_runs(root, made)
+    (root / "empty-20250101-0000").mkdir()  # no run.json: no run
+    registry = RunRegistry(runs_root, "me")
+    everything = registry.list()
+    assert len(everything) == 602
+    for limit, since in [(20, None), (1, None), (7, None), (None, now - 3 * 86400), (3, now - 10 * 86400),
+                         (None, None), (2000, None)]:
+        want = [r for r in everything if since is None or r.meta["created"] >= since]
+        want = want[-limit:] if limit else want
+        assert [r.run_id for r in registry.recent(limit, since)] == [r.run_id for r in want], (limit, since)
+    reads = []
+    real = rundir.read_json
+    monkeypatch.setattr(rundir, "read_json", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    registry.recent(20)
+    assert len({p.parent for p in reads}) < 30  # ~11 days of 2 runs, the slack day and the undated run
