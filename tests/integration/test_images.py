@@ -281,6 +281,42 @@ def test_alice_pins_a_private_image_with_her_own_login(images, user_dir, alice_a
     print(f"\n[images] alice: dry-run submit pinning through the htpasswd registry {elapsed:.2f} s")
 
 
+def index_image(images, tag: str, archs: tuple[str, ...]) -> dict[str, str]:
+    """A multi-arch index at `tag` with one tiny image per architecture; returns arch -> digest."""
+    for arch in archs:
+        tiny_image(images, f"{tag}-{arch}", arch=arch)
+    assert podman(images, "manifest", "create", tag).returncode == 0
+    try:
+        for arch in archs:
+            added = podman(images, "manifest", "add", tag, f"docker://{tag}-{arch}")
+            assert added.returncode == 0, added.stderr
+        pushed = podman(images, "manifest", "push", "-q", "--all", tag, f"docker://{tag}")
+        assert pushed.returncode == 0, pushed.stderr
+    finally:
+        podman(images, "manifest", "rm", tag)
+    raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--authfile",
+                          str(IMAGES / "etc/registry-auth/nodes-auth.json"), f"docker://{tag}"],
+                         capture_output=True, text=True, timeout=60)
+    assert raw.returncode == 0, raw.stderr
+    return {m["platform"]["architecture"]: m["digest"] for m in json.loads(raw.stdout)["manifests"]}
+
+
+def test_multi_arch_index_behind_a_login_pins_the_nodes_architecture(images, user_dir, alice_auth):
+    """An OCI index in the login registry: alice's submit pins the amd64 entry's digest (l4-dev is
+    amd64); an index without amd64 is refused with the architectures it has."""
+    base = f"{images['auth_registry']}/slurmctl/multi-{uuid.uuid4().hex[:6]}"
+    digests = index_image(images, f"{base}:both", ("amd64", "arm64"))
+    index_image(images, f"{base}:armonly", ("arm64",))
+    alice_file(alice_auth[0], {"auths": {images["auth_registry"]: basic(ROBOT, images["password"])}})
+    work = user_dir("alice")
+
+    pinned = alice_pins(images, work, f"{base}:both")
+    assert pinned.returncode == 0, pinned.stderr
+    assert f"{ImageRef.parse(base + ':both').name}@{digests['amd64']}" in json.loads(pinned.stdout)["script"]
+    refused = alice_pins(images, work, f"{base}:armonly", submit=True)
+    assert_clean_refusal(refused, "arm64", "exec format error")
+
+
 @pytest.fixture
 def token_registry(tmp_path):
     registry = TokenRegistry(tmp_path / "token-registry", {"alice": "alice-token-pw"}, {"refresh-alice-ok"}).start()
