@@ -132,6 +132,9 @@ REASONS: dict[str, Explanation] = {
     "TimeLimit": _e("The job hit its time limit.", "Resume from the last checkpoint, or raise `time_limit`.", "ended"),
     "InactiveLimit": _e("The job was idle too long (its launcher went away) and was ended.", "Submit again; keep the submitting session alive for interactive jobs.", "ended"),
     "DeadLine": _e("The job could not finish before its deadline and was removed.", "Submit again with a later deadline or a shorter time limit.", "ended"),
+    "MaxPoweredUpNodes": _e("The cluster's cap on powered-up nodes is reached, so the powered-down node the job needs cannot boot yet.", "Nothing to do; it starts when another node powers down.", "wait"),
+    "MpiPortsBusy": _e("The ports Slurm reserves for MPI on the nodes are all in use by other jobs.", "Nothing to do; it starts when ports free up.", "wait"),
+    "NvidiaImexChannels": _e("No NVIDIA IMEX channel (multi-node NVLink) is free for the job yet.", "Nothing to do; it starts when a channel frees up.", "wait"),
     "OutOfMemory": _e("A process ran out of host memory and was killed.", "Lower the batch size or data-loader workers, or ask for more memory.", "ended"),
     # Not in the reason table but printed by squeue/scontrol as the reason text.
     "launch failed requeued held": _e("The job failed to launch (a node problem) and is held.", "Release it with `scontrol release JOBID`; tell the platform team.", "hold"),
@@ -151,7 +154,7 @@ _FAMILY_RE = re.compile(
     r"^(?P<scope>QOS|Assoc)?(?P<kind>Grp|Max|Min)"
     r"(?P<resource>CPU|Cpu|Memory|Mem|Node|GRES|Billing|License|Energy|BB|Unknown|SubmitJobs|SubmitJob|Jobs|Job|"
     r"WallDuration|Wall)"
-    r"(?P<minutes>RunMinutes|Minutes|Mins)?(?:Per(?P<per>Job|Node|User|Account))?(?P<suffix>Limit|NotSatisfied)?$"
+    r"(?P<minutes>RunMinutes|RunMins|Minutes|Mins)?(?:Per(?P<per>Job|Node|User|Account))?(?P<suffix>Limit|NotSatisfied)?$"
 )
 
 
@@ -196,6 +199,12 @@ class LimitFamily:
         if self.per == "Node":
             return _e(f"The job asks for more {counted} per node than {who} allows.",
                       "Spread the job over more nodes with fewer GPUs each, or ask for less.", "blocked")
+        if self.minutes == "RunMinutes" and self.per in {"User", "Account"}:
+            whose = "Your running jobs" if self.per == "User" else "Your account's running jobs"
+            return _e(f"{whose} already hold as much {noun} x remaining time limit as {who} allows per "
+                      f"{self.per.lower()}.",
+                      "Nothing to do: the budget frees up as those jobs run down their time; a shorter `time_limit` "
+                      "in run.yaml makes the job fit sooner.", "wait")
         if self.per == "User":
             return _e(f"Your running jobs already use the most {counted} {who} allows per user.",
                       "Wait for your other jobs to finish, or cancel one.", "wait")
@@ -209,10 +218,11 @@ def parse_limit_family(reason: str) -> LimitFamily | None:
     m = _FAMILY_RE.match(reason)
     if not m:
         return None
-    scope = m["scope"] or ("Account" if m["per"] == "Account" else "")
+    # Reasons without a scope word are QOS limits (Slurm's WAIT_QOS_MAX_*_PER_USER / _PER_ACCT entries).
+    scope = m["scope"] or {"Account": "Account", "User": "QOS"}.get(m["per"] or "", "")
     if not scope or (m["suffix"] == "NotSatisfied" and m["kind"] != "Min"):
         return None
-    minutes = {"Mins": "Minutes"}.get(m["minutes"] or "", m["minutes"] or "")
+    minutes = {"Mins": "Minutes", "RunMins": "RunMinutes"}.get(m["minutes"] or "", m["minutes"] or "")
     return LimitFamily(scope, m["kind"], m["resource"], minutes, m["per"] or "")
 
 

@@ -20,6 +20,7 @@ from slurmctl.observe.explain import (
 
 TABLE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "slurm_job_state_reasons.json").read_text())
 REASONS = sorted({r["string"] for r in TABLE["reasons"]})
+OLDER = TABLE["removed_since_22_05"]  # still printed by the Slurm 22.05 the local cluster runs
 # base states and flags from slurm.h (enum job_states + JOB_* flags as squeue/sacct print them)
 SLURM_STATES = ["PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "LAUNCH_FAILED", "UPDATE_DB", "REQUEUED",
@@ -30,10 +31,10 @@ SLURM_STATES = ["PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FA
 
 def test_the_table_is_slurms_whole_table():
     assert TABLE["source"].startswith("https://github.com/SchedMD/slurm/")
-    assert len(TABLE["reasons"]) == 200 and len(REASONS) == 198
+    assert len(TABLE["reasons"]) == 218 and len(REASONS) == 216  # Slurm 25.x: PartitionDown and one BB entry repeat
 
 
-@pytest.mark.parametrize("reason", REASONS)
+@pytest.mark.parametrize("reason", REASONS + OLDER)
 def test_every_reason_in_slurms_table_is_explained_specifically(reason):
     expl = explain_reason(reason)
     assert expl is not None and expl.known, reason
@@ -70,6 +71,9 @@ def test_short_codes_and_combined_states():
     ("QOSMinGRES", ["fewer GPUs"], "blocked"),
     ("QOSMaxSubmitJobPerUserLimit", ["You have", "queued and running jobs"], "wait"),
     ("AssocMaxCpuMinutesPerJobLimit", ["CPUs x minutes", "single job"], "blocked"),
+    ("MaxBillingRunMinsPerUser", ["Your running jobs", "billed usage", "x remaining time limit", "QOS"], "wait"),
+    ("MaxGRESRunMinsPerAccount", ["Your account's running jobs", "GPUs", "per account"], "wait"),
+    ("AssocGrpBillingRunMinutes", ["billed usage", "remaining time limit"], "wait"),
 ])
 def test_families_are_parsed_structurally(reason, words, kind):
     expl = explain_reason(reason)
