@@ -70,7 +70,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
     _sig("host_oom",
-         r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory",
+         r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
+         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit",
          "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
          "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
