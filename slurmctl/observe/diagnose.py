@@ -97,10 +97,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
-         r"CUDA driver version is insufficient|cudaErrorNoKernelImageForDevice|PTX was compiled with an unsupported|"
+         r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
+         r"cudaErrorNoKernelImageForDevice|PTX was compiled with an unsupported|"
          r"Exec format error|GLIBC_\S+' not found",
          "The software was built for a different GPU/CPU architecture or driver than this node has.",
-         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100) or rebuild the image/extension for it."),
+         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100) and the nodes' NVIDIA driver (a cu12x "
+         "wheel needs a driver of that CUDA version), or rebuild the image/extension for it."),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
