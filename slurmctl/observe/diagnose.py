@@ -91,7 +91,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     _sig("checkpoint_corrupt",
          r"PytorchStreamReader\b|failed finding central directory|UnpicklingError|invalid load key|"
-         r"SafetensorError: Error while deserializing|EOFError: Ran out of input|unexpected EOF.*(?:checkpoint|\.pt)",
+         r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
+         r"unexpected EOF.*(?:checkpoint|\.pt)",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
