@@ -6,10 +6,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from slurmctl import lineage
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
+from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import parse_when
 from slurmctl.errors import SpecError
 

@@ -7,19 +7,21 @@ has no import cycle and `slurmctl --help` imports no command module.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+from functools import cache
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from slurmctl.rundir import RunRegistry
 from slurmctl.slurm.client import SlurmClient
 
 if TYPE_CHECKING:  # pydantic and yaml are imported only by commands that read the site config
+    from rich.table import Table
+    from rich.text import Text
+
     from slurmctl.submit.spec import SiteConfig
 
 # Control characters other than newline and tab are printed as '?': an ESC in a job name or reason
@@ -32,40 +34,83 @@ def printable(value: object) -> str:
     return _CONTROL.sub("?", str(value))
 
 
-class _TextConsole(Console):
-    """Every printed string (markup or not) has its control characters made visible."""
+@cache
+def _text_console_class():
+    from rich.console import Console
 
-    def render_str(self, text: str, **kwargs) -> Text:
-        rendered = super().render_str(text, **kwargs)
-        rendered.plain = printable(rendered.plain)
-        return rendered
+    class _TextConsole(Console):
+        """Every printed string (markup or not) has its control characters made visible."""
+
+        def render_str(self, text: str, **kwargs) -> Text:
+            rendered = super().render_str(text, **kwargs)
+            rendered.plain = printable(rendered.plain)
+            return rendered
+
+    return _TextConsole
 
 
-# Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
-out = _TextConsole(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = _TextConsole(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+class _LazyConsole:
+    """A rich console built on first use: rich costs ~35 ms to import, and a piped `ls` or `queue`
+    prints its table without it (see ``print_table``)."""
+
+    def __init__(self, stderr: bool):
+        self._stderr, self._console = stderr, None
+
+    def __getattr__(self, name: str):
+        if self._console is None:
+            stream = sys.stderr if self._stderr else sys.stdout
+            # Piped or logged output (not a terminal) gets a wide console so tables never wrap mid-identifier.
+            self._console = _text_console_class()(stderr=self._stderr, highlight=False, soft_wrap=True,
+                                                  width=None if stream.isatty() else 200)
+        return getattr(self._console, name)
+
+
+out = _LazyConsole(stderr=False)
+err = _LazyConsole(stderr=True)
+
+
+def __getattr__(name: str):
+    if name == "_TextConsole":
+        return _text_console_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def escape(markup: str) -> str:
+    """rich.markup.escape, imported when a command prints markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
 
 
 def text(value: object, style: str = "") -> Text:
     """A printed value as rich Text: brackets in names, reasons or paths are shown, never parsed as markup."""
+    from rich.text import Text
+
     return Text(printable(value), style=style)
 
 
-class _PlainTable(Table):
-    """Identifiers and numbers keep their full width (min_width grows with each row); only the last,
-    free-text column is cut with an ellipsis on a narrow terminal. Plain str cells are turned into
-    Text, so a job named '[/]x' prints as itself."""
+@cache
+def _plain_table_class():
+    from rich.table import Table
+    from rich.text import Text
 
-    def add_row(self, *cells, **kwargs) -> None:
-        cells = tuple(Text(printable(c)) if isinstance(c, str) else c for c in cells)
-        super().add_row(*cells, **kwargs)
-        for column, cell in zip(self.columns[:-1], cells):
-            width = cell.cell_len if isinstance(cell, Text) else len(str(cell or ""))
-            column.min_width = max(column.min_width or len(str(column.header)), width)
+    class _PlainTable(Table):
+        """Identifiers and numbers keep their full width (min_width grows with each row); only the last,
+        free-text column is cut with an ellipsis on a narrow terminal. Plain str cells are turned into
+        Text, so a job named '[/]x' prints as itself."""
+
+        def add_row(self, *cells, **kwargs) -> None:
+            cells = tuple(Text(printable(c)) if isinstance(c, str) else c for c in cells)
+            super().add_row(*cells, **kwargs)
+            for column, cell in zip(self.columns[:-1], cells):
+                width = cell.cell_len if isinstance(cell, Text) else len(str(cell or ""))
+                column.min_width = max(column.min_width or len(str(column.header)), width)
+
+    return _PlainTable
 
 
 def plain_table(*columns: str, title: str | None = None) -> Table:
-    table = _PlainTable(box=None, pad_edge=False, title=title, title_justify="left")
+    table = _plain_table_class()(box=None, pad_edge=False, title=title, title_justify="left")
     for i, name in enumerate(columns):
         table.add_column(name, no_wrap=True, overflow="ellipsis" if i == len(columns) - 1 else "fold")
     return table
@@ -82,7 +127,9 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
     the table is long. A title, cells that rich would lay out differently (non-ASCII, tab, newline)
     and a table wider than the console (rich cuts its last column) go through rich."""
     cells = [tuple(printable(c) for c in row) for row in rows]
-    piped_or_long = not out.is_terminal or len(cells) > FAST_TABLE_ROWS
+    plain_stdout = _plain_stdout()
+    width = 200 if plain_stdout else out.width
+    piped_or_long = plain_stdout or not out.is_terminal or len(cells) > FAST_TABLE_ROWS
     simple = all(c.isascii() and "\n" not in c and "\t" not in c for row in cells for c in row) and \
         all(c.isascii() for c in columns)
     widths = [len(c) for c in columns]
@@ -90,7 +137,7 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
         for i, c in enumerate(row):
             if len(c) > widths[i]:
                 widths[i] = len(c)
-    if title or not (piped_or_long and simple and sum(widths) + 2 * (len(columns) - 1) <= out.width):
+    if title or not (piped_or_long and simple and sum(widths) + 2 * (len(columns) - 1) <= width):
         table = plain_table(*columns, title=title)
         for row in rows:
             table.add_row(*row)
@@ -100,9 +147,21 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
     def line(row: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(row, widths))
 
-    out.print(Text(line(tuple(columns)), style="table.header"))
-    out.file.write("".join(line(row) + "\n" for row in cells))
+    body = "".join(line(row) + "\n" for row in cells)
+    if plain_stdout:  # what rich would write, without importing it
+        sys.stdout.write(line(tuple(columns)) + "\n" + body)
+        sys.stdout.flush()
+        return
+    out.print(text(line(tuple(columns)), style="table.header"))
+    out.file.write(body)
     out.file.flush()
+
+
+def _plain_stdout() -> bool:
+    """stdout is a pipe or a file, rich would write no style codes to it (it honours these variables)
+    and its console is not built yet: the console's width there is 200 (see ``_LazyConsole``)."""
+    return (isinstance(out, _LazyConsole) and out._console is None and not sys.stdout.isatty()
+            and not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")))
 
 
 class Context:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, print_json
 
 
 @click.command()

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
 
 from slurmctl.cli.context import (
     Context,
     err,
+    escape,
     json_option,
     out,
     pass_ctx,
@@ -78,17 +78,29 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
     result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site)
     print_json(result.to_dict()) if as_json else _print_status(result)
+    if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
+        from slurmctl.errors import CODES
+
+        return CODES["slurm-unreachable"]
 
 
-def _with_active(ctx: Context, runs: list) -> list:
-    """`runs` plus every run of the caller with a job in the queue, however old (one squeue --me)."""
+def _with_active(ctx: Context, runs: list) -> list | None:
+    """`runs` plus every run of the caller with a job in the queue, however old (one squeue --me);
+    None when Slurm does not answer within the read budget."""
     import os
 
-    from slurmctl.errors import RunNotFound, RunNotOwned
+    from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
+    from slurmctl.observe.status import QUERY_SECONDS
     from slurmctl.rundir import run_id_from_comment
+    from slurmctl.slurm.runner import answer_within
 
     shown = {r.run_id for r in runs}
-    for job in ctx.client.queue(mine=True):
+    try:
+        with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
+            queued = ctx.client.queue(mine=True)
+    except SlurmUnreachable:
+        return None  # Slurm does not answer: the caller shows the run dirs alone
+    for job in queued:
         run_id = run_id_from_comment(job.comment)
         # only an existing run dir is looked up: a bare id never falls back to a scan of every run
         if run_id and run_id not in shown and os.path.lexists(ctx.registry.root / run_id):
@@ -113,7 +125,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     import time
 
     from slurmctl.durations import parse_duration
-    from slurmctl.observe.status import runs_statuses
+    from slurmctl.observe.status import runs_statuses, unreachable_statuses
 
     try:
         after = None if since is None else time.time() - parse_duration(since)
@@ -128,18 +140,21 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
             owned = [(u, r) for u, r in owned if (r.meta.get("created") or 0) >= after]
         owned = owned[-wanted:] if wanted else owned
         users, runs = [u for u, _ in owned], [r for _, r in owned]
+        statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
-        runs = runs if show_all else _with_active(ctx, runs)
+        active = runs if show_all else _with_active(ctx, runs)
         users = []
-    statuses = runs_statuses(runs, ctx.client, site=ctx.site)
+        # squeue did not answer within the read budget: no second wait for the same outage
+        statuses = (unreachable_statuses(runs, site=ctx.site) if active is None
+                    else runs_statuses(active, ctx.client, site=ctx.site))
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
             row["user"] = user
         print_json(rows)
-        return
+        return _unreachable_exit(statuses)
     if not statuses:
         where = ctx.registry.runs_root if all_users else ctx.registry.root
         out.print(f"no runs under {where}; start one with `slurmctl init NAME`", markup=False)
@@ -154,6 +169,19 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
         table.append((users[i], *row) if all_users else row)
     print_table(("USER", *columns) if all_users else columns, table)
+    return _unreachable_exit(statuses)
+
+
+def _unreachable_exit(statuses: list) -> int | None:
+    """Statuses shown from the run dirs alone (Slurm did not answer) end the command non-zero."""
+    down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
+    if not down:
+        return None
+    from slurmctl.errors import CODES
+
+    err.print(f"Slurm unreachable since {datetime.fromtimestamp(min(down)):%H:%M:%S}: shown from the run "
+              "directories alone.", markup=False)
+    return CODES["slurm-unreachable"]
 
 
 @click.command()

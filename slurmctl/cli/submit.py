@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
-from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, plain_table, print_json
+from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import until
 from slurmctl.submit.cost import CostEstimate
 from slurmctl.submit.placement import Placement
