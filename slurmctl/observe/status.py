@@ -9,11 +9,13 @@ number of Slurm commands: one squeue for every run, one sacct for the ones squeu
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from slurmctl.durations import human_duration
+from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
 from slurmctl.observe.explain import explain_reason, explain_state
 from slurmctl.observe.quota import quota_for
@@ -21,9 +23,13 @@ from slurmctl.ops.pricing import allocation_cost
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER
 from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
+from slurmctl.slurm.runner import answer_within
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
+# A read command's Slurm queries are cut off after this: with a hung controller, status and ls still
+# answer within 5 s, from the run directory.
+QUERY_SECONDS = 4.0
 
 
 @dataclass
@@ -78,6 +84,7 @@ class RunStatus:
     diagnosis: dict | None = None
     watchdog: dict | None = None  # what the progress watchdog did to the latest job (diagnose.watchdog_report)
     quota: dict | None = None  # QOS*/Assoc* reasons: the limit, its value, current usage (slurmctl.observe.quota)
+    slurm_unreachable_since: float | None = None  # epoch: Slurm did not answer; the rest is the run dir's
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,8 +139,9 @@ def _capacity_why(status: RunStatus, spec_gpu_type: str | None, per_node: int, c
 
 
 def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: QueueContext | None = None,
-                 site=None) -> RunStatus:
-    """The run's story from its Slurm job (given, never queried here) and its run directory."""
+                 site=None, unreachable_since: float | None = None) -> RunStatus:
+    """The run's story from its Slurm job (given, never queried here) and its run directory.
+    `unreachable_since`: Slurm did not answer (job is None): say so, and what the run dir knows."""
     now = now or time.time()
     job_id = run.latest_job_id()
     events = run.events()
@@ -149,6 +157,14 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status = RunStatus(run.run_id, str(run.path), None, "NOT_SUBMITTED",
                            "This run was never submitted to Slurm.", "Submit it with `slurmctl submit`.",
                            phase="not submitted")
+    elif job is None and unreachable_since is not None:
+        since = datetime.fromtimestamp(unreachable_since).strftime("%H:%M:%S")
+        status = RunStatus(run.run_id, str(run.path), job_id, "UNREACHABLE",
+                           f"Slurm unreachable since {since} ({human_duration(max(0.0, now - unreachable_since))}); "
+                           "this is what the run directory knows.",
+                           "A running job goes on without the controller; retry in a minute, and tell your admin "
+                           "if it lasts.", phase=_phase_from_run_dir(events, job_id, heartbeat, now),
+                           slurm_unreachable_since=unreachable_since)
     elif job is None:
         status = RunStatus(run.run_id, str(run.path), job_id, "UNKNOWN",
                            f"Slurm no longer knows job {job_id} (accounting has no record of it).",
@@ -257,28 +273,99 @@ def _lookup(client: SlurmClient, job_ids: set[int]) -> tuple[dict[int, Job], Que
 
 
 def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
+    """Slurm's view + the run dir. When Slurm does not answer within QUERY_SECONDS, the run dir's
+    alone, marked UNREACHABLE with `slurm_unreachable_since` (the CLI exits non-zero on it)."""
     job_id = run.latest_job_id()
-    found, view = _lookup(client, {job_id}) if job_id is not None else ({}, QueueView())
-    job = found.get(job_id) if job_id is not None else None
-    ctx = _queue_context(job, view)
-    if ctx is not None and job.reason in {"Resources", "Priority"}:
-        ctx.nodes = client.node_usage()
+    try:
+        with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+            found, view = _lookup(client, {job_id}) if job_id is not None else ({}, QueueView())
+            job = found.get(job_id) if job_id is not None else None
+            ctx = _queue_context(job, view)
+            if ctx is not None and job.reason in {"Resources", "Priority"}:
+                ctx.nodes = client.node_usage()
+            # only quota reasons cost Slurm calls (one squeue, one sacctmgr)
+            quota = quota_for(job, client) if job is not None and job.state == "PENDING" else None
+    except SlurmUnreachable:
+        return build_status(run, None, site=site, unreachable_since=slurm_unreachable())
+    if job_id is not None:
+        slurm_answered()
     status = build_status(run, job, queue=ctx, site=site)
-    if job is not None and job.state == "PENDING":
-        quota = quota_for(job, client)  # only quota reasons cost Slurm calls (one squeue, one sacctmgr)
-        if quota is not None:
-            status.quota = quota.to_dict()
-            status.why = f"{status.why} ({quota.sentence()})"
+    if quota is not None:
+        status.quota = quota.to_dict()
+        status.why = f"{status.why} ({quota.sentence()})"
     return status
 
 
 def runs_statuses(runs: list[Run], client: SlurmClient, site=None) -> list[RunStatus]:
-    """Status for many runs with one squeue call and at most one sacct call."""
+    """Status for many runs with one squeue call and at most one sacct call (run dirs alone, marked
+    UNREACHABLE, when Slurm does not answer within QUERY_SECONDS)."""
     latest = {run.run_id: run.latest_job_id() for run in runs}
     wanted = {j for j in latest.values() if j is not None}
-    found, view = _lookup(client, wanted) if wanted else ({}, QueueView())
+    try:
+        with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+            found, view = _lookup(client, wanted) if wanted else ({}, QueueView())
+    except SlurmUnreachable:
+        return unreachable_statuses(runs, site)
+    if wanted:
+        slurm_answered()
     return [build_status(run, found.get(latest[run.run_id]), queue=_queue_context(found.get(latest[run.run_id]), view),
                          site=site) for run in runs]
+
+
+def unreachable_statuses(runs: list[Run], site=None) -> list[RunStatus]:
+    """Every run from its run dir alone, marked UNREACHABLE (a caller already found Slurm silent)."""
+    since = slurm_unreachable()
+    return [build_status(run, None, site=site, unreachable_since=since) for run in runs]
+
+
+def _outage_file():
+    from pathlib import Path
+
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "slurmctl" / "slurm-unreachable-since"
+
+
+def slurm_unreachable(now: float | None = None) -> float:
+    """When this user's commands first found Slurm unreachable in the current outage (remembered in
+    ~/.local/state/slurmctl, so "since" spans commands); `now` starts a new outage."""
+    now = now or time.time()
+    path = _outage_file()
+    try:
+        since = float(path.read_text().strip())
+        if 0 < since <= now:
+            return since
+    except (OSError, ValueError):
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_text(f"{now}\n")
+    except OSError:
+        pass  # a read-only home: "since" is this command's first failure
+    return now
+
+
+def slurm_answered() -> None:
+    """Slurm answered: the outage (if one was remembered) is over."""
+    try:
+        _outage_file().unlink()
+    except OSError:
+        pass
+
+
+def _phase_from_run_dir(events: list[dict], job_id: int | None, heartbeat: dict | None, now: float) -> str:
+    """The phase as the run dir alone tells it (Slurm did not answer): the latest attempt's events
+    and the heartbeat's age; "unknown" where only Slurm could say."""
+    mine = [e for e in events if e.get("job_id") == job_id and e.get("event") in {"start", "end"}]
+    if not mine:
+        return "unknown"
+    last = mine[-1]
+    if last["event"] == "end":
+        if last.get("action") == "requeue":
+            return "requeued"
+        return {"completed": "finished", "cancelled": "cancelled"}.get(last.get("outcome"), "stopped")
+    fresh = heartbeat and str(heartbeat.get("job_id")) == str(job_id) and \
+        now - float(heartbeat.get("time", 0) or 0) < STALL_SECONDS
+    return "training" if fresh else "unknown"
 
 
 def _reliability_details(status: RunStatus, events: list[dict]) -> None:

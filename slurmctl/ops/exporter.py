@@ -263,6 +263,9 @@ class SnapshotCache:
             self.waits[partition]
         self._seen_started: set[int] = set()
         self.run_read_errors = 0
+        # The active runs' jobs as the last good snapshot saw them: while Slurm does not answer, their
+        # run dirs are still read, so the run series (step, heartbeat, checkpoint) stay current.
+        self._last_run_jobs: list[tuple[Run, QueueEntry]] = []
 
     def get(self) -> Snapshot:
         with self._lock:
@@ -277,7 +280,8 @@ class SnapshotCache:
             jobs = self.client.queue_snapshot()
             nodes = self.client.node_usage()
         except SlurmctlError as exc:
-            return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message)
+            return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message,
+                            runs=self._read_runs(self._last_run_jobs, now))
         self._observe_waits(jobs)
         newest: dict[tuple[str, str], QueueEntry] = {}
         for job in jobs:
@@ -285,16 +289,23 @@ class SnapshotCache:
             key = (job.user, run_id or "")
             if run_id and (key not in newest or job.job_id > newest[key].job_id):
                 newest[key] = job
-        runs = []
+        run_jobs = []
         for _key, job in sorted(newest.items()):
             run = run_of_job(self.site, job)
-            if run is None:
-                continue
+            if run is not None:
+                run_jobs.append((run, job))
+        self._last_run_jobs = run_jobs
+        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes,
+                        runs=self._read_runs(run_jobs, now))
+
+    def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]], now: float) -> list[RunSample]:
+        runs = []
+        for run, job in run_jobs:
             try:
                 runs.append(read_run(run, job, self.site, now))
             except OSError:
                 self.run_read_errors += 1
-        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs)
+        return runs
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
         """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
@@ -472,9 +483,11 @@ class SlurmctlCollector(Collector):
             buckets = [(str(b), counts[i]) for i, b in enumerate(QUEUE_WAIT_BUCKETS)]
             waits.add_metric([partition], buckets + [("+Inf", counts[-2])], sum_value=counts[-1])
         yield waits
-        if snap.slurm_up:  # no cluster or run series from a failed snapshot: stale data is not news
+        if snap.slurm_up:  # no cluster series from a failed snapshot: stale data is not news
             yield from cluster_metrics(snap, self.cache.site)
-            yield from run_metrics(snap)
+        # Run series come from the run dirs, read now; during an outage for the runs Slurm last listed
+        # (their state label is the last one Slurm gave).
+        yield from run_metrics(snap)
         self._last_collect_seconds = time.perf_counter() - started
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,13 +35,18 @@ class LocalRunner:
 
     ``bin_dir``: run bare command names from this directory (slurmd starts the hooks with no PATH).
     ``env``: the commands' whole environment instead of this process's (hooks pass LC_ALL=C).
+    ``max_timeout``: no command waits longer than this, whatever its caller asked (see answer_within).
     """
 
-    def __init__(self, bin_dir: str | None = None, env: dict[str, str] | None = None):
+    def __init__(self, bin_dir: str | None = None, env: dict[str, str] | None = None,
+                 max_timeout: float | None = None):
         self.bin_dir = bin_dir
         self.env = env
+        self.max_timeout = max_timeout
 
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        if self.max_timeout is not None:
+            timeout = min(timeout, self.max_timeout)
         if self.bin_dir and "/" not in argv[0]:
             argv = [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
         try:
@@ -71,3 +77,24 @@ class LocalRunner:
             raise SlurmUnreachable(f"`{argv[0]}` is not installed on this machine.",
                                    "Run this on the cluster's login node, or pass --host to reach it over SSH.",
                                    ) from None
+
+
+@contextmanager
+def answer_within(runner: object, seconds: float):
+    """Within the block, every command of `runner` (a LocalRunner, or a wrapper holding one as
+    ``inner``) is killed after `seconds` and raises SlurmUnreachable. A hung slurmctld makes squeue
+    wait its MessageTimeout (10 s and more) before failing; read commands that can answer from the
+    run directory instead use this to answer within a few seconds. Other runners (SSH) are left as
+    they are: their own connect timeout applies."""
+    local = runner
+    while not isinstance(local, LocalRunner) and hasattr(local, "inner"):
+        local = local.inner
+    if not isinstance(local, LocalRunner):
+        yield
+        return
+    before = local.max_timeout
+    local.max_timeout = seconds if before is None else min(before, seconds)
+    try:
+        yield
+    finally:
+        local.max_timeout = before
