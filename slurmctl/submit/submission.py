@@ -22,6 +22,7 @@ from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
+from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
@@ -124,8 +125,14 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     elif opts.where:
         spec = spec.with_partition(opts.where, site)
 
-    report = run_preflight(spec, site, ClusterView.query(client, current_user()), workdir,
-                           allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
+    user = current_user()
+    cache = associations_cache(site.cluster)
+    view = ClusterView.query(client, user, associations=bool(site.account), cache=cache)
+    report = run_preflight(spec, site, view, workdir, allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
+    if view.associations_cached and any(r.name == "account" and r.findings for r in report.checks):
+        # the cached accounts may be out of date: ask sacctmgr, and check everything again with them
+        report = run_preflight(spec, site, view.with_fresh_associations(client, user, cache), workdir,
+                               allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
     registry = RunRegistry(site.runs_root_path)
     if site.require_smoke and not opts.smoke:
         report.add(_smoke_gate(site, code_hash, spec_path, client, registry))

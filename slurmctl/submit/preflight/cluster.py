@@ -2,32 +2,102 @@
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurmctl.errors import SlurmCommandError
+from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo, SlurmClient
+from slurmctl.slurm.runner import LocalRunner
 from slurmctl.submit.memory import estimate_memory, parse_params
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
 from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
 
+# The user's accounts change rarely and sacctmgr is the slowest query of a submit (~0.3 s), so they
+# come from a per-user cache this young; a check that fails on them asks sacctmgr again.
+ASSOCIATIONS_TTL_SECONDS = 300
+
 
 @dataclass
 class ClusterView:
-    """What preflight needs from Slurm, fetched once (3 calls) so checks are pure functions."""
+    """What preflight needs from Slurm, fetched once so checks are pure functions: two sinfo calls
+    (run side by side) and, when the site names an account to check, the user's associations."""
 
     nodes: list[NodeInfo]
     partitions: dict[str, PartitionInfo]
-    associations: list[Association] | None  # None: accounting did not answer
+    associations: list[Association] | None  # None: accounting did not answer (or was not asked)
+    associations_cached: bool = False  # from the per-user cache: re-asked when a check fails on them
 
     @classmethod
-    def query(cls, client: SlurmClient, user: str) -> ClusterView:
-        nodes = client.nodes()
-        partitions = client.partitions()
+    def query(cls, client: SlurmClient, user: str, *, associations: bool = True,
+              cache: Path | None = None) -> ClusterView:
+        """`associations=False`: the site checks no account, so sacctmgr is not asked. `cache`: a
+        per-user file that answers for the associations while it is young (``associations_cache``)."""
+        cached = _read_cached_associations(cache, user) if associations and cache else None
+
+        def ask_associations() -> list[Association] | None:
+            try:
+                found = client.associations(user)
+            except SlurmCommandError:
+                return None
+            if cache:
+                _write_cached_associations(cache, user, found)
+            return found
+
+        # A local runner starts independent processes, so the queries run side by side; an SSH
+        # runner's one connection is used by one query at a time.
+        with ThreadPoolExecutor(3 if isinstance(getattr(client, "runner", None), LocalRunner) else 1) as pool:
+            nodes = pool.submit(client.nodes)
+            partitions = pool.submit(client.partitions)
+            asked = pool.submit(ask_associations) if associations and cached is None else None
+            return cls(nodes.result(), partitions.result(), cached if asked is None else asked.result(),
+                       associations_cached=cached is not None)
+
+    def with_fresh_associations(self, client: SlurmClient, user: str, cache: Path | None = None) -> ClusterView:
         try:
-            associations = client.associations(user)
+            found = client.associations(user)
         except SlurmCommandError:
-            associations = None
-        return cls(nodes, partitions, associations)
+            found = None
+        if cache and found is not None:
+            _write_cached_associations(cache, user, found)
+        return ClusterView(self.nodes, self.partitions, found)
+
+
+def associations_cache(cluster: str) -> Path | None:
+    """~/.cache/slurmctl/associations-<cluster>.json (XDG_CACHE_HOME honoured); None for a cluster
+    name that is no plain file name."""
+    if not cluster or not all(c.isalnum() or c in "._-" for c in cluster) or cluster.startswith("."):
+        return None
+    base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
+    return base / "slurmctl" / f"associations-{cluster}.json"
+
+
+def _cache_key(user: str) -> str:
+    return f"{user}|{os.geteuid()}|{os.environ.get('SLURM_CONF', '')}"
+
+
+def _read_cached_associations(path: Path, user: str) -> list[Association] | None:
+    data = read_json(path)
+    try:
+        if data["key"] != _cache_key(user) or not 0 <= time.time() - float(data["time"]) < ASSOCIATIONS_TTL_SECONDS:
+            return None
+        return [Association(str(a["account"]), [str(q) for q in a["qos"]]) for a in data["associations"]]
+    except (TypeError, KeyError, ValueError):
+        return None  # missing, foreign or damaged: ask sacctmgr
+
+
+def _write_cached_associations(path: Path, user: str, found: list[Association]) -> None:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(path, json.dumps({"key": _cache_key(user), "time": time.time(),
+                                       "associations": [{"account": a.account, "qos": a.qos} for a in found]}),
+                     mode=0o600)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next submit a sacctmgr call
 
 
 def check_shape(spec: RunSpec, site: SiteConfig, view: ClusterView) -> CheckResult:
