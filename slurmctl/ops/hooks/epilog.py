@@ -18,7 +18,7 @@ from pathlib import Path
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
-from slurmctl.ops.hooks.records import CostRecord, write_record
+from slurmctl.ops.hooks.records import CostRecord, attempt_start, write_record
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
 from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.scontrol import JobInfo
@@ -237,6 +237,12 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float, result:
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     restarts = env.get("SLURM_JOB_RESTART_COUNT") or ""
     start = info.start_time if info else None
+    seen = attempt_start(cfg.cost_spool, job_id)  # the prolog's view: right also when being requeued
+    if seen is not None:
+        restarts = str(seen[0])
+        # Slurm's start precedes the prolog; a later one is the requeue time of the next attempt.
+        if start is None or start > seen[1] + 5:
+            start = seen[1]
     end = (info.end_time if info and info.end_time else None) or now
     gpu_count = info.gpu_count if info else len(job_gpu_indices(env))
     run_id = run_id_of(env)

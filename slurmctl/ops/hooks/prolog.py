@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.ops.hooks import jobinfo, procs
 from slurmctl.ops.hooks.asuser import user_gid
 from slurmctl.ops.hooks.config import HookConfig
+from slurmctl.ops.hooks.records import mark_attempt_start
 from slurmctl.ops.hooks.rootfs import UnsafeDirectory, make_fresh_dir, open_trusted_dir, publish_file
 
 
@@ -163,6 +165,11 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
             result.notes.append(f"scratch {scratch}" if scratch else "scratch skipped: no job uid")
         except UnsafeDirectory as exc:
             result.notes.append(f"scratch skipped: {exc}")
+        restarts = env.get("SLURM_JOB_RESTART_COUNT") or "0"
+        try:  # the attempt's identity for its cost record (records.attempt_start)
+            mark_attempt_start(cfg.cost_spool, job_id, int(restarts) if restarts.isdigit() else 0, time.time())
+        except (UnsafeDirectory, OSError) as exc:
+            result.notes.append(f"attempt start not recorded: {exc}")
         try:
             mapped = write_gpu_map(cfg, env, job_id)
             if mapped:

@@ -100,6 +100,41 @@ def write_record(spool: Path, record: CostRecord) -> Path:
 MAX_RECORD_BYTES = 64 * 1024  # a record is ~600 bytes
 
 
+# The attempt as the prolog saw it. In the epilog of an attempt that is being requeued (preemption,
+# `scontrol requeue`, a crash the runtime requeues) scontrol already describes the NEXT attempt:
+# StartTime is the requeue time and the restart count is one up, so a record built from them alone
+# has the wrong start (the ledger then matches it to no sacct attempt) and the next attempt's
+# count. The prolog runs at the attempt's start with the right count; it leaves both here, in the
+# root-only spool, under a dot name that read_records skips.
+def _marker_name(job_id: int) -> str:
+    return f".attempt-{int(job_id)}"
+
+
+def mark_attempt_start(spool: Path, job_id: int, restart_count: int, start: float) -> None:
+    """The prolog: this node's view of the attempt that starts now (overwrites the previous one)."""
+    dir_fd = open_trusted_dir(spool, create_mode=0o700, private=True)
+    try:
+        publish_file(dir_fd, _marker_name(job_id), f"{int(restart_count)} {start:.3f}\n".encode(), mode=0o600,
+                     durable=False)
+    finally:
+        os.close(dir_fd)
+
+
+def attempt_start(spool: Path, job_id: int) -> tuple[int, float] | None:
+    """(restart count, start epoch) the prolog recorded for the job's current attempt, if any."""
+    try:
+        dir_fd = os.open(spool, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        count, start = read_small(dir_fd, _marker_name(job_id), 256).decode().split()
+        return int(count), float(start)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(dir_fd)
+
+
 def read_records(spool: Path) -> list[CostRecord]:
     """Every published record (tmp files and unreadable ones are skipped). A spool we may not read
     (a user's `slurmctl cost`: the spool is root's) reads as empty; only regular files are read,
