@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import secrets
 import stat
 import time
 from dataclasses import dataclass
@@ -81,6 +80,8 @@ def run_id_from_comment(comment: str | None) -> str | None:
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
+    import secrets  # hashlib and hmac: a few ms every read command would pay for nothing
+
     now = now or datetime.now(UTC)
     return f"{name}-{now:%Y%m%d}-{secrets.token_hex(2)}"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 
 import click
 
@@ -153,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return code if isinstance(code, int) else EXIT_OK
     except SlurmctlError as exc:
         if state["debug"]:
+            import traceback
+
             traceback.print_exc()
         _print_error(exc, state["as_json"])
         return exc.exit_code
@@ -168,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the boundary: no traceback unless --debug
         if state["debug"]:
+            import traceback
+
             traceback.print_exc()
         click.echo(f"internal error: {type(exc).__name__}: {exc}\n  Rerun with --debug for the traceback "
                    "and report it to the platform team.", err=True)
