@@ -5,7 +5,12 @@ Real logs are messy: ranks interleave, lines carry timestamps, ANSI colours and 
 buried under the launcher's own traceback. We strip the decoration, look for known signatures in
 a fixed priority (root causes before their consequences: one rank's CUDA OOM makes every other
 rank's NCCL watchdog time out), and fall back to ``unknown`` plus the last traceback rather than
-guess. The category vocabulary is a public contract (``slurmctl diagnose --json``).
+guess. A category may have several signatures, each with its own words (Slurm's cgroup OOM kill and
+a data-loader worker out of shared memory are both ``host_oom``). torchrun's ChildFailedError report
+only says that a rank died: its traceback is never the evidence, and its "Root Cause" section gives
+the rank, exit code and signal. The category vocabulary is a public contract (``slurmctl diagnose
+--json``); the rules are scored on real logs from public issue threads by
+``benchmarks/diagnose_corpus.py`` (tests/fixtures/diagnose_corpus/).
 
 What the progress watchdog (slurmctl.runtime.watchdog) did is read from ``<run dir>/watchdog/``: its
 ``state.json`` and the scene folders ``<job>-<time>/`` (stacks, log tails) it leaves when it ends
