@@ -94,6 +94,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
+    # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
+    _sig("disk_full", r"PytorchStreamWriter failed writing file",
+         "Writing a checkpoint failed part-way (torch.save's 'file write failed'): almost always a full disk or "
+         "quota where it saves.",
+         "Check free space and your quota where checkpoints go (`df -h`, `quota`), free space or lower "
+         "`checkpoint.keep_last` in run.yaml; the newest checkpoint is incomplete."),
     _sig("checkpoint_corrupt",
          r"PytorchStreamReader\b|failed finding central directory|UnpicklingError|invalid load key|"
          r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
