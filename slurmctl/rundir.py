@@ -59,7 +59,6 @@ COST_RECORDS_DIR = "cost-records"
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
 RUN_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}-\d{8}-[0-9a-f]{4}")
-_RUN_ID_DAY_RE = re.compile(r"-(\d{8})-[0-9a-f]{4}\Z")
 COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
 _SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
@@ -384,13 +383,16 @@ class RunRegistry:
 
     # --- lookups: only the caller's runs -------------------------------------------------------
     @staticmethod
-    def _dirs_in(directory: Path, uid: int | None) -> list[os.DirEntry]:
-        """Real directories owned by `uid` (symlinks, files and anything not the owner's are no runs)."""
-        found = []
+    def _entries(directory: Path) -> list[os.DirEntry]:
         try:
-            entries = list(os.scandir(directory))
+            return list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return []
+
+    @staticmethod
+    def _owned_dirs(entries, uid: int | None) -> list[os.DirEntry]:
+        """Real directories owned by `uid` (symlinks, files and anything not the owner's are no runs)."""
+        found = []
         for entry in entries:
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -406,7 +408,7 @@ class RunRegistry:
         return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
 
     def _runs_in(self, directory: Path, uid: int | None) -> list[Run]:
-        return self._sorted_runs(self._dirs_in(directory, uid))
+        return self._sorted_runs(self._owned_dirs(self._entries(directory), uid))
 
     def list(self) -> list[Run]:
         directory = self.user_dir()
@@ -414,27 +416,31 @@ class RunRegistry:
 
     def recent(self, limit: int | None = None, since: float | None = None) -> list[Run]:
         """``list()`` cut to runs created at or after `since` (Unix time) and then to the newest
-        `limit`, oldest first, at a cost that does not grow with older runs: a run id carries its
-        creation day (UTC), so run.json is read only for the newest days' runs (one day more than
-        needed, for a run created just after midnight of its id's day) and for the rare directory
-        whose name is no run id."""
+        `limit`, oldest first, at a cost that does not grow with older runs: a run id ends with its
+        creation day (UTC), so only the newest days' directories are stat'ed and their run.json read
+        (one day more than needed, for a run created just after midnight of its id's day), plus the
+        rare directory whose name is no run id."""
         directory = self.user_dir()
         if directory is None:
             return []
         by_day: dict[str, list[os.DirEntry]] = {}
         undated: list[os.DirEntry] = []
-        for entry in self._dirs_in(directory, self.uid):
-            day = _RUN_ID_DAY_RE.search(entry.name) if is_run_id(entry.name) else None
-            (by_day.setdefault(day.group(1), []) if day else undated).append(entry)
+        for entry in self._entries(directory):
+            if is_run_id(entry.name):  # <name>-YYYYMMDD-xxxx
+                by_day.setdefault(entry.name[-13:-5], []).append(entry)
+            else:
+                undated.append(entry)
         first_day = "" if since is None else f"{datetime.fromtimestamp(since, UTC):%Y%m%d}"
-        chosen, extra_days = list(undated), 1
+        chosen, found, extra_days = self._owned_dirs(undated, self.uid), 0, 1
         for day in sorted(by_day, reverse=True):
-            enough = limit is not None and len(chosen) - len(undated) >= limit
-            if day < first_day or enough:
+            if day < first_day or (limit is not None and found >= limit):
                 if extra_days == 0:
                     break
                 extra_days -= 1
-            chosen += by_day[day]
+            runs_of_day = [e for e in self._owned_dirs(by_day[day], self.uid)
+                           if os.path.isfile(os.path.join(e.path, RUN_JSON))]
+            chosen += runs_of_day
+            found += len(runs_of_day)
         runs = self._sorted_runs(chosen)
         if since is not None:
             runs = [r for r in runs if (r.meta.get("created") or 0) >= since]
