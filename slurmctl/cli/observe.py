@@ -289,17 +289,18 @@ def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     from slurmctl.observe.explain import explain_reason
 
     jobs = ctx.client.queue_filtered(partitions, users, states)
-    rows = []
+    whys, starts = [], []
     for j in jobs:
         expl = explain_reason(j.reason) if j.state == "PENDING" else None
-        rows.append({**j.to_dict(), "why": expl.headline if expl else "",
-                     "estimated_start": j.start_time.isoformat() if j.state == "PENDING" and j.start_time else None})
+        whys.append(expl.headline if expl else "")
+        starts.append(j.start_time.isoformat() if j.state == "PENDING" and j.start_time else None)
     if as_json:
-        print_json(rows)
+        print_json([{**j.to_dict(), "why": why, "estimated_start": start} for j, why, start in zip(jobs, whys, starts)])
         return
+    # from the Job's fields, not to_dict(): a deep copy of every job costs more than squeue itself
     print_table(("JOB", "USER", "NAME", "PARTITION", "STATE", "NODES", "START", "WHY"), [
-        (str(r["job_id"]), r["user"], r["name"][:30], r["partition"], r["state"].lower(), str(r["num_nodes"]),
-         _when(r["estimated_start"]) if r["state"] == "PENDING" else "running", r["why"]) for r in rows])
+        (str(j.job_id), j.user, j.name[:30], j.partition, j.state.lower(), str(j.num_nodes),
+         _when(start) if j.state == "PENDING" else "running", why) for j, why, start in zip(jobs, whys, starts)])
 
 
 @click.command()
