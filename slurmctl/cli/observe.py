@@ -55,6 +55,10 @@ def _print_status(s: RunStatus) -> None:
           if s.latest_checkpoint_step is not None else "none")
     left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
     out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left}")
+    if s.history:  # the attempts' story, newest last (attempts.jsonl)
+        out.print("[bold]History:[/]")
+        for line in s.history[-8:]:
+            out.print(f"  {line}", markup=False)
     if s.diagnosis:
         d = s.diagnosis
         out.print(f"[bold]Diagnosis:[/] [red]{escape(d['category'])}[/] — {escape(d['summary'])}")

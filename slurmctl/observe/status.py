@@ -85,6 +85,7 @@ class RunStatus:
     watchdog: dict | None = None  # what the progress watchdog did to the latest job (diagnose.watchdog_report)
     quota: dict | None = None  # QOS*/Assoc* reasons: the limit, its value, current usage (slurmctl.observe.quota)
     slurm_unreachable_since: float | None = None  # epoch: Slurm did not answer; the rest is the run dir's
+    history: list[str] = field(default_factory=list)  # one line per attempt: how it started and ended
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -212,6 +213,8 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
 
     status.attempts = len(starts)
     _reliability_details(status, events)
+    status.history = story(events, job)
+    _requeue_story(status, job, events)
     status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
     if spec is not None:
         status.gpus = spec.nodes * spec.gpus_per_node
@@ -366,6 +369,83 @@ def _phase_from_run_dir(events: list[dict], job_id: int | None, heartbeat: dict 
     fresh = heartbeat and str(heartbeat.get("job_id")) == str(job_id) and \
         now - float(heartbeat.get("time", 0) or 0) < STALL_SECONDS
     return "training" if fresh else "unknown"
+
+
+_ENDINGS = {"preemption": "preempted", "time-limit": "reached its time limit", "failed": "crashed",
+            "completed": "finished", "cancelled": "cancelled"}
+_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash"}
+
+
+def _current(events: list[dict]) -> list[dict]:
+    """The events of the latest submission (a resume or fork starts a new story)."""
+    last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
+    return events[last_submit + 1:]
+
+
+def story(events: list[dict], job: Job | None = None) -> list[str]:
+    """One line per attempt of the latest submission, from attempts.jsonl: when and where it started,
+    from which checkpoint, how it ended (preempted / time limit / crashed / finished / cancelled / no
+    end record: the node or the batch script was lost) at which step, the steps it lost past its
+    newest checkpoint, and what followed (requeued: a new Slurm attempt, or stopped)."""
+    current = _current(events)
+    lines = []
+    starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
+    for n, (i, start) in enumerate(starts):
+        following = current[i + 1:starts[n + 1][0]] if n + 1 < len(starts) else current[i + 1:]
+        end = next((e for e in following if e.get("event") == "end"), None)
+        when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
+        resume = start.get("resume_step")
+        line = (f"attempt {start.get('restart_count', n)} (job {start.get('job_id')}): started {when} on "
+                f"{start.get('nodes') or '?'}, " + (f"from checkpoint step {resume}" if resume is not None
+                                                    else "from scratch"))
+        if end is None:
+            if n + 1 < len(starts):
+                line += "; ended without an end record (node lost or batch script killed)"
+            elif job is not None and job.active:
+                line += "; running"
+            else:
+                line += "; no end record"
+            lines.append(line)
+            continue
+        outcome = end.get("outcome") or "?"
+        ending = _ENDINGS.get(outcome, outcome)
+        if outcome == "failed" and end.get("exit_code") not in (None, 0):
+            ending += f" (exit code {end['exit_code']})"
+        if end.get("last_step") is not None:
+            ending += f" at step {end['last_step']}"
+        ck = end.get("checkpoint_step")
+        ending += f", newest checkpoint {ck}" if ck is not None else ", no checkpoint"
+        if end.get("steps_lost") is not None and outcome != "completed":
+            ending += f", {end['steps_lost']} steps lost"
+        then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
+        lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
+    return lines
+
+
+def _requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> None:
+    """A run waiting after a requeue says why ("requeued after preemption"); one whose job vanished
+    while it waited (cancelled: sacct keeps only the REQUEUED record) is not shown as requeued forever."""
+    ends = [e for e in _current(events) if e.get("event") == "end"]
+    last = ends[-1] if ends else None
+    if job is None or last is None or last.get("action") != "requeue":
+        return
+    after = _AFTER.get(last.get("outcome"), last.get("outcome") or "a restart")
+    ck = last.get("checkpoint_step")
+    lost = last.get("steps_lost")
+    if job.state == "REQUEUED" and job.source == "sacct":
+        # Not in the queue any more, and accounting has no later attempt: cancelled while it waited.
+        status.phase = "cancelled"
+        status.headline = (f"Cancelled while waiting to restart after {after}: Slurm will not run it again "
+                           "(accounting keeps only the REQUEUED record).")
+        status.action = (f"Continue it with `slurmctl resume {status.run_id}`"
+                         + (f" (from checkpoint step {ck})" if ck is not None else "") + ".")
+    elif status.phase in {"queued", "requeued"}:  # PENDING again: restart count 0 said "queued"
+        status.phase = f"requeued after {after}"
+        at = f" at step {last['last_step']}" if last.get("last_step") is not None else ""
+        told = (f"Requeued after {after}{at}" + (f", {lost} steps lost" if lost is not None else "")
+                + (f"; it restarts from checkpoint step {ck}" if ck is not None else ""))
+        status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
+        status.why = f"{told}; {status.why}" if status.why else told
 
 
 def _reliability_details(status: RunStatus, events: list[dict]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import append_jsonl, read_jsonl, read_text_capped
+from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.policy import REQUEUE, decide
@@ -105,6 +105,17 @@ def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
     return 0
 
 
+def _last_step(run_dir: Path, since: float | None) -> int | None:
+    """The last step this attempt's training reported (heartbeat.json), for the steps it lost."""
+    beat = read_json(run_dir / rundir.HEARTBEAT, 64 * 1024)
+    if not isinstance(beat, dict) or str(beat.get("job_id")) != str(_env_int("SLURM_JOB_ID")):
+        return None
+    if since is not None and float(beat.get("time") or 0) < since:
+        return None  # the previous attempt's heartbeat: this one never stepped
+    step = beat.get("step")
+    return step if isinstance(step, int) else None
+
+
 def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     events = read_jsonl(run_dir / rundir.ATTEMPTS)
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
@@ -114,9 +125,14 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     ck = _checkpoints(run_dir).latest()
     decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
                       previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
+    starts = [e for e in events if e.get("event") == "start" and e.get("job_id") == _env_int("SLURM_JOB_ID")]
+    last_step = _last_step(run_dir, starts[-1].get("time") if starts else None)
+    # steps_lost: steps this attempt made past its newest valid checkpoint (status tells the story)
     record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
-              "checkpoint_step": ck.step if ck else None, **decision.to_dict()}
+              "checkpoint_step": ck.step if ck else None, "last_step": last_step,
+              "steps_lost": (max(0, last_step - ck.step) if ck else last_step + 1) if last_step is not None else None,
+              **decision.to_dict()}
     # Record first: `scontrol requeue` SIGTERMs this very batch script.
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
     loud = "" if acked or drain is None else "WARNING: DRAIN NOT ACKNOWLEDGED. "

@@ -1,0 +1,91 @@
+"""status tells the run's story: one history line per attempt from attempts.jsonl, "requeued after
+preemption" instead of "queued", a run cancelled while it waited after a requeue reconciled, and
+the end record's last step / steps lost written by the job's own end hook (runtime.attempt.end)."""
+
+import json
+import time
+
+from slurmctl.observe.status import build_status, story
+from slurmctl.runtime import attempt
+from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.slurm.client import Job
+
+from .test_status_observe import _run
+
+T0 = time.time() - 600
+
+
+def _events(run, *events):
+    with (run.path / "attempts.jsonl").open("a") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+
+
+def _crash_then_preemption(run):
+    _events(run,
+            {"event": "start", "job_id": 7, "restart_count": 0, "nodes": "h100-1", "resume_step": None, "time": T0},
+            {"event": "end", "job_id": 7, "restart_count": 0, "outcome": "failed", "exit_code": 3, "action": "requeue",
+             "last_step": 12, "checkpoint_step": 9, "steps_lost": 3, "time": T0 + 10},
+            {"event": "start", "job_id": 7, "restart_count": 1, "nodes": "h100-2", "resume_step": 9, "time": T0 + 20},
+            {"event": "end", "job_id": 7, "restart_count": 1, "outcome": "preemption", "exit_code": 0,
+             "action": "requeue", "last_step": 23, "checkpoint_step": 23, "steps_lost": 0, "time": T0 + 30})
+
+
+def test_history_line_per_attempt_and_requeued_after_preemption(tmp_path):
+    run = _run(tmp_path, "r", 7)
+    _crash_then_preemption(run)
+    waiting = Job(job_id=7, name="r", state="PENDING", reason="BeginTime", partition="h100-spot")
+    status = build_status(run, waiting)
+    first, second = status.history
+    assert "attempt 0 (job 7)" in first and "from scratch" in first
+    assert "crashed (exit code 3) at step 12, newest checkpoint 9, 3 steps lost; requeued" in first
+    assert "from checkpoint step 9" in second and "on h100-2" in second
+    assert "preempted at step 23, newest checkpoint 23, 0 steps lost; requeued" in second
+    assert status.phase == "requeued after preemption"  # restart count 0 -> 1 used to read "queued"
+    assert status.why.startswith("Requeued after preemption at step 23, 0 steps lost; it restarts from "
+                                 "checkpoint step 23")
+
+
+def test_cancelled_while_waiting_after_a_requeue_is_not_requeued_forever(tmp_path):
+    run = _run(tmp_path, "r", 7)
+    _crash_then_preemption(run)
+    gone = Job(job_id=7, name="r", state="REQUEUED", partition="h100-spot", source="sacct")
+    status = build_status(run, gone)
+    assert status.phase == "cancelled" and status.headline.startswith("Cancelled while waiting to restart after")
+    assert "slurmctl resume r" in status.action and "checkpoint step 23" in status.action
+    # still in the queue (squeue says REQUEUED/PENDING): it is waiting, not cancelled
+    queued = Job(job_id=7, name="r", state="REQUEUED", partition="h100-spot", source="squeue")
+    assert build_status(run, queued).phase == "requeued after preemption"
+
+
+def test_an_attempt_without_an_end_record_and_a_running_one():
+    events = [{"event": "submitted", "job_id": 9},
+              {"event": "start", "job_id": 9, "restart_count": 0, "nodes": "h100-[1-2]", "time": T0},
+              {"event": "start", "job_id": 9, "restart_count": 1, "nodes": "h100-[1,3]", "resume_step": 40,
+               "time": T0 + 200}]
+    lost, running = story(events, Job(job_id=9, name="r", state="RUNNING"))
+    assert lost.endswith("ended without an end record (node lost or batch script killed)")
+    assert running.endswith("from checkpoint step 40; running")
+    # a resume is a new submission: the story starts again
+    assert story(events + [{"event": "submitted", "job_id": 10}]) == []
+
+
+def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
+    run = _run(tmp_path, "r", 7)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.setenv("SLURMCTL_RUN_DIR", str(run.path))
+    attempt.start(run.path)
+    CheckpointManager(run.path / "checkpoints").save(9, lambda d: (d / "s").write_text("x"))
+    (run.path / "heartbeat.json").write_text(json.dumps({"step": 12, "time": time.time(), "job_id": "7"}))
+
+    class NoSlurm:  # a crash after a checkpoint is requeued; the requeue itself: tests/integration
+        def update_job(self, *a, **k):
+            pass
+
+        def requeue(self, *a):
+            pass
+
+    attempt.end(run.path, NoSlurm(), 3)
+    end = [json.loads(line) for line in (run.path / "attempts.jsonl").read_text().splitlines()][-1]
+    assert (end["last_step"], end["checkpoint_step"], end["steps_lost"]) == (12, 9, 3)
