@@ -21,8 +21,8 @@ def main() -> int:
     env = os.environ
     log_hook = _no_log
     try:  # every slurmctl import inside: a missing or broken package must not fail the hook
-        from slurmctl.ops.hooks.hooklog import log_hook
         from slurmctl.ops.hooks.epilog import run_epilog
+        from slurmctl.ops.hooks.hooklog import log_hook
 
         result = run_epilog(env)
     except Exception as exc:  # noqa: BLE001

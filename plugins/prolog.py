@@ -22,9 +22,9 @@ def main() -> int:
     env = os.environ
     log_hook = _no_log
     try:  # every slurmctl import inside: a missing or broken package must not fail the hook
+        from slurmctl.ops.hooks.config import HookConfig
         from slurmctl.ops.hooks.hooklog import log_hook
         from slurmctl.ops.hooks.prolog import drain_node, run_prolog
-        from slurmctl.ops.hooks.config import HookConfig
 
         cfg = HookConfig.from_env(env)
         result = run_prolog(env, cfg)

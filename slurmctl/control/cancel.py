@@ -97,7 +97,8 @@ def _drain(run: Run, client: SlurmClient, job_id: int, result: CancelResult, tim
     while (waited := time.monotonic() - began) < timeout:
         ack = _read_ack(run)
         if ack is not None:
-            result.drain, result.ack_step, result.ack_checkpoint = "acknowledged", ack.get("step"), ack.get("checkpoint")
+            result.drain = "acknowledged"
+            result.ack_step, result.ack_checkpoint = ack.get("step"), ack.get("checkpoint")
             result.drain_seconds = waited
             return
         job = client.jobs([job_id]).get(job_id)

@@ -48,7 +48,8 @@ def _duration(option: str, value: str) -> int:
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
-        raise SpecError(f"{option} {value!r}: {exc}.", f"Use e.g. `{option} 2h`, `{option} 90m` or `{option} 01:30:00`.",
+        raise SpecError(f"{option} {value!r}: {exc}.",
+                        f"Use e.g. `{option} 2h`, `{option} 90m` or `{option} 01:30:00`.",
                         code="invalid-duration") from None
     if seconds <= 0:
         raise SpecError(f"{option} must be positive, got {value!r}.", f"Use e.g. `{option} 30m`.",

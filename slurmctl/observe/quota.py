@@ -76,7 +76,8 @@ def quota_for(job: Job, client: SlurmClient) -> Quota | None:
     if family.scope == "Assoc":
         rows = client.assoc_limits(me.account, [field])
         user_limit = rows.get(me.user, {}).get(field, "")
-        holder, raw = (f"{me.user}@{me.account}", user_limit) if user_limit else (me.account, rows.get("", {}).get(field, ""))
+        holder, raw = ((f"{me.user}@{me.account}", user_limit) if user_limit
+                       else (me.account, rows.get("", {}).get(field, "")))
         same = [j for j in queue if j.account == me.account and (j.user == me.user or holder == me.account)]
     else:
         holder, raw = me.qos, client.qos_limits(me.qos, [field]).get(field, "")

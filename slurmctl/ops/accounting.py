@@ -94,7 +94,8 @@ def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = 
     if state not in ENDED_STATES or start_s in _NO_TIME or end_s in _NO_TIME:
         return None
     gpus, model = parse_gpus(tres)
-    start, end, submit = datetime.fromisoformat(start_s), datetime.fromisoformat(end_s), datetime.fromisoformat(submit_s)
+    start, end = datetime.fromisoformat(start_s), datetime.fromisoformat(end_s)
+    submit = datetime.fromisoformat(submit_s)
     eligible = submit if eligible_s in _NO_TIME else datetime.fromisoformat(eligible_s)
     elapsed = max(0, int((end - start).total_seconds()))
     part = site.partitions.get(partition)
@@ -125,7 +126,8 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     if ckpt_time is None or datetime.fromtimestamp(float(ckpt_time)) < start:
         lost, cause = attempt.elapsed_s, "failed-before-checkpoint"
     else:
-        lost, cause = max(0, int((end - datetime.fromtimestamp(float(ckpt_time))).total_seconds())), "lost-since-checkpoint"
+        lost = max(0, int((end - datetime.fromtimestamp(float(ckpt_time))).total_seconds()))
+        cause = "lost-since-checkpoint"
     if attempt.drain_requested and not attempt.drain_acked:
         cause = "drain-unacknowledged"
     attempt.waste_gpu_hours = attempt.gpus * lost / 3600

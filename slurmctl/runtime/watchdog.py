@@ -152,7 +152,8 @@ class Watchdog:
         if self.last_value is None:
             if now - self.started >= self.s.startup_seconds and not self.config_reported:
                 self.config_reported = True
-                where = "the source exists but has no such field" if self.s.reader.source_seen else "the source never appeared"
+                where = ("the source exists but has no such field" if self.s.reader.source_seen
+                         else "the source never appeared")
                 log(f"CONFIGURATION PROBLEM: {self.s.reader.describe()} never appeared in "
                     f"{now - self.started:.0f} s ({where}). Set SLURMCTL_WATCHDOG_STEP_FIELD / "
                     f"SLURMCTL_WATCHDOG_SOURCE to what your training writes. Not killing the job for this.")
@@ -323,7 +324,8 @@ def _seconds(text: str) -> float:
 
 def parse_args(argv: list[str] | None) -> Settings:
     p = argparse.ArgumentParser(prog="python -m slurmctl.runtime.watchdog", description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-dir", default=os.environ.get("SLURMCTL_RUN_DIR"), required=not os.environ.get("SLURMCTL_RUN_DIR"))
+    p.add_argument("--run-dir", default=os.environ.get("SLURMCTL_RUN_DIR"),
+                   required=not os.environ.get("SLURMCTL_RUN_DIR"))
     p.add_argument("--step-field", default=_env_default("STEP_FIELD", "step"),
                    help="key path (step, global_step, iteration, a.b) or regex:<pattern with one group>")
     p.add_argument("--source", default=_env_default("SOURCE", ""),
@@ -334,7 +336,8 @@ def parse_args(argv: list[str] | None) -> Settings:
     p.add_argument("--drain-timeout", default=_env_default("DRAIN_TIMEOUT", "5m"), help="wait for the ACK (5m)")
     p.add_argument("--job-id", default=os.environ.get("SLURM_JOB_ID"))
     p.add_argument("--log", default=None, help="job log to tail; default <run dir>/logs/<job id>.out")
-    p.add_argument("--pid", type=int, action="append", default=[], help="standalone: end this pid instead of srun steps")
+    p.add_argument("--pid", type=int, action="append", default=[],
+                   help="standalone: end this pid instead of srun steps")
     p.add_argument("--kill-grace", type=float, default=10.0, help="standalone: SIGTERM -> SIGKILL delay (10 s)")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the batch shell) is gone")
     a = p.parse_args(argv)

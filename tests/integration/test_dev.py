@@ -65,7 +65,8 @@ def test_dev_shell_runs_on_l4_dev_and_ends_by_ttl_and_by_idle_timeout(tmux_serve
     try:
         for session in ("ttl", "idle"):
             _wait_for(session, r"@l4-1", timeout=90)  # the prompt of a shell on the node
-            _tmux("send-keys", "-t", session, "echo JOB=$SLURM_JOB_ID NODE=$SLURMD_NODENAME GPU=${CUDA_VISIBLE_DEVICES-none}",
+            _tmux("send-keys", "-t", session,
+                  "echo JOB=$SLURM_JOB_ID NODE=$SLURMD_NODENAME GPU=${CUDA_VISIBLE_DEVICES-none}",
                   "Enter")
             match = _wait_for(session, r"JOB=(\d+) NODE=(\S+) GPU=(\S+)", timeout=10)
             jobs[session] = match.group(1)

@@ -35,7 +35,8 @@ def test_failed_run_is_diagnosed(workdir):
 def test_logs_rank_filter_shows_that_global_rank(workdir):
     """2 nodes x 2 processes: torchrun --tee prefixes each line with the global rank; --rank 3 keeps rank 3's."""
     train = ("import os, socket\n"
-             "print(f\"hello from rank {os.environ['RANK']} local {os.environ['LOCAL_RANK']} on {socket.gethostname()}\","
+             "print(f\"hello from rank {os.environ['RANK']} local {os.environ['LOCAL_RANK']}\""
+             " f\" on {socket.gethostname()}\","
              " flush=True)\n")
     spec = write_run(workdir, {"name": "observe-ranks", "entrypoint": "train.py", "partition": "h100-ondemand",
                                 "gpu_type": "h100", "nodes": 2, "gpus_per_node": 2, "time_limit": "5m"},

@@ -67,9 +67,11 @@ def test_epilog_survives_fifos_and_dev_zero_in_bobs_run_dir_and_writes_a_root_on
     rid = run_id("fifo")
     run = make_run("bob", rid)
     py_as("bob", "import os, sys; r = sys.argv[1]\n"
-                 "os.mkfifo(r + '/job.sbatch'); os.mkfifo(r + '/drain.request'); os.symlink('/dev/zero', r + '/drain.ack')\n"
+                 "os.mkfifo(r + '/job.sbatch'); os.mkfifo(r + '/drain.request')\n"
+                 "os.symlink('/dev/zero', r + '/drain.ack')\n"
                  "os.makedirs(r + '/checkpoints/checkpoint-4'); os.mkfifo(r + '/checkpoints/checkpoint-4/.complete')\n"
-                 "os.makedirs(r + '/checkpoints/checkpoint-2'); open(r + '/checkpoints/checkpoint-2/.complete', 'w').write('{\"time\": 5.0}')\n",
+                 "os.makedirs(r + '/checkpoints/checkpoint-2')\n"
+                 "open(r + '/checkpoints/checkpoint-2/.complete', 'w').write('{\"time\": 5.0}')\n",
           str(run))
     job = sbatch_as("bob", "-p", "l4-dev", "--gres=gpu:l4:1", f"--comment=slurmctl:{rid}",
                     "-o", f"{run}/logs/%j.out", "--wrap", "true")
@@ -137,7 +139,8 @@ def test_root_cleanup_releases_a_dead_held_job_only_after_confirming_it():
     """The sweep still does its job: alice's held job of a run that ended without a checkpoint."""
     rid = run_id("dead")
     run = make_run("alice", rid)
-    py_as("alice", "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'event': 'end', 'exit_code': 1}) + '\\n')",
+    py_as("alice",
+          "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'event': 'end', 'exit_code': 1}) + '\\n')",
           str(run / "attempts.jsonl"))
     job = sbatch_as("alice", "--hold", "-p", "l4-dev", f"--job-name={rid}", f"--comment=slurmctl:{rid}",
                     "-o", "/dev/null", "--wrap", "true")

@@ -230,7 +230,8 @@ def test_cli_reads_progress_checkpoints_and_logs_from_the_login_node(login_node,
         {"steps.py": steps_py})
     laptop = preamble + f"""{cli} submit {code}/run.yaml --json > {out}/submit.json
 run_id=$({sys.executable} -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' {out}/submit.json)
-{shutil.which("timeout")} 100 {cli} logs "$run_id" -f > {out}/follow.txt   # from before the job starts writing to its end
+# follow from before the job starts writing to its end
+{shutil.which("timeout")} 100 {cli} logs "$run_id" -f > {out}/follow.txt
 {cli} status "$run_id" --json > {out}/status.json
 {cli} logs "$run_id" -n 0 > {out}/logs.txt
 {cli} ls --json > {out}/ls.json

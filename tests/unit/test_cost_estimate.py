@@ -12,7 +12,8 @@ def test_cost_per_hour_and_worst_case(local_site):
     upper = estimate(spec, local_site)  # before placement: the dearest acceptable partition
     assert (upper.partition, upper.usd_per_hour, upper.max_usd) == ("h100-ondemand", pytest.approx(62.4), 624.0)
     spot = estimate(spec, local_site, "h100-spot")
-    assert (spot.usd_per_hour, spot.max_usd, spot.preemptible, spot.capacity) == (pytest.approx(22.4), 224.0, True, "spot")
+    assert (spot.usd_per_hour, spot.max_usd, spot.preemptible, spot.capacity) == \
+        (pytest.approx(22.4), 224.0, True, "spot")
     assert "$22.40/hour" in spot.sentence() and "worst case $224.00" in spot.sentence()
 
 

@@ -140,7 +140,8 @@ def test_helm_values_use_only_keys_the_charts_know_and_valid_pod_specs():
     operator = yaml.safe_load((DEPLOY / "slinky" / "operator-values.yaml").read_text())
     assert set(operator) <= OPERATOR_TOP_KEYS
     # every pod spec we extend must be a valid Kubernetes PodSpec once the chart adds its container
-    pods = {f"nodeset/{n}": (s.get("podSpec", {}), s.get("slurmd", {})) for n, s in _enabled(values["nodesets"]).items()}
+    pods = {f"nodeset/{n}": (s.get("podSpec", {}), s.get("slurmd", {}))
+            for n, s in _enabled(values["nodesets"]).items()}
     pods.update({f"loginset/{n}": (s.get("podSpec", {}), s.get("login", {}))
                  for n, s in _enabled(values["loginsets"]).items()})
     pods.update({c: (values[c].get("podSpec", {}), {}) for c in ("controller", "restapi", "accounting")})

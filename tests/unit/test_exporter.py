@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurmctl.runtime.checkpoint import CheckpointManager
-from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label, step_seconds
 from slurmctl.fsutil import append_jsonl
+from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label, step_seconds
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import SEP, SlurmClient
 from slurmctl.submit.spec import SiteConfig
 
@@ -45,7 +45,8 @@ def site(tmp_path) -> SiteConfig:
     return SiteConfig.model_validate({
         "cluster": "test", "runs_root": str(tmp_path),
         "partitions": {
-            "h100-ondemand": {"capacity": "ondemand", "gpu_type": "h100", "gpus_per_node": 8, "price_per_gpu_hour": 3.9},
+            "h100-ondemand": {"capacity": "ondemand", "gpu_type": "h100", "gpus_per_node": 8,
+                              "price_per_gpu_hour": 3.9},
             "h100-spot": {"capacity": "spot", "gpu_type": "h100", "gpus_per_node": 8, "price_per_gpu_hour": 1.4},
             "l4-dev": {"capacity": "dev", "gpu_type": "l4", "gpus_per_node": 1, "price_per_gpu_hour": 0.35},
         }})
@@ -92,7 +93,8 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     assert held.partitions == ["h100-ondemand", "h100-spot"] and held.gpus == 4 and held.num_nodes == 2
     assert held.run_id == "fixture-20261129-0008" and held.start_time is None
     assert dev.gpus == 1 and dev.run_id is None and dev.comment == ""
-    assert running.state == "RUNNING" and running.reason == "" and running.start_time == datetime(2026, 11, 29, 13, 29, 24)
+    assert running.state == "RUNNING" and running.reason == ""
+    assert running.start_time == datetime(2026, 11, 29, 13, 29, 24)
     l4 = [n for n in nodes if n.name == "l4-1"][0]
     assert (l4.partition, l4.gpu_type, l4.gpus, l4.gpus_used) == ("l4-dev", "l4", 1, 1)
     assert [n.reason for n in nodes if n.name == "h100-3"] == ["Prolog error", "Prolog error"]
@@ -186,7 +188,8 @@ def test_run_gauges_from_the_run_directory(tmp_path):
     assert value(s, "slurmctl_run_drain_requested", run=run) == 1
     assert value(s, "slurmctl_run_drain_acknowledged", run=run) == 0
     assert value(s, "slurmctl_run_cost_burn_dollars_per_hour", run=run) == pytest.approx(7.8)
-    assert value(s, "slurmctl_run_attempt_start_timestamp_seconds", run=run) == datetime(2026, 11, 29, 13, 29, 24).timestamp()
+    assert value(s, "slurmctl_run_attempt_start_timestamp_seconds", run=run) == \
+        datetime(2026, 11, 29, 13, 29, 24).timestamp()
     # the held job's run has no run directory here, so it is not exported
     assert not any(dict(labels).get("run") == "fixture-20261129-0008" for _, labels in s)
 

@@ -272,7 +272,8 @@ def confirm_argv(job_id) -> tuple:
 def site_for(world):
     from slurmctl.submit.spec import SiteConfig
 
-    return SiteConfig.model_validate({"cluster": "t", "runs_root": str(world / "runs"), "dev_allocation_ttl": "8h", "partitions": {
+    return SiteConfig.model_validate({"cluster": "t", "runs_root": str(world / "runs"), "dev_allocation_ttl": "8h",
+                                      "partitions": {
         "l4-dev": {"capacity": "dev", "gpu_type": "l4", "gpus_per_node": 1, "price_per_gpu_hour": 0.35}}})
 
 

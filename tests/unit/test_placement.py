@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from slurmctl.submit.placement import NoPlacement, PlacementOption, choose, place, sbatch_directives
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
+from slurmctl.submit.placement import NoPlacement, PlacementOption, choose, place, sbatch_directives
 from slurmctl.submit.spec import RunSpec
 
 NOW = datetime(2026, 11, 29, 13, 0, 0)
@@ -49,10 +49,12 @@ class SbatchTestOnlyFake:
         self.calls.append(list(argv))
         partition = next(a.split("=", 1)[1] for a in argv if a.startswith("--partition="))
         if partition not in self.starts:
-            return CommandResult(tuple(argv), 1, "", "allocation failure: Requested node configuration is not available")
+            return CommandResult(tuple(argv), 1, "",
+                                 "allocation failure: Requested node configuration is not available")
         when = (NOW + timedelta(minutes=self.starts[partition])).isoformat()
         return CommandResult(tuple(argv), 0, "",
-                             f"sbatch: Job 9 to start at {when} using 1 processors on nodes x-1 in partition {partition}")
+                             f"sbatch: Job 9 to start at {when} using 1 processors on nodes x-1 "
+                             f"in partition {partition}")
 
 
 def test_place_asks_slurm_for_each_partition(local_site):
@@ -83,7 +85,8 @@ def test_test_only_retries_a_busy_controller():
 
 
 def test_a_busy_controller_is_not_reported_as_an_impossible_job():
-    busy = [PlacementOption("l4", False, None, 0.35, False, message="allocation failure: Resource temporarily unavailable")]
+    busy = [PlacementOption("l4", False, None, 0.35, False,
+                            message="allocation failure: Resource temporarily unavailable")]
     with pytest.raises(NoPlacement) as caught:
         choose(busy)
     assert caught.value.code == "slurm-busy"

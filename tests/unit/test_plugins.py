@@ -78,7 +78,8 @@ def test_epilog_cleans_up_and_writes_one_record_per_attempt(tmp_path):
     assert not (cfg.gpu_map_dir / "0").exists() and (cfg.gpu_map_dir / "1").exists()
     assert not (cfg.scratch_root / "77").exists()
     [record] = read_records(cfg.cost_spool)
-    assert (record.job_id, record.restart_count, record.run_id, record.state) == (77, 2, "run-a-20261130-0abc", "FAILED")
+    assert (record.job_id, record.restart_count, record.run_id, record.state) == \
+        (77, 2, "run-a-20261130-0abc", "FAILED")
     # no controller here: the start is the prolog's (records.attempt_start), kept under a dot name
     assert record.schema_version == SCHEMA_VERSION and record.start_time
     assert sorted(os.listdir(cfg.cost_spool)) == [".attempt-77", f"77.2.{int(record.start_time)}.json"]
@@ -87,7 +88,8 @@ def test_epilog_cleans_up_and_writes_one_record_per_attempt(tmp_path):
 def test_epilog_kills_a_process_of_the_ended_job_and_spares_others(tmp_path):
     cfg = cfg_for(tmp_path)
     env_base = {**os.environ, "SLURMD_NODENAME": "n1"}
-    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**env_base, "SLURM_JOB_ID": "4242"})
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**env_base, "SLURM_JOB_ID": "4242"})
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              env={**env_base, "SLURMD_NODENAME": "n2", "SLURM_JOB_ID": "4242"})
     try:
@@ -139,5 +141,6 @@ def test_hooks_and_the_slurm_client_import_only_the_standard_library():
              "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in sys.stdlib_module_names"
              " and m.split('.')[0] != 'slurmctl'))")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run(["/usr/bin/python3", "-c", probe], cwd=repo, env={}, capture_output=True, text=True, check=False)
+    out = subprocess.run(["/usr/bin/python3", "-c", probe], cwd=repo, env={}, capture_output=True, text=True,
+                         check=False)
     assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr

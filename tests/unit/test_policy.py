@@ -4,7 +4,8 @@ from slurmctl.runtime.policy import REQUEUE, STOP, decide
 
 
 def d(**kw):
-    args = {"exit_code": 1, "drain": None, "acked": False, "checkpoint_step": 10, "previous_ends": [], "max_restarts": 3}
+    args = {"exit_code": 1, "drain": None, "acked": False, "checkpoint_step": 10, "previous_ends": [],
+            "max_restarts": 3}
     return decide(**{**args, **kw})
 
 

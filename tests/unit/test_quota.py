@@ -4,9 +4,9 @@ The squeue/sacctmgr texts below have the shape the local cluster (Slurm 22.05) p
 tests/integration/test_quota.py (`squeue -h -O JobID:\\x1f,...` and `sacctmgr -n -P show qos ...`).
 """
 
+from slurmctl.observe.explain import parse_limit_family
 from slurmctl.observe.quota import parse_tres, quota_for, sacctmgr_field
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.observe.explain import parse_limit_family
 
 from .fakes import ReplayRunner
 

@@ -2,8 +2,8 @@
 
 import json
 
-from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.rundir import Run
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.submit.smoke import code_config_hash, judge, smoke_passed, smoke_spec
 from slurmctl.submit.spec import RunSpec
 
@@ -45,7 +45,8 @@ def finished_run(tmp_path, step=0, ack=True, valid=True) -> Run:
 
 def test_judge_pass_and_each_failure(tmp_path):
     assert judge(finished_run(tmp_path / "ok"), "COMPLETED")[0] is True
-    assert judge(finished_run(tmp_path / "f"), "FAILED") == (False, "the job ended failed; its log tail below says why.")
+    assert judge(finished_run(tmp_path / "f"), "FAILED") == \
+        (False, "the job ended failed; its log tail below says why.")
     assert "rt.ack_drain" in judge(finished_run(tmp_path / "n", ack=False), "COMPLETED")[1]
     assert "no valid checkpoint" in judge(finished_run(tmp_path / "v", valid=False), "COMPLETED")[1]
 

@@ -8,9 +8,9 @@ import time
 
 from slurmctl.observe.compare import sparkline, write_png
 from slurmctl.observe.logs import split_attempts, training_lines
+from slurmctl.observe.status import build_status, runs_statuses
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.observe.status import build_status, runs_statuses
 
 from .fakes import JOBS, ReplayRunner
 

@@ -7,10 +7,10 @@ import json
 import time
 
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
-from slurmctl.rundir import Run
-from slurmctl.slurm.client import Job
 from slurmctl.observe.status import build_status
+from slurmctl.rundir import Run
 from slurmctl.runtime.watchdog import Settings, StepReader, Watchdog
+from slurmctl.slurm.client import Job
 
 HUNG_LOG = ("[rank0]: step 41 loss 2.1\n"
             "slurmctl watchdog [12:00:45]: WARNING: no progress in field 'step' in heartbeat.json for 45.0 s\n"
@@ -64,7 +64,8 @@ def test_status_says_the_watchdog_asked_a_stalled_training_to_drain(tmp_path):
     assert status.watchdog["state"] == "drain-requested" and status.watchdog["scene"] is None
     assert "asked the training to checkpoint and stop" in status.watchdog["message"]
     assert status.health == "hung: the watchdog asked it to drain"
-    assert any(d.startswith("Watchdog: the watchdog saw no progress (no progress in field 'step'") for d in status.details)
+    assert any(d.startswith("Watchdog: the watchdog saw no progress (no progress in field 'step'")
+               for d in status.details)
 
 
 def test_status_and_diagnose_point_at_the_scene_of_a_step_the_watchdog_ended(tmp_path):
@@ -77,7 +78,8 @@ def test_status_and_diagnose_point_at_the_scene_of_a_step_the_watchdog_ended(tmp
     assert status.diagnosis["watchdog"]["scene"] == scene
     result = diagnose_file(run.log_path(42), "FAILED", "0:15")
     assert result.category == "unknown" and "watchdog ended the hung step" in result.summary
-    assert result.evidence[0].startswith("watchdog: the watchdog ended the hung training step") and scene in result.evidence[0]
+    assert result.evidence[0].startswith("watchdog: the watchdog ended the hung training step")
+    assert scene in result.evidence[0]
     assert result.evidence[1].startswith("slurmctl watchdog [12:00:45]: WARNING") and "HUNG" in result.evidence[2]
     assert f"{scene}/stacks.txt" in result.hint
 

@@ -164,8 +164,8 @@ def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filena
     With `record`, the attempt's record completed by these facts is also left in the run dir for
     the user's own `slurmctl cost`; written as the user, it can harm nothing but the user's view."""
     from slurmctl.fsutil import read_json
-    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
     from slurmctl.rundir import Run
+    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 
     run = Run(run_id, Path(run_dir))
     meta = run.meta
@@ -233,7 +233,8 @@ def final_state(info: JobInfo | None, env) -> tuple[str | None, bool, str | None
     return (info.state if info else None), False, env_code or (info.exit_code if info else None)
 
 
-def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float, result: HookResult | None = None) -> CostRecord:
+def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float,
+                 result: HookResult | None = None) -> CostRecord:
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     restarts = env.get("SLURM_JOB_RESTART_COUNT") or ""
     start = info.start_time if info else None

@@ -39,7 +39,7 @@ def log_hook(env, hook: str, started: float, **extra) -> None:
     """Append one line (one O_APPEND write, so parallel slurmds never interleave); never raises."""
     now = time.time()
     record = {"hook": hook, "ts": round(now, 3), "ms": round((time.monotonic() - started) * 1000, 1),
-              "time": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat()}
+              "time": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat()}
     record.update({key: env.get(var) for key, var in FIELDS.items() if env.get(var) is not None})
     record.update(extra)
     try:

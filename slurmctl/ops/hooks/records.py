@@ -79,7 +79,7 @@ class CostRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CostRecord":
+    def from_dict(cls, data: dict) -> CostRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
