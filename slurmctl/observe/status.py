@@ -29,7 +29,7 @@ FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT",
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
 # A read command's Slurm queries are cut off after this: with a hung controller, status and ls still
 # answer within 5 s, from the run directory.
-QUERY_SECONDS = 4.0
+QUERY_SECONDS = 3.0
 
 
 @dataclass

@@ -80,6 +80,8 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
             slurmctl("cancel", run["run_id"], "--now", check=False)
     assert status["state"] == "COMPLETED", slurmctl("logs", run["run_id"], "-n", "0").stdout
     outcomes = [e["outcome"] for e in ends]
+    assert all(e.get("last_step") is not None and e.get("steps_lost") is not None for e in ends), ends
+    assert ends[1]["steps_lost"] == 0 and ends[0]["steps_lost"] == 12 - 9, ends[:2]  # drained vs crashed
     assert "time-limit" in outcomes[2:], outcomes
 
     attempts = _sacct_attempts(job_id, len(ends))
@@ -87,9 +89,15 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
     records = _records(job_id, len(attempts))
     # exactly one record per sacct attempt, matched by the attempt's start time
     assert len(records) == len(attempts), ([r.filename for r in records], attempts)
-    starts = sorted(int(r.start_time) for r in records)
-    sacct_starts = sorted(int(time.mktime(time.strptime(a[1], "%Y-%m-%dT%H:%M:%S"))) for a in attempts)
-    assert starts == sacct_starts
+    # restart counts 0..n-1 (a requeued attempt's epilog sees the next count), and each known start is
+    # its attempt's: Slurm's, or the prolog's clock (within 3 s after sacct's Start) for a requeued
+    # attempt, whose epilog used to record the requeue time; none when slurmd skipped the prolog
+    records.sort(key=lambda r: r.restart_count)
+    assert [r.restart_count for r in records] == list(range(len(attempts))), [r.filename for r in records]
+    sacct_starts = sorted(time.mktime(time.strptime(a[1], "%Y-%m-%dT%H:%M:%S")) for a in attempts)
+    assert all(r.start_time is None or 0 <= r.start_time - s < 3 for r, s in zip(records, sacct_starts)), \
+        ([r.start_time for r in records], sacct_starts)
+    assert records[-1].start_time == sacct_starts[-1]  # the last attempt: Slurm's own start
     assert len({r.filename for r in records}) == len(records)
     # the run's own copies (what alice's `slurmctl cost` reads) agree, and cost finds every attempt's record
     copies = sorted(p.name for p in (Path(run_dir) / "cost-records").glob(f"{job_id}.*.json"))

@@ -238,13 +238,18 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float,
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     restarts = env.get("SLURM_JOB_RESTART_COUNT") or ""
     start = info.start_time if info else None
-    seen = attempt_start(cfg.cost_spool, job_id)  # the prolog's view: right also when being requeued
-    if seen is not None:
-        restarts = str(seen[0])
-        # Slurm's start precedes the prolog; a later one is the requeue time of the next attempt.
-        if start is None or start > seen[1] + 5:
-            start = seen[1]
     end = (info.end_time if info and info.end_time else None) or now
+    if info is not None and info.end_time and info.end_time > now + 1:
+        # An end in the future: the attempt is being requeued and scontrol (and the environment's
+        # restart count) already describe the next one: StartTime = the requeue time, EndTime = that
+        # + the time limit. This attempt is the previous count; its start is the prolog's record of
+        # it (records.attempt_start), or unknown when slurmd skipped the prolog (a requeued job
+        # restarted on the same node seconds later) -- the ledger then matches it by restart count.
+        count = int(restarts) if restarts.isdigit() else info.restarts
+        restarts = str(max(0, count - 1))
+        seen = attempt_start(cfg.cost_spool, job_id)
+        start = seen[1] if seen is not None and str(seen[0]) == restarts else None
+        end = now
     gpu_count = info.gpu_count if info else len(job_gpu_indices(env))
     run_id = run_id_of(env)
     state, state_final, exit_code = final_state(info, env)
