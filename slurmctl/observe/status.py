@@ -244,6 +244,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status.details.append(f"Newest valid checkpoint: step {latest_ck.step}.")
     elif job_id is not None:
         status.details.append("No valid checkpoint yet.")
+    _checkpoint_failure(status, events, now)
     if job_id is not None:
         status.watchdog = watchdog_report(run.path, job_id)
     if status.watchdog:
@@ -420,6 +421,24 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
         then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
         lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
     return lines
+
+
+def _checkpoint_failure(status: RunStatus, events: list[dict], now: float) -> None:
+    """A save the filesystem refused (runtime: CheckpointSaveFailed), unless a save succeeded since."""
+    failed = [e for e in _current(events) if e.get("event") == "checkpoint-failed"]
+    if not failed:
+        return
+    last = failed[-1]
+    saved_at = now - status.checkpoint_age_seconds if status.checkpoint_age_seconds is not None else None
+    if saved_at is not None and saved_at >= float(last.get("time") or 0):
+        return  # a later checkpoint succeeded: the disk has room again
+    kept = (f"checkpoint step {last['previous_step']} is still the newest valid one"
+            if last.get("previous_step") is not None else "there is no valid checkpoint yet")
+    when = human_duration(max(0.0, now - float(last.get("time") or now)))
+    status.details.append(f"CHECKPOINT FAILED at step {last.get('step')} ({when} ago): {last.get('reason')}: "
+                          f"{last.get('error')}; {kept}. Free space in the checkpoint directory.")
+    if status.health == "ok":
+        status.health = f"checkpoint failing: {last.get('reason')}"
 
 
 def _requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.fsutil import append_jsonl, write_atomic
-from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.runtime.checkpoint import CheckpointManager, CheckpointSaveFailed
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
@@ -112,6 +112,7 @@ class Runtime:
             checkpoint_interval=int(os.environ.get("SLURMCTL_CHECKPOINT_INTERVAL", "100")),
             checkpoints=CheckpointManager(ckpt_dir, keep_last=int(os.environ.get("SLURMCTL_CHECKPOINT_KEEP", "3"))),
         )
+        rt.checkpoints.on_failure = rt.checkpoint_failed
         if rt.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
         if handle_sigterm:
@@ -157,7 +158,23 @@ class Runtime:
     @property
     def sharded_checkpoints(self) -> CheckpointManager:
         """Same directory, but every rank saves its shard (FSDP, DCP); rank 0 finalizes."""
-        return CheckpointManager(self.checkpoints.root, keep_last=self.checkpoints.keep_last, distributed=True)
+        mgr = CheckpointManager(self.checkpoints.root, keep_last=self.checkpoints.keep_last, distributed=True)
+        mgr.on_failure = self.checkpoint_failed
+        return mgr
+
+    def checkpoint_failed(self, failure: CheckpointSaveFailed) -> None:
+        """Rank 0 notes a refused save in attempts.jsonl (`slurmctl status` shows it). Best effort: the
+        disk may be full for this small line too; the training gets the exception either way."""
+        if not self.is_main:
+            return
+        try:
+            append_jsonl(self.run_dir / rundir.ATTEMPTS, {
+                "event": "checkpoint-failed", "time": time.time(), "job_id": int(os.environ.get("SLURM_JOB_ID") or 0),
+                "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0), "step": failure.step,
+                "reason": failure.reason, "error": failure.error.strerror or str(failure.error),
+                "previous_step": failure.previous.step if failure.previous else None})
+        except OSError:
+            pass
 
     def drain_requested(self) -> bool:
         """Cheap enough for every step: one flag and one stat()."""

@@ -15,10 +15,16 @@ torch.distributed.checkpoint's): the marker is the only file of ours left in a c
     mgr.save_async(step, write_fn)           # same, in a background thread (at most one in flight);
                                              # snapshot your state first, e.g. with snapshot_state()
     ck = mgr.latest()                        # newest VALID checkpoint (.step, .path) or None
+
+A save that the filesystem refuses (disk full, quota, file size limit, I/O error) raises
+CheckpointSaveFailed after removing what it wrote: the previous checkpoint stays the latest, and the
+training may catch it and go on (the next interval tries again) or stop. `on_failure` (the Runtime
+sets it) is told first, so `slurmctl status` can show the failure.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -39,6 +45,29 @@ WriteFn = Callable[[Path], None]
 
 class CheckpointError(RuntimeError):
     """A save could not finish (a rank never wrote its shard, or a background save failed)."""
+
+
+_FULL = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit reached"}
+
+
+class CheckpointSaveFailed(CheckpointError, OSError):
+    """The filesystem refused a save; nothing of it is left, `previous` is still the latest. An
+    OSError too (errno, strerror, filename of the refused write), as a failed save always was."""
+
+    def __init__(self, step: int, error: OSError, previous: Checkpoint | None):
+        self.step, self.error, self.previous = step, error, previous
+        self.disk_full = error.errno in _FULL
+        self.reason = _FULL.get(error.errno, "filesystem error")
+        where = f" ({error.filename})" if error.filename else ""
+        kept = (f"checkpoint step {previous.step} is still the latest" if previous
+                else "there is no valid checkpoint yet")
+        super().__init__(f"checkpoint of step {step} failed: {self.reason}: {error.strerror or error}{where}; {kept}. "
+                         "Free space (or raise the quota) and the next save will succeed; catch "
+                         "CheckpointSaveFailed to keep training meanwhile.")
+        self.errno, self.strerror, self.filename = error.errno, error.strerror, error.filename
+
+    def __str__(self) -> str:  # the whole sentence, not OSError's "[Errno N] strerror"
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,7 @@ class CheckpointManager:
         if not distributed:
             rank, world_size = (0 if rank is None else rank), (1 if world_size is None else world_size)
         self._rank, self._world_size, self._barrier = rank, world_size, barrier
+        self.on_failure: Callable[[CheckpointSaveFailed], None] | None = None
         self._in_flight: threading.Thread | None = None
         self._in_flight_error: BaseException | None = None
         self._snapshot = None
@@ -167,12 +197,36 @@ class CheckpointManager:
     def save(self, step: int, write_fn: WriteFn) -> Checkpoint:
         """Write, fsync, rename, mark, repoint latest, prune. Returns when the checkpoint is valid."""
         self.wait()
-        tmp = self._prepare(step)
-        self._write_shard(tmp, write_fn)
-        if self.rank == 0:
-            self._finalize(step, tmp)
-        self._sync()  # nobody continues (or reads latest) before rank 0 has finalized
+        previous = self.latest()
+        failed = None
+        try:
+            tmp = self._prepare(step)
+            self._write_shard(tmp, write_fn)
+            if self.rank == 0:
+                self._finalize(step, tmp)
+        except OSError as exc:
+            failed = self._failed(step, exc, previous)
+        self._sync()  # nobody continues (or reads latest) before rank 0 has finalized (or given up)
+        if failed is not None:
+            raise failed from failed.error
         return Checkpoint(step, self.path_for(step))
+
+    def _failed(self, step: int, exc: OSError, previous: Checkpoint | None) -> CheckpointSaveFailed | None:
+        """Remove what the failed save left (a half-written tmp dir fills the disk further, and status
+        would show it as a save in progress); None when the checkpoint did become valid (only the
+        `latest` pointer failed, and it is never trusted for validity)."""
+        if Checkpoint(step, self.path_for(step)).valid:
+            return None
+        if self.rank == 0:
+            shutil.rmtree(self.root / f"checkpoint-{step}.tmp", ignore_errors=True)
+            shutil.rmtree(self.path_for(step), ignore_errors=True)  # renamed, never marked complete
+        failure = CheckpointSaveFailed(step, exc, previous)
+        if self.on_failure is not None:
+            try:
+                self.on_failure(failure)
+            except Exception:  # noqa: BLE001 - reporting must not hide the failure itself
+                pass
+        return failure
 
     def save_async(self, step: int, write_fn: WriteFn) -> None:
         """Like save(), but the write and finalize happen in a background thread.
@@ -183,13 +237,22 @@ class CheckpointManager:
         files), so it is safe next to NCCL/gloo traffic of the step loop.
         """
         self.wait()
-        tmp = self._prepare(step)
+        previous = self.latest()
+        try:
+            tmp = self._prepare(step)
+        except OSError as exc:
+            failed = self._failed(step, exc, previous)
+            if failed is not None:
+                raise failed from exc
+            return
 
         def work() -> None:
             try:
                 self._write_shard(tmp, write_fn)
                 if self.rank == 0:
                     self._finalize(step, tmp)
+            except OSError as exc:
+                self._in_flight_error = self._failed(step, exc, previous)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by wait()
                 self._in_flight_error = exc
 
@@ -213,6 +276,8 @@ class CheckpointManager:
             self._in_flight = None
         if self._in_flight_error is not None:
             error, self._in_flight_error = self._in_flight_error, None
+            if isinstance(error, CheckpointSaveFailed):
+                raise error from error.error
             raise CheckpointError(f"background checkpoint save failed: {error!r}") from error
 
     def _prepare(self, step: int) -> Path:
