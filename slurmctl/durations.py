@@ -73,6 +73,15 @@ def parse_duration(value: str | int) -> int:
                      "(a bare number is minutes, as in Slurm)")
 
 
+def parse_seconds(value: str | int) -> float:
+    """Like parse_duration, but keeps fractions of a second ('0.3s', '1.5m'): for polling intervals
+    and windows, where truncating '0.3s' to 0 would make a busy loop."""
+    m = _UNIT_RE.fullmatch(str(value).strip()) if not isinstance(value, (bool, int)) else None
+    if m:
+        return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    return float(parse_duration(value))
+
+
 def slurm_time(seconds: int) -> str:
     """Seconds -> Slurm's [D-]HH:MM:SS, rounded up to whole minutes (Slurm's granularity)."""
     minutes = -(-int(seconds) // 60)

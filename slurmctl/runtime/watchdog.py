@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.durations import parse_duration
+from slurmctl.durations import parse_seconds
 from slurmctl.fsutil import tail_bytes, write_atomic
 from slurmctl.ops.hooks.procs import pid_alive
 
@@ -319,7 +319,7 @@ def _env_default(name: str, fallback: str) -> str:
 
 
 def _seconds(text: str) -> float:
-    return float(parse_duration(text))  # a bare number is minutes, as everywhere in slurmctl
+    return parse_seconds(text)  # a bare number is minutes, as everywhere in slurmctl
 
 
 def parse_args(argv: list[str] | None) -> Settings:

@@ -63,3 +63,12 @@ def test_dates():
     assert parse_slurm_timestamp("N/A") is None and parse_slurm_timestamp("Unknown") is None
     assert until(None) == "no estimate yet" and until(now, now) == "now"
     assert until(datetime(2026, 11, 30, 14, 5, 0), now) == "in ~2h05m"
+
+
+def test_parse_seconds_keeps_fractions_for_intervals():
+    from slurmctl.durations import parse_seconds
+
+    assert parse_seconds("0.3s") == pytest.approx(0.3)  # parse_duration would truncate it to a busy loop
+    assert parse_seconds("1.5m") == 90.0 and parse_seconds("45") == 2700.0 and parse_seconds("01:00:00") == 3600.0
+    with pytest.raises(ValueError):
+        parse_seconds("soon")
