@@ -53,6 +53,9 @@ def test_cancelled_while_waiting_after_a_requeue_is_not_requeued_forever(tmp_pat
     status = build_status(run, gone)
     assert status.phase == "cancelled" and status.headline.startswith("Cancelled while waiting to restart after")
     assert "slurmctl resume r" in status.action and "checkpoint step 23" in status.action
+    # what sacct said on the local cluster after `scancel` of the waiting job: CANCELLED
+    cancelled = build_status(run, Job(job_id=7, name="r", state="CANCELLED", partition="h100-spot", source="sacct"))
+    assert cancelled.headline.startswith("Cancelled while waiting to restart after preemption")
     # still in the queue (squeue says REQUEUED/PENDING): it is waiting, not cancelled
     queued = Job(job_id=7, name="r", state="REQUEUED", partition="h100-spot", source="squeue")
     assert build_status(run, queued).phase == "requeued after preemption"
