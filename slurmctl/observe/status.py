@@ -394,11 +394,17 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
     for n, (i, start) in enumerate(starts):
         following = current[i + 1:starts[n + 1][0]] if n + 1 < len(starts) else current[i + 1:]
         end = next((e for e in following if e.get("event") == "end"), None)
+        restarts = [e for e in following if e.get("event") == "step-restart"]
         when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
         resume = start.get("resume_step")
         line = (f"attempt {start.get('restart_count', n)} (job {start.get('job_id')}): started {when} on "
                 f"{start.get('nodes') or '?'}, " + (f"from checkpoint step {resume}" if resume is not None
                                                     else "from scratch"))
+        for r in restarts:  # crashes restarted inside this allocation (runtime.attempt restart-step)
+            at = f" at step {r['last_step']}" if r.get("last_step") is not None else ""
+            lost = f", {r['steps_lost']} steps lost" if r.get("steps_lost") is not None else ""
+            line += (f"; crashed (exit code {r.get('exit_code')}){at}{lost}, restarted in the allocation from "
+                     f"checkpoint step {r.get('checkpoint_step')}")
         if end is None:
             if n + 1 < len(starts):
                 line += "; ended without an end record (node lost or batch script killed)"
@@ -444,15 +450,19 @@ def _checkpoint_failure(status: RunStatus, events: list[dict], now: float) -> No
 def _requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> None:
     """A run waiting after a requeue says why ("requeued after preemption"); one whose job vanished
     while it waited (cancelled: sacct keeps only the REQUEUED record) is not shown as requeued forever."""
-    ends = [e for e in _current(events) if e.get("event") == "end"]
-    last = ends[-1] if ends else None
+    current = _current(events)
+    ends = [i for i, e in enumerate(current) if e.get("event") == "end"]
+    last = current[ends[-1]] if ends else None
     if job is None or last is None or last.get("action") != "requeue":
         return
+    if any(e.get("event") == "start" for e in current[ends[-1] + 1:]):
+        return  # the requeued attempt started: its own story
     after = _AFTER.get(last.get("outcome"), last.get("outcome") or "a restart")
     ck = last.get("checkpoint_step")
     lost = last.get("steps_lost")
-    if job.state == "REQUEUED" and job.source == "sacct":
-        # Not in the queue any more, and accounting has no later attempt: cancelled while it waited.
+    if job.state == "CANCELLED" or (job.state == "REQUEUED" and job.source == "sacct"):
+        # Cancelled while it waited to restart: accounting says CANCELLED, or keeps only the REQUEUED
+        # record of a job that is no longer in the queue.
         status.phase = "cancelled"
         status.headline = (f"Cancelled while waiting to restart after {after}: Slurm will not run it again "
                            "(accounting keeps only the REQUEUED record).")
