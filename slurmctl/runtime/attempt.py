@@ -3,6 +3,9 @@
   start           record the attempt in attempts.jsonl; clear the previous attempt's drain handshake
   drain-signal    the USR1 trap: write drain.request, classified as time-limit or preemption
   watch-requeue   background: once the first valid checkpoint exists, make the job requeueable
+  restart-step --exit-code
+                  a crashed training, opted in with SLURMCTL_RESTART_IN_ALLOCATION=1: exit 0 to have
+                  the script srun it again in this allocation (no requeue, no Slurm requeue delay)
   end --exit-code decide requeue or stop (runtime/policy.py), record it, and requeue if so
 
 Requeue is enabled from the batch shell (not from the training's save()) because the batch shell
@@ -119,7 +122,8 @@ def _last_step(run_dir: Path, since: float | None) -> int | None:
 def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     events = read_jsonl(run_dir / rundir.ATTEMPTS)
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
-    previous_ends = [e for e in events[last_submit + 1:] if e.get("event") == "end"]
+    # An in-allocation restart is a failure too: it counts against the cap (policy.decide).
+    previous_ends = [e for e in events[last_submit + 1:] if e.get("event") in {"end", "step-restart"}]
     drain = read_drain_request(run_dir)
     acked = (run_dir / DRAIN_ACK).exists()
     ck = _checkpoints(run_dir).latest()
@@ -153,6 +157,34 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     return 0
 
 
+def restart_step(run_dir: Path, exit_code: int) -> int:
+    """0 when the crashed training should be started again inside this allocation: opted in, not a
+    drain (preemption, time limit and cancel go through `end`), a valid checkpoint to resume from,
+    under the failure cap, and progress since the previous failure (the same rules as a requeue,
+    policy.decide). The restart is recorded as a `step-restart` event (status tells it)."""
+    if exit_code == 0 or os.environ.get("SLURMCTL_RESTART_IN_ALLOCATION") != "1":
+        return 1
+    if (run_dir / DRAIN_REQUEST).exists():
+        return 1
+    events = read_jsonl(run_dir / rundir.ATTEMPTS)
+    last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
+    previous = [e for e in events[last_submit + 1:] if e.get("event") in {"end", "step-restart"}]
+    ck = _checkpoints(run_dir).latest()
+    decision = decide(exit_code=exit_code, drain=None, acked=False, checkpoint_step=ck.step if ck else None,
+                      previous_ends=previous, max_restarts=_max_restarts(run_dir))
+    if decision.action != REQUEUE:
+        return 1  # `end` decides again, records the stop and says why
+    starts = [e for e in events if e.get("event") == "start" and e.get("job_id") == _env_int("SLURM_JOB_ID")]
+    last_step = _last_step(run_dir, starts[-1].get("time") if starts else None)
+    append_jsonl(run_dir / rundir.ATTEMPTS, {
+        **_base_record("step-restart"), "exit_code": exit_code, "outcome": "failed", "checkpoint_step": ck.step,
+        "last_step": last_step, "steps_lost": max(0, last_step - ck.step) if last_step is not None else None,
+        "failures": decision.failures, "reason": decision.reason})
+    print(f"slurmctl: training exited with code {exit_code}; restarting it in this allocation from checkpoint "
+          f"step {ck.step} (failure {decision.failures} of max_restarts={_max_restarts(run_dir)})", file=sys.stderr)
+    return 0
+
+
 def _smoke_round_trip(run_dir: Path) -> bool:
     """A smoke job exits 0 only if it logged a step, acknowledged the drain and left a valid
     checkpoint: Slurm accounting's COMPLETED is then the smoke verdict the submit gate trusts."""
@@ -165,7 +197,7 @@ def _smoke_round_trip(run_dir: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
-    parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue"])
+    parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step"])
     parser.add_argument("--exit-code", type=int, default=None)
     args = parser.parse_args(argv)
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
@@ -179,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         return drain_signal(run_path, client)
     if args.event == "watch-requeue":
         return watch_requeue(run_path, client)
+    if args.event == "restart-step":
+        return restart_step(run_path, args.exit_code if args.exit_code is not None else 1)
     return end(run_path, client, args.exit_code if args.exit_code is not None else 1)
 
 

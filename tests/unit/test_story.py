@@ -92,3 +92,22 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
     attempt.end(run.path, NoSlurm(), 3)
     end = [json.loads(line) for line in (run.path / "attempts.jsonl").read_text().splitlines()][-1]
     assert (end["last_step"], end["checkpoint_step"], end["steps_lost"]) == (12, 9, 3)
+
+
+def test_restart_in_allocation_is_opt_in_needs_a_checkpoint_and_progress(tmp_path, monkeypatch):
+    run = _run(tmp_path, "r", 7)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    attempt.start(run.path)
+    assert attempt.restart_step(run.path, 3) == 1  # not opted in: the crash goes to `end` (requeue)
+    monkeypatch.setenv("SLURMCTL_RESTART_IN_ALLOCATION", "1")
+    assert attempt.restart_step(run.path, 3) == 1  # no checkpoint: it would start from step 0
+    CheckpointManager(run.path / "checkpoints").save(5, lambda d: (d / "s").write_text("x"))
+    assert attempt.restart_step(run.path, 0) == 1  # a clean exit is not a crash
+    assert attempt.restart_step(run.path, 3) == 0
+    (restart,) = [e for e in run.events() if e["event"] == "step-restart"]
+    assert (restart["checkpoint_step"], restart["failures"], restart["outcome"]) == (5, 1, "failed")
+    assert attempt.restart_step(run.path, 3) == 1  # again at checkpoint 5: no progress, no loop
+    CheckpointManager(run.path / "checkpoints").save(8, lambda d: (d / "s").write_text("x"))
+    (run.path / "drain.request").write_text("{}")
+    assert attempt.restart_step(run.path, 3) == 1  # a drain (preemption, limit, cancel) goes to `end`
