@@ -1,4 +1,4 @@
-"""Observation commands (issue 4): status, ls, logs, explain, diagnose, queue, compare. Thin: parse, call, print."""
+"""Observation commands: status, ls, logs, explain, diagnose, queue, compare. Thin: parse, call, print."""
 
 from __future__ import annotations
 

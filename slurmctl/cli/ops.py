@@ -1,4 +1,4 @@
-"""Admin operations (issue 6): `slurmctl cleanup`."""
+"""Admin operations: `slurmctl cleanup`."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from slurmctl.runtime.policy import REQUEUE, decide
 from slurmctl.slurm.client import SlurmClient
 
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
-# signal timer is up to ~60 s early, see shared/slurm-local.md).
+# signal timer is up to ~60 s early, as measured on the local cluster).
 _PREEMPTION_SLACK_SECONDS = 90
 
 

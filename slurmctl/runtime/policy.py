@@ -47,7 +47,7 @@ def decide(*, exit_code: int, drain: dict | None, acked: bool, checkpoint_step: 
         return Decision(REQUEUE, outcome, f"{why}; drained at {ck}; requeued to continue.", failures, preemptions)
     if exit_code == 0 and not drain:
         return Decision(STOP, "completed", f"the training finished; {ck}.", failures, preemptions)
-    if reason == "smoke" and acked and exit_code == 0:  # issue 5: `submit --smoke` stops after one step
+    if reason == "smoke" and acked and exit_code == 0:  # `submit --smoke` stops after one step
         return Decision(STOP, "completed", f"smoke test: one step, drained at {ck}.", failures, preemptions)
 
     failures += 1

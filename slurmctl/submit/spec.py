@@ -285,7 +285,7 @@ class SiteConfig(_Strict):
     smoke_time_limit: str = Field("10m", description="time limit of `submit --smoke` jobs")
     gpu_memory_gb: dict[str, float] = Field(default_factory=dict,
                                             description="GPU memory per GPU model (overrides built-ins)")
-    # issue 6: node hooks and the orphan sweeper
+    # node hooks and the orphan sweeper
     cost_records_dir: str = Field("/var/spool/slurmctl/cost-records",
                                   description="spool of per-attempt cost records (epilog)")
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
