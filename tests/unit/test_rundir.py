@@ -304,7 +304,7 @@ def test_old_run_with_a_broken_or_hostile_run_yaml_uses_the_default_checkpoint_d
 
 def test_status_and_exporter_show_the_same_rate_after_a_resume(tmp_path, local_site):
     from slurmctl.observe.status import build_status
-    from slurmctl.ops.exporter import read_run
+    from slurmctl.ops.run_sample import read_run
     from slurmctl.slurm.records import Job
 
     run = Run("demo-20261130-abcd", tmp_path)
