@@ -5,7 +5,8 @@ the end record's last step / steps lost written by the job's own end hook (runti
 import json
 import time
 
-from slurmctl.observe.status import build_status, story
+from slurmctl.observe.status import build_status
+from slurmctl.observe.story import story
 from slurmctl.runtime import attempt
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import Job

@@ -1,0 +1,139 @@
+"""The run's story, from attempts.jsonl: one line per attempt of the latest submission, and what
+`slurmctl status` says about requeues, stopped runs, unacknowledged drains and failed checkpoint saves.
+Each function reads only the events (and the Slurm job `build_status` was given) and edits the status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from slurmctl.durations import human_duration
+from slurmctl.slurm.client import Job
+
+if TYPE_CHECKING:
+    from slurmctl.observe.status import RunStatus
+
+_ENDINGS = {"preemption": "preempted", "time-limit": "reached its time limit", "failed": "crashed",
+            "completed": "finished", "cancelled": "cancelled"}
+_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash"}
+
+
+def _current(events: list[dict]) -> list[dict]:
+    """The events of the latest submission (a resume or fork starts a new story)."""
+    last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
+    return events[last_submit + 1:]
+
+
+def story(events: list[dict], job: Job | None = None) -> list[str]:
+    """One line per attempt of the latest submission, from attempts.jsonl: when and where it started,
+    from which checkpoint, how it ended (preempted / time limit / crashed / finished / cancelled / no
+    end record: the node or the batch script was lost) at which step, the steps it lost past its
+    newest checkpoint, and what followed (requeued: a new Slurm attempt, or stopped)."""
+    current = _current(events)
+    lines = []
+    starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
+    for n, (i, start) in enumerate(starts):
+        following = current[i + 1:starts[n + 1][0]] if n + 1 < len(starts) else current[i + 1:]
+        end = next((e for e in following if e.get("event") == "end"), None)
+        restarts = [e for e in following if e.get("event") == "step-restart"]
+        when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
+        resume = start.get("resume_step")
+        line = (f"attempt {start.get('restart_count', n)} (job {start.get('job_id')}): started {when} on "
+                f"{start.get('nodes') or '?'}, " + (f"from checkpoint step {resume}" if resume is not None
+                                                    else "from scratch"))
+        for r in restarts:  # crashes restarted inside this allocation (runtime.attempt restart-step)
+            at = f" at step {r['last_step']}" if r.get("last_step") is not None else ""
+            lost = f", {r['steps_lost']} steps lost" if r.get("steps_lost") is not None else ""
+            line += (f"; crashed (exit code {r.get('exit_code')}){at}{lost}, restarted in the allocation from "
+                     f"checkpoint step {r.get('checkpoint_step')}")
+        if end is None:
+            if n + 1 < len(starts):
+                line += "; ended without an end record (node lost or batch script killed)"
+            elif job is not None and job.active:
+                line += "; running"
+            else:
+                line += "; no end record"
+            lines.append(line)
+            continue
+        outcome = end.get("outcome") or "?"
+        ending = _ENDINGS.get(outcome, outcome)
+        if outcome == "failed" and end.get("exit_code") not in (None, 0):
+            ending += f" (exit code {end['exit_code']})"
+        if end.get("last_step") is not None:
+            ending += f" at step {end['last_step']}"
+        ck = end.get("checkpoint_step")
+        ending += f", newest checkpoint {ck}" if ck is not None else ", no checkpoint"
+        if end.get("steps_lost") is not None and outcome != "completed":
+            ending += f", {end['steps_lost']} steps lost"
+        then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
+        lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
+    return lines
+
+
+def checkpoint_failure(status: RunStatus, events: list[dict], now: float) -> None:
+    """A save the filesystem refused (runtime: CheckpointSaveFailed), unless a save succeeded since."""
+    failed = [e for e in _current(events) if e.get("event") == "checkpoint-failed"]
+    if not failed:
+        return
+    last = failed[-1]
+    saved_at = now - status.checkpoint_age_seconds if status.checkpoint_age_seconds is not None else None
+    if saved_at is not None and saved_at >= float(last.get("time") or 0):
+        return  # a later checkpoint succeeded: the disk has room again
+    kept = (f"checkpoint step {last['previous_step']} is still the newest valid one"
+            if last.get("previous_step") is not None else "there is no valid checkpoint yet")
+    when = human_duration(max(0.0, now - float(last.get("time") or now)))
+    status.details.append(f"CHECKPOINT FAILED at step {last.get('step')} ({when} ago): {last.get('reason')}: "
+                          f"{last.get('error')}; {kept}. Free space in the checkpoint directory.")
+    if status.health == "ok":
+        status.health = f"checkpoint failing: {last.get('reason')}"
+
+
+def requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> None:
+    """A run waiting after a requeue says why ("requeued after preemption"); one whose job vanished
+    while it waited (cancelled: sacct keeps only the REQUEUED record) is not shown as requeued forever."""
+    current = _current(events)
+    ends = [i for i, e in enumerate(current) if e.get("event") == "end"]
+    last = current[ends[-1]] if ends else None
+    if job is None or last is None or last.get("action") != "requeue":
+        return
+    if any(e.get("event") == "start" for e in current[ends[-1] + 1:]):
+        return  # the requeued attempt started: its own story
+    after = _AFTER.get(last.get("outcome"), last.get("outcome") or "a restart")
+    ck = last.get("checkpoint_step")
+    lost = last.get("steps_lost")
+    if job.state == "CANCELLED" or (job.state == "REQUEUED" and job.source == "sacct"):
+        # Cancelled while it waited to restart: accounting says CANCELLED, or keeps only the REQUEUED
+        # record of a job that is no longer in the queue.
+        status.phase = "cancelled"
+        status.headline = (f"Cancelled while waiting to restart after {after}: Slurm will not run it again "
+                           "(accounting keeps only the REQUEUED record).")
+        status.action = (f"Continue it with `slurmctl resume {status.run_id}`"
+                         + (f" (from checkpoint step {ck})" if ck is not None else "") + ".")
+    elif status.phase in {"queued", "requeued"}:  # PENDING again: restart count 0 said "queued"
+        status.phase = f"requeued after {after}"
+        at = f" at step {last['last_step']}" if last.get("last_step") is not None else ""
+        told = (f"Requeued after {after}{at}" + (f", {lost} steps lost" if lost is not None else "")
+                + (f"; it restarts from checkpoint step {ck}" if ck is not None else ""))
+        status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
+        status.why = f"{told}; {status.why}" if status.why else told
+
+
+def reliability_details(status: RunStatus, events: list[dict]) -> None:
+    """Why the last attempt ended (requeue/stop policy), and an unacknowledged drain, loudly."""
+    current = _current(events)
+    ends = [e for e in current if e.get("event") == "end" and e.get("reason")]
+    if ends:
+        status.details.append(f"Last attempt: {ends[-1]['reason']}")
+        # A drained cancel exits 0, so Slurm says COMPLETED: the run was stopped, not finished.
+        if status.state == "COMPLETED" and ends[-1].get("outcome") == "cancelled":
+            step = ends[-1].get("checkpoint_step")
+            status.phase = "cancelled"
+            status.headline = (f"Stopped on request after checkpointing at step {step} (drain acknowledged)."
+                               if ends[-1].get("drain_acked") else "Stopped on request.")
+            status.action = f"Continue it with `slurmctl resume {status.run_id}`, or branch it with `slurmctl fork`."
+    if any(e.get("event") == "drain-unacknowledged" or
+           (e.get("event") == "end" and e.get("drain_requested") and not e.get("drain_acked")) for e in current):
+        status.drain_unacknowledged = True
+        status.details.append("DRAIN NOT ACKNOWLEDGED: the training was asked to checkpoint and stop but never "
+                              "confirmed; work since its last checkpoint may be lost.")
