@@ -212,7 +212,8 @@ class Run:
 
     def spec(self):
         """The frozen RunSpec (pydantic and yaml are imported here only: the job and hooks never need them)."""
-        from slurmctl.submit.spec import RunSpec, bounded_safe_load
+        from slurmctl.safe_yaml import bounded_safe_load
+        from slurmctl.submit.spec import RunSpec
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
         return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
@@ -225,7 +226,7 @@ class Run:
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
         try:
-            from slurmctl.submit.spec import bounded_safe_load  # old runs only: no record in run.json
+            from slurmctl.safe_yaml import bounded_safe_load  # old runs only: no record in run.json
 
             frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")
