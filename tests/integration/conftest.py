@@ -281,3 +281,21 @@ def start_requeued_now(job_id: int, timeout: float = 120) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"job {job_id} was not requeued (PENDING BeginTime, steps ended) within {timeout} s")
+
+
+def wait_ended_in_sacct(jobs: dict[int, str], timeout: float = 120) -> None:
+    """Wait until slurmdbd holds an ended record for each job id with that job name. The name matters:
+    a cluster whose controller state was reset reuses job ids, and until the new record reaches
+    slurmdbd `sacct -j` answers with the old job of the same id."""
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw,JobName,State,End", "-j",
+                              ",".join(map(str, jobs))], capture_output=True, text=True).stdout
+        ended = {int(f[0]) for f in (line.split("|") for line in out.splitlines())
+                 if len(f) == 4 and f[0].isdigit() and f[1] == jobs.get(int(f[0])) and f[3] not in ("Unknown", "")
+                 and f[2].split(" ")[0] not in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")}
+        if ended == set(jobs):
+            return
+        time.sleep(1)
+    raise AssertionError(f"jobs {sorted(jobs)} did not end in sacct within {timeout} s:\n{out}")

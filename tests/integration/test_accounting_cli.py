@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -17,23 +16,10 @@ import yaml
 
 from slurmctl.submit.spec import find_site_config
 
-from .conftest import ROOT
+from .conftest import ROOT, wait_ended_in_sacct
 from .test_accounting_real import PRICE, _discounted_cost, _site_discounts
 
 JOBS = {"alice": 1, "bob": 2, "carol": 1}  # user -> GPUs
-
-
-def _ended_in_sacct(job_ids: list[int], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    out = ""
-    while time.monotonic() < deadline:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,State,End", "-j",
-                              ",".join(map(str, job_ids))], capture_output=True, text=True).stdout
-        rows = [line.split("|") for line in out.splitlines()]
-        if len(rows) == len(job_ids) and all(r[1] == "COMPLETED" and r[2] != "Unknown" for r in rows):
-            return
-        time.sleep(1)
-    raise AssertionError(f"jobs {job_ids} did not complete in sacct within {timeout} s:\n{out}")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +33,8 @@ def three_users_jobs(alice, bob, carol) -> dict:
             jobs[name] = users[name].sbatch("-p", "h100-ondemand", f"--gres=gpu:h100:{gpus}", "-t", "2",
                                             "-J", run_id, f"--comment=slurmctl:{run_id}", "-o", "/dev/null",
                                             "--wrap", "sleep 3")
-        _ended_in_sacct(list(jobs.values()))
+        wait_ended_in_sacct({job_id: f"acct-cli-{tag}-{name}" for name, job_id in jobs.items()})
+        assert _states(jobs) == {"COMPLETED"}
     finally:
         for name, job_id in jobs.items():
             users[name].scancel(job_id)  # a no-op once completed; stops them if the wait failed
@@ -63,6 +50,12 @@ def operator_site(tmp_path) -> dict:
     site["accounting"]["reports_dir"] = str(tmp_path / "reports")
     (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
     return {"SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml"), "ledger": tmp_path / "ledger.sqlite"}
+
+
+def _states(jobs: dict[str, int]) -> set[str]:
+    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "State", "-j", ",".join(map(str, jobs.values()))],
+                         capture_output=True, text=True).stdout
+    return set(out.split())
 
 
 def _ledger_rows(ledger: Path, tag: str) -> dict[str, dict]:

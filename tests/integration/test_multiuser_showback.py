@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from .conftest import USERS, as_user, slurmctl, slurmctl_json, wait_for_state, write_run
+from .conftest import USERS, as_user, slurmctl, slurmctl_json, wait_ended_in_sacct, wait_for_state, write_run
 from .test_accounting_real import _discounted_cost, _site_discounts
 
 JOBS = {  # user -> (partition, GPUs); two partitions with different prices
@@ -62,18 +62,6 @@ def expected_totals(attempts: list[dict], key: str, prices: dict, discounts: dic
     return dict(totals)
 
 
-def _wait_sacct_ended(job_ids: list[int], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    ids = ",".join(map(str, job_ids))
-    while time.monotonic() < deadline:
-        out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "End", "-j", ids],
-                             capture_output=True, text=True).stdout.split()
-        if len(out) == len(job_ids) and "Unknown" not in out:
-            return
-        time.sleep(1)
-    raise AssertionError(f"sacct did not show jobs {ids} ended within {timeout} s")
-
-
 def test_report_by_user_and_by_account_shows_three_users_in_two_accounts(cluster, user_dir):
     prices = {name: p.price_per_gpu_hour for name, p in cluster.partitions.items()}
     discounts = _site_discounts()
@@ -91,7 +79,7 @@ def test_report_by_user_and_by_account_shows_three_users_in_two_accounts(cluster
     finally:
         for name, run in runs.items():
             as_user(name).scancel(run["job_id"])
-    _wait_sacct_ended([run["job_id"] for run in runs.values()])
+    wait_ended_in_sacct({run["job_id"]: run["run_id"] for run in runs.values()})
     until = (datetime.now() + timedelta(seconds=1)).isoformat(timespec="seconds")
     time.sleep(1.5)  # `until` is in the past now: nothing can start inside the window any more
 
