@@ -103,7 +103,9 @@ def _text(text: str) -> str:
 
 
 def _job_id(text: str) -> int:
-    """'123', array task '123_4' (its own id is asked with %A where it matters) -> 123."""
+    """'123' -> 123. squeue is asked with %A, which prints an array task's own job id (the one in
+    SLURM_JOB_ID, its log name and sacct's JobIDRaw); %i would print '123_4' for every task of
+    array 123. A still-pending rest of an array ('123_[2-5%2]') has the array's id under %A."""
     head = text.split("_", 1)[0]
     if not head.isdigit():
         raise ValueError(f"job id {text!r}")
@@ -129,7 +131,7 @@ class Field:
 
 
 FIELDS = {f.attr: f for f in [
-    Field("job_id", "%i", "JobID", "JobIDRaw", _job_id),
+    Field("job_id", "%A", "JobID", "JobIDRaw", _job_id),
     Field("state", "%T", "State", "State", lambda s: s.split(" ")[0]),  # sacct: "CANCELLED by 0"
     Field("reason", "%r", "Reason", "Reason", _text),
     Field("partition", "%P", "Partition", "Partition", str),

@@ -29,7 +29,7 @@ def test_submit_parses_federated_answer():
 def test_queue_is_one_batched_call_with_user_written_fields_last():
     runner = ReplayRunner()
     jobs = {j.job_id: j for j in SlurmClient(runner).queue(mine=True)}
-    assert runner.calls == [["squeue", "-h", "-o", SEP.join(["%i", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V",
+    assert runner.calls == [["squeue", "-h", "-o", SEP.join(["%A", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V",
                                                              "%S", "%u", "%j", "%k"]), "--me"]]
     held = jobs[HELD]
     assert (held.state, held.reason, held.partition, held.num_nodes, held.user) == \
