@@ -2,9 +2,10 @@
 """Slurm Prolog (slurmd, as root, NO PATH): thin entry point into slurmctl.ops.hooks.prolog.
 
 Exit 0: node healthy, scratch dir and GPU map written. Exit 1: a health check failed; the node is
-drained with "slurmctl prolog: <reason>" (sinfo -R) and Slurm requeues the job held. A bug in our
-code exits 0 (logged): it must not take every node of the fleet down.
-Runs with any python3 >= 3.11 (standard library only): the repo root is put on sys.path.
+drained with "slurmctl prolog: <reason>" (sinfo -R) and Slurm requeues the job held. Anything else
+that goes wrong in our code (a missing or broken slurmctl, a bug, a failing log or drain call)
+logs and exits 0: a failing prolog drains the node, and our own fault must not take every node of
+the fleet down. Runs with any python3 >= 3.11 (standard library only): the repo root is put on sys.path.
 """
 import os
 import sys
@@ -18,6 +19,13 @@ def _no_log(env, hook, started, **extra) -> None:
     """Used when even the hooks log cannot be imported (the package is missing or broken)."""
 
 
+def _log_quietly(log_hook, env, **fields) -> None:
+    try:
+        log_hook(env, "prolog", STARTED, **fields)
+    except Exception as exc:  # noqa: BLE001 - a full or missing log dir is no reason to drain
+        print(f"slurmctl prolog: could not write the hooks log: {exc!r}", file=sys.stderr)
+
+
 def main() -> int:
     env = os.environ
     log_hook = _no_log
@@ -28,16 +36,24 @@ def main() -> int:
 
         cfg = HookConfig.from_env(env)
         result = run_prolog(env, cfg)
-    except Exception as exc:  # noqa: BLE001
-        log_hook(env, "prolog", STARTED, ok=True, bug=f"{type(exc).__name__}: {exc}")
+        verdict = result.to_dict()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - our bug, not the node's health
+        _log_quietly(log_hook, env, ok=True, bug=f"{type(exc).__name__}: {exc}")
         print(f"slurmctl prolog: internal error, node NOT drained: {exc!r}", file=sys.stderr)
         return 0
-    drained = drain_node(cfg, result.reason) if not result.ok else None
-    log_hook(env, "prolog", STARTED, drained=drained, **result.to_dict())
-    if not result.ok:
-        print(f"slurmctl prolog: {result.reason}", file=sys.stderr)
-        return 1
-    return 0
+    if result.ok:
+        _log_quietly(log_hook, env, **verdict)
+        return 0
+    # The deliberate deny: the health check failed. Exit 1 even if draining or logging it fails
+    # (Slurm drains the node itself on a failing prolog; our scontrol call only adds the reason).
+    try:
+        drained = drain_node(cfg, result.reason)
+    except Exception as exc:  # noqa: BLE001
+        drained = None
+        print(f"slurmctl prolog: could not set the drain reason: {exc!r}", file=sys.stderr)
+    _log_quietly(log_hook, env, drained=drained, **verdict)
+    print(f"slurmctl prolog: {result.reason}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,31 +1,64 @@
 #!/usr/bin/env bash
-# QOS quotas, team fair share and per-user limits (idempotent). Run once after slurmdbd is up:
-#   GKE:   kubectl -n slurm exec statefulset/slurm-controller -- bash -s < deploy/slurm/accounting.sh
-#   local: deploy/slurm/accounting.sh
+# QOS tiers with preemption, team fair share, and the users' associations (idempotent). Run after
+# slurmdbd is up, and again whenever teams or users change:
+#   GKE:   kubectl -n slurm exec -i statefulset/slurm-controller -- \
+#            env SLURMCTL_USERS="$(cat users.txt)" bash -s < deploy/slurm/accounting.sh
+#   local: SLURMCTL_USERS="alice ml-research" deploy/slurm/accounting.sh
+# SLURMCTL_USERS: one "<user> <account>" per line (the LDAP user names; account = a team below).
+# Associations are enforced (scheduling.conf AccountingStorageEnforce), so a user without one
+# cannot submit at all: the script refuses to run without users.
 # GPU totals follow the node pools' max sizes (deploy/gke/variables.tf: 6+8+6 H100 nodes x 8).
 set -euo pipefail
 H100_GPUS=${H100_GPUS:-160}
 SACCTMGR=(sacctmgr --immediate)
+TEAMS="ml-research:40 ml-platform:20 ml-applied:40"
+
+users=${SLURMCTL_USERS:-}
+if [[ -z ${users//[[:space:]]/} ]]; then
+  echo "accounting.sh: SLURMCTL_USERS is empty. Give one '<user> <account>' line per user" \
+       "(accounts: ${TEAMS//:[0-9]*/}); without an association nobody can submit." >&2
+  exit 2
+fi
+# validate every line before changing anything: names only, a known team
+while read -r user account extra; do
+  [[ -z $user ]] && continue
+  if [[ -n ${extra:-} || ! $user =~ ^[a-z_][a-z0-9_.-]{0,31}$ || " ${TEAMS//:[0-9]*/} " != *" $account "* ]]; then
+    echo "accounting.sh: bad SLURMCTL_USERS line '$user $account${extra:+ $extra}': want '<user> <account>'" \
+         "with a POSIX user name and one of: ${TEAMS//:[0-9]*/}" >&2
+    exit 2
+  fi
+done <<< "$users"
 
 pct() { echo $(( H100_GPUS * $1 / 100 )); }
 
 # QOS: 60/30/10 of the H100s for production/experiments/burst (GrpTRES caps the whole QOS).
-"${SACCTMGR[@]}" add qos production experiments burst >/dev/null 2>&1 || true
-"${SACCTMGR[@]}" modify qos production set Priority=100 GrpTRES=gres/gpu:h100="$(pct 60)" \
-  MaxTRESPerUser=gres/gpu=64
-"${SACCTMGR[@]}" modify qos experiments set Priority=50 GrpTRES=gres/gpu:h100="$(pct 30)" \
-  MaxTRESPerUser=gres/gpu=32 MaxJobsPerUser=8
-# burst soaks up idle capacity (preemption itself is by partition: scheduling.conf)
+# Preemption (PreemptType=preempt/qos): a higher tier requeues a lower tier's job on the same
+# nodes after GraceTime (the drain signal, PreemptParameters=send_user_signal, saves a checkpoint).
+"${SACCTMGR[@]}" add qos production experiments burst dev >/dev/null 2>&1 || true
 "${SACCTMGR[@]}" modify qos burst set Priority=10 GrpTRES=gres/gpu:h100="$(pct 10)" \
-  MaxTRESPerUser=gres/gpu=16
-# dev sessions: one small L4 allocation per user
-"${SACCTMGR[@]}" add qos dev >/dev/null 2>&1 || true
+  MaxTRESPerUser=gres/gpu=16 PreemptMode=REQUEUE GraceTime=120
+"${SACCTMGR[@]}" modify qos experiments set Priority=50 GrpTRES=gres/gpu:h100="$(pct 30)" \
+  MaxTRESPerUser=gres/gpu=32 MaxJobsPerUser=8 Preempt=burst PreemptMode=REQUEUE GraceTime=120
+"${SACCTMGR[@]}" modify qos production set Priority=100 GrpTRES=gres/gpu:h100="$(pct 60)" \
+  MaxTRESPerUser=gres/gpu=64 Preempt=experiments,burst PreemptMode=REQUEUE GraceTime=120
+# dev sessions: one small L4 allocation per user; the partition QOS of l4-dev (partitions.conf)
 "${SACCTMGR[@]}" modify qos dev set Priority=20 MaxTRESPerUser=gres/gpu=1 MaxJobsPerUser=1 MaxWall=04:00:00
 
 # Teams share by Fairshare; big jobs (> 64 GPUs) are limited per user via the QOS above.
-for team in ml-research:40 ml-platform:20 ml-applied:40; do
+for team in $TEAMS; do
   name=${team%%:*} share=${team##*:}
   "${SACCTMGR[@]}" add account "$name" Description="$name" Organization=ml >/dev/null 2>&1 || true
   "${SACCTMGR[@]}" modify account "$name" set Fairshare="$share" \
     QOS=production,experiments,burst,dev DefaultQOS=experiments
 done
+
+# Users: the association that lets them submit (new ones added, existing ones kept).
+while read -r user account; do
+  [[ -z $user ]] && continue
+  "${SACCTMGR[@]}" add user "$user" Account="$account" DefaultAccount="$account" >/dev/null 2>&1 || true
+  if ! sacctmgr --noheader --parsable2 show assoc where user="$user" account="$account" format=user \
+       | grep -qx "$user"; then
+    echo "accounting.sh: no association for $user in $account after adding it" >&2
+    exit 1
+  fi
+done <<< "$users"
