@@ -8,20 +8,32 @@ week-long attempt costs a handful of iterations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, time
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field
 
+@dataclass(frozen=True)
+class Discounts:
+    """Fractions off the list price; the largest applicable discount wins (they do not stack).
 
-class Discounts(BaseModel):
-    """Fractions off the list price; the largest applicable discount wins (they do not stack)."""
+    A stdlib dataclass, not a pydantic model: status and ls price runs without importing pydantic.
+    site.yaml's ``accounting.discounts`` is still validated by pydantic (SiteConfig's field of this
+    type): it checks the types and the keys, __post_init__ the ranges."""
 
-    model_config = ConfigDict(extra="forbid")
-    offpeak: float = Field(0.0, ge=0, lt=1, description="fraction off between offpeak_start and offpeak_end")
+    __pydantic_config__ = {"extra": "forbid"}  # an unknown key in site.yaml is an error
+
+    offpeak: float = 0.0  # fraction off between offpeak_start and offpeak_end
     offpeak_start: time = time(22, 0)
     offpeak_end: time = time(7, 0)
-    weekend: float = Field(0.0, ge=0, lt=1, description="fraction off on Saturday and Sunday")
+    weekend: float = 0.0  # fraction off on Saturday and Sunday
+
+    def __post_init__(self) -> None:
+        for name in ("offpeak", "weekend"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ValueError(f"{name} must be a fraction from 0 up to (not including) 1, e.g. 0.25 for "
+                                 f"25% off; got {value!r}")
 
 
 def _seconds(t: time) -> int:
