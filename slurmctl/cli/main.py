@@ -49,6 +49,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
                     "The cost ledger (admins and cron)."),
     "exporter": ("slurmctl.cli.monitoring:exporter",
                   "Serve Prometheus metrics: queue, GPUs, nodes, active runs' progress and cost."),
+    "web": ("slurmctl.cli.web:web",
+             "Serve your runs, stories, charts, queue and compare as web pages (tunnel with the printed ssh -L)."),
     "cleanup": ("slurmctl.cli.ops:cleanup",
                  "Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."),
 }

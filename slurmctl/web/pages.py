@@ -1,0 +1,172 @@
+"""What each page shows, read from the same core as the CLI: `ls` (rundir's registry + observe/status's
+batched `runs_statuses`), `status` (`run_status`: story, diagnosis), `cost` (ops/accounting's
+`run_cost` over the run's lineage), `logs` (observe/logs), `queue` (one squeue + observe/explain),
+`compare` (observe/compare) and `report` (ops/report over the ledger). No second implementation of
+any of them: these functions only pick and shape values for the templates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from slurmctl import lineage
+from slurmctl.durations import human_duration, until
+from slurmctl.errors import SlurmctlError
+from slurmctl.rundir import Run
+
+SORT_KEYS = ("created", "run", "phase", "step", "gpus", "elapsed", "cost")
+
+
+@dataclass
+class RunRow:
+    user: str
+    run_id: str
+    job_id: str
+    phase: str
+    step: str
+    step_value: int
+    gpus: int
+    created: float
+    age: str
+    elapsed: str
+    elapsed_value: int
+    cost: str
+    cost_value: float
+    what: str
+
+
+def _row(user: str, run: Run, s, now: float) -> RunRow:
+    step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
+    created = float(run.meta.get("created") or 0)
+    return RunRow(user, s.run_id, str(s.job_id or "-"), s.phase, step, s.last_step or 0, s.gpus or 0, created,
+                  human_duration(max(0.0, now - created)) if created else "-",
+                  human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-", s.elapsed_seconds or 0,
+                  f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-", s.cost_usd or 0.0,
+                  s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+
+
+def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: str = "", sort: str = "created",
+              descending: bool = True) -> dict:
+    """The rows `slurmctl ls -n LIMIT` (or `ls --all-users` for the operator) shows, filtered and sorted."""
+    from slurmctl.cli.observe import _with_active
+    from slurmctl.observe.status import runs_statuses, unreachable_statuses
+
+    if operator:
+        owned = ctx.registry.list_all_users()
+        owned = owned[-limit:] if limit else owned
+        users, runs = [u for u, _ in owned], [r for _, r in owned]
+        statuses = runs_statuses(runs, ctx.client, site=ctx.site)
+    else:
+        runs = ctx.registry.recent(limit)
+        active = _with_active(ctx, runs)
+        runs = runs if active is None else active
+        statuses = (unreachable_statuses(runs, site=ctx.site) if active is None
+                    else runs_statuses(runs, ctx.client, site=ctx.site))
+        users = [ctx.registry.user] * len(runs)
+    now = time.time()
+    rows = [_row(u, r, s, now) for u, r, s in zip(users, runs, statuses)]
+    phases = sorted({r.phase for r in rows})
+    if query:
+        rows = [r for r in rows if query.lower() in r.run_id.lower() or query.lower() in r.user.lower()]
+    if phase:
+        rows = [r for r in rows if r.phase == phase]
+    key = {"created": lambda r: (r.created, r.run_id), "run": lambda r: r.run_id, "phase": lambda r: r.phase,
+           "step": lambda r: r.step_value, "gpus": lambda r: r.gpus, "elapsed": lambda r: r.elapsed_value,
+           "cost": lambda r: r.cost_value}[sort if sort in SORT_KEYS else "created"]
+    rows.sort(key=key, reverse=descending)
+    down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
+    return {"rows": rows, "phases": phases, "unreachable": datetime.fromtimestamp(min(down)).strftime("%H:%M:%S")
+            if down else None}
+
+
+def run_page(ctx, run: Run, operator: bool) -> dict:
+    """`status` + `cost` + checkpoints of one run."""
+    from slurmctl.observe.status import run_status
+
+    status = run_status(run, ctx.client, site=ctx.site)
+    try:
+        checkpoints = [{"step": c.step, "path": str(c.path), "valid": c.valid}
+                       for c in run.checkpoints().all()][-20:]
+    except OSError:
+        checkpoints = []
+    cost, cost_error = None, None
+    try:
+        cost = _run_cost(ctx, run, operator)
+    except SlurmctlError as exc:  # the rest of the page stands without the cost table
+        cost_error = f"{exc.message} {exc.hint or ''}".strip()
+    heartbeat = run.heartbeat() or {}
+    world = heartbeat.get("world_size")
+    ranks = list(range(world)) if isinstance(world, int) and 0 < world <= 512 else [0]
+    return {"s": status, "action": status.action.replace("RUN", status.run_id), "checkpoints": checkpoints,
+            "cost": cost, "cost_error": cost_error, "ranks": ranks,
+            "estimated_start": until(datetime.fromisoformat(status.estimated_start))
+            if status.estimated_start else None,
+            "cancellable": not operator and status.job_id is not None and status.state in
+            {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED", "CONFIGURING"}}
+
+
+def _run_cost(ctx, run: Run, operator: bool):
+    from slurmctl.ops.accounting import run_cost
+
+    # the run and its resumes/forks, as `slurmctl cost` adds them up (the operator: within its owner's runs)
+    runs = [run] if operator else ctx.registry.list()
+    family = lineage.family(runs, run.run_id) or [run]
+    job_ids = [j for r in family for j in r.job_ids()]
+    if not job_ids:
+        return None
+    return run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client, [r.cost_records_dir for r in family])
+
+
+def log_tail(run: Run, rank: str, lines: int) -> dict:
+    """`slurmctl logs RUN -n LINES --rank RANK` as data."""
+    from slurmctl.observe.logs import log_file, tail_lines, training_lines
+
+    path = log_file(run)
+    text = tail_lines(run.refresh(path), lines)
+    return {"path": str(path), "rank": rank, "exists": path.exists(),
+            "lines": training_lines(text, None if rank == "all" else int(rank))}
+
+
+def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dict:
+    """`slurmctl queue [-p] [-u] [-t]`: one squeue, each pending reason in words (observe/explain)."""
+    from slurmctl.observe.explain import explain_reason
+
+    jobs = ctx.client.queue_filtered([partition] if partition else [], [user] if user else [],
+                                     [state] if state else [])
+    rows = []
+    for j in jobs:
+        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        rows.append((j, expl.headline if expl else "", expl.action.replace("JOBID", str(j.job_id)) if expl else "",
+                     until(j.start_time) if j.state == "PENDING" and j.start_time else
+                     ("running" if j.state == "RUNNING" else "")))
+    return {"rows": rows, "pending": sum(1 for j in jobs if j.state == "PENDING")}
+
+
+def compare_page(runs: list[Run], metric: str) -> dict:
+    from slurmctl.observe.compare import load_series
+
+    series = [load_series(r, metric) for r in runs]
+    finals = []
+    for run, s in zip(runs, series):
+        last = run.metrics_tail(1)
+        finals.append({**s.to_dict(), "final": {k: v for k, v in (last[-1] if last else {}).items()
+                                                if k not in {"step", "time"} and isinstance(v, (int, float))}})
+    names = sorted({k for f in finals for k in f["final"]})
+    return {"series": series, "finals": finals, "metric_names": names}
+
+
+def showback_page(ctx, by: str, days: int) -> dict:
+    """`slurmctl report --no-ingest --by BY --since Nd` (the cron ingests into the ledger)."""
+    from slurmctl.ops.accounting import Ledger
+    from slurmctl.ops.report import build_report
+
+    now = datetime.now().replace(microsecond=0)
+    start = now - timedelta(days=days)
+    path = Path(ctx.site.accounting.ledger_path).expanduser()
+    if not path.exists():
+        return {"report": None, "ledger": str(path)}
+    report = build_report(Ledger(path), by, start, now)
+    return {"report": report, "ledger": str(path)}

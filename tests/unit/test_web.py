@@ -1,0 +1,181 @@
+"""`slurmctl web` in-process: the token/cookie/CSRF gate, a user's runs only, escaping of every value,
+the pages and JSON routes over run dirs in a temporary runs root and Slurm output replayed from the
+real cluster; and the real server on a socket (tests/integration/test_web_browser.py drives it in a
+browser on the real cluster)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from slurmctl.rundir import RunRegistry, new_run_id
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.spec import load_site_config
+from slurmctl.web.app import WebApp
+from slurmctl.web.auth import COOKIE, Sessions
+from slurmctl.web.server import make_server
+
+from .fakes import ReplayRunner
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTILE = "<script>alert(1)</script>"
+
+
+def make_run(registry: RunRegistry, name: str, job_id: int | None = None, metrics: list[dict] = (),
+             log: str = "") -> str:
+    run_id = new_run_id(name)
+    path = registry.root / run_id
+    (path / "logs").mkdir(parents=True)
+    (path / "checkpoints").mkdir()
+    (path / "run.json").write_text(json.dumps({"name": name, "created": time.time()}))
+    (path / "run.yaml").write_text("name: x\nentrypoint: train.py\npartition: h100-ondemand\ngpus_per_node: 1\n"
+                                   "time_limit: 1h\n")
+    events = [{"event": "submitted", "job_id": job_id, "time": time.time()}] if job_id else []
+    if job_id:
+        events.append({"event": "start", "job_id": job_id, "restart_count": 0, "time": 1000.0, "nodes": "h100-1"})
+        (path / "logs" / f"{job_id}.out").write_text(log)
+    (path / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    return run_id
+
+
+@pytest.fixture
+def web(tmp_path):
+    (tmp_path / "runs").mkdir()
+    registry = RunRegistry(tmp_path / "runs")
+    registry.user_dir(create=True)
+    runner = ReplayRunner({"squeue": "", "sacct": ""})
+    ctx = SimpleNamespace(registry=registry, client=SlurmClient(runner),
+                          site=load_site_config(REPO / "deploy" / "local" / "site.yaml"))
+    sessions = Sessions("the-token")
+    app = WebApp(ctx, sessions, cancel_timeout=2)
+    response = app.handle("GET", "/?token=the-token", {})
+    cookie = response.headers["Set-Cookie"].split(";")[0]
+    return SimpleNamespace(app=app, registry=registry, cookie=cookie, runner=runner, sessions=sessions,
+                           get=lambda target: app.handle("GET", target, {"Cookie": cookie}))
+
+
+def test_the_token_works_once_then_only_the_session_cookie_opens_pages(tmp_path):
+    registry = RunRegistry(tmp_path)
+    ctx = SimpleNamespace(registry=registry, client=SlurmClient(ReplayRunner({"squeue": ""})), site=None)
+    app = WebApp(ctx, Sessions("tok"))
+    assert app.handle("GET", "/", {}).status == 403
+    assert app.handle("GET", "/?token=wrong", {}).status == 403
+    first = app.handle("GET", "/queue?token=tok&user=bob", {})
+    assert first.status == 303 and first.headers["Location"] == "/queue?user=bob"
+    cookie = first.headers["Set-Cookie"]
+    assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert app.handle("GET", "/?token=tok", {}).status == 403  # spent
+    session = cookie.split(";")[0]
+    assert app.handle("GET", "/queue", {"Cookie": session}).status == 200
+    assert app.handle("GET", "/queue", {"Cookie": f"{COOKIE}=forged"}).status == 403
+    assert app.handle("GET", "/queue", {"Cookie": "garbage;;=\x00"}).status == 403
+
+
+def test_runs_page_lists_filters_sorts_and_escapes(web):
+    a = make_run(web.registry, "alpha", metrics=[{"step": 3, "time": 1.0, "loss": 1.0}])
+    b = make_run(web.registry, "beta")
+    page = web.get("/").body.decode()
+    assert a in page and b in page and f'href="/run/{a}"' in page
+    filtered = web.get("/?q=alph").body.decode()
+    assert a in filtered and b not in filtered
+    rows = json.loads(web.get("/?format=json&sort=run&order=asc").body)
+    assert [r["run_id"] for r in rows] == [a, b] and rows[0]["phase"] == "not submitted"
+    searched = web.get("/?q=" + HOSTILE.replace("<", "%3C").replace(">", "%3E")).body.decode()
+    assert HOSTILE not in searched and "&lt;script&gt;" in searched
+
+
+def test_run_page_story_charts_log_by_rank_and_escaped_metrics(web):
+    log = "slurmctl: attempt 0 of job 77 starting on h100-1\n[rank0]: step 1 " + HOSTILE + "\n[rank1]: other rank\n"
+    metrics = [{"step": s, "time": 1000.0 + s, "loss": 4.0 / (s + 1), HOSTILE: 1.0} for s in range(20)]
+    run_id = make_run(web.registry, "gamma", 77, metrics, log)
+    page = web.get(f"/run/{run_id}")
+    text = page.body.decode()
+    assert page.status == 200 and run_id in text
+    assert f'src="/run/{run_id}/chart/loss.svg"' in text and "attempt 0 (job 77)" in text
+    svg = web.get(f"/run/{run_id}/chart/loss.svg")
+    assert svg.content_type == "image/svg+xml" and b"<svg" in svg.body and b"(log scale)" in svg.body
+    tail = json.loads(web.get(f"/run/{run_id}/log?rank=0").body)
+    assert "[rank1]: other rank" not in tail["lines"] and any(HOSTILE in line for line in tail["lines"])
+    every = json.loads(web.get(f"/run/{run_id}/log?rank=all").body)
+    assert "[rank1]: other rank" in every["lines"]
+    assert web.get(f"/run/{run_id}/log?rank=x;rm").status == 400
+    compared = web.get(f"/compare?run={run_id}").body.decode()
+    assert HOSTILE not in compared and "&lt;script&gt;" in compared  # a metric name from metrics.jsonl
+    assert web.get(f"/compare/chart.svg?run={run_id}").body.startswith(b"<?xml")
+
+
+def test_only_the_callers_run_ids_and_never_paths(web, tmp_path):
+    other = RunRegistry(tmp_path / "runs", "someone-else")
+    other.root.mkdir()
+    foreign = make_run(other, "theirs")
+    assert web.get(f"/run/{foreign}").status == 404
+    assert web.get(f"/run/{foreign}/log").status == 404
+    for ref in ("..", "%2e%2e", "..%2F..%2Fetc", "/etc/passwd"):
+        assert web.get(f"/run/{ref}").status == 404
+    assert web.get("/static/../app.py").status == 404
+    assert web.get("/static/app.css").status == 200
+    assert web.get("/showback").status == 403  # the operator's page
+
+
+def test_cancel_needs_the_forms_csrf_value_and_reports_a_run_without_a_job(web):
+    run_id = make_run(web.registry, "delta", 55)
+    confirm = web.get(f"/run/{run_id}/cancel").body.decode()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', confirm).group(1)
+    headers = {"Cookie": web.cookie}
+    assert web.app.handle("POST", f"/run/{run_id}/cancel", headers, b"csrf=wrong").status == 403
+    assert web.app.handle("POST", f"/run/{run_id}/cancel", headers, b"").status == 403
+    started = web.app.handle("POST", f"/run/{run_id}/cancel", headers, f"csrf={csrf}".encode())
+    assert started.status == 303 and started.headers["Location"] == f"/run/{run_id}#cancel"
+    deadline = time.monotonic() + 10
+    while (state := json.loads(web.get(f"/run/{run_id}/cancel.json").body))["state"] == "draining":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # Slurm (replayed: empty squeue and sacct) no longer knows job 55: the cancel verifies it is gone
+    assert state["state"] == "done" and state["message"] == "job 55 was not running: cancelled", state
+    assert not [c for c in web.runner.calls if c[0] == "scancel"]  # nothing to stop: no scancel
+    events = (web.registry.root / run_id / "attempts.jsonl").read_text()
+    assert '"cancel-requested"' in events  # control/cancel did it, as `slurmctl cancel` would
+
+
+def test_operator_view_is_read_only(web):
+    web.app.operator = True
+    run_id = make_run(web.registry, "epsilon", 12)
+    owner = web.registry.user
+    assert web.get(f"/run/{run_id}").status == 404  # the operator names the owner
+    page = web.get(f"/run/{run_id}?user={owner}")
+    assert page.status == 200 and "cancel-button" not in page.body.decode()
+    assert web.get(f"/run/{run_id}/cancel?user={owner}").status == 403
+    assert web.get("/showback").status == 200
+
+
+def test_the_real_server_sets_safety_headers_and_checks_the_host(web):
+    server = make_server(web.app, "127.0.0.1", 0)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/queue", headers={"Cookie": web.cookie})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+            assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+            assert response.headers["Referrer-Policy"] == "no-referrer"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/queue", timeout=10)
+        assert refused.value.code == 403
+        rebound = urllib.request.Request(f"http://127.0.0.1:{port}/queue",
+                                         headers={"Cookie": web.cookie, "Host": "evil.example:80"})
+        with pytest.raises(urllib.error.HTTPError) as wrong_host:
+            urllib.request.urlopen(rebound, timeout=10)
+        assert wrong_host.value.code == 403
+    finally:
+        server.shutdown()
+        server.server_close()
