@@ -1,5 +1,6 @@
 # GKE cluster: a CPU system pool for the Slurm control plane (slurmctld, slurmdbd, MariaDB,
-# login, restapi, exporter) and one autoscaling-from-zero pool per GPU partition.
+# login, restapi, exporter, operator) and one autoscaling-from-zero pool per GPU partition.
+# Network, NAT, firewall and DNS: network.tf. Bucket and Workload Identity: storage.tf.
 
 resource "google_container_cluster" "ml" {
   name     = var.cluster_name
@@ -9,14 +10,19 @@ resource "google_container_cluster" "ml" {
   initial_node_count       = 1
   deletion_protection      = true
 
+  network         = google_compute_network.vpc.id
+  subnetwork      = google_compute_subnetwork.nodes.id
   networking_mode = "VPC_NATIVE"
-  ip_allocation_policy {}
+  ip_allocation_policy {
+    cluster_secondary_range_name  = "pods"
+    services_secondary_range_name = "services"
+  }
   datapath_provider = "ADVANCED_DATAPATH" # Dataplane V2: enforces NetworkPolicy
 
   private_cluster_config {
     enable_private_nodes    = true
     enable_private_endpoint = false
-    master_ipv4_cidr_block  = "172.16.0.0/28"
+    master_ipv4_cidr_block  = var.master_ipv4_cidr_block
   }
 
   workload_identity_config {
@@ -29,6 +35,7 @@ resource "google_container_cluster" "ml" {
     }
   }
 
+  # Release-channel clusters upgrade every pool: auto_upgrade must stay true on all of them.
   release_channel {
     channel = "REGULAR"
   }
@@ -44,9 +51,16 @@ resource "google_container_node_pool" "system" {
     max_node_count = 4
   }
 
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
   node_config {
-    machine_type = "e2-standard-8"
-    labels       = { "slurmctl/role" = "system" }
+    machine_type    = "e2-standard-8"
+    service_account = google_service_account.nodes.email
+    labels          = { "slurmctl/role" = "system" }
+    tags            = ["slurm-nodes"]
     workload_metadata_config {
       mode = "GKE_METADATA"
     }
@@ -65,27 +79,27 @@ resource "google_container_node_pool" "gpu" {
   autoscaling {
     total_min_node_count = 0
     total_max_node_count = each.value.max_nodes
-    location_policy      = each.value.queued_provisioning ? "ANY" : "BALANCED"
-  }
-
-  # h100-flex: Dynamic Workload Scheduler (flex-start / queued provisioning), at most 7 days a node
-  dynamic "queued_provisioning" {
-    for_each = each.value.queued_provisioning ? [1] : []
-    content {
-      enabled = true
-    }
+    # flex-start (and spot) capacity: take it in whichever zone of the location has it
+    location_policy = each.value.flex_start || each.value.spot ? "ANY" : "BALANCED"
   }
 
   management {
-    auto_repair  = true
-    auto_upgrade = !each.value.queued_provisioning
+    # flex-start VMs are not repaired (GKE: a failed one is replaced by a new request instead)
+    auto_repair  = !each.value.flex_start
+    auto_upgrade = true
   }
 
   node_config {
-    machine_type = each.value.machine_type
-    spot         = each.value.spot
+    machine_type    = each.value.machine_type
+    service_account = google_service_account.nodes.email
+    spot            = each.value.spot
+    # h100-flex: Dynamic Workload Scheduler flex-start. Plain pending pods (the Slinky NodeSet's
+    # slurmd pods, scaled by KEDA) make the cluster autoscaler request VMs; no ProvisioningRequest.
+    # A flex-start VM runs at most 7 days (the partition's MaxTime).
+    flex_start       = each.value.flex_start ? true : null
+    max_run_duration = each.value.flex_start ? "604800s" : null
     reservation_affinity {
-      consume_reservation_type = each.value.queued_provisioning ? "NO_RESERVATION" : "ANY_RESERVATION"
+      consume_reservation_type = each.value.flex_start ? "NO_RESERVATION" : "ANY_RESERVATION"
     }
     guest_accelerator {
       type  = each.value.accelerator_type
@@ -102,6 +116,7 @@ resource "google_container_node_pool" "gpu" {
       "slurmctl/pool"     = each.key
       "slurmctl/gpu-type" = each.value.accelerator_type
     }
+    tags = ["slurm-nodes"]
     taint {
       key    = "slurmctl/pool"
       value  = each.key
@@ -112,4 +127,23 @@ resource "google_container_node_pool" "gpu" {
     }
     oauth_scopes = ["https://www.googleapis.com/auth/cloud-platform"]
   }
+}
+
+# The nodes' own identity (kubelet image pulls, logs, metrics); pods use Workload Identity instead.
+resource "google_service_account" "nodes" {
+  account_id   = "slurm-gke-nodes"
+  display_name = "GKE nodes of the Slurm cluster"
+}
+
+resource "google_project_iam_member" "nodes" {
+  for_each = toset([
+    "roles/artifactregistry.reader",
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+  ])
+  project = var.project
+  role    = each.key
+  member  = "serviceAccount:${google_service_account.nodes.email}"
 }

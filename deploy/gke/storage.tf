@@ -1,5 +1,7 @@
-# Checkpoint bucket + Workload Identity: the Slurm pods' Kubernetes service accounts (login,
-# slurmd) read and write it through the gcsfuse CSI driver, with no node-wide key.
+# Checkpoint bucket + Workload Identity: the Slurm pods' Kubernetes service accounts read and write
+# it through the gcsfuse CSI driver, with no node-wide key. deploy/chart creates slurm-login (login
+# pods, exporter, cron jobs) and slurm-compute (slurmd pods), annotated with this account; the pods
+# carry gke-gcsfuse/volumes: "true" (deploy/slinky/values.yaml).
 
 resource "google_storage_bucket" "checkpoints" {
   name                        = var.checkpoint_bucket

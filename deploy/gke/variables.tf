@@ -23,24 +23,30 @@ variable "cluster_name" {
 # by tests/unit/test_deploy_consistency.py). All scale from 0.
 variable "gpu_pools" {
   type = map(object({
-    machine_type        = string
-    accelerator_type    = string
-    gpus_per_node       = number
-    max_nodes           = number
-    spot                = bool
-    queued_provisioning = bool
+    machine_type     = string
+    accelerator_type = string
+    gpus_per_node    = number
+    max_nodes        = number
+    spot             = bool
+    flex_start       = bool
   }))
   default = {
-    "h100-ondemand" = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, queued_provisioning = false }
-    "h100-spot"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 8, spot = true, queued_provisioning = false }
-    "h100-flex"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, queued_provisioning = true }
-    "l4-dev"        = { machine_type = "g2-standard-8", accelerator_type = "nvidia-l4", gpus_per_node = 1, max_nodes = 4, spot = false, queued_provisioning = false }
+    "h100-ondemand" = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, flex_start = false }
+    "h100-spot"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 8, spot = true, flex_start = false }
+    "h100-flex"     = { machine_type = "a3-highgpu-8g", accelerator_type = "nvidia-h100-80gb", gpus_per_node = 8, max_nodes = 6, spot = false, flex_start = true }
+    "l4-dev"        = { machine_type = "g2-standard-8", accelerator_type = "nvidia-l4", gpus_per_node = 1, max_nodes = 4, spot = false, flex_start = false }
   }
 }
 
 variable "checkpoint_bucket" {
   type        = string
   description = "GCS bucket for runs and checkpoints (mounted with gcsfuse CSI)"
+}
+
+variable "master_ipv4_cidr_block" {
+  type        = string
+  default     = "172.16.0.0/28"
+  description = "GKE control plane range (private cluster): the source of webhook calls to the nodes"
 }
 
 variable "slurm_namespace" {

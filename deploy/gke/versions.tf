@@ -3,7 +3,7 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.0, < 7.0"
+      version = ">= 6.36, < 7.0" # node_config.flex_start, max_run_duration
     }
   }
 }

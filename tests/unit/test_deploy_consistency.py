@@ -3,9 +3,12 @@
 Terraform (deploy/gke, parsed with python-hcl2), the Slinky Helm values (deploy/slinky), the
 shared slurm.conf parts (deploy/slurm), the local cluster (deploy/local/site.yaml and the
 slurm.conf that deploy/local/up writes) must name the same partitions with the same GPUs.
-Kubernetes manifests and pod specs are schema-checked offline with kubernetes-validate.
+Kubernetes manifests and pod specs are schema-checked offline with kubernetes-validate. The Helm
+values' keys are checked against the pinned Slinky release in test_deploy_slinky.py, and the
+project's chart is rendered by the real helm in test_deploy_chart.py.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -22,24 +25,16 @@ PRODUCTION_PARTITIONS = {"h100-ondemand", "h100-spot", "h100-flex", "l4-dev"}
 ACCELERATOR_GPU_TYPE = {"nvidia-h100-80gb": "h100", "nvidia-l4": "l4"}
 K8S_VERSION = "1.30"
 
-# Keys of the real `slurm` chart's values.yaml (SlinkyProject/slurm-operator helm/slurm, chart 1.x):
-# a typo here would be silently ignored by Helm.
-CHART_TOP_KEYS = {
-    "nameOverride", "fullnameOverride", "namespaceOverride", "asciiArt", "imagePullSecrets", "imagePullPolicy",
-    "priorityClass", "slurmKey", "jwtKey", "jwksKeys", "clusterName", "configFiles", "prologSlurmctldScripts",
-    "epilogSlurmctldScripts", "prologScripts", "epilogScripts", "controller", "restapi", "accounting", "sssd",
-    "loginsets", "nodesets", "partitions", "vendor", "extraObjects",
-}
-CHART_NODESET_KEYS = {
-    "enabled", "scalingMode", "replicas", "pinToNode", "taintKubeNodes", "workloadDisruptionProtection",
-    "pruneSlurmNodeRecords", "ordinalPadding", "slurmd", "logfile", "extraConf", "extraConfMap", "partition",
-    "ssh", "updateStrategy", "metadata", "podSpec",
-}
-CHART_PARTITION_KEYS = {"enabled", "nodesets", "config", "configMap"}
-OPERATOR_TOP_KEYS = {
-    "nameOverride", "fullnameOverride", "namespaceOverride", "imagePullSecrets", "imagePullPolicy",
-    "priorityClassName", "crds", "operator", "webhook", "certManager", "propagatedNodeConditions", "extraObjects",
-}
+# slurm.conf keys the Slinky operator (1.1.2, controller_config.go) writes itself: a line in our
+# extraConf would replace its value (SlurmctldParameters: configless mode lost; TaskPlugin: no GPU
+# isolation). PrologFlags is the exception: ours keeps its Contain and adds Alloc.
+OPERATOR_OWNED = {"ClusterName", "SlurmUser", "SlurmctldHost", "SlurmctldPort", "StateSaveLocation", "SlurmdUser",
+                  "SlurmdPort", "SlurmdSpoolDir", "GresTypes", "AuthType", "CredType", "AuthAltTypes",
+                  "AuthAltParameters", "AuthInfo", "SlurmctldParameters", "ProctrackType", "TaskPlugin",
+                  "SelectTypeParameters", "MetricsType", "AccountingStorageType", "AccountingStorageHost",
+                  "AccountingStoragePort", "JobAcctGatherType", "Prolog", "Epilog", "PrologSlurmctld",
+                  "EpilogSlurmctld", "SlurmctldLogFile", "SlurmdLogFile"}
+OPERATOR_FACTS = REPO / "tests" / "fixtures" / "slinky" / "slurm-operator-1.1.2.json"
 
 
 def _unquote(value):
@@ -125,20 +120,13 @@ def test_terraform_parses_and_is_formatted():
 
 def test_kubernetes_manifests_match_the_api_schema():
     docs = [d for f in sorted((DEPLOY / "gke" / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())]
-    assert {d["kind"] for d in docs} >= {"NetworkPolicy", "PersistentVolume", "PersistentVolumeClaim"}
+    assert {d["kind"] for d in docs} >= {"PersistentVolume", "PersistentVolumeClaim"}
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
-def test_helm_values_use_only_keys_the_charts_know_and_valid_pod_specs():
+def test_helm_pod_specs_are_valid_kubernetes_pod_specs():
     values = _values()
-    assert set(values) <= CHART_TOP_KEYS, set(values) - CHART_TOP_KEYS
-    for name, nodeset in values["nodesets"].items():
-        assert set(nodeset) <= CHART_NODESET_KEYS, (name, set(nodeset) - CHART_NODESET_KEYS)
-    for name, partition in values["partitions"].items():
-        assert set(partition) <= CHART_PARTITION_KEYS, (name, set(partition) - CHART_PARTITION_KEYS)
-    operator = yaml.safe_load((DEPLOY / "slinky" / "operator-values.yaml").read_text())
-    assert set(operator) <= OPERATOR_TOP_KEYS
     # every pod spec we extend must be a valid Kubernetes PodSpec once the chart adds its container
     pods = {f"nodeset/{n}": (s.get("podSpec", {}), s.get("slurmd", {}))
             for n, s in _enabled(values["nodesets"]).items()}
@@ -152,13 +140,40 @@ def test_helm_values_use_only_keys_the_charts_know_and_valid_pod_specs():
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
-def test_slurm_parts_and_accounting_script_parse():
-    settings = _conf_settings((DEPLOY / "slurm" / "scheduling.conf").read_text())
-    assert settings["PreemptMode"] == "REQUEUE" and "preempt_send_user_signal" in settings["SlurmctldParameters"]
+def _scheduling() -> str:
+    return (DEPLOY / "slurm" / "scheduling.conf").read_text()
+
+
+def test_slurm_parts_compose_with_the_operator_and_preempt_by_qos():
+    settings = _conf_settings(_scheduling())
+    assert set(settings) & OPERATOR_OWNED == set(), "the operator writes these: " + str(set(settings) & OPERATOR_OWNED)
+    assert "Contain" in settings["PrologFlags"].split(",") and "Alloc" in settings["PrologFlags"].split(",")
+    assert settings["PreemptType"] == "preempt/qos" and settings["PreemptMode"] == "REQUEUE"
+    assert settings["PreemptParameters"] == "send_user_signal"
     assert re.fullmatch(r"\d\d:\d\d:\d\d", settings["PreemptExemptTime"])
+    assert settings["JobRequeue"] == "1" and int(settings["SlurmdTimeout"]) <= 300  # node loss requeues
     assert settings["PriorityType"] == "priority/multifactor" and int(settings["PriorityWeightFairshare"]) > 0
-    assert {"qos", "limits"} <= set(settings["AccountingStorageEnforce"].split(","))
+    assert {"associations", "qos", "limits"} <= set(settings["AccountingStorageEnforce"].split(","))
+    # the task/cgroup plugin and GPU isolation come from the operator only with cgroup.conf's plugin on
+    cgroup = _conf_settings(_values()["configFiles"]["cgroup.conf"])
+    assert cgroup["CgroupPlugin"] == "cgroup/v2" and cgroup["ConstrainDevices"] == "yes"
     assert subprocess.run(["bash", "-n", str(DEPLOY / "slurm" / "accounting.sh")]).returncode == 0
+
+
+def test_qos_tiers_preempt_downwards_and_dev_is_bound_to_l4_dev():
+    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
+    qos = {m.group(1): m.group(2) for m in re.finditer(r"modify qos (\w+) set (.+?)(?<!\\)\n", script, re.S)}
+    preempts = {name: set(re.search(r"Preempt=(\S+)", opts).group(1).split(","))
+                for name, opts in qos.items() if "Preempt=" in opts}
+    assert preempts == {"production": {"experiments", "burst"}, "experiments": {"burst"}}
+    assert all("PreemptMode=REQUEUE" in qos[n] for n in ("production", "experiments", "burst"))
+    shared = _shared_partitions()
+    assert shared["l4-dev"]["QOS"] == "dev"
+    for name, part in shared.items():
+        allowed = set(part["AllowQos"].split(","))
+        assert ("dev" in allowed) == (name == "l4-dev"), name
+        if part["PreemptMode"] == "OFF":
+            assert "burst" not in allowed, f"{name}: burst work must be preemptible"
 
 
 # --- one source of truth -------------------------------------------------------------------------
@@ -166,17 +181,40 @@ def test_terraform_pools_are_the_production_partitions():
     tf = _terraform()
     pools = _gpu_pools()
     assert set(pools) == PRODUCTION_PARTITIONS
-    assert pools["h100-spot"]["spot"] and pools["h100-flex"]["queued_provisioning"]
-    assert not any(p["spot"] and p["queued_provisioning"] for p in pools.values())
+    assert pools["h100-spot"]["spot"] and pools["h100-flex"]["flex_start"]
+    assert not any(p["spot"] and p["flex_start"] for p in pools.values())
     node_pools = _tf_resources(tf, "google_container_node_pool")
     gpu = node_pools["gpu"]
     assert gpu["initial_node_count"] == 0 and gpu["autoscaling"][0]["total_min_node_count"] == 0
-    taint = gpu["node_config"][0]["taint"][0]
+    config = gpu["node_config"][0]
+    taint = config["taint"][0]
     assert (taint["key"], taint["value"], taint["effect"]) == ("slurmctl/pool", "${each.key}", "NO_SCHEDULE")
-    assert gpu["node_config"][0]["labels"]["slurmctl/pool"] == "${each.key}"
+    assert config["labels"]["slurmctl/pool"] == "${each.key}"
+    # flex-start (plain pods scale it), not queued provisioning (needs ProvisioningRequests Slinky never makes)
+    assert "queued_provisioning" not in gpu and "each.value.flex_start" in config["flex_start"]
     assert "guest_accelerator" not in node_pools["system"]["node_config"][0]  # the control plane's pool
     for pool in pools.values():
         assert pool["accelerator_type"] in ACCELERATOR_GPU_TYPE
+    # a release-channel cluster rejects auto_upgrade = false on any pool
+    assert _tf_resources(tf, "google_container_cluster")["ml"]["release_channel"]
+    for name, body in node_pools.items():
+        assert body["management"][0]["auto_upgrade"] is True, name
+
+
+def test_terraform_private_nodes_have_nat_and_the_webhook_port_is_open():
+    tf = _terraform()
+    cluster = _tf_resources(tf, "google_container_cluster")["ml"]
+    assert cluster["private_cluster_config"][0]["enable_private_nodes"] is True
+    nat = _tf_resources(tf, "google_compute_router_nat")["nat"]
+    assert nat["source_subnetwork_ip_ranges_to_nat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    assert _tf_resources(tf, "google_compute_subnetwork")["nodes"]["private_ip_google_access"] is True
+    port = json.loads(OPERATOR_FACTS.read_text())["webhookPort"]
+    [rule] = [r for r in _tf_resources(tf, "google_compute_firewall").values()
+              if any(str(port) in a["ports"] for a in r["allow"])]
+    assert rule["source_ranges"] == ["${var.master_ipv4_cidr_block}"]
+    assert cluster["private_cluster_config"][0]["master_ipv4_cidr_block"] == "${var.master_ipv4_cidr_block}"
+    for body in _tf_resources(tf, "google_container_node_pool").values():
+        assert set(rule["target_tags"]) <= set(body["node_config"][0]["tags"])
 
 
 def test_helm_nodesets_and_partitions_match_the_pools():
@@ -188,7 +226,7 @@ def test_helm_nodesets_and_partitions_match_the_pools():
         gpu_type, count = _gres(nodeset["extraConfMap"]["Gres"][0])
         assert (gpu_type, count) == (ACCELERATOR_GPU_TYPE[pool["accelerator_type"]], pool["gpus_per_node"]), name
         assert nodeset["slurmd"]["resources"]["limits"]["nvidia.com/gpu"] == count
-        assert nodeset["podSpec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": name}
+        assert nodeset["podSpec"]["nodeSelector"]["cloud.google.com/gke-nodepool"] == name
         assert {"key": "slurmctl/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"} \
             in nodeset["podSpec"]["tolerations"]
         assert partitions[name]["nodesets"] == [name]
@@ -242,6 +280,33 @@ def _expand(nodes: str) -> list[str]:
     """'h100-[1-3]' -> ['h100-1', 'h100-2', 'h100-3']; 'l4-1' -> ['l4-1']."""
     m = re.fullmatch(r"(.*)\[(\d+)-(\d+)\]", nodes)
     return [f"{m.group(1)}{i}" for i in range(int(m.group(2)), int(m.group(3)) + 1)] if m else nodes.split(",")
+
+
+@pytest.mark.parametrize("line", ["SlurmctldParameters=preempt_send_user_signal", "TaskPlugin=task/affinity",
+                                  "Prolog=/etc/slurm/prolog.d/*", "PrologFlags=Alloc"])
+def test_a_slurm_conf_line_that_clobbers_the_operator_fails(line, monkeypatch):
+    text = _scheduling() + "\n" + line + "\n"
+    monkeypatch.setitem(globals(), "_scheduling", lambda: text)
+    with pytest.raises(AssertionError):
+        test_slurm_parts_compose_with_the_operator_and_preempt_by_qos()
+
+
+@pytest.mark.parametrize("broken", ["auto_upgrade", "queued_provisioning", "no_firewall_tag"])
+def test_terraform_checks_catch_the_old_mistakes(broken, monkeypatch):
+    tf = _terraform()
+    pools = _tf_resources(tf, "google_container_node_pool")
+    if broken == "auto_upgrade":
+        pools["gpu"]["management"][0]["auto_upgrade"] = "${!each.value.flex_start}"
+        check = test_terraform_pools_are_the_production_partitions
+    elif broken == "queued_provisioning":
+        pools["gpu"]["queued_provisioning"] = [{"enabled": True}]
+        check = test_terraform_pools_are_the_production_partitions
+    else:
+        pools["system"]["node_config"][0]["tags"] = []
+        check = test_terraform_private_nodes_have_nat_and_the_webhook_port_is_open
+    monkeypatch.setitem(globals(), "_terraform", lambda: tf)
+    with pytest.raises(AssertionError):
+        check()
 
 
 @pytest.mark.parametrize("broken", ["pool", "gres"])
