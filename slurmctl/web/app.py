@@ -209,7 +209,7 @@ class WebApp:
             state["result"] = result.to_dict()
             state["message"] = {
                 "acknowledged": f"drain acknowledged at step {result.ack_step} (checkpoint saved); job "
-                                f"{result.job_id} ended {result.final_state.lower()}",
+                                f"{result.job_id} stopped (Slurm: {result.final_state.lower()})",
                 "unacknowledged": f"DRAIN NOT ACKNOWLEDGED after {result.drain_seconds or 0:.0f} s: work since the "
                                   f"last checkpoint is lost; job {result.job_id} {result.final_state.lower()}",
                 "not-needed": f"job {result.job_id} was not running: {result.final_state.lower()}",
