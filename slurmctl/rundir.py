@@ -14,6 +14,7 @@ Layout: ``<runs_root>/<user>/<run id>/``
     drain.request / drain.ack   the drain handshake
     checkpoints/     the default checkpoint dir (see ``resolve_checkpoint_dir``)
     watchdog/        the progress watchdog's state and scenes
+    health/          live health: rank-<N>.json per rank (transport, data wait), idle.json (idle policy)
 
 Standard library only at import (the job, the root node hooks and the CLI share this module);
 pydantic/yaml are imported inside the one method that parses run.yaml. Every file read goes
@@ -52,9 +53,15 @@ DRAIN_REQUEST = "drain.request"
 DRAIN_ACK = "drain.ack"
 CHECKPOINTS_DIR = "checkpoints"
 WATCHDOG_DIR = "watchdog"
+HEALTH_DIR = "health"
+HEALTH_RANK = "rank-{rank}.json"  # in health/: one per rank
+HEALTH_IDLE = "idle.json"  # in health/: the idle policy's view (the watchdog sidecar)
 # The epilog's per-attempt cost records, copied here as the job's user for the user's own `cost`
 # (the authoritative copies sit in root's spool, which users cannot read).
 COST_RECORDS_DIR = "cost-records"
+# What a training leaves for after the run besides checkpoints (hf-lora: adapter/, base-model/,
+# and merged/ from `slurmctl merge`).
+ARTIFACTS_DIR = "artifacts"
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
@@ -83,6 +90,17 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
 
     now = now or datetime.now(UTC)
     return f"{name}-{now:%Y%m%d}-{secrets.token_hex(2)}"
+
+
+def sweep_element_id(sweep_id: str, index: int | str) -> str:
+    """The run id of element `index` of sweep `<name>-<day>-<hex>`: `<name>-<index>-<day>-<hex>`.
+
+    The elements of a sweep are one Slurm array, whose single `#SBATCH --output=` line must name each
+    element's own run dir: with `index` = "%a" (sbatch's array task id) this is that line's directory.
+    `%j` in the same line is the task's own job id (Slurm 22.05: also SLURM_JOB_ID inside the task)."""
+    if not is_run_id(sweep_id):
+        raise ValueError(f"not a sweep id: {sweep_id!r}")
+    return f"{sweep_id[:-14]}-{index}-{sweep_id[-13:]}"
 
 
 def current_user() -> str:
@@ -193,6 +211,10 @@ class Run:
         return self.path / WATCHDOG_DIR
 
     @property
+    def health_dir(self) -> Path:
+        return self.path / HEALTH_DIR
+
+    @property
     def cost_records_dir(self) -> Path:
         return self.path / COST_RECORDS_DIR
 
@@ -219,6 +241,10 @@ class Run:
         return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
 
     @property
+    def artifacts_dir(self) -> Path:
+        return self.path / ARTIFACTS_DIR
+
+    @property
     def checkpoint_dir(self) -> Path:
         """Where this run's checkpoints are: run.json's ``checkpoint_dir`` (absolute, set at submit).
         Runs submitted before it was recorded: run.yaml's ``checkpoint.dir`` by the same rule."""
@@ -243,14 +269,22 @@ class Run:
         return read_jsonl(self.attempts_path)
 
     def job_ids(self) -> list[int]:
-        ids = []
+        """Job ids in submission order. A sweep element is submitted as task `array_task_id` of the
+        array `job_id` and gets a job id of its own when it starts (Slurm 22.05 splits a task off the
+        array then; the last task to start keeps the array's id), which its `start` events carry;
+        until then the array's id finds it (squeue %A shows the still-pending tasks under it)."""
+        ids, element = [], False
         for e in self.events():
-            if e.get("event") == "submitted":
-                try:
-                    ids.append(int(e["job_id"]))
-                except (KeyError, TypeError, ValueError):
-                    continue
-        return list(dict.fromkeys(ids))
+            kind = e.get("event")
+            if kind == "submitted":
+                element = "array_task_id" in e
+            elif kind != "start" or not element:
+                continue
+            try:
+                ids.append(int(e["job_id"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return list(dict.fromkeys(i for i in ids if i > 0))
 
     def latest_job_id(self) -> int | None:
         ids = self.job_ids()
@@ -363,9 +397,10 @@ class RunRegistry:
         _check_owned_dir(self.root, "your runs directory", self.uid)
         return self.root
 
-    def create(self, spec, share_with_group: bool = False) -> Run:
+    def create(self, spec, share_with_group: bool = False, run_id: str | None = None) -> Run:
         """A fresh run dir: 0700, or 0750 when the site shares runs with a team group (the group is
-        the user dir's, inherited through its setgid bit, which the operator sets)."""
+        the user dir's, inherited through its setgid bit, which the operator sets). `run_id`: a
+        sweep element's id (``sweep_element_id``); an existing directory raises FileExistsError."""
         if not _SAFE_PATH_RE.fullmatch(str(self.root)):
             raise ConfigError(
                 f"runs_root {self.runs_root} contains characters (spaces, quotes, ...) that #SBATCH lines "
@@ -374,7 +409,9 @@ class RunRegistry:
             )
         os.umask(0o027 if share_with_group else 0o077)  # every file the CLI writes into the run
         self.user_dir(create=True)
-        run_id = new_run_id(spec.name)
+        run_id = run_id or new_run_id(spec.name)
+        if not is_run_id(run_id):
+            raise ValueError(f"not a run id: {run_id!r}")
         path = self.root / run_id
         mode = 0o750 if share_with_group else 0o700
         path.mkdir(mode=mode)

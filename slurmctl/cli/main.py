@@ -19,6 +19,8 @@ from slurmctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, SlurmctlEr
 _COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("slurmctl.cli.submit:submit",
                 "Check RUN_SPEC (run.yaml) before any GPU is spent, pick the partition that starts it"),
+    "sweep": ("slurmctl.cli.sweep:sweep",
+               "Submit RUN_SPEC once per combination of grid values, as ONE Slurm array."),
     "status": ("slurmctl.cli.observe:status",
                 "Explain in plain words what RUN is doing and what to do next."),
     "ls": ("slurmctl.cli.observe:list_runs",
@@ -101,7 +103,8 @@ def _remember_json(ctx: click.Context, value: bool) -> bool:
 
 @cli.command()
 @click.argument("name")
-@click.option("--template", default="torchrun", show_default=True, help="Run template.")
+@click.option("--template", default="torchrun", show_default=True,
+              help="Run template: torchrun (DDP), fsdp, hf-lora (Trainer + LoRA) or deepspeed (ZeRO).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to write the run (default: ./NAME).")
 @click.option("--json", "as_json", is_flag=True, callback=lambda ctx, _p, v: _remember_json(ctx, v),
               help="Machine-readable output.")

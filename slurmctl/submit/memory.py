@@ -9,6 +9,11 @@ The formula (per GPU, bytes; P = parameters, N = data-parallel GPUs = nodes x gp
                                    0.5 adafactor (factored moments), 0 sgd;
                                m = 4 with mixed precision (the fp32 master weights), else 0
     sharding divides:  ddp: W+G+O   zero1: W+G+O/N   zero2: W+(G+O)/N   zero3/fsdp: (W+G+O)/N
+    the sharding is the run's template's unless model.sharding says otherwise: torchrun and
+    hf-lora ddp, fsdp fsdp, deepspeed the ZeRO stage of its DeepSpeed config (which also gives
+    the micro-batch, train_micro_batch_size_per_gpu, when model.micro_batch is not set).
+    LoRA (model.trainable_params = T): frozen weights get no gradient and no optimizer state,
+    so G = T x w and O = T x (k + m); the adapters' own weights are part of P.
     (mixed-precision AdamW under DDP: 2+2+12 = 16 bytes per parameter)
 
   activations per sequence (Korthikanti et al. 2022, 16-bit, flash/SDPA attention so the
@@ -28,11 +33,15 @@ The formula (per GPU, bytes; P = parameters, N = data-parallel GPUs = nodes x gp
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from slurmctl.submit.spec import ModelSpec
+from slurmctl.errors import SpecError
+from slurmctl.fsutil import read_capped
+from slurmctl.submit.spec import ModelSpec, RunSpec
 
 GB = 1e9
 # Memory per GPU in GB by model (the 40 GB A100 and other variants: site.yaml gpu_memory_gb).
@@ -89,6 +98,59 @@ class MemoryEstimate:
                 "verdict": self.verdict}
 
 
+# The sharding each template's example training uses; deepspeed's comes from its config file.
+TEMPLATE_SHARDING = {"torchrun": "ddp", "fsdp": "fsdp", "hf-lora": "ddp"}
+DEEPSPEED_CONFIG_ARGS = ("--deepspeed-config", "--deepspeed_config", "--deepspeed")
+DEFAULT_DEEPSPEED_CONFIG = "ds_config.json"
+
+
+def deepspeed_config_path(spec: RunSpec, workdir: Path) -> Path:
+    """The config the training is given (`--deepspeed-config FILE` in args), else ds_config.json."""
+    args = list(spec.args)
+    for i, arg in enumerate(args):
+        for flag in DEEPSPEED_CONFIG_ARGS:
+            if arg == flag and i + 1 < len(args):
+                return workdir / args[i + 1]
+            if arg.startswith(flag + "="):
+                return workdir / arg.split("=", 1)[1]
+    return workdir / DEFAULT_DEEPSPEED_CONFIG
+
+
+def deepspeed_settings(path: Path) -> tuple[str, int | None]:
+    """(sharding, micro-batch) from a DeepSpeed JSON config: zero_optimization.stage 0-3 and
+    train_micro_batch_size_per_gpu ("auto" or absent: None)."""
+    try:
+        config = json.loads(read_capped(path, 1024 * 1024, nofollow=False))
+    except OSError as exc:
+        raise SpecError(f"the DeepSpeed config {path} cannot be read ({exc.strerror or exc}).",
+                        "Create it (slurmctl init --template deepspeed writes ds_config.json), or pass "
+                        "`--deepspeed-config FILE` in run.yaml args.") from None
+    except ValueError as exc:
+        raise SpecError(f"the DeepSpeed config {path} is not valid JSON ({exc}).",
+                        "Fix the file; DeepSpeed would refuse it at the start of the job.") from None
+    zero = config.get("zero_optimization", {}) if isinstance(config, dict) else {}
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
+    if stage not in (0, 1, 2, 3):
+        raise SpecError(f"the DeepSpeed config {path} has zero_optimization.stage {stage!r}.",
+                        "Use 0, 1, 2 or 3.")
+    micro = config.get("train_micro_batch_size_per_gpu")
+    return ("ddp" if stage == 0 else f"zero{stage}"), (micro if isinstance(micro, int) and micro > 0 else None)
+
+
+def resolve_model(spec: RunSpec, workdir: Path) -> ModelSpec | None:
+    """run.yaml's model: with the sharding (and for deepspeed the micro-batch) the template really uses.
+    An explicit model.sharding wins, except under deepspeed, where the config file decides what runs."""
+    model = spec.model
+    if model is None:
+        return None
+    if spec.template == "deepspeed":
+        sharding, micro = deepspeed_settings(deepspeed_config_path(spec, workdir))
+        return model.model_copy(update={"sharding": sharding, "micro_batch": model.micro_batch or micro})
+    if model.sharding is None:
+        return model.model_copy(update={"sharding": TEMPLATE_SHARDING.get(spec.template, "ddp")})
+    return model
+
+
 def estimate_memory(model: ModelSpec, gpu_type: str, data_parallel: int,
                     gpu_memory_gb: dict[str, float] | None = None) -> MemoryEstimate | None:
     """None when the GPU model's memory is unknown (say so in site.yaml gpu_memory_gb)."""
@@ -99,8 +161,9 @@ def estimate_memory(model: ModelSpec, gpu_type: str, data_parallel: int,
     n = max(data_parallel, 1)
     mixed = model.precision != "fp32"
     w = 2 if mixed else 4
-    weights, grads = params * w, params * w
-    optimizer = params * (_OPTIMIZER_BYTES[model.optimizer] + (4 if mixed else 0))
+    trainable = parse_params(model.trainable_params) if model.trainable_params is not None else params
+    weights, grads = params * w, trainable * w
+    optimizer = trainable * (_OPTIMIZER_BYTES[model.optimizer] + (4 if mixed else 0))
     if model.sharding in ("zero3", "fsdp"):
         weights, grads, optimizer = weights / n, grads / n, optimizer / n
     elif model.sharding == "zero2":

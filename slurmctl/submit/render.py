@@ -19,7 +19,7 @@ import jinja2
 
 from slurmctl import __version__
 from slurmctl.errors import ConfigError, SpecError
-from slurmctl.submit.spec import control_character
+from slurmctl.submit.spec import TEMPLATES, control_character
 
 # Where each context value comes from, for the error message.
 _FIELD_NAMES = {
@@ -83,6 +83,16 @@ def _one_line(value: Any) -> Any:
 
 
 DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parent / "sbatch_templates"
+
+
+def template_file(template: str = "torchrun") -> str:
+    """The sbatch template of a run's `template:` (spec.TEMPLATES). fsdp, hf-lora and deepspeed extend
+    torchrun.sbatch.j2 (same launch, drain and requeue) and add their environment in its
+    `template_env` block."""
+    if template not in TEMPLATES:
+        raise SpecError(f"`template` is {template!r}, which is not a run template.",
+                        f"Use one of: {', '.join(TEMPLATES)}.")
+    return f"{template}.sbatch.j2"
 
 
 def environment(templates_dir: Path | None = None) -> jinja2.Environment:

@@ -1,4 +1,10 @@
-"""`slurmctl init`: write a run from a template. Offline: reads at most the local site.yaml."""
+"""`slurmctl init`: write a run from a template. Offline: reads at most the local site.yaml.
+
+A template is a folder of init_templates/ (one per spec.TEMPLATES name): `run.yaml.j2` is rendered
+into run.yaml, every other file (the example training, e.g. a DeepSpeed config) is copied as it
+is, and the Dockerfile (the template's own, else torchrun's) is written only where the site runs
+container images.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,19 @@ from pathlib import Path
 import jinja2
 
 from slurmctl.errors import ConfigError, SlurmctlError, SpecError
-from slurmctl.submit.spec import NAME_RE, SiteConfig, control_character, load_site_config
+from slurmctl.submit.spec import NAME_RE, TEMPLATES, SiteConfig, control_character, load_site_config
 
-TEMPLATES = ("torchrun",)
+_RENDERED = "run.yaml.j2"
+_DOCKERFILE = "Dockerfile"
+
+
+def _template_files(template: str) -> tuple[resources.abc.Traversable, list[str]]:
+    """The template's folder and the files copied as they are (sorted; no caches, no Dockerfile)."""
+    source = resources.files("slurmctl.submit") / "init_templates" / template
+    names = sorted(entry.name for entry in source.iterdir()
+                   if entry.is_file() and entry.name not in (_RENDERED, _DOCKERFILE)
+                   and not entry.name.endswith((".pyc", ".pyo")))
+    return source, names
 
 
 def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteConfig | None = None) -> list[Path]:
@@ -34,11 +50,14 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
         partition = site.smoke_partition or next(iter(site.partitions))
         gpu_type = site.partitions[partition].gpu_type
 
-    source = resources.files("slurmctl.submit") / "init_templates" / template
-    targets = {directory / "run.yaml": None, directory / "train.py": source / "train.py"}
+    source, copied = _template_files(template)
+    targets: dict[Path, str] = {directory / "run.yaml": _RENDERED, **{directory / n: n for n in copied}}
     base_image = site.containers.base_image if site is not None and site.containers.runtime != "none" else None
+    dockerfile = source / _DOCKERFILE
+    if not dockerfile.is_file():
+        dockerfile = resources.files("slurmctl.submit") / "init_templates" / "torchrun" / _DOCKERFILE
     if base_image:  # the site runs container images: a Dockerfile for `submit --build`
-        targets[directory / "Dockerfile"] = source / "Dockerfile"
+        targets[directory / _DOCKERFILE] = _DOCKERFILE
     existing = [str(p) for p in targets if p.exists()]
     if existing:
         raise SlurmctlError(f"{', '.join(existing)} already exist; init never overwrites.",
@@ -46,11 +65,13 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
     directory.mkdir(parents=True, exist_ok=True)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
-    run_yaml = env.from_string((source / "run.yaml.j2").read_text()).render(
-        name=name, partition=partition, gpu_type=gpu_type, spec_file=str(directory / "run.yaml"))
-    (directory / "run.yaml").write_text(run_yaml)
-    (directory / "train.py").write_text((source / "train.py").read_text())
-    if base_image:
-        (directory / "Dockerfile").write_text(
-            env.from_string((source / "Dockerfile").read_text()).render(name=name, base_image=base_image))
+    for target, name_in_template in targets.items():
+        if name_in_template == _RENDERED:
+            text = env.from_string((source / _RENDERED).read_text()).render(
+                name=name, partition=partition, gpu_type=gpu_type, spec_file=str(directory / "run.yaml"))
+        elif name_in_template == _DOCKERFILE:
+            text = env.from_string(dockerfile.read_text()).render(name=name, base_image=base_image)
+        else:
+            text = (source / name_in_template).read_text()
+        target.write_text(text)
     return list(targets)

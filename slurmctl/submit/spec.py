@@ -55,6 +55,11 @@ def _no_control_characters(value: Any, where: str) -> None:
             _no_control_characters(item, f"{where[:-1]}[{i}]`" if where.endswith("`") else where)
 
 
+# Run templates: `slurmctl init --template T` writes an example for T, and `template: T` in run.yaml
+# renders sbatch_templates/T.sbatch.j2.
+TEMPLATES = ("torchrun", "fsdp", "hf-lora", "deepspeed")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
@@ -93,8 +98,11 @@ class ModelSpec(_Strict):
         "bf16", description="training precision (bf16/fp16/fp8 = mixed, with fp32 master weights)")
     optimizer: Literal["adamw", "adam", "sgd", "sgd-momentum", "lion", "adafactor"] = Field(
         "adamw", description="optimizer")
-    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] = Field(
-        "ddp", description="ddp, zero1/2/3 or fsdp (= zero3)")
+    sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp"] | None = Field(
+        None, description="ddp, zero1/2/3 or fsdp (= zero3); default: the run's template's (deepspeed: the "
+        "ZeRO stage of its config)")
+    trainable_params: str | float | None = Field(
+        None, description="parameters that get gradients and optimizer state (LoRA adapters); default: all")
     micro_batch: int | None = Field(None, ge=1, description="sequences per GPU per step")
     seq_len: int | None = Field(None, ge=1, description="tokens per sequence")
     hidden_size: int | None = Field(None, ge=1, description="model width, for the activation estimate")
@@ -102,6 +110,18 @@ class ModelSpec(_Strict):
     vocab_size: int | None = Field(None, ge=1,
                                    description="vocabulary size, for the logits (seq_len x vocab) of the loss")
     activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
+
+
+class SweepSpec(_Strict):
+    """run.yaml `sweep:` (or `slurmctl sweep --grid`): one Slurm array, one run per combination of values.
+    The grid is checked (empty values, unknown keys, size) by slurmctl/submit/sweep.py."""
+
+    grid: dict[str, list[str | int | float]] = Field(
+        description="key -> list of values; a key names an `args` option (--key VALUE or --key=VALUE) or an `env` "
+        "variable of this run.yaml")
+    max_parallel: int | None = Field(None, ge=1, description="elements running at once (sbatch --array=0-N%max)")
+    metric: str = Field("loss", description="metric (metrics.jsonl field) that `compare SWEEP` ranks by")
+    goal: Literal["min", "max"] = Field("min", description="min or max: which end of `metric` is best")
 
 
 class RunSpec(_Strict):
@@ -135,6 +155,10 @@ class RunSpec(_Strict):
                                     "(YAML/JSON/TOML/.env), relative to workdir; checked for unresolved ${VAR}")
     model: ModelSpec | None = Field(None, description="model size, precision, optimizer, sharding: enables the GPU "
                                     "memory check")
+    sweep: SweepSpec | None = Field(None, description="grid of args/env values: `slurmctl sweep` submits one run "
+                                    "per combination as one Slurm array")
+    template: Literal[TEMPLATES] = Field("torchrun", description="how the training is launched: the sbatch "
+                                         "template sbatch_templates/<template>.sbatch.j2 (`slurmctl init --template`)")
 
     @field_validator("name")
     @classmethod
@@ -231,6 +255,9 @@ class PartitionConfig(_Strict):
     price_per_gpu_hour: float = Field(ge=0, description="$ per GPU-hour")
     preemptible: bool = False
     arch: Literal["amd64", "arm64"] = Field("amd64", description="CPU architecture of the nodes (images must match)")
+    fabric: Literal["ethernet", "infiniband", "roce", "efa", "tcpx", "tcpxo"] | None = Field(
+        None, description="the nodes' GPU network: ethernet, infiniband, roce, efa, tcpx or tcpxo; status warns when "
+        "NCCL falls back to sockets on a faster one")
 
 
 class ContainersConfig(_Strict):
@@ -288,6 +315,19 @@ class SiteConfig(_Strict):
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
     ssh_upload_max_mb: float = Field(200, gt=0, description="through an SSH login node, submit uploads at most this "
                                      "much of the workdir (after .gitignore and .slurmctlignore)")
+    # live health (slurmctl/runtime/health.py enforces it inside the job, from the watchdog sidecar)
+    idle_action: Literal["warn", "drain"] = Field(
+        "warn", description="a job holding GPUs with no training step (or, where nvidia-smi exists, every GPU "
+        "under 5% busy) for idle_grace: warn (status, alert) or drain it (checkpoint, stop, not requeued)")
+    idle_grace: str = Field("30m", description="how long an allocation may sit idle before idle_action applies "
+                            "('30m', '2h'; a bare number is minutes)")
+
+    @field_validator("idle_grace", mode="before")
+    @classmethod
+    def _idle_grace(cls, v: Any) -> str:
+        if parse_duration(v) < 1:
+            raise ValueError("must be at least one second, e.g. '30m'")
+        return str(v)
 
     @model_validator(mode="after")
     def _smoke(self) -> SiteConfig:
@@ -300,8 +340,8 @@ class SiteConfig(_Strict):
         return Path(os.path.expanduser(self.runs_root))
 
 
-SITE_CONFIG_ENV = "SLURMCTL_SITE_CONFIG"
-SITE_CONFIG_PATHS = (Path("/etc/slurmctl/site.yaml"),)
+# Where site.yaml is found: spec_view (the read path's pydantic-free view of these models) owns it.
+from slurmctl.submit.spec_view import SITE_CONFIG_ENV, SITE_CONFIG_PATHS, find_site_config  # noqa: E402,F401
 
 
 def format_validation_error(exc: ValidationError, source: str) -> str:
@@ -312,7 +352,7 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         if err["type"] == "missing":
             parts.append(f"`{loc}` is missing")
             continue
-        if err["type"] == "extra_forbidden":
+        if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's / a dataclass's
             parts.append(f"`{loc}` is not a known field (check the spelling)")
             continue
         msg = err["msg"].removeprefix("Value error, ")
@@ -374,19 +414,6 @@ def load_run_spec(path: Path) -> RunSpec:
         return RunSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, str(path)), _field_hint(RunSpec, exc)) from None
-
-
-def find_site_config() -> Path:
-    env = os.environ.get(SITE_CONFIG_ENV)
-    if env:
-        return Path(env)
-    for candidate in SITE_CONFIG_PATHS:
-        if candidate.exists():
-            return candidate
-    raise ConfigError(
-        "no site configuration found (looked at $SLURMCTL_SITE_CONFIG and /etc/slurmctl/site.yaml).",
-        "Ask your cluster admin for site.yaml, or on the local dev cluster run deploy/local/up, which installs it.",
-    )
 
 
 def load_site_config(path: Path | None = None) -> SiteConfig:

@@ -24,7 +24,7 @@ from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
-from slurmctl.submit.render import render
+from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
 from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
 
@@ -145,7 +145,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     def script_for(partition: str, run_id: str = provisional_id, run_dir: Path | None = None) -> str:
         context = sbatch_context(spec, site, run_id, run_dir or registry.root / run_id, workdir, partition,
                                  image)
-        return render(TEMPLATE, context, _templates_dir(site))
+        return render(template_file(spec.template), context, _templates_dir(site))
 
     placement = place(spec, site, client, script_for)
     cost = estimate(spec, site, placement.chosen)
@@ -210,14 +210,16 @@ def _templates_dir(site: SiteConfig) -> Path | None:
 
 
 def _freeze(run: Run, spec: RunSpec, spec_path: Path, workdir: Path, site: SiteConfig, *, report: PreflightReport,
-            placement: Placement, forced: list[str], code_hash: str, smoke: bool) -> None:
-    """run.yaml is the exact spec that ran (workdir made absolute); run.json is metadata."""
+            placement: Placement, forced: list[str], code_hash: str, smoke: bool,
+            extra_meta: dict | None = None) -> None:
+    """run.yaml is the exact spec that ran (workdir made absolute); run.json is metadata (`extra_meta`: a
+    sweep element's sweep id, array index and values)."""
     frozen = spec.model_copy(update={"workdir": str(workdir)})
     write_atomic(run.spec_path, yaml.safe_dump(frozen.model_dump(mode="json"), sort_keys=False))
     meta = {"run_id": run.run_id, "name": spec.name, "created": time.time(), "user": current_user(),
             "checkpoint_dir": str(resolve_checkpoint_dir(spec.checkpoint.dir, workdir, run.path)),
             "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
-            "code_hash": code_hash, "smoke": smoke, "forced": forced}
+            "code_hash": code_hash, "smoke": smoke, "forced": forced, **(extra_meta or {})}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
     write_atomic(run.preflight_path, json.dumps({**report.to_dict(), "forced": forced,
                                                           "placement": placement.to_dict()}, indent=2))

@@ -45,7 +45,7 @@ def run_preflight(spec: RunSpec, site: SiteConfig, view: ClusterView, workdir: P
         check_shape(spec, site, view),
         check_time_limit(spec, view),
         check_account(site, view, user),
-        check_memory(spec, site, smoke=smoke),
+        check_memory(spec, site, smoke=smoke, workdir=workdir),
         check_nccl_overrides(spec, site),
     ):
         report.add(result)

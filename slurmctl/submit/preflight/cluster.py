@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmctl.errors import SlurmCommandError
+from slurmctl.errors import SlurmCommandError, SpecError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo, SlurmClient
 from slurmctl.slurm.runner import LocalRunner
-from slurmctl.submit.memory import estimate_memory, parse_params
+from slurmctl.submit.memory import estimate_memory, parse_params, resolve_model
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
 from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
 
@@ -177,22 +177,30 @@ def check_account(site: SiteConfig, view: ClusterView, user: str) -> CheckResult
     return result
 
 
-def check_memory(spec: RunSpec, site: SiteConfig, smoke: bool = False) -> CheckResult:
-    """Model states + activations vs GPU memory, for each GPU model the run may land on."""
+def check_memory(spec: RunSpec, site: SiteConfig, smoke: bool = False, workdir: Path | None = None) -> CheckResult:
+    """Model states + activations vs GPU memory, for each GPU model the run may land on, with the
+    sharding the run's template uses (memory.resolve_model)."""
     result = CheckResult("memory", "model fits in GPU memory")
     if spec.model is None:
         result.note = "skipped (no `model:` in run.yaml)"
         return result
     try:
         parse_params(spec.model.params)
+        if spec.model.trainable_params is not None:
+            parse_params(spec.model.trainable_params)
+        model = resolve_model(spec, workdir or Path.cwd())
     except ValueError as exc:
-        result.findings.append(error("invalid-model-size", f"`model.params`: {exc}.", "Write e.g. params: 7b"))
+        result.findings.append(error("invalid-model-size", f"`model.params`/`trainable_params`: {exc}.",
+                                     "Write e.g. params: 7b"))
+        return result
+    except SpecError as exc:
+        result.findings.append(error("invalid-deepspeed-config", exc.message, exc.hint))
         return result
     gpu_types = dict.fromkeys(spec.gpu_type or site.partitions[p].gpu_type
                               for p in spec.partitions if p in site.partitions)
     notes = []
     for gpu_type in gpu_types:
-        est = estimate_memory(spec.model, gpu_type, spec.nodes * max(spec.gpus_per_node, 1), site.gpu_memory_gb)
+        est = estimate_memory(model, gpu_type, spec.nodes * max(spec.gpus_per_node, 1), site.gpu_memory_gb)
         if est is None:
             result.findings.append(warning("unknown-gpu-memory", f"memory of a {gpu_type} GPU is unknown; not checked.",
                                            f"Add `gpu_memory_gb: {{{gpu_type}: <GB>}}` to site.yaml."))
@@ -200,7 +208,7 @@ def check_memory(spec: RunSpec, site: SiteConfig, smoke: bool = False) -> CheckR
         batch = f"max safe micro-batch ≈ {est.max_micro_batch}" if est.max_micro_batch is not None else \
             "set model.seq_len, hidden_size and num_layers for a micro-batch estimate"
         sizing = (f"{est.total_gb:.1f} GB of ~{est.usable_gb:.0f} GB usable per {gpu_type} "
-                  f"(states {est.states_gb:.1f} GB with {spec.model.sharding} over {est.data_parallel} GPU(s))")
+                  f"(states {est.states_gb:.1f} GB with {model.sharding} over {est.data_parallel} GPU(s))")
         if est.verdict == "does-not-fit":
             need = "the model states alone" if est.states_gb > est.usable_gb else \
                 f"micro_batch={est.micro_batch}" if est.micro_batch else "one sequence"
