@@ -12,19 +12,20 @@ set -euo pipefail
 H100_GPUS=${H100_GPUS:-160}
 SACCTMGR=(sacctmgr --immediate)
 TEAMS="ml-research:40 ml-platform:20 ml-applied:40"
+ACCOUNTS=$(for team in $TEAMS; do printf '%s ' "${team%%:*}"; done)
 
 users=${SLURMCTL_USERS:-}
 if [[ -z ${users//[[:space:]]/} ]]; then
   echo "accounting.sh: SLURMCTL_USERS is empty. Give one '<user> <account>' line per user" \
-       "(accounts: ${TEAMS//:[0-9]*/}); without an association nobody can submit." >&2
+       "(accounts: ${ACCOUNTS% }); without an association nobody can submit." >&2
   exit 2
 fi
 # validate every line before changing anything: names only, a known team
 while read -r user account extra; do
   [[ -z $user ]] && continue
-  if [[ -n ${extra:-} || ! $user =~ ^[a-z_][a-z0-9_.-]{0,31}$ || " ${TEAMS//:[0-9]*/} " != *" $account "* ]]; then
+  if [[ -n ${extra:-} || ! $user =~ ^[a-z_][a-z0-9_.-]{0,31}$ || " $ACCOUNTS" != *" $account "* ]]; then
     echo "accounting.sh: bad SLURMCTL_USERS line '$user $account${extra:+ $extra}': want '<user> <account>'" \
-         "with a POSIX user name and one of: ${TEAMS//:[0-9]*/}" >&2
+         "with a POSIX user name and one of: ${ACCOUNTS% }" >&2
     exit 2
   fi
 done <<< "$users"
