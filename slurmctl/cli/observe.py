@@ -54,7 +54,8 @@ def _print_status(s: RunStatus) -> None:
     ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
           if s.latest_checkpoint_step is not None else "none")
     left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
-    out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left}")
+    inside = f", {s.restarts_in_allocation} in the allocation" if s.restarts_in_allocation else ""
+    out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
     if s.history:  # the attempts' story, newest last (attempts.jsonl)
         out.print("[bold]History:[/]")
         for line in s.history[-8:]:

@@ -339,7 +339,31 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
     run_dir = path.parent.parent
     if path.parent.name == "logs" and (run_dir / "run.json").is_file():
         _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
+        _add_node_loss(result, run_dir, path.stem)
     return result
+
+
+def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str) -> None:
+    """A node of this job's allocation lost (runtime.attempt's probe after the step failed): that is the
+    cause, whatever the survivors' logs say (their collectives fail once a peer is gone)."""
+    from slurmctl import rundir
+    from slurmctl.fsutil import read_jsonl
+
+    lost = [e for e in read_jsonl(run_dir / rundir.ATTEMPTS)
+            if e.get("event") == "node-lost" and str(e.get("job_id")) == job_id]
+    if not lost:
+        return
+    last = lost[-1]
+    nodes = ", ".join(last.get("nodes_lost") or []) or "a node of the allocation"
+    at = f" at step {last['last_step']}" if last.get("last_step") is not None else ""
+    ck = last.get("checkpoint_step")
+    result.category, result.source = "node_lost", "slurm"
+    result.summary = (f"node {nodes} was lost{at}: its slurmd and processes stopped answering, and the other "
+                      "ranks' collectives failed or hung.")
+    result.evidence = [f"attempts.jsonl: node-lost {nodes}{at}, newest checkpoint {ck}", *result.evidence][:8]
+    result.hint = ("Nothing to fix in the training: the run is requeued on healthy nodes (Slurm marks the lost "
+                   "node DOWN) and resumes from " + (f"checkpoint step {ck}." if ck is not None else
+                                                      "its newest checkpoint."))
 
 
 # --- the progress watchdog ---------------------------------------------------------------------

@@ -19,7 +19,14 @@ from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
 from slurmctl.observe.explain import explain_reason, explain_state
 from slurmctl.observe.quota import quota_for
-from slurmctl.observe.story import checkpoint_failure, reliability_details, requeue_story, story
+from slurmctl.observe.story import (
+    checkpoint_failure,
+    in_allocation_restarts,
+    node_loss,
+    reliability_details,
+    requeue_story,
+    story,
+)
 from slurmctl.ops.pricing import allocation_cost
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER
@@ -76,7 +83,8 @@ class RunStatus:
     progress_percent: float | None = None
     steps_per_second: float | None = None
     checkpoint_age_seconds: float | None = None
-    restarts_used: int = 0
+    restarts_used: int = 0  # Slurm requeues (new Slurm attempts)
+    restarts_in_allocation: int = 0  # crashes restarted inside their allocation (step-restart events)
     restarts_left: int | None = None
     drain_unacknowledged: bool = False  # a drain was requested and the training never confirmed it
     health: str = "ok"
@@ -217,6 +225,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     status.history = story(events, job)
     requeue_story(status, job, events)
     status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
+    status.restarts_in_allocation = in_allocation_restarts(events)
     if spec is not None:
         status.gpus = spec.nodes * spec.gpus_per_node
         status.num_nodes = status.num_nodes or spec.nodes
@@ -255,6 +264,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         if status.watchdog["state"] in {"drain-requested", "killed"}:
             status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
                                         else "the watchdog asked it to drain")
+    node_loss(status, events)
     return status
 
 

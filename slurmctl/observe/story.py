@@ -16,7 +16,18 @@ if TYPE_CHECKING:
 
 _ENDINGS = {"preemption": "preempted", "time-limit": "reached its time limit", "failed": "crashed",
             "completed": "finished", "cancelled": "cancelled"}
-_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash"}
+_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash", "node-lost": "node loss"}
+
+
+def _lost(record: dict) -> str:
+    """'node h100-2 was lost' from a node-lost event or the end record that followed it."""
+    nodes = ", ".join(record.get("nodes_lost") or []) or "a node of the allocation"
+    return f"node {nodes} was lost"
+
+
+def in_allocation_restarts(events: list[dict]) -> int:
+    """Crashes restarted inside their allocation since the latest submission (step-restart events)."""
+    return sum(1 for e in _current(events) if e.get("event") == "step-restart")
 
 
 def _current(events: list[dict]) -> list[dict]:
@@ -36,6 +47,7 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
     for n, (i, start) in enumerate(starts):
         following = current[i + 1:starts[n + 1][0]] if n + 1 < len(starts) else current[i + 1:]
         end = next((e for e in following if e.get("event") == "end"), None)
+        node_lost = next((e for e in following if e.get("event") == "node-lost"), None)
         restarts = [e for e in following if e.get("event") == "step-restart"]
         when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
         resume = start.get("resume_step")
@@ -47,6 +59,10 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
             lost = f", {r['steps_lost']} steps lost" if r.get("steps_lost") is not None else ""
             line += (f"; crashed (exit code {r.get('exit_code')}){at}{lost}, restarted in the allocation from "
                      f"checkpoint step {r.get('checkpoint_step')}")
+        if end is None and node_lost is not None:  # Slurm ended the attempt (NODE_FAIL) before `end` ran
+            at = f" at step {node_lost['last_step']}" if node_lost.get("last_step") is not None else ""
+            lines.append(f"{line}; {_lost(node_lost)}{at}")
+            continue
         if end is None:
             if n + 1 < len(starts):
                 line += "; ended without an end record (node lost or batch script killed)"
@@ -57,7 +73,7 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
             lines.append(line)
             continue
         outcome = end.get("outcome") or "?"
-        ending = _ENDINGS.get(outcome, outcome)
+        ending = _lost(end) if outcome == "node-lost" else _ENDINGS.get(outcome, outcome)
         if outcome == "failed" and end.get("exit_code") not in (None, 0):
             ending += f" (exit code {end['exit_code']})"
         if end.get("last_step") is not None:
@@ -113,6 +129,9 @@ def requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> Non
     elif status.phase in {"queued", "requeued"}:  # PENDING again: restart count 0 said "queued"
         status.phase = f"requeued after {after}"
         at = f" at step {last['last_step']}" if last.get("last_step") is not None else ""
+        if last.get("outcome") == "node-lost":
+            after = f"node loss ({_lost(last)}{at})"
+            at = ""
         told = (f"Requeued after {after}{at}" + (f", {lost} steps lost" if lost is not None else "")
                 + (f"; it restarts from checkpoint step {ck}" if ck is not None else ""))
         status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
@@ -137,3 +156,23 @@ def reliability_details(status: RunStatus, events: list[dict]) -> None:
         status.drain_unacknowledged = True
         status.details.append("DRAIN NOT ACKNOWLEDGED: the training was asked to checkpoint and stop but never "
                               "confirmed; work since its last checkpoint may be lost.")
+
+
+def node_loss(status: RunStatus, events: list[dict]) -> None:
+    """The latest node loss of this submission (a `node-lost` event from restart-step's probe), loudly;
+    the step the watchdog ended for it was left hanging by the lost peer, not hung by the training."""
+    current = _current(events)
+    lost = [e for e in current if e.get("event") == "node-lost"]
+    if not lost:
+        return
+    last = lost[-1]
+    at = f" at step {last['last_step']}" if last.get("last_step") is not None else ""
+    ck = last.get("checkpoint_step")
+    resumed = any(e.get("event") == "start" and float(e.get("time") or 0) > float(last.get("time") or 0)
+                  for e in current)
+    status.details.append(f"NODE LOST: {_lost(last)}{at} (job {last.get('job_id')}"
+                          + (f", newest checkpoint {ck}" if ck is not None else ", no checkpoint")
+                          + ("); the next attempt resumed on healthy nodes." if resumed
+                             else "); Slurm requeues the run on healthy nodes once it declares the node DOWN."))
+    if status.health.startswith("hung: ") or status.health == "ok":
+        status.health = "ok" if resumed else f"node lost: {', '.join(last.get('nodes_lost') or ['?'])}"

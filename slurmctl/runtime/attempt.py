@@ -4,9 +4,12 @@
   drain-signal    the USR1 trap: write drain.request, classified as time-limit or preemption
   watch-requeue   background: once the first valid checkpoint exists, make the job requeueable
   restart-step --exit-code
-                  a crashed training, opted in with SLURMCTL_RESTART_IN_ALLOCATION=1: exit 0 to have
-                  the script srun it again in this allocation (no requeue, no Slurm requeue delay)
-  end --exit-code decide requeue or stop (runtime/policy.py), record it, and requeue if so
+                  a training step that failed: probe the allocation (a tiny srun on every node); a
+                  lost node is recorded (node-lost event) and left to `end` (requeue); on a healthy
+                  allocation exit 0 to have the script srun the training again right here (no
+                  requeue, no Slurm requeue delay). SLURMCTL_RESTART_IN_ALLOCATION=0 turns that off.
+  end --exit-code decide requeue or stop (runtime/policy.py; a lost node requeues), record it, and
+                  requeue if so
 
 Requeue is enabled from the batch shell (not from the training's save()) because the batch shell
 always runs where Slurm's client commands are, while training images may not have scontrol and a
@@ -27,12 +30,20 @@ from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.checkpoint import CheckpointManager
-from slurmctl.runtime.policy import REQUEUE, decide
+from slurmctl.runtime.policy import REQUEUE, STOP, Decision, decide
 from slurmctl.slurm.client import SlurmClient
 
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
 # signal timer is up to ~60 s early, as measured on the local cluster).
 _PREEMPTION_SLACK_SECONDS = 90
+# Drains Slurm or the user asked for: the step ended on purpose, the allocation is not in question.
+_ORDERED_DRAINS = {"cancel", "preemption", "time-limit", "signal", "smoke"}
+# How long a failed allocation probe waits for slurmctld to name the lost node: it flags a slurmd
+# that stopped answering at its next ping (every SlurmdTimeout/3; 40 s on the local cluster).
+_NAME_LOST_NODE_SECONDS = 60.0
+# After a node loss the batch script waits this long for Slurm's own NODE_FAIL requeue
+# (SlurmdTimeout is 300 s by default) before requeueing the job itself.
+_NODE_FAIL_WAIT_SECONDS = 600.0
 
 
 def _env_int(name: str, default: int = 0) -> int:
@@ -119,6 +130,74 @@ def _last_step(run_dir: Path, since: float | None) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def _unresponsive(state: str) -> bool:
+    """sinfo's state of a node that cannot run this job's processes any more: not responding
+    (trailing '*'), down, failed, or taken out of service while the job ran (drain)."""
+    base = state.rstrip("*~#!%$@^-").split("+")[0].lower()
+    return state.endswith("*") or base in {"down", "fail", "failing", "drain", "drained", "draining", "unknown"}
+
+
+def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> list[str] | None:
+    """None when every node of this allocation runs a probe step; else the nodes Slurm reports lost
+    (waiting up to `wait` s for slurmctld to notice), possibly [] when it names none in time."""
+    if client.probe_allocation(_env_int("SLURM_JOB_NUM_NODES", 1)):
+        return None
+    try:
+        names = set(client.hostnames(os.environ.get("SLURM_JOB_NODELIST", "")))
+    except SlurmctlError:
+        names = set()
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            lost = sorted({n.name for n in client.nodes() if n.name in names and _unresponsive(n.state)})
+        except SlurmctlError:
+            lost = []
+        if lost or time.monotonic() >= deadline:
+            return lost
+        time.sleep(5)
+
+
+def _this_attempt(events: list[dict]) -> tuple[dict | None, list[dict]]:
+    """This Slurm attempt's start record and the events after it."""
+    job_id = _env_int("SLURM_JOB_ID")
+    at = max((i for i, e in enumerate(events) if e.get("event") == "start" and e.get("job_id") == job_id),
+             default=None)
+    return (events[at], events[at + 1:]) if at is not None else (None, [])
+
+
+def _node_loss_decision(lost: dict, ck, previous_ends: list[dict], max_restarts: int) -> Decision:
+    """A lost node is the cluster's fault, not the training's: requeue (Slurm places the next attempt
+    on healthy nodes) without counting a failure, while a checkpoint exists and node losses stay
+    within max_restarts."""
+    failures = sum(1 for e in previous_ends if e.get("outcome") == "failed")
+    preemptions = sum(1 for e in previous_ends if e.get("outcome") == "preemption")
+    losses = 1 + sum(1 for e in previous_ends if e.get("outcome") == "node-lost")
+    nodes = ", ".join(lost.get("nodes_lost") or []) or "a node of the allocation (unnamed by Slurm)"
+    what = f"node {nodes} was lost" + (f" at step {lost['last_step']}" if lost.get("last_step") is not None else "")
+    if ck is None:
+        return Decision(STOP, "node-lost", f"{what} before the first valid checkpoint; not restarting "
+                        "(it would start from step 0 again). Resubmit.", failures, preemptions)
+    if losses > max_restarts:
+        return Decision(STOP, "node-lost", f"{what}; {losses} node losses reach the cap of max_restarts="
+                        f"{max_restarts}; stopping at checkpoint step {ck.step}. `slurmctl resume` continues it.",
+                        failures, preemptions)
+    return Decision(REQUEUE, "node-lost", f"{what}; requeued on healthy nodes from checkpoint step {ck.step}.",
+                    failures, preemptions)
+
+
+def _await_node_failure(client: SlurmClient, nodes: list[str], limit: float = _NODE_FAIL_WAIT_SECONDS) -> None:
+    """Let Slurm end this attempt itself: once the lost node is DOWN it kills the job (NODE_FAIL) and,
+    the job being requeueable, requeues it onto healthy nodes. Our own `scontrol requeue` while the
+    node is still only "not responding" makes Slurm start the next attempt the moment the node goes
+    DOWN, with a broken GPU allocation (Slurm 22.05: every srun then fails "Invalid generic resource
+    (gres) specification"). Returns only when Slurm did not act within `limit` s."""
+    print(f"slurmctl: waiting for Slurm to declare {', '.join(nodes) or 'the lost node'} DOWN and requeue "
+          "the job (SlurmdTimeout)", file=sys.stderr)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     events = read_jsonl(run_dir / rundir.ATTEMPTS)
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
@@ -127,15 +206,21 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     drain = read_drain_request(run_dir)
     acked = (run_dir / DRAIN_ACK).exists()
     ck = _checkpoints(run_dir).latest()
-    decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
-                      previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
-    starts = [e for e in events if e.get("event") == "start" and e.get("job_id") == _env_int("SLURM_JOB_ID")]
-    last_step = _last_step(run_dir, starts[-1].get("time") if starts else None)
+    start_record, since_start = _this_attempt(events)
+    # restart-step probed the allocation after the failed step and recorded the nodes it lost
+    lost = next((e for e in reversed(since_start) if e.get("event") == "node-lost"), None)
+    if lost is not None and exit_code != 0:
+        decision = _node_loss_decision(lost, ck, previous_ends, _max_restarts(run_dir))
+    else:
+        decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
+                          previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
+    last_step = _last_step(run_dir, start_record.get("time") if start_record else None)
     # steps_lost: steps this attempt made past its newest valid checkpoint (status tells the story)
     record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
               "checkpoint_step": ck.step if ck else None, "last_step": last_step,
               "steps_lost": (max(0, last_step - ck.step) if ck else last_step + 1) if last_step is not None else None,
+              **({"nodes_lost": lost.get("nodes_lost") or []} if decision.outcome == "node-lost" else {}),
               **decision.to_dict()}
     # Record first: `scontrol requeue` SIGTERMs this very batch script.
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
@@ -149,6 +234,8 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     job_id = _env_int("SLURM_JOB_ID")
     try:
         client.update_job(job_id, Requeue=1)  # normally already done by watch-requeue
+        if decision.outcome == "node-lost":
+            _await_node_failure(client, record.get("nodes_lost") or [])
         client.requeue(job_id)
     except SlurmctlError as exc:
         append_jsonl(run_dir / rundir.ATTEMPTS, {**_base_record("requeue-failed"), "message": exc.message})
@@ -157,16 +244,34 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     return 0
 
 
-def restart_step(run_dir: Path, exit_code: int) -> int:
-    """0 when the crashed training should be started again inside this allocation: opted in, not a
-    drain (preemption, time limit and cancel go through `end`), a valid checkpoint to resume from,
-    under the failure cap, and progress since the previous failure (the same rules as a requeue,
-    policy.decide). The restart is recorded as a `step-restart` event (status tells it)."""
-    if exit_code == 0 or os.environ.get("SLURMCTL_RESTART_IN_ALLOCATION") != "1":
+def restart_step(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
+    """0 when the failed training should be started again inside this allocation. First the
+    allocation is probed (unless Slurm or the user ordered the end: preemption, time limit, cancel):
+    a lost node is recorded as a `node-lost` event and `end` requeues. On a healthy allocation the
+    restart needs: not turned off (SLURMCTL_RESTART_IN_ALLOCATION=0), no drain request (a watchdog
+    drain goes through `end`), a valid checkpoint, failures under the cap and progress since the
+    previous failure (the same rules as a requeue, policy.decide). It is recorded as a `step-restart`
+    event, which status, the story and cost count."""
+    if exit_code == 0:
         return 1
-    if (run_dir / DRAIN_REQUEST).exists():
+    drain = read_drain_request(run_dir)
+    if drain is not None and drain.get("reason") in _ORDERED_DRAINS:
         return 1
     events = read_jsonl(run_dir / rundir.ATTEMPTS)
+    start_record, _ = _this_attempt(events)
+    since = start_record.get("time") if start_record else None
+    gone = lost_nodes(client)
+    if gone is not None:
+        ck = _checkpoints(run_dir).latest()
+        last_step = _last_step(run_dir, since)
+        append_jsonl(run_dir / rundir.ATTEMPTS, {
+            **_base_record("node-lost"), "nodes_lost": gone, "exit_code": exit_code,
+            "last_step": last_step, "checkpoint_step": ck.step if ck else None})
+        print(f"slurmctl: the allocation lost node(s) {', '.join(gone) or '(not named by Slurm)'} at step "
+              f"{last_step}; not restarting here", file=sys.stderr)
+        return 1
+    if os.environ.get("SLURMCTL_RESTART_IN_ALLOCATION") == "0" or drain is not None:
+        return 1
     last_submit = max((i for i, e in enumerate(events) if e.get("event") == "submitted"), default=-1)
     previous = [e for e in events[last_submit + 1:] if e.get("event") in {"end", "step-restart"}]
     ck = _checkpoints(run_dir).latest()
@@ -174,14 +279,14 @@ def restart_step(run_dir: Path, exit_code: int) -> int:
                       previous_ends=previous, max_restarts=_max_restarts(run_dir))
     if decision.action != REQUEUE:
         return 1  # `end` decides again, records the stop and says why
-    starts = [e for e in events if e.get("event") == "start" and e.get("job_id") == _env_int("SLURM_JOB_ID")]
-    last_step = _last_step(run_dir, starts[-1].get("time") if starts else None)
+    last_step = _last_step(run_dir, since)
     append_jsonl(run_dir / rundir.ATTEMPTS, {
         **_base_record("step-restart"), "exit_code": exit_code, "outcome": "failed", "checkpoint_step": ck.step,
         "last_step": last_step, "steps_lost": max(0, last_step - ck.step) if last_step is not None else None,
         "failures": decision.failures, "reason": decision.reason})
-    print(f"slurmctl: training exited with code {exit_code}; restarting it in this allocation from checkpoint "
-          f"step {ck.step} (failure {decision.failures} of max_restarts={_max_restarts(run_dir)})", file=sys.stderr)
+    print(f"slurmctl: training exited with code {exit_code}; the allocation is healthy: restarting it here "
+          f"from checkpoint step {ck.step} (failure {decision.failures} of max_restarts={_max_restarts(run_dir)})",
+          file=sys.stderr)
     return 0
 
 
@@ -212,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.event == "watch-requeue":
         return watch_requeue(run_path, client)
     if args.event == "restart-step":
-        return restart_step(run_path, args.exit_code if args.exit_code is not None else 1)
+        return restart_step(run_path, client, args.exit_code if args.exit_code is not None else 1)
     return end(run_path, client, args.exit_code if args.exit_code is not None else 1)
 
 

@@ -151,6 +151,22 @@ class SlurmClient:
         """End one step (SIGTERM, then SIGKILL after KillWait); the batch shell goes on."""
         self._run(["scancel", step])
 
+    def hostnames(self, nodelist: str) -> list[str]:
+        """`scontrol show hostnames` (local, no RPC): 'h100-[1-2]' -> ['h100-1', 'h100-2']."""
+        return self._run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+
+    def probe_allocation(self, nodes: int, timeout: float = 20.0) -> bool:
+        """Inside a job: one tiny step on every node of the allocation (--overlap: beside a step that is
+        still winding down). False when it fails or does not finish in `timeout` (a lost node's slurmd
+        never answers the launch)."""
+        try:
+            result = self._run(["srun", "--overlap", f"--nodes={int(nodes)}", f"--ntasks={int(nodes)}",
+                                "--ntasks-per-node=1", "--gres=none", "--kill-on-bad-exit=1", "true"],
+                               timeout=timeout, check=False)
+        except SlurmUnreachable:
+            return False
+        return result.returncode == 0
+
     # --- node-side hooks (Prolog/Epilog: slurmctl.ops.hooks) and root's confirmations -----------
     def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
         """`scontrol show job -o JOB` (~5-25 ms); None when the controller no longer knows the job, or

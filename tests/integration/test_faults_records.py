@@ -52,7 +52,8 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
     # so the limit drains at least one attempt.
     run = submit(workdir, "faults-records", ["--steps", "1200", "--sleep", "0.1", "--crash-at", "12", "--crash-once"],
                  partition="h100-spot", gpus_per_node=8, procs_per_node=1, time_limit="3m", max_restarts=8,
-                 checkpoint={"interval_steps": 10}, sbatch=("--nodelist=h100-3", "--signal=B:USR1@100"))
+                 checkpoint={"interval_steps": 10}, env={"SLURMCTL_RESTART_IN_ALLOCATION": "0"},
+                 sbatch=("--nodelist=h100-3", "--signal=B:USR1@100"))
     job_id, run_dir = run["job_id"], run["run_dir"]
     bob, preemptor = as_user("bob"), None
     try:

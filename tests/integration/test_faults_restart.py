@@ -1,6 +1,6 @@
-"""In-allocation restart on the real cluster: a training that crashes after a checkpoint, opted in
-with SLURMCTL_RESTART_IN_ALLOCATION=1 (run.yaml env:), is launched again by the batch script inside
-the same allocation from its newest checkpoint -- no Slurm requeue, no ~2 minute requeue delay. The
+"""In-allocation restart on the real cluster (the default; run.yaml env SLURMCTL_RESTART_IN_ALLOCATION=0
+turns it off): a training that crashes after a checkpoint on a healthy allocation is launched again
+by the batch script inside it from its newest checkpoint -- no Slurm requeue, no ~2 minute requeue delay. The
 failure cap and the no-progress rule still apply: the second crash at the same checkpoint ends the
 run instead of looping."""
 
@@ -13,8 +13,7 @@ from .test_reliability import ENDED, events, submit
 
 
 def test_a_crash_is_restarted_inside_the_allocation_and_the_loop_is_capped(workdir):
-    run = submit(workdir, "faults-inalloc", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=3,
-                 env={"SLURMCTL_RESTART_IN_ALLOCATION": "1"})
+    run = submit(workdir, "faults-inalloc", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=3)
     try:
         status = wait_for_state(run["run_id"], ENDED, timeout=180)
     finally:

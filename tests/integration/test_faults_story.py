@@ -21,7 +21,9 @@ def _wait_status(run_id: str, check, timeout: float = 90) -> dict:
 
 
 def test_requeued_after_a_crash_then_cancelled_while_waiting(workdir):
-    run = submit(workdir, "faults-story", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=2)
+    # a crash that goes through a Slurm requeue: in-allocation restart turned off
+    run = submit(workdir, "faults-story", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=2,
+                 env={"SLURMCTL_RESTART_IN_ALLOCATION": "0"})
     try:
         end = wait_for_event(run["run_dir"], "end", 1)[0]
         assert (end["outcome"], end["action"], end["last_step"], end["steps_lost"]) == ("failed", "requeue", 8, 3)

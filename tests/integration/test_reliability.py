@@ -50,7 +50,8 @@ def test_crash_before_first_checkpoint_fails_at_once_without_requeue(workdir):
 
 
 def test_crash_after_checkpoint_requeues_resumes_and_is_capped_then_resumes_by_hand(workdir):
-    run = submit(workdir, "rel-crash", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=1)
+    run = submit(workdir, "rel-crash", ["--crash-at", "8", "--sleep", "0.05"], max_restarts=1,
+                 env={"SLURMCTL_RESTART_IN_ALLOCATION": "0"})  # the Slurm requeue path
     first_end = wait_for_event(run["run_dir"], "end", 1)[0]
     assert (first_end["action"], first_end["checkpoint_step"]) == ("requeue", 5), first_end
     start_requeued_now(run["job_id"])

@@ -10,6 +10,7 @@ from slurmctl.observe.story import story
 from slurmctl.runtime import attempt
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import Job
+from slurmctl.slurm.records import NodeInfo
 
 from .test_status_observe import _run
 
@@ -95,20 +96,88 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
     assert (end["last_step"], end["checkpoint_step"], end["steps_lost"]) == (12, 9, 3)
 
 
-def test_restart_in_allocation_is_opt_in_needs_a_checkpoint_and_progress(tmp_path, monkeypatch):
+class Allocation:
+    """The Slurm calls restart-step makes: the probe step on every node, then sinfo's node states."""
+
+    def __init__(self, healthy=True, states=None):
+        self.healthy, self.states = healthy, states or {}
+
+    def probe_allocation(self, nodes, timeout=20.0):
+        return self.healthy
+
+    def hostnames(self, nodelist):
+        return sorted(self.states)
+
+    def nodes(self):
+        return [NodeInfo(name=n, state=s) for n, s in self.states.items()]
+
+    def update_job(self, *a, **k):
+        pass
+
+    def requeue(self, *a):
+        pass
+
+
+def test_restart_in_allocation_is_the_default_needs_a_checkpoint_and_progress(tmp_path, monkeypatch):
     run = _run(tmp_path, "r", 7)
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     attempt.start(run.path)
-    assert attempt.restart_step(run.path, 3) == 1  # not opted in: the crash goes to `end` (requeue)
-    monkeypatch.setenv("SLURMCTL_RESTART_IN_ALLOCATION", "1")
-    assert attempt.restart_step(run.path, 3) == 1  # no checkpoint: it would start from step 0
+    healthy = Allocation()
+    assert attempt.restart_step(run.path, healthy, 3) == 1  # no checkpoint: it would start from step 0
     CheckpointManager(run.path / "checkpoints").save(5, lambda d: (d / "s").write_text("x"))
-    assert attempt.restart_step(run.path, 0) == 1  # a clean exit is not a crash
-    assert attempt.restart_step(run.path, 3) == 0
+    assert attempt.restart_step(run.path, healthy, 0) == 1  # a clean exit is not a crash
+    monkeypatch.setenv("SLURMCTL_RESTART_IN_ALLOCATION", "0")
+    assert attempt.restart_step(run.path, healthy, 3) == 1  # turned off: the crash goes to `end` (requeue)
+    monkeypatch.delenv("SLURMCTL_RESTART_IN_ALLOCATION")
+    assert attempt.restart_step(run.path, healthy, 3) == 0
     (restart,) = [e for e in run.events() if e["event"] == "step-restart"]
     assert (restart["checkpoint_step"], restart["failures"], restart["outcome"]) == (5, 1, "failed")
-    assert attempt.restart_step(run.path, 3) == 1  # again at checkpoint 5: no progress, no loop
+    assert attempt.restart_step(run.path, healthy, 3) == 1  # again at checkpoint 5: no progress, no loop
     CheckpointManager(run.path / "checkpoints").save(8, lambda d: (d / "s").write_text("x"))
-    (run.path / "drain.request").write_text("{}")
-    assert attempt.restart_step(run.path, 3) == 1  # a drain (preemption, limit, cancel) goes to `end`
+    (run.path / "drain.request").write_text(json.dumps({"reason": "preemption"}))
+    assert attempt.restart_step(run.path, healthy, 3) == 1  # a drain (preemption, limit, cancel) goes to `end`
+    assert not [e for e in run.events() if e["event"] == "node-lost"]
+    status = build_status(run, Job(job_id=7, name="r", state="RUNNING"))
+    assert status.restarts_in_allocation == 1 and status.restarts_used == 0
+    assert "restarted in the allocation from checkpoint step 5" in status.history[0]
+
+
+def test_a_lost_node_is_named_recorded_and_requeued_without_counting_a_failure(tmp_path, monkeypatch):
+    run = _run(tmp_path, "r", 7)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "h100-[1-2]")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    attempt.start(run.path)
+    CheckpointManager(run.path / "checkpoints").save(159, lambda d: (d / "s").write_text("x"))
+    (run.path / "heartbeat.json").write_text(json.dumps({"step": 177, "time": time.time(), "job_id": "7"}))
+    # sinfo as seen on the local cluster ~15 s after h100-2's slurmd was killed
+    lost = Allocation(healthy=False, states={"h100-1": "mixed", "h100-2": "mixed*"})
+    # a drain the watchdog asked for (the survivors hung in a collective): still probed
+    (run.path / "drain.request").write_text(json.dumps({"reason": "watchdog"}))
+    assert attempt.restart_step(run.path, lost, 1) == 1
+    (event,) = [e for e in run.events() if e["event"] == "node-lost"]
+    assert (event["nodes_lost"], event["last_step"], event["checkpoint_step"]) == (["h100-2"], 177, 159)
+    waited = []
+    monkeypatch.setattr(attempt, "_await_node_failure", lambda client, nodes: waited.append(nodes))
+    assert attempt.end(run.path, lost, 1) == 0
+    end = run.events()[-1]
+    assert (end["outcome"], end["action"], end["failures"], end["nodes_lost"]) == ("node-lost", "requeue", 0,
+                                                                                    ["h100-2"])
+    assert end["reason"] == "node h100-2 was lost at step 177; requeued on healthy nodes from checkpoint step 159."
+    assert waited == [["h100-2"]]  # Slurm's own NODE_FAIL requeue first
+    status = build_status(run, Job(job_id=7, name="r", state="PENDING", reason="BeginTime"))
+    assert status.history[0].endswith("node h100-2 was lost at step 177, newest checkpoint 159, 18 steps lost; "
+                                      "requeued (new Slurm attempt)")
+    assert status.phase == "requeued after node loss"
+    assert status.why.startswith("Requeued after node loss (node h100-2 was lost at step 177), 18 steps lost")
+
+
+def test_node_loss_story_without_an_end_record():
+    events = [{"event": "start", "job_id": 9, "restart_count": 0, "nodes": "h100-[1-2]", "time": T0},
+              {"event": "node-lost", "job_id": 9, "nodes_lost": ["h100-2"], "last_step": 40, "time": T0 + 60},
+              {"event": "start", "job_id": 9, "restart_count": 1, "nodes": "h100-[1,3]", "resume_step": 39,
+               "time": T0 + 200}]
+    first, _ = story(events, Job(job_id=9, name="r", state="RUNNING"))
+    assert first.endswith("; node h100-2 was lost at step 40")
