@@ -1,0 +1,69 @@
+"""Values overlays that pin every image of the Slinky charts and deploy/chart by digest.
+
+    python deploy/images/overlay.py <digests.json> <out dir>
+
+digests.json maps each image reference the values files name (`repository:tag`) to the
+`registry/path@sha256:...` reference deploy/images/build mirrored or built for it; for the slurmd
+and login images that is the image WITH slurmctl. Writes slinky-images.yaml (for
+deploy/slinky/values.yaml), operator-images.yaml (operator-values.yaml) and chart-images.yaml
+(deploy/chart). Refuses a reference that is not a digest or an image slot with no digest.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DIGEST_REF = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}")
+
+
+def image_slots(values, path=()):
+    """(path, 'repository:tag') of every `image` map in a values tree."""
+    if not isinstance(values, dict):
+        return
+    for key, value in values.items():
+        if key == "image" and isinstance(value, dict) and value.get("repository"):
+            tag = f":{value['tag']}" if value.get("tag") else ""
+            yield (*path, key), f"{value['repository']}{tag}"
+        else:
+            yield from image_slots(value, (*path, key))
+
+
+def overlay(values: dict, digests: dict[str, str], only_enabled: bool = True) -> dict:
+    """The values tree with only the image slots, each set to its digest reference."""
+    out: dict = {}
+    for path, ref in image_slots(values):
+        if only_enabled and len(path) > 2 and path[0] in ("nodesets", "loginsets"):
+            if not values[path[0]][path[1]].get("enabled"):
+                continue
+        pinned = digests.get(ref)
+        if pinned is None:
+            raise SystemExit(f"{'.'.join(path)}: no digest for {ref} in the digests file")
+        if not DIGEST_REF.fullmatch(pinned):
+            raise SystemExit(f"{'.'.join(path)}: {pinned!r} is not <registry>/<path>@sha256:<64 hex>")
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = pinned
+    return out
+
+
+def main(digests_file: str, out_dir: str) -> None:
+    digests = json.loads(Path(digests_file).read_text())
+    out = Path(out_dir)
+    for source, target in (("slinky/values.yaml", "slinky-images.yaml"),
+                           ("slinky/operator-values.yaml", "operator-images.yaml")):
+        values = yaml.safe_load((REPO / "deploy" / source).read_text())
+        (out / target).write_text(f"# written by deploy/images/build from deploy/{source}\n"
+                                  + yaml.safe_dump(overlay(values, digests), sort_keys=True))
+    login = digests.get("slurmctl-login")
+    if not login or not DIGEST_REF.fullmatch(login):
+        raise SystemExit("slurmctl-login: the built login image is missing from the digests file")
+    (out / "chart-images.yaml").write_text("# written by deploy/images/build\n" + yaml.safe_dump({"image": login}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
