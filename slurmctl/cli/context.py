@@ -176,16 +176,30 @@ class Context:
         self.host = host
         self.as_json = as_json  # set by the command's --json option (see json_option): the error boundary reads it
         self._site: SiteConfig | None = None
+        self._site_view = None  # a spec_view.View (or the model itself on a first read)
         self._client: SlurmClient | None = None
         self._remote = None  # a slurmctl.remote.RemoteSlurmClient when Slurm is reached over SSH
 
     @property
     def site(self) -> SiteConfig:
+        """The validated SiteConfig model (pydantic): for commands that submit or change things."""
         if self._site is None:
             from slurmctl.submit.spec import load_site_config
 
             self._site = load_site_config()
         return self._site
+
+    @property
+    def site_view(self):
+        """site.yaml's validated values without importing pydantic when the same file was validated
+        before (slurmctl.submit.spec_view): what read commands pass around."""
+        if self._site is not None:
+            return self._site
+        if self._site_view is None:
+            from slurmctl.submit.spec_view import site_view
+
+            self._site_view = site_view()
+        return self._site_view
 
     @property
     def client(self) -> SlurmClient:
@@ -198,7 +212,7 @@ class Context:
             else:
                 from slurmctl.remote import RemoteSlurmClient, UploadLimits
 
-                limits = UploadLimits(max_bytes=int(self.site.ssh_upload_max_mb * 1024 * 1024))
+                limits = UploadLimits(max_bytes=int(self.site_view.ssh_upload_max_mb * 1024 * 1024))
                 self._client = self._remote = RemoteSlurmClient(runner, limits)
         return self._client
 
@@ -206,8 +220,8 @@ class Context:
     def registry(self) -> RunRegistry:
         remote = self._remote if self.client is self._remote else None  # the client decides: local or SSH
         if remote is not None:
-            return remote.registry(self.site.runs_root_path)
-        return RunRegistry(self.site.runs_root_path)
+            return remote.registry(self.site_view.runs_root_path)
+        return RunRegistry(self.site_view.runs_root_path)
 
     def close(self) -> None:
         """At the end of every command: a remote client syncs its run dirs and hangs up."""

@@ -81,7 +81,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
     """Explain in plain words what RUN is doing and what to do next."""
     from slurmctl.observe.status import run_status
 
-    result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site)
+    result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site_view)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
@@ -102,7 +102,9 @@ def _with_active(ctx: Context, runs: list) -> list | None:
     shown = {r.run_id for r in runs}
     try:
         with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            queued = ctx.client.queue(mine=True)
+            if runs:  # runs_statuses' whole-queue squeue starts now, side by side with this one
+                ctx.client.prefetch_queue_view()
+            queued = ctx.client.my_job_comments()
     except SlurmUnreachable:
         return None  # Slurm does not answer: the caller shows the run dirs alone
     for job in queued:
@@ -145,15 +147,15 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
             owned = [(u, r) for u, r in owned if (r.meta.get("created") or 0) >= after]
         owned = owned[-wanted:] if wanted else owned
         users, runs = [u for u, _ in owned], [r for _, r in owned]
-        statuses = runs_statuses(runs, ctx.client, site=ctx.site)
+        statuses = runs_statuses(runs, ctx.client, site=ctx.site_view)
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
         active = runs if show_all else _with_active(ctx, runs)
         users = []
         # squeue did not answer within the read budget: no second wait for the same outage
-        statuses = (unreachable_statuses(runs, site=ctx.site) if active is None
-                    else runs_statuses(active, ctx.client, site=ctx.site))
+        statuses = (unreachable_statuses(runs, site=ctx.site_view) if active is None
+                    else runs_statuses(active, ctx.client, site=ctx.site_view))
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):

@@ -32,6 +32,7 @@ from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER
 from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
+from slurmctl.submit.spec_view import run_spec_view
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
@@ -159,7 +160,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     heartbeat = run.heartbeat()
     latest_ck = run.checkpoints().latest()
     try:
-        spec = run.spec()
+        spec = run_spec_view(run)  # Run.spec()'s values, without pydantic once validated
     except Exception:  # noqa: BLE001 - a broken run.yaml must not hide the Slurm state
         spec = None
 

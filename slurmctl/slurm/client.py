@@ -48,6 +48,18 @@ __all__ = ["ACTIVE_STATES", "SEP", "Association", "Job", "JobInfo", "NodeInfo", 
 # One query per kind of job listing; user-written fields (name, comment) last.
 QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
                            "time_limit_seconds", "submit_time", "start_time", "user", "name", "comment"), "squeue -o")
+# ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
+JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
+# squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
+# asked for (--gres, --gpus, --gpus-per-node).
+SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
+                                       "start_time", "user", "comment"), "squeue -O")
+QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tres"), "squeue -O")
+HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
+                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
+                               "name", "comment"), "sacct")
+_NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
+_NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
 # squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
 # asked for (--gres, --gpus, --gpus-per-node).
 SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
@@ -71,6 +83,7 @@ class SlurmClient:
     def __init__(self, runner: Runner | None = None):
         self.runner = runner or LocalRunner()
         self.rejects = Rejects()  # output lines that did not parse, per query (the exporter reports them)
+        self._prefetched = None  # (thread, result box) of prefetch_queue_view
 
     def _run(self, argv: list[str], timeout: float = 60.0, check: bool = True) -> CommandResult:
         result = self.runner.run(argv, timeout=timeout)
@@ -228,11 +241,52 @@ class SlurmClient:
         result = self._run(["squeue", "-h", *QUEUE.format_argv(), *(["--me"] if mine else [])])
         return QUEUE.parse(result.stdout, self.rejects)
 
+    def my_job_comments(self) -> list[Job]:
+        """The caller's active jobs with only their id and comment, one squeue call (cheap to parse
+        for a user with thousands of jobs)."""
+        return JOB_COMMENTS.parse(self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()]).stdout,
+                                  self.rejects)
+
+    def prefetch_queue_view(self) -> None:
+        """Start the squeue of the next ``queue_view`` now, in a thread, so it runs side by side with the
+        caller's next query (ls: its own jobs, then every run's job). Only with a local runner, which
+        starts a process per query; an SSH connection serves one query at a time. The time limit in
+        force now (see answer_within) applies to it."""
+        if not isinstance(self.runner, LocalRunner) or getattr(self, "_prefetched", None) is not None:
+            return
+        import threading
+
+        timeout = min(60.0, self.runner.max_timeout or 60.0)
+        box: dict = {}
+
+        def fetch() -> None:
+            try:
+                box["result"] = self._run(["squeue", "-h", *QUEUE.format_argv()], timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - raised again by queue_view, in the caller's thread
+                box["error"] = exc
+
+        # a daemon: when the caller gives up on Slurm (unreachable), the exit does not wait for it
+        thread = threading.Thread(target=fetch, name="squeue-prefetch", daemon=True)
+        thread.start()
+        self._prefetched = (thread, box)
+
+    def _queue_view_output(self) -> CommandResult:
+        prefetched, self._prefetched = getattr(self, "_prefetched", None), None
+        if prefetched is None:
+            return self._run(["squeue", "-h", *QUEUE.format_argv()])
+        thread, box = prefetched
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
     def queue_view(self, job_ids: Iterable[int]) -> QueueView:
         """One squeue of every user's jobs, fully parsed only for `job_ids` (status/ls at scale: building
-        a Job per line costs more than squeue itself with 1,000 jobs); the rest only feeds queue positions."""
+        a Job per line costs more than squeue itself with 1,000 jobs); the rest only feeds queue positions.
+        Takes the output of a ``prefetch_queue_view`` started before, once."""
         wanted = {int(j) for j in job_ids}
-        result = self._run(["squeue", "-h", *QUEUE.format_argv()])
+        result = self._queue_view_output()
+        view = QueueView()
         view = QueueView()
         for line in result.stdout.splitlines():
             job_id, state, reason, partition, *_rest = (line.split(SEP, 4) + [""] * 5)[:5]
