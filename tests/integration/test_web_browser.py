@@ -1,7 +1,8 @@
 """`slurmctl web` in a real browser (Debian's chromium, headless, through chromium-driver) on the real
 cluster: alice starts the server and a tiny CPU training; the journey opens Runs, clicks into the
 run, sees the charts and the story, follows the log, cancels with confirmation and sees the drain
-acknowledged. Without the token, or from bob's server, alice's run is 403/404. Screenshots of every
+acknowledged. Without the token, or from bob's server, alice's run is 403/404; the operator's (root)
+server shows it read-only. Screenshots of every
 page go to $SLURMCTL_WEB_SCREENS (default /tmp/slurmctl-web-screens).
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SLURMCTL, User, slurmctl_json, write_run
+from .conftest import ROOT, SLURMCTL, User, slurmctl_json, write_run
 
 SCREENS = Path(os.environ.get("SLURMCTL_WEB_SCREENS", "/tmp/slurmctl-web-screens"))
 TRAIN = '''"""A tiny training: a falling loss and a throughput each step, a checkpoint every 10 steps."""
@@ -109,8 +110,11 @@ def test_journey_runs_run_charts_story_log_cancel_in_chromium(alice, bob, workdi
             "env": {"PYTHONUNBUFFERED": "1"}}
     run = slurmctl_json("submit", write_run(workdir / "web-journey", spec, {"train.py": TRAIN}))
     run_id, metrics = run["run_id"], Path(run["run_dir"]) / "metrics.jsonl"
-    alice_web, bob_web, driver = WebServer(alice), WebServer(bob), None
+    servers, driver = [], None
     try:
+        for user in (alice, bob, ROOT):
+            servers.append(WebServer(user))
+        alice_web, bob_web, root_web = servers
         # Access: no token, a spent token, bob's own session: alice's run stays closed.
         anonymous = urllib.request.build_opener()
         assert _status(anonymous, f"{alice_web.base}/run/{run_id}") == 403
@@ -121,6 +125,13 @@ def test_journey_runs_run_charts_story_log_cancel_in_chromium(alice, bob, workdi
         assert _status(bob_opener, f"{bob_web.base}/run/{run_id}/log?rank=0") == 404
         assert _status(bob_opener, f"{bob_web.base}/run/{run_id}/chart/loss.svg") == 404
         assert _status(bob_opener, bob_web.url) == 403  # the token works once
+        # The operator (root) sees alice's run read-only: no cancel button, a cancel POST refused.
+        root_opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with root_opener.open(root_web.url, timeout=30) as response:
+            assert run_id in response.read().decode()
+        with root_opener.open(f"{root_web.base}/run/{run_id}?user=alice", timeout=30) as response:
+            assert "cancel-button" not in response.read().decode()
+        assert _status(root_opener, f"{root_web.base}/run/{run_id}/cancel?user=alice") == 403
 
         _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 25, 120, "25 training steps")
         driver = _browser()
@@ -166,6 +177,6 @@ def test_journey_runs_run_charts_story_log_cancel_in_chromium(alice, bob, workdi
             driver.save_screenshot(str(SCREENS / "last.png"))  # where the journey ended, also on a failure
             print(driver.find_element(By.TAG_NAME, "body").text[-3000:])
             driver.quit()
-        alice_web.stop()
-        bob_web.stop()
+        for server in servers:
+            server.stop()
         alice.scancel(run["job_id"])
