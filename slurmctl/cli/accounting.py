@@ -19,12 +19,16 @@ from slurmctl.errors import SpecError
 @pass_ctx
 def cost(ctx: Context, run: str, as_json: bool) -> None:
     """What RUN cost: every attempt (requeues, resumes, forks), GPU-hours, dollars and waste."""
+    from slurmctl.observe.sweep import element_runs, sweep_for
     from slurmctl.ops.accounting import run_cost
 
     registry = ctx.registry
-    family = lineage.family(registry.list(), registry.get(run).run_id)
+    if (swept := sweep_for(registry, run)) is not None:  # a sweep: the sum of its elements
+        family, names = [r for _, r in element_runs(swept, registry)], [swept.sweep_id]
+    else:
+        family, names = lineage.family(registry.list(), registry.get(run).run_id), []
     job_ids = [j for r in family for j in r.job_ids()]
-    result = run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client,
+    result = run_cost(names + [r.run_id for r in family], job_ids, ctx.site, ctx.client,
                       [r.cost_records_dir for r in family])
     if as_json:
         print_json(result.to_dict())

@@ -80,6 +80,12 @@ def _print_status(s: RunStatus) -> None:
 def status(ctx: Context, run: str, as_json: bool) -> None:
     """Explain in plain words what RUN is doing and what to do next."""
     from slurmctl.observe.status import run_status
+    from slurmctl.observe.sweep import sweep_for
+
+    if (swept := sweep_for(ctx.registry, run)) is not None:  # RUN names a sweep: one row per element
+        from slurmctl.cli.sweep import print_sweep_status
+
+        return print_sweep_status(ctx, swept, as_json)
 
     result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site_view)
     print_json(result.to_dict()) if as_json else _print_status(result)
@@ -167,10 +173,15 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         out.print(f"no runs under {where}; start one with `slurmctl init NAME`", markup=False)
         return
     columns = ("RUN", "JOB", "PHASE", "STEP", "GPUS", "ELAPSED", "COST", "WHAT IS HAPPENING")
+    from slurmctl.observe.sweep import ls_entries
+
     table = []
-    for i, s in enumerate(statuses):
+    for i, s, sweep_header, label in ls_entries(statuses):  # a sweep: a header row, then its elements
+        if sweep_header:
+            table.append(("", *sweep_header) if all_users else sweep_header)
+            continue
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
-        row = (s.run_id, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
+        row = (label, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
                human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
                f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
@@ -312,13 +323,27 @@ def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_b", required=False)
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), help="Write a loss plot here.")
-@click.option("--metric", default="loss", show_default=True)
+@click.option("--metric", help="Metric to compare (default: loss; for a sweep, the sweep's metric).")
+@click.option("--goal", type=click.Choice(["min", "max"]), help="For a sweep: which end of the metric is best.")
 @json_option
 @pass_ctx
-def compare(ctx: Context, run_a: str, run_b: str, png: Path | None, metric: str, as_json: bool) -> None:
-    """Compare two runs: steps, loss and throughput, a sparkline each, and a PNG plot."""
+def compare(ctx: Context, run_a: str, run_b: str | None, png: Path | None, metric: str | None, goal: str | None,
+            as_json: bool) -> None:
+    """Compare two runs: steps, loss and throughput, a sparkline each, and a PNG plot.
+
+    `compare SWEEP` ranks the elements of a sweep by its metric (or --metric, --goal).
+    """
+    from slurmctl.observe.sweep import sweep_for
+
+    if run_b is None:
+        if (swept := sweep_for(ctx.registry, run_a)) is None:
+            raise click.UsageError("give two runs to compare, or one sweep id to rank its elements.")
+        from slurmctl.cli.sweep import print_sweep_compare
+
+        return print_sweep_compare(ctx, swept, metric, goal, as_json)
+    metric = metric or "loss"
     from slurmctl.observe.compare import compare_runs
 
     result = compare_runs(ctx.registry.get(run_a), ctx.registry.get(run_b), png, metric)

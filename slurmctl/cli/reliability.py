@@ -17,6 +17,12 @@ from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ct
 def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: bool) -> None:
     """Stop RUN: ask it to checkpoint and acknowledge, wait for that, then cancel and verify."""
     from slurmctl.control.cancel import cancel_run
+    from slurmctl.observe.sweep import sweep_for
+
+    if (swept := sweep_for(ctx.registry, run)) is not None:  # a sweep: drain every element, then its array
+        from slurmctl.cli.sweep import cancel_sweep_command
+
+        return cancel_sweep_command(ctx, swept, now, drain_timeout, as_json)
 
     def progress(waited: float, heartbeat: dict | None) -> None:
         if not as_json:

@@ -279,7 +279,14 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
         return []
     now = datetime.now()
     records = read_epilog_records(spool, run_copies)
-    return list(attempts_from_lines(stream_sacct(client, now, now, job_ids), site, records))
+    # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
+    # ids, each attempt once (a task asked by its own id and through its array's id).
+    wanted, seen, attempts = set(job_ids), set(), []
+    for attempt in attempts_from_lines(stream_sacct(client, now, now, job_ids), site, records):
+        if attempt.job_id in wanted and (attempt.job_id, attempt.start) not in seen:
+            seen.add((attempt.job_id, attempt.start))
+            attempts.append(attempt)
+    return attempts
 
 
 def cost_records_dir(site: SiteConfig) -> Path | None:

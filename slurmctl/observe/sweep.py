@@ -1,0 +1,181 @@
+"""A sweep seen as a whole: find it, each element's phase and best metric, the ranking, the cost.
+
+Elements are ordinary runs, so their state comes from ``observe.status.runs_statuses`` (one squeue
+call and at most one sacct call for the whole sweep) and their numbers from their run dirs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmctl.errors import RunNotFound, SpecError
+from slurmctl.rundir import Run, RunRegistry, is_run_id
+from slurmctl.sweepdir import SWEEP_JSON, SweepDir, find_sweep
+
+_METRIC_RECORDS = 20_000  # metrics.jsonl records read per element for its best value (the newest ones)
+_METRIC_BYTES = 4 * 1024 * 1024
+_METRIC_RE = re.compile(r"[A-Za-z0-9_./-]{1,64}")
+
+
+def sweep_for(registry: RunRegistry, ref: str) -> SweepDir | None:
+    """The caller's sweep that `ref` names (its id, else — when no run is named so — its name or a unique
+    id prefix); None when `ref` names a run. Commands that take RUN call this first."""
+    directory = registry.user_dir()
+    if directory is None or not ref or "/" in ref or ref in {".", ".."}:
+        return None
+    if is_run_id(ref) and (directory / ref / SWEEP_JSON).is_file():
+        return find_sweep(registry, ref)  # the ownership checks
+    try:
+        registry.get(ref)
+        return None
+    except RunNotFound:
+        sweep = find_sweep(registry, ref)
+        if sweep is None:
+            raise
+        return sweep
+
+
+def best_value(run: Run, metric: str, goal: str = "min") -> tuple[float | None, float | None, int | None]:
+    """(best, last, step of best) of `metric` in the run's metrics.jsonl (its newest records)."""
+    best = last = best_step = None
+    for record in run.metrics_tail(_METRIC_RECORDS, _METRIC_BYTES):
+        value = record.get(metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        last = float(value)
+        if best is None or (value < best if goal == "min" else value > best):
+            best, best_step = float(value), record.get("step")
+    return best, last, best_step if isinstance(best_step, int) else None
+
+
+@dataclass
+class ElementStatus:
+    index: int
+    run_id: str
+    values: dict
+    phase: str
+    state: str
+    job_id: int | None
+    step: int | None
+    restarts: int
+    best: float | None
+    last: float | None
+    best_step: int | None
+    checkpoint_step: int | None
+    rank: int | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SweepStatus:
+    sweep_id: str
+    name: str
+    array_job_id: int | None
+    metric: str
+    goal: str
+    elements: list[ElementStatus] = field(default_factory=list)
+
+    @property
+    def phases(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for element in self.elements:
+            counts[element.phase] = counts.get(element.phase, 0) + 1
+        return counts
+
+    def ranked(self) -> list[ElementStatus]:
+        """Elements with a value of the metric, best first (ties: lower index)."""
+        scored = [e for e in self.elements if e.best is not None]
+        sign = 1 if self.goal == "min" else -1
+        return sorted(scored, key=lambda e: (sign * e.best, e.index))
+
+    def to_dict(self) -> dict:
+        return {"sweep_id": self.sweep_id, "name": self.name, "array_job_id": self.array_job_id,
+                "metric": self.metric, "goal": self.goal, "phases": self.phases,
+                "elements": [e.to_dict() for e in self.elements]}
+
+
+def element_runs(sweep: SweepDir, registry: RunRegistry) -> list[tuple[int, Run]]:
+    runs = [(i, run) for i, run in sweep.elements(registry) if run is not None]
+    if not runs:
+        raise RunNotFound(f"sweep {sweep.sweep_id} has no element run directories left.",
+                          "`slurmctl ls` lists your runs.")
+    return runs
+
+
+def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metric: str | None = None,
+                 goal: str | None = None) -> SweepStatus:
+    from slurmctl.observe.status import runs_statuses
+
+    meta = sweep.meta
+    metric = metric or meta.get("metric") or "loss"
+    goal = goal or meta.get("goal") or "min"
+    if not _METRIC_RE.fullmatch(metric):
+        raise SpecError(f"metric {metric!r} is not a metrics.jsonl field name.",
+                        "Use letters, digits, '_', '.', '/' or '-' (e.g. loss, val/acc).")
+    if goal not in {"min", "max"}:
+        raise SpecError(f"--goal is {goal!r}.", "Use --goal min or --goal max.")
+    values = {e.get("index"): e.get("values") or {} for e in meta.get("elements") or []}
+    pairs = element_runs(sweep, registry)
+    statuses = runs_statuses([run for _, run in pairs], client, site)
+    result = SweepStatus(sweep.sweep_id, str(meta.get("name") or ""), meta.get("array_job_id"), metric, goal)
+    for (index, run), status in zip(pairs, statuses, strict=True):
+        best, last, best_step = best_value(run, metric, goal)
+        result.elements.append(ElementStatus(
+            index, run.run_id, values.get(index, {}), status.phase or status.state.lower(), status.state,
+            status.job_id, status.last_step, status.restarts_used, best, last, best_step,
+            status.latest_checkpoint_step))
+    for rank, element in enumerate(result.ranked(), start=1):
+        element.rank = rank
+    return result
+
+
+def sweep_job_ids(sweep: SweepDir, registry: RunRegistry) -> tuple[list[str], list[int]]:
+    """(element run ids, every job id of theirs): what `cost SWEEP` sums."""
+    run_ids, job_ids = [], []
+    for _, run in element_runs(sweep, registry):
+        run_ids.append(run.run_id)
+        job_ids += run.job_ids()
+    return run_ids, list(dict.fromkeys(job_ids))
+
+
+def ls_entries(statuses: list) -> list[tuple[int, object, tuple | None, str]]:
+    """`ls` rows with sweeps grouped, as (index into `statuses`, status, header, RUN cell): a sweep's
+    header row (8 cells: sweep id, array job id, "sweep", blanks, its phases over the shown elements;
+    status None) comes where its first shown element was, then its shown elements in array order,
+    indented; any other run is one row as before."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    order: list[tuple[str, object]] = []
+    for i, status in enumerate(statuses):
+        meta = Run(status.run_id, Path(status.run_dir)).meta
+        sweep_id, index = meta.get("sweep_id"), meta.get("array_index")
+        if not is_run_id(sweep_id) or not isinstance(index, int):
+            order.append(("run", i))
+            continue
+        if sweep_id not in groups:
+            groups[sweep_id] = []
+            order.append(("sweep", sweep_id))
+        groups[sweep_id].append((index, i))
+    entries: list[tuple[int, object, tuple | None, str]] = []
+    for kind, item in order:
+        if kind == "run":
+            entries.append((item, statuses[item], None, statuses[item].run_id))
+            continue
+        members = [i for _, i in sorted(groups[item])]
+        counts: dict[str, int] = {}
+        for i in members:
+            phase = statuses[i].phase or "unknown"
+            counts[phase] = counts.get(phase, 0) + 1
+        array = next((e.get("job_id") for e in _submitted(statuses[members[0]]) if "array_task_id" in e), None)
+        summary = f"{len(members)} element(s): " + ", ".join(f"{n} {p}" for p, n in sorted(counts.items()))
+        entries.append((-1, None, (item, str(array or "-"), "sweep", "", "", "", "", summary), item))
+        entries += [(i, statuses[i], None, f"  {statuses[i].run_id}") for i in members]
+    return entries
+
+
+def _submitted(status) -> list[dict]:
+    return [e for e in Run(status.run_id, Path(status.run_dir)).events() if e.get("event") == "submitted"]
