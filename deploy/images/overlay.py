@@ -6,7 +6,7 @@ digests.json maps each image reference the values files name (`repository:tag`) 
 `registry/path@sha256:...` reference deploy/images/build mirrored or built for it; for the slurmd
 and login images that is the image WITH slurmctl. Writes slinky-images.yaml (for
 deploy/slinky/values.yaml), operator-images.yaml (operator-values.yaml) and chart-images.yaml
-(deploy/chart). Refuses a reference that is not a digest or an image slot with no digest.
+(deploy/chart: the login image and MariaDB). Refuses a reference that is not a digest or an image slot with no digest.
 """
 
 import json
@@ -62,7 +62,12 @@ def main(digests_file: str, out_dir: str) -> None:
     login = digests.get("slurmctl-login")
     if not login or not DIGEST_REF.fullmatch(login):
         raise SystemExit("slurmctl-login: the built login image is missing from the digests file")
-    (out / "chart-images.yaml").write_text("# written by deploy/images/build\n" + yaml.safe_dump({"image": login}))
+    chart = yaml.safe_load((REPO / "deploy" / "chart" / "values.yaml").read_text())
+    mariadb = digests.get(chart["mariadb"]["upstream"])
+    if not mariadb or not DIGEST_REF.fullmatch(mariadb):
+        raise SystemExit(f"mariadb: no digest for {chart['mariadb']['upstream']} in the digests file")
+    (out / "chart-images.yaml").write_text("# written by deploy/images/build\n"
+                                           + yaml.safe_dump({"image": login, "mariadb": {"image": mariadb}}))
 
 
 if __name__ == "__main__":

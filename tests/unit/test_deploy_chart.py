@@ -31,6 +31,7 @@ VALUES = {
     "gcpServiceAccount": "slurm-workloads@proj.iam.gserviceaccount.com",
     "site": {"cluster": "ml-gke", "runs_root": "/mnt/checkpoints/runs"},
     "network": {"ldapCIDRs": ["10.20.0.5/32"]},
+    "mariadb": {"image": f"europe-docker.pkg.dev/proj/slurm/upstream/mariadb@{DIGEST}"},
 }
 
 
@@ -88,7 +89,7 @@ def test_every_rendered_object_matches_its_schema(tmp_path):
     docs = render(tmp_path)
     kinds = {d["kind"] for d in docs}
     assert kinds == {"ServiceAccount", "ConfigMap", "Deployment", "Service", "CronJob", "ScaledObject",
-                     "NetworkPolicy"}
+                     "NetworkPolicy", "StatefulSet"}
     assert [e for d in docs for e in schema_errors(d)] == []
     for doc in docs:
         assert doc["metadata"].get("namespace") == "slurm", doc["metadata"]["name"]
@@ -113,7 +114,7 @@ def test_a_schema_mistake_is_caught():
 # --- required values and what may reach a root shell -----------------------------------------------------
 @pytest.mark.parametrize("missing, words", [
     ("image", "image is required"), ("gcpServiceAccount", "gcpServiceAccount is required"),
-    ("site", "site is required")])
+    ("site", "site is required"), ("mariadb", "mariadb.image is required")])
 def test_missing_required_values_refuse_to_render(missing, words, tmp_path):
     values = {k: v for k, v in VALUES.items() if k != missing}
     out = helm_template(values, tmp_path)

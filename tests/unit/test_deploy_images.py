@@ -34,6 +34,7 @@ def fake_digests() -> dict[str, str]:
     refs = set()
     for name in ("values.yaml", "operator-values.yaml"):
         refs |= {ref for _, ref in overlay.image_slots(yaml.safe_load((REPO / "deploy" / "slinky" / name).read_text()))}
+    refs.add(yaml.safe_load((REPO / "deploy" / "chart" / "values.yaml").read_text())["mariadb"]["upstream"])
     digests = {ref: f"europe-docker.pkg.dev/p/slurm/upstream/{i}@sha256:{i:064x}" for i, ref in enumerate(sorted(refs))}
     digests["slurmctl-login"] = "europe-docker.pkg.dev/p/slurm/login-slurmctl@sha256:" + "a" * 64
     return digests
@@ -53,7 +54,8 @@ def test_the_overlays_pin_every_rendered_image_by_digest(tmp_path):
     operator = yaml.safe_load((tmp_path / "operator-images.yaml").read_text())
     assert {operator["operator"]["image"], operator["webhook"]["image"]} <= set(fake_digests().values())
     chart = yaml.safe_load((tmp_path / "chart-images.yaml").read_text())
-    assert chart == {"image": fake_digests()["slurmctl-login"]}
+    assert chart == {"image": fake_digests()["slurmctl-login"],
+                     "mariadb": {"image": fake_digests()["docker.io/library/mariadb:11.4.5"]}}
 
 
 def test_a_missing_or_tag_only_digest_is_refused():
