@@ -41,6 +41,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
                 "Start a new job for an ended RUN from its newest valid checkpoint (same run id)."),
     "fork": ("slurmctl.cli.reliability:fork",
               "Start a new run NEW_NAME from a checkpoint of SOURCE (SOURCE is not changed)."),
+    "merge": ("slurmctl.cli.merge:merge",
+               "Fold RUN's LoRA adapter (template hf-lora) into its base model and save the merged weights."),
     "dev": ("slurmctl.cli.dev:dev",
              "Open a shell (or JupyterLab) on a dev GPU node; the allocation ends at --time or when idle."),
     "cost": ("slurmctl.cli.accounting:cost",
