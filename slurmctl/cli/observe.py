@@ -68,6 +68,8 @@ def _print_status(s: RunStatus) -> None:
         out.print(f"  [bold]Fix:[/] {escape(d['hint'])}")
     if s.watchdog:
         out.print(f"[bold]Watchdog:[/] [red]{escape(s.watchdog['message'])}[/]")
+    for note in s.health_notes:  # network, data wait, idle, efficiency (slurmctl/observe/health.py)
+        out.print(f"[bold]Health:[/] {escape(note)}")
     if s.suggestions:
         out.print(f"[bold]Try:[/] {escape(' or '.join(s.suggestions))}")
     out.print(f"[bold]What to do:[/] {escape(s.action.replace('RUN', s.run_id))}")

@@ -96,6 +96,8 @@ class RunStatus:
     quota: dict | None = None  # QOS*/Assoc* reasons: the limit, its value, current usage (slurmctl.observe.quota)
     slurm_unreachable_since: float | None = None  # epoch: Slurm did not answer; the rest is the run dir's
     history: list[str] = field(default_factory=list)  # one line per attempt: how it started and ended
+    health_notes: list[str] = field(default_factory=list)  # live health, end-of-run efficiency (observe/health.py)
+    live_health: dict | None = None  # the numbers behind them: transport per rank, data wait, idle
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -266,6 +268,9 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
                                         else "the watchdog asked it to drain")
     node_loss(status, events)
+    from slurmctl.observe.health import apply_live_health  # standard library only, small
+
+    apply_live_health(status, run, job, site, now)
     return status
 
 

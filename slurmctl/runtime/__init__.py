@@ -2,12 +2,16 @@
 
     rt = Runtime.from_env()
     ck = rt.checkpoints.latest()          # resume from the newest valid checkpoint
-    for step in ...:
+    for step, batch in enumerate(rt.data(loader)):   # measures the time spent waiting for batches
         rt.log(step, loss=loss)           # rank 0: metrics.jsonl + heartbeat.json
         if rt.should_stop():              # drain requested (time limit, preemption, cancel)
             rt.checkpoints.save(step, write)   # rank 0 (rt.sharded_checkpoints: every rank its shard)
             rt.ack_drain(step)
             break
+
+Live health (slurmctl/runtime/health.py): every rank writes health/rank-<N>.json at most every
+SLURMCTL_HEALTH_INTERVAL (30 s) from log() and data(): the network transport its collectives use
+and the share of step time it waited for data; `slurmctl status` and the exporter report them.
 
 Module-level shortcuts over one default Runtime: `drain_requested()`, `ack_drain(step)`,
 `heartbeat(step=..., **metrics)`.
@@ -35,6 +39,7 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.fsutil import append_jsonl, write_atomic
 from slurmctl.runtime.checkpoint import CheckpointManager, CheckpointSaveFailed
+from slurmctl.runtime.health import RankHealth
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
@@ -98,6 +103,7 @@ class Runtime:
     checkpoint_interval: int = 100
     checkpoints: CheckpointManager | None = None
     signalled: bool = False  # SIGTERM seen by this process (preemption / scancel of the step)
+    health: RankHealth | None = None  # this rank's live-health record (made on first use)
 
     @classmethod
     def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run",
@@ -133,8 +139,23 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def rank_health(self) -> RankHealth:
+        if self.health is None:
+            self.health = RankHealth(self.run_dir, self.rank, self.world_size)
+        return self.health
+
+    def data(self, loader):
+        """`for batch in rt.data(loader)`: the same batches, plus the time spent waiting for each one
+        vs the rest of the step (two clock reads per batch; `benchmarks/health_data_wrapper.py`).
+        Host time: a loop that never synchronises with the GPU (no .item(), no logging) can count
+        time the GPU is still busy with queued work as waiting."""
+        health = self.rank_health()
+        return health.meter.wrap(loader, health.tick)
+
     def log(self, step: int, **metrics: float) -> None:
-        """Rank 0 appends to metrics.jsonl and rewrites heartbeat.json (the watchdog's signal)."""
+        """Rank 0 appends to metrics.jsonl and rewrites heartbeat.json (the watchdog's signal).
+        Every rank that calls it also keeps its health record current (at most every 30 s)."""
+        self.rank_health().tick()
         if not self.is_main:
             return
         now = time.time()

@@ -2,6 +2,8 @@
 
 Rules, in order:
   - a drain asked for by `slurmctl cancel` stops the run (acknowledged or not);
+  - a drain asked for by the site's idle policy (idle_action: drain) stops it too: requeued, an
+    allocation that did nothing would hold GPUs doing nothing again;
   - an acknowledged time-limit / preemption drain requeues: long runs chain through time limits
     and preempted runs resume; these never count against the restart cap;
   - exit code 0 without a drain: the training finished;
@@ -20,7 +22,7 @@ REQUEUE, STOP = "requeue", "stop"
 @dataclass(frozen=True)
 class Decision:
     action: str  # requeue | stop
-    outcome: str  # completed | time-limit | preemption | cancelled | failed
+    outcome: str  # completed | time-limit | preemption | cancelled | idle | failed
     reason: str  # one plain sentence
     failures: int  # failures since the run's latest submission, this one included
     preemptions: int  # preemption drains since the latest submission, this one included
@@ -40,6 +42,11 @@ def decide(*, exit_code: int, drain: dict | None, acked: bool, checkpoint_step: 
     if reason == "cancel":
         said = "acknowledged" if acked else "NOT acknowledged (work since the last checkpoint is lost)"
         return Decision(STOP, "cancelled", f"cancelled by request; drain {said}; {ck}.", failures, preemptions)
+    if reason == "idle":
+        said = "acknowledged" if acked else "NOT acknowledged (work since the last checkpoint is lost)"
+        return Decision(STOP, "idle", f"drained by the site's idle policy (the allocation held GPUs without "
+                        f"training); drain {said}; {ck}. Not requeued: fix what it waited for, then "
+                        "`slurmctl resume`.", failures, preemptions)
     if reason in {"time-limit", "preemption", "signal"} and acked:
         outcome = "preemption" if reason == "preemption" else "time-limit"
         preemptions += outcome == "preemption"

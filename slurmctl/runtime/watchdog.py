@@ -39,6 +39,7 @@ from slurmctl import rundir
 from slurmctl.durations import parse_seconds
 from slurmctl.fsutil import tail_bytes, write_atomic
 from slurmctl.ops.hooks.procs import pid_alive
+from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
 EXIT_OK, EXIT_KILLED = 0, 3
 TAIL_BYTES = 64 * 1024
@@ -120,8 +121,9 @@ class Settings:
 
 
 class Watchdog:
-    def __init__(self, settings: Settings, clock=time.time):
+    def __init__(self, settings: Settings, clock=time.time, idle: IdleMonitor | None = None):
         self.s = settings
+        self.idle = idle  # the site's idle policy (runtime/health.py); its drain takes the path below
         self.clock = clock
         self.started = clock()
         self.baseline = settings.reader.read()  # a value left by a previous attempt is not progress
@@ -149,6 +151,13 @@ class Watchdog:
             self.progressed, self.warned = True, False
         if self.drain_since is not None:
             return self._while_draining(now)
+        if self.idle is not None and self.idle.check(now, self.last_progress) == "drain":
+            log(f"IDLE: {self.idle.reason} (site idle_action: drain, grace {self.idle.policy.grace_seconds:g} s); "
+                "asking the training to checkpoint and stop")
+            request = {"reason": "idle", "job_id": self.s.job_id, "time": now, "summary": self.idle.reason}
+            write_atomic(self.s.run_dir / rundir.DRAIN_REQUEST, json.dumps(request))
+            self.drain_since = now
+            return None
         if self.last_value is None:
             if now - self.started >= self.s.startup_seconds and not self.config_reported:
                 self.config_reported = True
@@ -366,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"slurmctl watchdog: bad setting: {exc}; watchdog not started", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
-    return Watchdog(settings).run()
+    policy, problem = IdlePolicy.from_site()
+    log(problem or f"idle policy: {policy.action} after {policy.grace_seconds:g} s without a step or GPU work")
+    return Watchdog(settings, idle=IdleMonitor(policy, settings.run_dir, settings.job_id)).run()
 
 
 if __name__ == "__main__":
