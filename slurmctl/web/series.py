@@ -29,38 +29,45 @@ def _number(value) -> float | None:
 
 
 def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker]]:
-    """[(attempt label, its metric records)] in order, and the restart markers."""
+    """[(segment label, its metric records)] in order, and the restart markers. A segment is an
+    attempt (a Slurm start) or, after a crash restarted inside the allocation, the rest of it."""
     events = _current_starts(run.events())
-    starts = [e for e in events if e.get("event") == "start" and _number(e.get("time")) is not None]
     records = [r for r in read_jsonl(run.metrics_path) if isinstance(r.get("step"), int)]
-    if not starts:
+    bounds = [e for e in events if e.get("event") in {"start", "step-restart"} and _number(e.get("time")) is not None]
+    if not any(e.get("event") == "start" for e in bounds):
         return ([("run", records)] if records else []), []
-    groups: list[tuple[str, list[dict]]] = [
-        (f"attempt {s.get('restart_count', n)} (job {s.get('job_id')})", []) for n, s in enumerate(starts)]
-    times = [float(s["time"]) for s in starts]
-    for r in records:
-        t = _number(r.get("time"))
-        index = 0 if t is None else max((i for i, st in enumerate(times) if st <= t), default=0)
-        groups[index][1].append(r)
-    markers = []
-    previous_end = None
+    bounds = bounds[next(i for i, e in enumerate(bounds) if e.get("event") == "start"):]
+    labels, markers, previous_end, attempt = [], [], None, None
     for event in events:
-        kind = event.get("event")
-        if kind == "end":
+        if event.get("event") == "end":
             previous_end = event
-        elif kind == "start" and event in starts[1:]:
-            cause = _END_KIND.get((previous_end or {}).get("outcome"), "restart")
-            first = groups[starts.index(event)][1]
+        if event not in bounds:
+            continue
+        if event.get("event") == "start":
+            attempt = f"attempt {event.get('restart_count', 0)} (job {event.get('job_id')})"
+            labels.append(attempt)
             step = event.get("resume_step")
-            step = step if isinstance(step, int) else (first[0]["step"] if first else None)
-            if step is not None:
+            if len(labels) > 1 and isinstance(step, int):
                 lost = (previous_end or {}).get("steps_lost")
                 markers.append(Marker(step, f"attempt {event.get('restart_count')} from step {step}"
-                                      + (f", {lost} steps lost" if isinstance(lost, int) else ""), cause))
-        elif kind == "step-restart" and isinstance(event.get("checkpoint_step"), int):
-            markers.append(Marker(event["checkpoint_step"], f"crash, restarted from step {event['checkpoint_step']}",
-                                  "failed"))
-    return [g for g in groups if g[1]], markers
+                                      + (f", {lost} steps lost" if isinstance(lost, int) else ""),
+                                      _END_KIND.get((previous_end or {}).get("outcome"), "restart")))
+        else:
+            restarts = sum(1 for label in labels if label.startswith(f"{attempt}, restart"))
+            labels.append(f"{attempt}, restart {restarts + 1} in the allocation")
+            step = event.get("checkpoint_step")
+            if isinstance(step, int):
+                lost = event.get("steps_lost")
+                markers.append(Marker(step, f"crash, restarted from step {step}"
+                                      + (f", {lost} steps lost" if isinstance(lost, int) else ""), "failed"))
+    # records older than the latest submission (a resume continues the same run): one line of their own
+    groups: list[tuple[str, list[dict]]] = [(label, []) for label in [*labels, "earlier jobs of this run"]]
+    times = [float(e["time"]) for e in bounds]
+    for r in records:
+        t = _number(r.get("time"))
+        index = 0 if t is None else max((i for i, st in enumerate(times) if st <= t), default=-1)
+        groups[index][1].append(r)
+    return [groups[-1], *groups[:-1]] if groups[-1][1] else groups[:-1], markers
 
 
 def metric_names(records: list[dict]) -> list[str]:

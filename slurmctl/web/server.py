@@ -38,9 +38,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _serve(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._write(Response(413, b"request body too large", "text/plain"), method)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self._write(Response(413, b"request body too large or its length unreadable", "text/plain"), method)
             return
         body = self.rfile.read(length) if length else b""
         host = (self.headers.get("Host") or "").lower()

@@ -179,3 +179,34 @@ def test_the_real_server_sets_safety_headers_and_checks_the_host(web):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_command_prints_the_tunnel_and_a_token_url_and_refuses_a_busy_port(web, tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    site = yaml.safe_load((REPO / "deploy" / "local" / "site.yaml").read_text())
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump({**site, "runs_root": str(tmp_path / "runs")}))
+    env = {**os.environ, "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml")}
+    proc = subprocess.Popen([sys.executable, "-m", "slurmctl.cli", "web", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = [proc.stdout.readline() for _ in range(5)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    port = int(re.search(r"on 127\.0\.0\.1:(\d+)", lines[0]).group(1))
+    assert re.fullmatch(rf"\s+ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+\n", lines[2]), lines
+    assert re.fullmatch(rf"\s+http://127\.0\.0\.1:{port}/\?token=[A-Za-z0-9_-]{{40,}}\n", lines[4]), lines
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "slurmctl.cli", "web", "--port", str(taken)], capture_output=True,
+                              text=True, env=env, timeout=60)
+    assert done.returncode != 0 and f"cannot listen on 127.0.0.1:{taken}" in done.stderr
+    assert "Traceback" not in done.stderr
