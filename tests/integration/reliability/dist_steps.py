@@ -1,0 +1,55 @@
+"""A tiny gloo training across nodes for fault tests: every step is an allreduce over all ranks
+(so a lost peer stops every survivor), rank 0 logs and checkpoints, every rank drains on request.
+
+--crash-at S   rank 0 exits 3 at step S in attempt 0 of the job (a crash inside a healthy allocation)
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from slurmctl.runtime import Runtime
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=100000)
+parser.add_argument("--sleep", type=float, default=0.1)
+parser.add_argument("--crash-at", type=int, default=None)
+args = parser.parse_args()
+
+rt = Runtime.from_env()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+ck = rt.checkpoints.latest()
+start = ck.step + 1 if ck else 0
+if rt.is_main:
+    print(f"world size {dist.get_world_size()}, starting at step {start} on {os.uname().nodename}", flush=True)
+
+
+def save(step):
+    return rt.checkpoints.save(step, lambda d: (d / "state.json").write_text(json.dumps({"step": step})))
+
+
+for step in range(start, args.steps):
+    time.sleep(args.sleep)
+    total = torch.ones(1)
+    dist.all_reduce(total)  # blocks until every rank arrives: a lost peer ends it with an error
+    rt.log(step, loss=1.0 / (step + 1))
+    if args.crash_at == step and rank == 0 and not any(p.name.startswith("crashed-") for p in rt.run_dir.iterdir()):
+        (rt.run_dir / f"crashed-{step}").write_text("")
+        print(f"crashing at step {step}", flush=True)
+        sys.exit(3)
+    if rt.should_stop():
+        saved = save(step) if rt.is_main else None
+        rt.ack_drain(step, saved.path if saved else None)
+        dist.barrier()
+        sys.exit(0)
+    if rt.is_main and (step + 1) % rt.checkpoint_interval == 0:
+        save(step)
+if rt.is_main:
+    save(args.steps - 1)
+dist.barrier()
