@@ -4,7 +4,6 @@ the data-wait share of a real slow iterator, and the idle policy with the nvidia
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -61,7 +60,8 @@ def test_transport_classes_are_bounded():
 GLOO_RANK = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     from slurmctl.runtime import Runtime
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1],  # no port to race for
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     rt = Runtime.from_env(handle_sigterm=False)
     t = torch.ones(1)
     dist.all_reduce(t)
@@ -72,21 +72,18 @@ GLOO_RANK = textwrap.dedent("""
 
 
 def test_a_real_gloo_group_reports_gloo_over_tcp(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     procs = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "SLURMCTL_RUN_DIR": str(tmp_path), "SLURM_JOB_ID": "4242",
-               "GLOO_SOCKET_IFNAME": "lo"}
-        procs.append(subprocess.Popen([sys.executable, "-c", GLOO_RANK], env=env, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        assert p.wait(timeout=120) == 0, p.stderr.read()
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "SLURMCTL_RUN_DIR": str(tmp_path),
+               "SLURM_JOB_ID": "910431", "GLOO_SOCKET_IFNAME": "lo"}
+        procs.append(subprocess.Popen([sys.executable, "-c", GLOO_RANK, str(tmp_path / "store")], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
     records = [json.loads((tmp_path / "health" / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [r["transport"]["transport"] for r in records] == ["gloo-tcp", "gloo-tcp"]
     assert records[0]["transport"]["backend"] == "gloo" and records[1]["world_size"] == 2
-    live = read_live(Run(tmp_path.name, tmp_path), 4242)
+    live = read_live(Run(tmp_path.name, tmp_path), 910431)
     assert live.transports == {"gloo-tcp": 2} and live.notes[0] == "Network: gloo over TCP on 2 rank(s)."
 
 
