@@ -74,7 +74,8 @@ def make_run(root: Path, run_id: str, created: float, job_id: int, partition: st
     path.mkdir(mode=0o700)
     name = run_id.rsplit("-", 2)[0]
     (path / "run.json").write_text(json.dumps({"run_id": run_id, "name": name, "created": created,
-                                               "partition": partition}))
+                                               "partition": partition,  # and, as submit records it:
+                                               "checkpoint_dir": str(path / "checkpoints")}))
     (path / "run.yaml").write_text(f"name: {name}\nentrypoint: train.py\npartition: {partition}\n"
                                    "gpus_per_node: 1\ntime_limit: 5m\n")
     (path / "attempts.jsonl").write_text(json.dumps({"event": "submitted", "job_id": job_id, "time": created}) + "\n")

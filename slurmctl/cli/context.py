@@ -157,10 +157,31 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
     out.file.flush()
 
 
+def print_line(*parts: str | tuple[str, str], to_stderr: bool = False) -> None:
+    """One line made of plain strings and (text, rich style) pairs. Every part is text, never markup.
+    Written straight to the stream when rich would write no styles there (``_plain``: a piped
+    `status` does not import rich); otherwise printed by rich as one Text, with the styles."""
+    texts = [printable(p if isinstance(p, str) else p[0]) for p in parts]
+    if _plain(to_stderr) and not any("\t" in t for t in texts):  # rich expands tabs
+        stream = sys.stderr if to_stderr else sys.stdout
+        stream.write("".join(texts) + "\n")
+        stream.flush()
+        return
+    from rich.text import Text
+
+    (err if to_stderr else out).print(Text.assemble(*(t if isinstance(p, str) else (t, p[1])
+                                                      for t, p in zip(texts, parts))))
+
+
 def _plain_stdout() -> bool:
-    """stdout is a pipe or a file, rich would write no style codes to it (it honours these variables)
-    and its console is not built yet: the console's width there is 200 (see ``_LazyConsole``)."""
-    return (isinstance(out, _LazyConsole) and out._console is None and not sys.stdout.isatty()
+    return _plain(False)
+
+
+def _plain(to_stderr: bool) -> bool:
+    """The stream is a pipe or a file, rich would write no style codes to it (it honours these
+    variables) and its console is not built yet: that console's width there is 200 (see ``_LazyConsole``)."""
+    console, stream = (err, sys.stderr) if to_stderr else (out, sys.stdout)
+    return (isinstance(console, _LazyConsole) and console._console is None and not stream.isatty()
             and not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")))
 
 

@@ -10,13 +10,13 @@ import click
 
 from slurmctl.cli.context import (
     Context,
-    err,
     escape,
     json_option,
     out,
     pass_ctx,
     plain_table,
     print_json,
+    print_line,
     print_table,
     printable,
 )
@@ -32,47 +32,47 @@ def _when(iso: str | None) -> str:
 
 def _print_status(s: RunStatus) -> None:
     colour = {"finished": "green", "training": "cyan", "queued": "yellow"}.get(s.phase, "red")
-    # Every value below comes from Slurm or the run directory: escaped, so '[/]' prints as itself.
-    out.print(f"[bold]Run:[/] {escape(s.run_id)}   [bold]Phase:[/] [{colour}]{escape(s.phase)}[/]   "
-              f"(Slurm: {escape(s.state.lower())}{f', job {s.job_id}' if s.job_id else ''})")
-    out.print(f"[bold]Why:[/] {escape(s.why or s.headline)}")
+    # Values from Slurm or the run directory are plain text parts: '[/]' in them prints as itself.
+    print_line(("Run:", "bold"), f" {s.run_id}   ", ("Phase:", "bold"), " ", (s.phase, colour),
+               f"   (Slurm: {s.state.lower()}{f', job {s.job_id}' if s.job_id else ''})")
+    print_line(("Why:", "bold"), f" {s.why or s.headline}")
     if s.state == "PENDING":
         pos = f" · position {s.queue_position}" if s.queue_position else ""
-        out.print(f"[bold]Queue:[/] {escape(str(s.partition))} · waiting {human_duration(s.waiting_seconds)}{pos} · "
-                  f"estimated start {_when(s.estimated_start)}")
+        print_line(("Queue:", "bold"), f" {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
+                   f"estimated start {_when(s.estimated_start)}")
     if s.gpus:
-        on = f" on {escape(str(s.nodes))}" if s.nodes else ""
-        out.print(f"[bold]Shape:[/] {s.num_nodes} node(s), {s.gpus} GPU(s){on}"
-                  f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
+        on = f" on {s.nodes}" if s.nodes else ""
+        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {s.gpus} GPU(s){on}"
+                   f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
         loss = s.last_metrics.get("loss")
         rate = f" · {s.steps_per_second:.2f} steps/s" if s.steps_per_second else ""
-        out.print(f"[bold]Progress:[/] step {s.last_step}{total}"
-                  f"{f' · loss {loss:.4g}' if isinstance(loss, (int, float)) else ''}"
-                  f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {escape(str(s.health))}")
+        print_line(("Progress:", "bold"), f" step {s.last_step}{total}"
+                   f"{f' · loss {loss:.4g}' if isinstance(loss, (int, float)) else ''}"
+                   f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {s.health}")
     ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
           if s.latest_checkpoint_step is not None else "none")
     left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
     inside = f", {s.restarts_in_allocation} in the allocation" if s.restarts_in_allocation else ""
-    out.print(f"[bold]Last checkpoint:[/] {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
+    print_line(("Last checkpoint:", "bold"), f" {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
     if s.history:  # the attempts' story, newest last (attempts.jsonl)
-        out.print("[bold]History:[/]")
+        print_line(("History:", "bold"))
         for line in s.history[-8:]:
-            out.print(f"  {line}", markup=False)
+            print_line(f"  {line}")
     if s.diagnosis:
         d = s.diagnosis
-        out.print(f"[bold]Diagnosis:[/] [red]{escape(d['category'])}[/] — {escape(d['summary'])}")
+        print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
         for line in d["evidence"][:3]:
-            out.print(f"    {line}", markup=False)
-        out.print(f"  [bold]Fix:[/] {escape(d['hint'])}")
+            print_line(f"    {line}")
+        print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
     if s.watchdog:
-        out.print(f"[bold]Watchdog:[/] [red]{escape(s.watchdog['message'])}[/]")
+        print_line(("Watchdog:", "bold"), " ", (s.watchdog["message"], "red"))
     for note in s.health_notes:  # network, data wait, idle, efficiency (slurmctl/observe/health.py)
-        out.print(f"[bold]Health:[/] {escape(note)}")
+        print_line(("Health:", "bold"), f" {note}")
     if s.suggestions:
-        out.print(f"[bold]Try:[/] {escape(' or '.join(s.suggestions))}")
-    out.print(f"[bold]What to do:[/] {escape(s.action.replace('RUN', s.run_id))}")
+        print_line(("Try:", "bold"), f" {' or '.join(s.suggestions)}")
+    print_line(("What to do:", "bold"), f" {s.action.replace('RUN', s.run_id)}")
 
 
 @click.command()
@@ -199,8 +199,8 @@ def _unreachable_exit(statuses: list) -> int | None:
         return None
     from slurmctl.errors import CODES
 
-    err.print(f"Slurm unreachable since {datetime.fromtimestamp(min(down)):%H:%M:%S}: shown from the run "
-              "directories alone.", markup=False)
+    print_line(f"Slurm unreachable since {datetime.fromtimestamp(min(down)):%H:%M:%S}: shown from the run "
+               "directories alone.", to_stderr=True)
     return CODES["slurm-unreachable"]
 
 
@@ -228,8 +228,8 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(
             "\n".join(training_lines(text.split("\n"), wanted_rank)), nl=False))
-        err.print(f"[bold]slurmctl:[/] job ended: {escape(state.lower())} — `slurmctl status {escape(the_run.run_id)}` "
-                  "explains it")
+        print_line(("slurmctl:", "bold"), f" job ended: {state.lower()} — `slurmctl status {the_run.run_id}` "
+                   "explains it", to_stderr=True)
         return
     path = log_file(the_run, job_id)
     text = tail_lines(path, 0 if attempt is not None else lines)
@@ -241,8 +241,8 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
         print_json({"run_id": the_run.run_id, "path": str(path), "rank": rank, "attempt": attempt, "lines": text})
         return
     if not text and not path.exists():
-        err.print(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`",
-                  markup=False)
+        print_line(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`",
+                   to_stderr=True)
         return
     click.echo("\n".join(text))
 
@@ -260,8 +260,8 @@ def explain(word: tuple[str, ...], as_json: bool) -> None:
         print_json({"word": text, "type": kind, **expl.to_dict()})
         return
     # the word is the user's and the headline may quote it: '[/]' must print, not parse as markup
-    out.print(f"[bold]{escape(text)}[/] ({kind}): {escape(expl.headline)}")
-    out.print(f"  [bold]What to do:[/] {escape(expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>'))}")
+    print_line((text, "bold"), f" ({kind}): {expl.headline}")
+    print_line("  ", ("What to do:", "bold"), f" {expl.action.replace('JOBID', '<job id>').replace('RUN', '<run>')}")
     if not expl.known:
         return 1
 

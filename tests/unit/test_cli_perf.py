@@ -132,3 +132,47 @@ def test_recent_is_the_tail_of_list_and_reads_only_the_newest_days(tmp_path, mon
     monkeypatch.setattr(rundir, "read_json", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
     registry.recent(20)
     assert len({p.parent for p in reads}) < 30  # ~11 days of 2 runs, the slack day and the undated run
+
+
+def _status_text(status, console) -> tuple[str, bool]:
+    """`status`'s lines printed through `console` (None: as on a pipe), and whether rich stayed unused."""
+    from slurmctl.cli.observe import _print_status
+
+    buf = io.StringIO()
+    saved = context.out, sys.stdout
+    context.out = context._LazyConsole(stderr=False) if console is None else console(buf)
+    sys.stdout = buf
+    try:
+        _print_status(status)
+        plain = isinstance(context.out, context._LazyConsole) and context.out._console is None
+    finally:
+        context.out, sys.stdout = saved
+    return buf.getvalue(), plain
+
+
+def test_status_plain_lines_are_what_rich_prints(monkeypatch):
+    from slurmctl.observe.status import RunStatus
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    rng = random.Random(11)
+    alphabet = string.ascii_letters + " []/-:$.\\\x1b·—é:smile:[bold]"
+    word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 3, 12, 60])))  # noqa: E731
+    piped = lambda buf: context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)  # noqa: E731
+    plain_runs = 0
+    for _ in range(200):
+        status = RunStatus(word() or "r", "/tmp/r", rng.choice([None, 7]), rng.choice(["PENDING", "RUNNING", "FAILED"]),
+                           word(), word(), reason=word(), nodes=word(), partition=word(), phase=word() or "queued",
+                           why=word(), gpus=rng.choice([0, 8]), num_nodes=1, cost_usd=rng.choice([None, 1234.5]),
+                           last_step=rng.choice([None, 5]), total_steps=10, progress_percent=60.0,
+                           last_metrics={"loss": 0.5}, heartbeat_age_seconds=3.0, steps_per_second=1.5,
+                           latest_checkpoint_step=rng.choice([None, 4]), checkpoint_age_seconds=9.0,
+                           restarts_left=rng.choice([None, 2]), history=[word() for _ in range(rng.randint(0, 3))],
+                           diagnosis=rng.choice([None, {"category": word(), "summary": word(), "hint": word(),
+                                                        "evidence": [word(), word()]}]),
+                           watchdog=rng.choice([None, {"message": word(), "state": "warned"}]),
+                           suggestions=[word()] if rng.random() < 0.5 else [], health=word())
+        text, plain = _status_text(status, None)
+        assert text == _status_text(status, piped)[0], text
+        plain_runs += plain
+    assert plain_runs == 200  # every one was the plain writer's, compared with rich's
