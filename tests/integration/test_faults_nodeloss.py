@@ -7,7 +7,8 @@ broken and names the node from sinfo; the run is requeued by Slurm once it decla
 (SlurmdTimeout, 120 s here), lands on the other nodes, and resumes from the newest checkpoint; status
 and diagnose say "node h100-N was lost at step S".
 
-Disturbs the shared cluster: one node is down for ~2.5 minutes (only this test's job runs on it).
+Disturbs the shared cluster: one node is down for ~2.5 minutes (the job is --exclusive: no other
+job runs on it).
 The slurmd is ALWAYS started again the way deploy/local/up starts it, and the node resumed, in a
 finally. Wall time ~3 minutes, most of it Slurm's SlurmdTimeout.
 """
@@ -104,7 +105,8 @@ def test_a_lost_node_ends_the_step_fast_and_the_run_resumes_elsewhere(workdir):
         "max_restarts": 3, "checkpoint": {"interval_steps": 20},
         "env": {"SLURMCTL_WATCHDOG_STALL": "20s", "SLURMCTL_WATCHDOG_CHECK": "2s",
                 "SLURMCTL_WATCHDOG_DRAIN_TIMEOUT": "5s"}}, {"dist_steps.py": DIST_STEPS_PY})
-    run = slurmctl_json("submit", path)
+    # --exclusive: no other job shares the node this test takes down
+    run = slurmctl_json("submit", path, "--", "--exclusive")
     run_dir, job_id, victim = Path(run["run_dir"]), run["job_id"], None
     try:
         (start,) = wait_for_event(run["run_dir"], "start", 1, timeout=120)

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from .conftest import slurmctl, slurmctl_json, wait_for_state
+from .conftest import slurmctl, slurmctl_json, wait_ended_in_sacct, wait_for_state
 from .test_reliability import ENDED, events, submit
 
 
@@ -35,5 +35,11 @@ def test_a_crash_is_restarted_inside_the_allocation_and_the_loop_is_capped(workd
     took = first_new["time"] - restart["time"]
     print(f"in-allocation restart: first new step {took:.1f} s after the crash was handled")
     assert took <= 30
-    history = slurmctl_json("status", run["run_id"])["history"]
+    shown = slurmctl_json("status", run["run_id"])
+    history = shown["history"]
     assert len(history) == 1 and "restarted in the allocation from checkpoint step 5" in history[0], history
+    assert (shown["restarts_in_allocation"], shown["restarts_used"]) == (1, 0), shown
+    # cost: one Slurm attempt, the restart inside it counted apart from Slurm requeues
+    wait_ended_in_sacct({run["job_id"]: run["run_id"]})
+    cost = slurmctl_json("cost", run["run_id"])
+    assert (len(cost["attempts"]), cost["requeues"], cost["restarts_in_allocation"]) == (1, 0, 1), cost
