@@ -103,6 +103,12 @@ def compare(rows: list[dict], repeat: int) -> None:
 
 
 def main() -> None:
+    if os.geteuid() == 0:  # byte-code as an install leaves it: the user cannot write __pycache__ in the repo
+        import compileall
+
+        import slurmctl
+
+        compileall.compile_dir(os.path.dirname(slurmctl.__file__), quiet=1)
     reexec_as_user()
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000, help="held jobs in the queue")

@@ -176,3 +176,11 @@ def test_status_plain_lines_are_what_rich_prints(monkeypatch):
         assert text == _status_text(status, piped)[0], text
         plain_runs += plain
     assert plain_runs == 200  # every one was the plain writer's, compared with rich's
+
+
+def test_printable_fast_path_is_the_regex():
+    rng = random.Random(3)
+    for _ in range(20000):
+        text = "".join(chr(rng.choice([rng.randint(0, 0x3000), rng.randint(0, 40), rng.randint(0x7F, 0xA0)]))
+                       for _ in range(rng.randint(0, 6)))
+        assert context.printable(text) == context._CONTROL.sub("?", text), repr(text)
