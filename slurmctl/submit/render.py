@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,7 @@ def template_file(template: str = "torchrun") -> str:
     return f"{template}.sbatch.j2"
 
 
+@lru_cache(maxsize=8)  # one per process: jinja compiles a template once per Environment (submit renders 3 times)
 def environment(templates_dir: Path | None = None) -> jinja2.Environment:
     directory = templates_dir or DEFAULT_TEMPLATES_DIR
     if not directory.is_dir():
