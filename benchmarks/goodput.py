@@ -1,70 +1,52 @@
 """Goodput under faults on the local cluster, measured side by side in one sitting.
 
-Two identical runs of a step-counting training (fixed step time, a checkpoint every K steps) start
-together as the benchmark user (alice): one without faults, one with a fault injected every
---fault-every seconds, in turn:
-  crash       the training process exits 3 (a file the benchmark drops in the run dir); the run is
-              opted in to in-allocation restart (SLURMCTL_RESTART_IN_ALLOCATION=1)
+Two identical 2-node x 2-process gloo trainings (tests/integration/reliability/dist_steps.py: fixed
+step time, an allreduce per step, a checkpoint every K steps) start together as the benchmark user
+(alice): one without faults, one with a fault every --fault-every seconds of training, in turn:
+  crash       rank 0 exits 3 (a file the benchmark drops in the run dir): the allocation is healthy,
+              so the batch script restarts the training in it (the default)
   preemption  USR1 to the batch shell (`scancel --signal=USR1 --batch`, what Slurm's
               preempt_send_user_signal sends): drain, checkpoint, ACK, Slurm requeue
-Printed: goodput = useful steps x step time / wall time for both runs (the faulty run's wall time
-without Slurm's fixed requeue delay, which is printed separately), time from each fault to the
-first new step, and steps lost per fault.
+  node-loss   SIGKILL of the slurmd and the job's processes of its second node (root; only a node
+              no other job uses, the baseline run included): the watchdog (20 s stall window in
+              both runs) ends the stuck step, the probe names the node, Slurm requeues the job
+              once the node is DOWN and it resumes on the others; the node is then restored
+Printed: goodput = useful steps x step time / wall time for both runs, the faulty run's also without
+Slurm's fixed delays (the requeue BeginTime wait, and the SlurmdTimeout wait before Slurm declares a
+lost node DOWN), which are printed separately; per fault: time to the first new step (raw and less
+those delays) and steps lost.
 
-Reduced from the issue's plan: 1 node x 1 process per run (not 2 x 2) and minutes, not 15; node
-loss is not injected.
+Run as root (the node loss needs it); every Slurm and slurmctl command runs as the benchmark user.
 
-    .venv/bin/python benchmarks/goodput.py [--steps 1500 --step-seconds 0.1 --fault-every 60]
+    .venv/bin/python benchmarks/goodput.py [--steps 2400 --step-seconds 0.1 --fault-every 60]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _as_user import reexec_as_user  # noqa: E402 - after the sys.path line above
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
+from _as_user import bench_user, run  # noqa: E402 - after the sys.path lines above
 
-TRAIN = r'''
-import json, sys, time
-from slurmctl.runtime import Runtime
-
-rt = Runtime.from_env()
-steps, dt = int(sys.argv[1]), float(sys.argv[2])
-ck = rt.checkpoints.latest()
-fault = rt.run_dir / "inject-crash"
-
-
-def save(step):
-    return rt.checkpoints.save(step, lambda d: (d / "state.json").write_text(json.dumps({"step": step})))
-
-
-for step in range(ck.step + 1 if ck else 0, steps):
-    time.sleep(dt)  # the step's compute
-    rt.log(step, loss=1.0 / (step + 1))
-    if fault.exists():
-        fault.unlink()
-        print(f"injected crash at step {step}", flush=True)
-        sys.exit(3)
-    if rt.should_stop():
-        rt.ack_drain(step, save(step).path)
-        sys.exit(0)
-    if (step + 1) % rt.checkpoint_interval == 0:
-        save(step)
-save(steps - 1)
-'''
 PY = sys.executable
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+TRAIN = REPO / "tests" / "integration" / "reliability" / "dist_steps.py"
+WATCHDOG = {"SLURMCTL_WATCHDOG_STALL": "20s", "SLURMCTL_WATCHDOG_CHECK": "2s", "SLURMCTL_WATCHDOG_DRAIN_TIMEOUT": "5s"}
 
 
 def slurmctl(*args: str) -> dict:
-    out = subprocess.run([PY, "-m", "slurmctl.cli", *args, "--json"], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
+    out = run([PY, "-m", "slurmctl.cli", *args, "--json"], timeout=120)
+    if out.returncode not in (0, 1):  # status of a failed run exits 1 with its JSON
         raise SystemExit(f"slurmctl {' '.join(args)} failed: {out.stderr.strip()}")
     return json.loads(out.stdout)
 
@@ -76,100 +58,183 @@ def jsonl(path: Path) -> list[dict]:
         return []
 
 
-def submit(base: Path, name: str, args, env: dict) -> dict:
+def hostnames(nodelist: str) -> list[str]:
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                          timeout=30).stdout.split()
+
+
+def submit(base: Path, name: str, sbatch: tuple[str, ...] = ()) -> dict:
     import yaml
 
+    user = bench_user()
     d = base / name
     d.mkdir()
-    (d / "train.py").write_text(TRAIN)
+    shutil.copy(TRAIN, d / "train.py")
     (d / "run.yaml").write_text(yaml.safe_dump({
-        "name": name, "entrypoint": "train.py", "args": [str(a) for a in args], "partition": "h100-ondemand",
-        "gpus_per_node": 1, "time_limit": "60m", "max_restarts": 20, "checkpoint": {"interval_steps": ARGS.interval},
-        "env": env}))
-    return slurmctl("submit", str(d / "run.yaml"))
+        "name": name, "entrypoint": "train.py", "partition": "h100-ondemand", "nodes": 2, "gpus_per_node": 2,
+        "gpu_type": "h100", "time_limit": "60m", "max_restarts": 20, "checkpoint": {"interval_steps": ARGS.interval},
+        "args": ["--steps", str(ARGS.steps), "--sleep", str(ARGS.step_seconds), "--crash-file", "inject-crash"],
+        "env": WATCHDOG}))
+    for p in (d, d / "train.py", d / "run.yaml"):
+        os.chown(p, user.pw_uid, user.pw_gid)
+    return slurmctl("submit", str(d / "run.yaml"), *(("--", *sbatch) if sbatch else ()))
 
 
-def attempt_gaps(job_id: int) -> float:
-    """Seconds the job spent waiting between attempts (Slurm's requeue delay), from sacct."""
-    out = subprocess.run(["sacct", "-X", "--duplicates", "-n", "-P", "-o", "Start,End", "-j", str(job_id)],
-                         capture_output=True, text=True, timeout=60).stdout.split()
-    spans = [[time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%S")) for t in row.split("|")] for row in out]
-    return sum(max(0.0, spans[i + 1][0] - spans[i][1]) for i in range(len(spans) - 1))
+def squeue_nodes(job_id: int) -> list[str]:
+    out = run(["squeue", "-h", "-j", str(job_id), "-o", "%N"], timeout=30).stdout.strip()
+    return hostnames(out) if out else []
+
+
+def other_jobs_on(node: str, mine: set[int]) -> set[int]:
+    out = subprocess.run(["squeue", "-h", "-w", node, "-o", "%A", "-t", "R,CG,CF,S"], capture_output=True,
+                         text=True, timeout=30).stdout.split()
+    return {int(j) for j in out if j.isdigit()} - mine
+
+
+def node_loss_victim(faulty: dict, baseline: dict) -> str | None:
+    """The faulty run's second node (the batch script stays alive on its first), when no other job
+    -- the baseline run included -- runs on it."""
+    nodes = squeue_nodes(faulty["job_id"])
+    if len(nodes) < 2:
+        return None
+    victim = nodes[1]
+    return None if other_jobs_on(victim, {faulty["job_id"]}) else victim
+
+
+def sacct_attempts(job_id: int) -> list[tuple[float, float]]:
+    """(start, end) of every attempt of the job, oldest first."""
+    out = run(["sacct", "-X", "--duplicates", "-n", "-P", "-o", "Start,End", "-j", str(job_id)], timeout=60).stdout
+    spans = []
+    for row in out.split():
+        try:
+            spans.append(tuple(time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%S")) for t in row.split("|")))
+        except ValueError:
+            continue
+    return spans
 
 
 def main() -> None:
-    reexec_as_user()
+    from tests.integration.test_faults_nodeloss import kill_node, restore_node
+
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the node-loss fault kills a slurmd (every Slurm command runs as "
+                         f"{bench_user().pw_name})")
     started_bench = time.time()
     base = Path(tempfile.mkdtemp(prefix="goodput-"))
-    args = (ARGS.steps, ARGS.step_seconds)
-    runs = {"no faults": submit(base, "goodput-base", args, {}),
-            "faults": submit(base, "goodput-faults", args, {"SLURMCTL_RESTART_IN_ALLOCATION": "1"})}
-    faulty = runs["faults"]
-    run_dir = Path(faulty["run_dir"])
-    kinds, injected, next_fault = ["crash", "preemption"], [], None
+    os.chmod(base, 0o755)
+    kinds = ARGS.kinds.split(",")
+    runs = {"no faults": submit(base, "goodput-base")}
+    runs["faults"] = submit(base, "goodput-faults")
+    faulty, run_dir = runs["faults"], Path(runs["faults"]["run_dir"])
+    injected, next_fault, lost_node = [], None, None
     try:
         while True:
             states = {k: slurmctl("status", r["run_id"])["state"] for k, r in runs.items()}
             if all(s in ENDED for s in states.values()):
                 break
+            requeued = any(e["event"] == "end" and e.get("outcome") == "node-lost"
+                           for e in jsonl(run_dir / "attempts.jsonl"))
+            if lost_node and requeued and states["faults"] != "RUNNING" \
+                    and lost_node not in squeue_nodes(faulty["job_id"]):
+                down = subprocess.run(["sinfo", "-h", "-N", "-n", lost_node, "-o", "%T"], capture_output=True,
+                                      text=True, timeout=30).stdout.split()
+                if down and down[0].startswith("down"):  # Slurm ended and requeued the attempt: bring it back
+                    restore_node(lost_node)
+                    print(f"node {lost_node} restored", flush=True)
+                    lost_node = None
             beat = (jsonl(run_dir / "metrics.jsonl") or [{}])[-1]
-            if states["faults"] == "RUNNING" and beat.get("time", 0) > time.time() - 5:
+            if states["faults"] == "RUNNING" and beat.get("time", 0) > time.time() - 5 and not lost_node:
                 next_fault = next_fault or time.time() + ARGS.fault_every
                 if time.time() >= next_fault and len(injected) < ARGS.faults:
                     kind = kinds[len(injected) % len(kinds)]
                     if kind == "crash":
                         (run_dir / "inject-crash").write_text("")
+                    elif kind == "preemption":
+                        run(["scancel", "--signal=USR1", "--batch", str(faulty["job_id"])], check=True, timeout=60)
                     else:
-                        subprocess.run(["scancel", "--signal=USR1", "--batch", str(faulty["job_id"])], check=True)
+                        victim = node_loss_victim(faulty, runs["no faults"])
+                        if victim is None:
+                            time.sleep(1)
+                            continue  # the second node is shared now: wait for it to be ours alone
+                        kill_node(victim, faulty["job_id"])
+                        lost_node = victim
                     injected.append({"kind": kind, "time": time.time(), "step": beat.get("step")})
                     print(f"injected {kind} at step {beat.get('step')}", flush=True)
                     next_fault = None
             if time.time() - started_bench > ARGS.timeout:
                 raise SystemExit("timed out")
-            time.sleep(1)
+            time.sleep(2)
     finally:
         for r in runs.values():
             if slurmctl("status", r["run_id"])["state"] not in ENDED:
-                subprocess.run([PY, "-m", "slurmctl.cli", "cancel", r["run_id"], "--now"], capture_output=True)
+                run([PY, "-m", "slurmctl.cli", "cancel", r["run_id"], "--now"], timeout=120)
+        if lost_node:
+            restore_node(lost_node)
+    report(runs, injected, started_bench)
 
+
+def report(runs: dict, injected: list[dict], started_bench: float) -> None:
     result = {}
     for key, r in runs.items():
         rd = Path(r["run_dir"])
         metrics, events = jsonl(rd / "metrics.jsonl"), jsonl(rd / "attempts.jsonl")
         first = next(e["time"] for e in events if e["event"] == "start")
         last = max(m["time"] for m in metrics)
-        delay = attempt_gaps(r["job_id"])
-        wall = last - first - delay
-        result[key] = {"wall": wall, "delay": delay, "goodput": ARGS.steps * ARGS.step_seconds / wall,
-                       "state": slurmctl("status", r["run_id"])["state"], "metrics": metrics, "events": events}
-    events = result["faults"]["events"]
-    print(f"\ngoodput: {ARGS.steps} steps x {ARGS.step_seconds} s, checkpoint every {ARGS.interval} steps, "
-          f"{len(injected)} faults, one per {ARGS.fault_every:.0f} s of training")
+        spans = sacct_attempts(r["job_id"])
+        # Slurm's fixed delays: the wait between attempts (requeue BeginTime), and after a node loss
+        # the wait for SlurmdTimeout (from the node-lost record to Slurm ending the attempt).
+        gaps = sum(max(0.0, spans[i + 1][0] - spans[i][1]) for i in range(len(spans) - 1))
+        timeout_wait = 0.0
+        for e in (e for e in events if e["event"] == "node-lost"):
+            ended = next((s[1] for s in spans if s[0] <= e["time"] <= s[1] + 5), None)
+            timeout_wait += max(0.0, ended - e["time"]) if ended else 0.0
+        wall = last - first
+        result[key] = {"wall": wall, "gaps": gaps, "timeout_wait": timeout_wait, "metrics": metrics,
+                       "events": events, "state": slurmctl("status", r["run_id"])["state"]}
+    useful = ARGS.steps * ARGS.step_seconds
+    print(f"\ngoodput: 2 nodes x 2 processes, {ARGS.steps} steps x {ARGS.step_seconds} s, checkpoint every "
+          f"{ARGS.interval} steps, {len(injected)} faults, one per {ARGS.fault_every:.0f} s of training; "
+          f"benchmark wall {time.time() - started_bench:.0f} s")
     for key in runs:
         r = result[key]
-        print(f"  {key:10s} {r['state']:9s} wall {r['wall']:7.1f} s (+ Slurm requeue delay {r['delay']:.0f} s, "
-              f"excluded)  goodput {r['goodput']:.3f}")
-    print(f"  ratio faults / no faults: {result['faults']['goodput'] / result['no faults']['goodput']:.3f}")
-    print("  fault        at step  first new step after (s)  steps lost  restart")
-    ends = [e for e in events if e["event"] in {"step-restart", "end"}]
+        fixed = r["gaps"] + r["timeout_wait"]
+        print(f"  {key:10s} {r['state']:9s} wall {r['wall']:7.1f} s  goodput {useful / r['wall']:.3f};  less Slurm's "
+              f"fixed delays (requeue wait {r['gaps']:.0f} s + SlurmdTimeout wait {r['timeout_wait']:.0f} s): "
+              f"wall {r['wall'] - fixed:7.1f} s  goodput {useful / (r['wall'] - fixed):.3f}")
+    base, bad = result["no faults"], result["faults"]
+    ratio = (useful / (bad["wall"] - bad["gaps"] - bad["timeout_wait"])) / (useful / base["wall"])
+    print(f"  ratio faults / no faults, Slurm's fixed delays excluded: {ratio:.3f}; all included: "
+          f"{base['wall'] / bad['wall']:.3f}")
+    print("  fault        at step  first new step after (s)  less Slurm delays (s)  steps lost  restart")
+    handled_kinds = {"step-restart", "end", "node-lost"}
+    events = bad["events"]
     for fault in injected:
-        handled = next((e for e in ends if e["time"] >= fault["time"]), None)
-        new = next((m for m in result["faults"]["metrics"] if handled and m["time"] > handled["time"]), None)
+        handled = next((e for e in events if e["event"] in handled_kinds and e["time"] >= fault["time"]), None)
+        end = next((e for e in events if e["event"] in {"end", "step-restart"} and e["time"] >= fault["time"]), None)
+        new = next((m for m in bad["metrics"] if end and m["time"] > end["time"]), None)
         after = new["time"] - fault["time"] if new else float("nan")
-        if fault["kind"] == "preemption" and new:
-            after -= result["faults"]["delay"] / max(1, sum(1 for f in injected if f["kind"] == "preemption"))
-        lost = handled.get("steps_lost") if handled else None
-        kind = ("in allocation" if handled and handled["event"] == "step-restart" else "Slurm requeue")
-        print(f"  {fault['kind']:11s}  {fault['step']!s:>7}  {after:24.1f}  {lost!s:>10}  {kind}")
+        delays = 0.0
+        if new and end and end["event"] == "end":  # a Slurm requeue: its waits lie between fault and new step
+            spans = sacct_attempts(runs["faults"]["job_id"])
+            delays = sum(max(0.0, spans[i + 1][0] - spans[i][1]) for i in range(len(spans) - 1)
+                         if fault["time"] - 5 <= spans[i][1] <= new["time"])
+            if handled and handled["event"] == "node-lost":
+                ended = next((s[1] for s in spans if s[0] <= handled["time"] <= s[1] + 5), handled["time"])
+                delays += max(0.0, ended - handled["time"])
+        lost = end.get("steps_lost") if end else None
+        how = "in allocation" if end and end["event"] == "step-restart" else "Slurm requeue"
+        print(f"  {fault['kind']:11s}  {fault['step']!s:>7}  {after:24.1f}  {after - delays:21.1f}  "
+              f"{lost!s:>10}  {how}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=2400)
     parser.add_argument("--step-seconds", type=float, default=0.1)
     parser.add_argument("--interval", type=int, default=50, help="checkpoint every N steps")
-    parser.add_argument("--fault-every", type=float, default=40.0)
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds of training between faults")
     parser.add_argument("--faults", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--kinds", default="crash,preemption,node-loss")
+    parser.add_argument("--timeout", type=float, default=1500.0)
     ARGS = parser.parse_args()
     main()

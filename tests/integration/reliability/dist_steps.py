@@ -1,7 +1,8 @@
 """A tiny gloo training across nodes for fault tests: every step is an allreduce over all ranks
 (so a lost peer stops every survivor), rank 0 logs and checkpoints, every rank drains on request.
 
---crash-at S   rank 0 exits 3 at step S in attempt 0 of the job (a crash inside a healthy allocation)
+--crash-at S      rank 0 exits 3 at step S, once per run (a crash inside a healthy allocation)
+--crash-file F    rank 0 exits 3 whenever <run dir>/F exists, removing it (benchmarks/goodput.py drops it)
 """
 
 import argparse
@@ -19,6 +20,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=100000)
 parser.add_argument("--sleep", type=float, default=0.1)
 parser.add_argument("--crash-at", type=int, default=None)
+parser.add_argument("--crash-file", default=None)
 args = parser.parse_args()
 
 rt = Runtime.from_env()
@@ -36,14 +38,20 @@ def save(step):
 
 for step in range(start, args.steps):
     time.sleep(args.sleep)
-    total = torch.ones(1)
-    dist.all_reduce(total)  # blocks until every rank arrives: a lost peer ends it with an error
+    # One allreduce per step: it blocks until every rank arrives (a lost peer ends it with an error),
+    # and carries the drain flag so that every rank stops at the same step.
+    total = torch.tensor([1.0, 1.0 if rt.should_stop() else 0.0])
+    dist.all_reduce(total)
     rt.log(step, loss=1.0 / (step + 1))
+    if rank == 0 and args.crash_file and (rt.run_dir / args.crash_file).exists():
+        (rt.run_dir / args.crash_file).unlink()
+        print(f"injected crash at step {step}", flush=True)
+        sys.exit(3)
     if args.crash_at == step and rank == 0 and not any(p.name.startswith("crashed-") for p in rt.run_dir.iterdir()):
         (rt.run_dir / f"crashed-{step}").write_text("")
         print(f"crashing at step {step}", flush=True)
         sys.exit(3)
-    if rt.should_stop():
+    if total[1] > 0:
         saved = save(step) if rt.is_main else None
         rt.ack_drain(step, saved.path if saved else None)
         dist.barrier()
