@@ -14,8 +14,9 @@ import threading
 from dataclasses import dataclass, field
 
 # Restart markers by what ended the attempt before them; anything else is drawn as a plain restart.
-MARKER_STYLES = {"preemption": ("#d62728", "--"), "time-limit": ("#9467bd", ":"), "failed": ("#ff7f0e", "-."),
-                 "restart": ("#7f7f7f", "--")}
+# Dark colours outside matplotlib's line cycle, so a marker never reads as one of the series.
+MARKER_STYLES = {"preemption": ("#b00020", "--"), "time-limit": ("#4b0082", ":"), "failed": ("#333333", "-."),
+                 "restart": ("#808080", "--")}
 LOG_SPAN = 20.0  # max/min of positive values at or above this: the y axis is logarithmic
 _LOCK = threading.Lock()  # pyplot's figure registry is not thread-safe; the web server is threaded
 
