@@ -38,7 +38,7 @@ from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult
-from slurmctl.submit.render import render
+from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import code_config_hash
 from slurmctl.submit.spec import (
     NAME_RE,
@@ -50,7 +50,6 @@ from slurmctl.submit.spec import (
     load_run_spec,
 )
 from slurmctl.submit.submission import (
-    TEMPLATE,
     SubmitOptions,
     _freeze,
     _smoke_gate,
@@ -255,6 +254,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     base = base.model_copy(update={"sweep": None})
     registry = RunRegistry(site.runs_root_path)
     templates = _templates_dir(site)
+    template = template_file(base.template)  # fsdp, hf-lora, deepspeed extend torchrun's array block
 
     def specs_for(sweep_id: str) -> list[tuple[str, RunSpec]]:
         ids = [sweep_element_id(sweep_id, i) for i in range(len(plan.combinations))]
@@ -278,7 +278,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     image = resolve_run_image(base, site, workdir, build=opts.build, allow_mutable=True)
 
     def element_script(spec: RunSpec, run_id: str, partition: str) -> str:
-        return render(TEMPLATE, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image),
+        return render(template, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image),
                       templates)
 
     placement = place(first, site, client, lambda partition: element_script(first, elements[0][0], partition))
@@ -294,7 +294,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
         context = sbatch_context(first, site, sweep_id, registry.root / pattern, workdir, placement.chosen, image)
         context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(registry.root / pattern),
                             "scripts": [str(registry.root / rid / "job.sbatch") for rid in run_ids]}
-        return render(TEMPLATE, context, templates)
+        return render(template, context, templates)
 
     run_ids = [rid for rid, _ in elements]
     if opts.dry_run:
