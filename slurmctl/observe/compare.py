@@ -62,7 +62,14 @@ def write_png(path: Path, series: list[RunSeries], metric: str = "loss", width: 
     from slurmctl.observe.charts import Chart, Series, line_chart
 
     chart = Chart(f"{metric} by step", metric, [Series(s.run_id, s.steps, s.losses) for s in series])
-    path.write_bytes(line_chart(chart, "png", width / 100, height / 100))
+    image = line_chart(chart, "png", width / 100, height / 100)
+    try:
+        path.write_bytes(image)
+    except OSError as exc:
+        from slurmctl.errors import SpecError
+
+        raise SpecError(f"--png {path}: cannot write it ({exc.strerror or exc}).",
+                        "Give a file path in a directory you can write, e.g. --png ./compare.png.") from None
     return path
 
 

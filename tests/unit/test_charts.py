@@ -81,3 +81,12 @@ def test_a_logged_throughput_wins_over_the_clock():
     label, steps, values = throughput([{"step": 1, "time": 1.0, "tokens_per_s": 900.0},
                                        {"step": 2, "time": 5.0, "tokens_per_s": 1000.0}])
     assert (label, steps, values) == ("tokens per s", [1, 2], [900.0, 1000.0])
+
+
+def test_compare_png_into_an_unwritable_place_is_a_clear_error(tmp_path):
+    from slurmctl.errors import SpecError
+    from slurmctl.observe.compare import write_png
+
+    with pytest.raises(SpecError) as refused:
+        write_png(tmp_path / "no-such-dir" / "plot.png", [])
+    assert "--png" in refused.value.message and "cannot write" in refused.value.message
