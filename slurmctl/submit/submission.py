@@ -17,6 +17,7 @@ import yaml
 from slurmctl.errors import CostNotConfirmed, SlurmctlError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
+from slurmctl.slurm.cache import ClusterFacts
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
@@ -127,8 +128,15 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
 
     user = current_user()
     cache = associations_cache(site.cluster)
-    view = ClusterView.query(client, user, associations=bool(site.account), cache=cache)
+    facts = ClusterFacts(client, site.cluster)  # nodes and partitions from the per-user cache while young
+    view = ClusterView.query(facts, user, associations=bool(site.account), cache=cache)
     report = run_preflight(spec, site, view, workdir, allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
+    if facts.from_cache and any(r.name in _SHAPE_CHECKS and r.findings for r in report.checks):
+        # the cached nodes or partitions may be out of date: ask sinfo, and check everything again
+        facts.forget()
+        view = ClusterView.query(facts, user, associations=bool(site.account), cache=cache)
+        report = run_preflight(spec, site, view, workdir, allow_mutable_image=opts.allow_mutable_image,
+                               smoke=opts.smoke)
     if view.associations_cached and any(r.name == "account" and r.findings for r in report.checks):
         # the cached accounts may be out of date: ask sacctmgr, and check everything again with them
         report = run_preflight(spec, site, view.with_fresh_associations(client, user, cache), workdir,
@@ -185,6 +193,11 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
         timeout = spec.time_limit_seconds + SMOKE_WAIT_MARGIN_SECONDS
         result.smoke = wait_and_judge(run, client, job_id, site, code_hash, timeout)
     return result
+
+
+# The preflight checks that read the cluster's nodes and partitions (sinfo): one of them failing on
+# cached facts asks sinfo again before the submit is refused.
+_SHAPE_CHECKS = frozenset({"cluster", "time-limit", "memory"})
 
 
 def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:

@@ -45,3 +45,29 @@ def test_stale_cached_associations_are_refreshed_when_the_account_check_fails(wo
     account = next(c for c in second["checks"] if c["name"] == "account")
     assert account["status"] == "ok" and alice.account in account["note"]
     assert [a["account"] for a in json.loads(cache.read_text())["associations"]] == [alice.account]
+
+
+def test_stale_cached_partitions_are_refreshed_when_a_check_fails_on_them(workdir):
+    alice = as_user("alice")
+    cache_home = workdir / "cache"
+    env = {"XDG_CACHE_HOME": str(cache_home)}
+    spec = write_run(workdir / "code", {"name": "facts-cache", "entrypoint": "train.py", "partition": "l4-dev",
+                                        "gpus_per_node": 1, "time_limit": "30m"}, {"train.py": "print('hi')\n"})
+    cluster = yaml.safe_load(find_site_config().read_text())["cluster"]
+
+    first = alice.slurmctl_json("submit", spec, "--dry-run", env=env)
+    assert next(c for c in first["checks"] if c["name"] == "time-limit")["status"] == "ok"
+    cache = cache_home / "slurmctl" / f"partitions-{cluster}.json"
+    stored = json.loads(cache.read_text())
+    assert (cache.stat().st_mode & 0o777) == 0o600 and cache.stat().st_uid == alice.uid
+    real = stored["value"]["facts"]["l4-dev"]["max_time_seconds"]
+    nodes = json.loads((cache_home / "slurmctl" / f"nodes-{cluster}.json").read_text())["value"]["facts"]
+    assert any("l4-dev" in n["partitions"] for n in nodes)
+
+    # the cache now says l4-dev allows 10 minutes: young, so it is read; the failing check asks sinfo again
+    stored["value"]["facts"]["l4-dev"]["max_time_seconds"] = 600
+    stored["written"] = time.time()
+    cache.write_text(json.dumps(stored))
+    second = alice.slurmctl_json("submit", spec, "--dry-run", env=env)
+    assert next(c for c in second["checks"] if c["name"] == "time-limit")["status"] == "ok", second
+    assert json.loads(cache.read_text())["value"]["facts"]["l4-dev"]["max_time_seconds"] == real
