@@ -191,3 +191,14 @@ def test_cron_jobs_run_what_the_host_cron_files_run(tmp_path):
         rendered[spec["schedule"]] = container["args"]
         assert spec["concurrencyPolicy"] == "Forbid"
     assert rendered == host
+
+
+def test_prometheus_scrapes_the_exporter_the_scaling_queries_read(tmp_path):
+    service = by_kind(render(tmp_path), "Service")["slurmctl-exporter"]
+    prometheus = yaml.safe_load((CHART / "prometheus-values.yaml").read_text())["prometheus"]["prometheusSpec"]
+    [job] = [j for j in prometheus["additionalScrapeConfigs"] if j["job_name"] == "slurmctl-exporter"]
+    [port] = service["spec"]["ports"]
+    assert job["static_configs"][0]["targets"] == [f"slurmctl-exporter.{service['metadata']['namespace']}.svc:"
+                                                   f"{port['port']}"]
+    keda = yaml.safe_load((CHART / "values.yaml").read_text())["keda"]["prometheus"]
+    assert keda == "http://prometheus-operated.monitoring:9090"  # kube-prometheus-stack's service, RUNBOOK step 4
