@@ -17,6 +17,7 @@ Replace the model and the data set with yours; keep the callback.
 import argparse
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -60,8 +61,8 @@ def barrier() -> None:
 class SlurmctlCallback(TrainerCallback):
     """Progress, drain and checkpoints of a Trainer through slurmctl's runtime."""
 
-    def __init__(self, rt: Runtime, staging: Path, print_every: int = 20):
-        self.rt, self.staging, self.print_every = rt, staging, print_every
+    def __init__(self, rt: Runtime, staging: Path, print_every: int = 20, sleep: float = 0.0):
+        self.rt, self.staging, self.print_every, self.sleep = rt, staging, print_every, sleep
         self.draining, self.loss = False, None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -72,6 +73,8 @@ class SlurmctlCallback(TrainerCallback):
                 print(f"step {state.global_step} loss {self.loss:.4f}", flush=True)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.sleep:
+            time.sleep(self.sleep)
         if self.rt.should_stop():  # every rank (one tiny all-reduce), so every rank saves and stops
             self.draining = True
             control.should_save = control.should_training_stop = True
@@ -120,6 +123,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds per step (tests: a slower step)")
     args = parser.parse_args()
 
     rt = Runtime.from_env()
@@ -140,7 +144,7 @@ def main() -> None:
     model = get_peft_model(base, lora)
     if rt.is_main:
         model.print_trainable_parameters()
-    callback = SlurmctlCallback(rt, staging)
+    callback = SlurmctlCallback(rt, staging, sleep=args.sleep)
     trainer = Trainer(model=model, args=training, train_dataset=Progressions(4096, args.seq_len, args.vocab),
                       callbacks=[callback])
     trainer.remove_callback(PrinterCallback)  # one dict per step in the job log; the callback prints a line
