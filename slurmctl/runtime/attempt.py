@@ -227,7 +227,7 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     loud = "" if acked or drain is None else "WARNING: DRAIN NOT ACKNOWLEDGED. "
     print(f"slurmctl: attempt ended with exit code {exit_code}: {loud}{decision.reason}", file=sys.stderr)
     if decision.action != REQUEUE:
-        ok = decision.outcome in {"completed", "cancelled"} and (acked or drain is None)
+        ok = decision.outcome in {"completed", "cancelled", "idle"} and (acked or drain is None)
         if ok and os.environ.get("SLURMCTL_SMOKE") == "1":
             ok = _smoke_round_trip(run_dir)
         return 0 if ok else (exit_code or 1)

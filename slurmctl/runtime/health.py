@@ -320,8 +320,10 @@ class IdleMonitor:
         self.drained = False
         self.reason: str | None = None  # why it is idle now (None: it is not)
 
-    def check(self, now: float, last_progress: float) -> str | None:
-        """'drain' once, when the policy says so; else None. Jobs without GPUs are never idle."""
+    def check(self, now: float, last_progress: float, progressed: bool = True, startup: float = 0.0) -> str | None:
+        """'drain' once, when the policy says so; else None. Jobs without GPUs are never idle. Before
+        the attempt's first step the no-step rule waits at least `startup` (the watchdog's start-up
+        window): loading data and compiling may take long, and are not idleness."""
         if not self.gpus:
             return None
         util = self.utilisation(self.gpus)
@@ -337,7 +339,7 @@ class IdleMonitor:
         gpus_idle = now - self.gpus_idle_since if self.gpus_idle_since is not None else 0.0
         grace = self.policy.grace_seconds
         reason = None
-        if no_step >= grace:
+        if no_step >= (grace if progressed else max(grace, startup)):
             reason = f"no training step for {no_step:.0f} s"
         elif util and gpus_idle >= grace:
             reason = f"every GPU of the job under {IDLE_UTIL_PERCENT:g}% busy for {gpus_idle:.0f} s"

@@ -151,7 +151,8 @@ class Watchdog:
             self.progressed, self.warned = True, False
         if self.drain_since is not None:
             return self._while_draining(now)
-        if self.idle is not None and self.idle.check(now, self.last_progress) == "drain":
+        if self.idle is not None and self.idle.check(now, self.last_progress, self.progressed,
+                                                     self.s.startup_seconds) == "drain":
             log(f"IDLE: {self.idle.reason} (site idle_action: drain, grace {self.idle.policy.grace_seconds:g} s); "
                 "asking the training to checkpoint and stop")
             request = {"reason": "idle", "job_id": self.s.job_id, "time": now, "summary": self.idle.reason}

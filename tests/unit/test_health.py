@@ -74,8 +74,9 @@ GLOO_RANK = textwrap.dedent("""
 def test_a_real_gloo_group_reports_gloo_over_tcp(tmp_path):
     procs = []
     for rank in range(2):
+        # No SLURM_JOB_ID: the local cluster's prolog ends processes of other jobs on this machine.
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "SLURMCTL_RUN_DIR": str(tmp_path),
-               "SLURM_JOB_ID": "910431", "GLOO_SOCKET_IFNAME": "lo"}
+               "GLOO_SOCKET_IFNAME": "lo"}
         procs.append(subprocess.Popen([sys.executable, "-c", GLOO_RANK, str(tmp_path / "store")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=180)[0] for p in procs]
@@ -83,7 +84,7 @@ def test_a_real_gloo_group_reports_gloo_over_tcp(tmp_path):
     records = [json.loads((tmp_path / "health" / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [r["transport"]["transport"] for r in records] == ["gloo-tcp", "gloo-tcp"]
     assert records[0]["transport"]["backend"] == "gloo" and records[1]["world_size"] == 2
-    live = read_live(Run(tmp_path.name, tmp_path), 910431)
+    live = read_live(Run(tmp_path.name, tmp_path), None)
     assert live.transports == {"gloo-tcp": 2} and live.notes[0] == "Network: gloo over TCP on 2 rank(s)."
 
 
@@ -183,6 +184,9 @@ def test_idle_gpus_drain_under_drain_and_only_warn_under_warn(tmp_path, monkeypa
     assert live.idle["state"] == "idle" and any(n.startswith("WARNING: idle allocation: no training step")
                                                 for n in live.notes)
     assert IdleMonitor(IdlePolicy("drain", 1), tmp_path, "9", gpus=[]).check(100.0, 0.0) is None  # no GPUs held
+    starting = IdleMonitor(IdlePolicy("drain", 10), tmp_path, "9", gpus=["0"], utilisation=lambda g: None)
+    assert starting.check(100.0, 50.0, progressed=False, startup=60) is None  # still within the start-up window
+    assert starting.check(111.0, 50.0, progressed=False, startup=60) == "drain"
 
 
 def test_watchdog_drains_an_idle_allocation_through_its_drain_path(tmp_path):
@@ -193,6 +197,7 @@ def test_watchdog_drains_an_idle_allocation_through_its_drain_path(tmp_path):
     idle = IdleMonitor(IdlePolicy("drain", 10), tmp_path, "9", gpus=["0"], utilisation=lambda g: None)
     dog = Watchdog(Settings(run_dir=tmp_path, reader=StepReader("step", tmp_path / "heartbeat.json"),
                             stall_seconds=900, startup_seconds=900, job_id="9"), clock=clock, idle=idle)
+    (tmp_path / "heartbeat.json").write_text(json.dumps({"step": 4, "time": 0}))  # a step at t=1000, then none
     assert dog.check() is None and dog.check() is None and not (tmp_path / "drain.request").exists()
     assert dog.check() is None
     request = json.loads((tmp_path / "drain.request").read_text())
