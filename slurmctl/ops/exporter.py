@@ -5,7 +5,8 @@ keeps ONE snapshot (one ``squeue`` + one ``sinfo`` call, ``-O`` formats, no ``--
 it only when it is older than the interval; scrapes in between read the cached one.
 
 Runs come from the run directories of the jobs in that snapshot (slurmctl.ops.run_sample reads
-them, with the rules that keep run labels bounded and no comment naming a path).
+them, with the rules that keep run labels bounded and no comment naming a path); their live health
+(transport per rank, data wait, idle policy) from the same run dirs through slurmctl.observe.health.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
+from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
@@ -64,6 +66,7 @@ class Snapshot:
     jobs: list[QueueEntry] = field(default_factory=list)
     nodes: list[NodeUsage] = field(default_factory=list)
     runs: list[RunSample] = field(default_factory=list)
+    health: dict[str, LiveHealth] = field(default_factory=dict)  # run id -> live health
 
 
 def node_state(state: str) -> str:
@@ -126,8 +129,9 @@ class SnapshotCache:
             jobs = self.client.queue_snapshot()
             nodes = self.client.node_usage()
         except SlurmctlError as exc:
+            runs, health = self._read_runs(self._last_run_jobs, now)
             return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message,
-                            runs=self._read_runs(self._last_run_jobs, now))
+                            runs=runs, health=health)
         self._observe_waits(jobs)
         newest: dict[tuple[str, str], QueueEntry] = {}
         for job in jobs:
@@ -141,17 +145,20 @@ class SnapshotCache:
             if run is not None:
                 run_jobs.append((run, job))
         self._last_run_jobs = run_jobs
-        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes,
-                        runs=self._read_runs(run_jobs, now))
+        runs, health = self._read_runs(run_jobs, now)
+        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs, health=health)
 
-    def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]], now: float) -> list[RunSample]:
-        runs = []
+    def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]],
+                   now: float) -> tuple[list[RunSample], dict[str, LiveHealth]]:
+        runs, health = [], {}
         for run, job in run_jobs:
             try:
-                runs.append(read_run(run, job, self.site, now))
+                sample = read_run(run, job, self.site, now)
+                runs.append(sample)
+                health[run.run_id] = read_live(run, job.job_id, sample.partition, self.site)
             except OSError:
                 self.run_read_errors += 1
-        return runs
+        return runs, health
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
         """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
@@ -276,6 +283,39 @@ _RUN_GAUGES = [
 ]
 
 
+# Bounded transport label values (slurmctl.runtime.health.transport_class, plus gloo and unknown).
+TRANSPORTS = ("socket", "ib", "efa", "tcpx", "gloo-tcp", "other", "unknown")
+
+
+def health_metrics(snap: Snapshot) -> Iterator:
+    """Live health per active run: transport per rank, fallback to sockets on a fast fabric, data
+    wait, the idle policy's verdict and the GPUs' utilisation where the job measured it."""
+    ranks = GaugeMetricFamily("slurmctl_run_network_ranks", "Ranks of the run per network transport their "
+                              "collectives use (socket, ib, efa, tcpx, gloo-tcp, other, unknown).",
+                              labels=["run", "transport"])
+    fallback = GaugeMetricFamily("slurmctl_run_network_fallback", "1 when ranks use TCP sockets (NCCL NET/Socket "
+                                 "or gloo) although the partition has a faster fabric (site.yaml).", labels=["run"])
+    wait = GaugeMetricFamily("slurmctl_run_input_wait_ratio", "Share of step time the slowest rank waited for "
+                             "the next batch (rt.data), over its last health interval.", labels=["run"])
+    idle = GaugeMetricFamily("slurmctl_run_idle", "1 when the job's idle policy finds the allocation idle "
+                             "(no step, or every GPU under 5% busy, for the site's idle_grace).", labels=["run"])
+    util = GaugeMetricFamily("slurmctl_run_gpu_utilisation_percent", "Busiest GPU of the job's first node at the "
+                             "watchdog's last check (nvidia-smi).", labels=["run"])
+    for run_id, live in sorted(snap.health.items()):
+        for transport, count in sorted(live.transports.items()):
+            ranks.add_metric([run_id, transport if transport in TRANSPORTS else "other"], count)
+        if live.transports:
+            fallback.add_metric([run_id], int(live.fallback))
+        if live.input_wait_share is not None:
+            wait.add_metric([run_id], live.input_wait_share)
+        if live.idle:
+            idle.add_metric([run_id], int(live.idle.get("state") in {"idle", "drain-requested"}))
+            sample = live.idle.get("gpu_utilisation")
+            if isinstance(sample, dict) and sample:
+                util.add_metric([run_id], max(float(v) for v in sample.values()))
+    yield from (ranks, fallback, wait, idle, util)
+
+
 def run_metrics(snap: Snapshot) -> Iterator:
     info = GaugeMetricFamily("slurmctl_run_info", "1 per active run: its job, partition, user and state.",
                              labels=["run", "job_id", "partition", "user", "state"])
@@ -334,6 +374,7 @@ class SlurmctlCollector(Collector):
         # Run series come from the run dirs, read now; during an outage for the runs Slurm last listed
         # (their state label is the last one Slurm gave).
         yield from run_metrics(snap)
+        yield from health_metrics(snap)
         self._last_collect_seconds = time.perf_counter() - started
 
 
