@@ -160,11 +160,16 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
     out.file.flush()
 
 
+# What rich's Text removes outright (bell, backspace, vertical tab, form feed, carriage return,
+# rich.control.STRIP_CONTROL_CODES); printable() shows every other control character as '?'.
+_RICH_STRIPS = str.maketrans(dict.fromkeys((7, 8, 11, 12, 13)))
+
+
 def print_line(*parts: str | tuple[str, str], to_stderr: bool = False) -> None:
     """One line made of plain strings and (text, rich style) pairs. Every part is text, never markup.
     Written straight to the stream when rich would write no styles there (``_plain``: a piped
     `status` does not import rich); otherwise printed by rich as one Text, with the styles."""
-    texts = [printable(p if isinstance(p, str) else p[0]) for p in parts]
+    texts = [printable((p if isinstance(p, str) else p[0]).translate(_RICH_STRIPS)) for p in parts]
     if _plain(to_stderr) and not any("\t" in t for t in texts):  # rich expands tabs
         stream = sys.stderr if to_stderr else sys.stdout
         stream.write("".join(texts) + "\n")

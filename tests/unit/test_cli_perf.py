@@ -184,3 +184,27 @@ def test_printable_fast_path_is_the_regex():
         text = "".join(chr(rng.choice([rng.randint(0, 0x3000), rng.randint(0, 40), rng.randint(0x7F, 0xA0)]))
                        for _ in range(rng.randint(0, 6)))
         assert context.printable(text) == context._CONTROL.sub("?", text), repr(text)
+
+
+def test_print_line_prints_what_escaped_markup_printed(monkeypatch):
+    """print_line((label, style), value) prints what `out.print(f"[style]label[/] {escape(value)}")`
+    printed before it (rich drops bell, backspace, VT, FF and CR; other control characters are '?').
+    Differences, on purpose (a value is text): markup ate or doubled a backslash before '[' or at the
+    end of a value, and turned ':m:'-like emoji codes in a value into emoji."""
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    rng = random.Random(5)
+    alphabet = string.ascii_letters + " []/$.·—é\x07\x08\x0b\x0c\r\x1b\x00\x9b"
+    for _ in range(500):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 2, 9, 40])))
+        buf = io.StringIO()
+        console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)
+        console.print(f"[bold]Why:[/] {context.escape(value)}")
+        plain = io.StringIO()
+        saved = context.out, sys.stdout
+        context.out, sys.stdout = context._LazyConsole(stderr=False), plain
+        try:
+            context.print_line(("Why:", "bold"), f" {value}")
+        finally:
+            context.out, sys.stdout = saved
+        assert plain.getvalue() == buf.getvalue(), repr(value)
