@@ -43,6 +43,7 @@ class Chart:
     markers: list[Marker] = field(default_factory=list)
     xlabel: str = "step"
     log: bool | None = None  # None: decided from the values (wants_log)
+    xticks: list[tuple[float, str]] = field(default_factory=list)  # labelled x positions (e.g. days)
 
 
 def _finite(values: list[float]) -> list[float]:
@@ -94,6 +95,10 @@ def line_chart(chart: Chart, fmt: str = "svg", width: float = 7.5, height: float
                         textcoords="offset points", va="top", fontsize=7, color=colour, rotation=90)
         if not drawn:
             ax.text(0.5, 0.5, "no data yet", transform=ax.transAxes, ha="center", va="center", color="#777777")
+        if chart.xticks:
+            step = max(1, len(chart.xticks) // 10)  # at most ~10 labels, evenly spaced
+            shown = chart.xticks[::step]
+            ax.set_xticks([x for x, _ in shown], [label for _, label in shown], rotation=30, ha="right")
         ax.set_title(chart.title, fontsize=11)
         ax.set_xlabel(chart.xlabel)
         ax.set_ylabel(chart.ylabel + (" (log scale)" if log and drawn else ""))

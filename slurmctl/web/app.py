@@ -27,7 +27,7 @@ import jinja2
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmctlError, SlurmUnreachable, SpecError
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.web import pages
-from slurmctl.web.auth import Sessions, set_cookie
+from slurmctl.web.auth import Sessions
 
 HTML = "text/html; charset=utf-8"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -69,7 +69,8 @@ class WebApp:
                     raise NotAllowed("this token was already used or is wrong")
                 rest = {k: v for k, v in query.items() if k != "token"}
                 location = url.path + (f"?{urlencode(rest, doseq=True)}" if rest else "")
-                return Response(303, b"", headers={"Location": location, "Set-Cookie": set_cookie(session)})
+                return Response(303, b"", headers={"Location": location,
+                                                   "Set-Cookie": self.sessions.set_cookie(session)})
             session = self.sessions.session_of(headers.get("Cookie"))
             if session is None:
                 raise NotAllowed("no valid session")
@@ -110,13 +111,20 @@ class WebApp:
                                                                                                  "state")})
         if parts[0] == "compare":
             return self._compare(parts[1:], query, one)
-        if parts[0] == "showback" and len(parts) == 1:
+        if parts[0] == "showback" and parts[1:] in ([], ["chart.svg"]):
             if not self.operator:
                 raise NotAllowed("showback is the operator's page (run `slurmctl web` as root)")
             by = one("by", "account") if one("by", "account") in {"account", "user", "partition", "gpu", "run"} \
                 else "account"
-            days = int(one("days", "7")) if one("days", "7").isdigit() else 7
-            data = pages.showback_page(self.ctx, by, max(1, min(days, 366)))
+            days = max(1, min(int(one("days", "7")) if one("days", "7").isdigit() else 7, 366))
+            data = pages.showback_page(self.ctx, by, days)
+            if parts[1:] == ["chart.svg"]:
+                if data["report"] is None:
+                    raise RunNotFound("no cost ledger yet", "")
+                from slurmctl.observe.charts import line_chart
+
+                return Response(200, line_chart(pages.showback_chart(data["report"], by), "svg"), "image/svg+xml",
+                                {"Cache-Control": "no-store"})
             return self._page("showback.html", title="Showback", by=by, days=days, **data)
         if parts[0] == "run" and len(parts) >= 2:
             run = self._run(parts[1], one("user"))

@@ -18,8 +18,11 @@ MAX_SESSIONS = 32  # a handful of browsers per user; the oldest session is dropp
 
 
 class Sessions:
-    def __init__(self, token: str | None = None):
+    def __init__(self, token: str | None = None, cookie_name: str = COOKIE):
         self.token: str | None = token or secrets.token_urlsafe(32)
+        # Browsers share cookies between the ports of one host: the server names its cookie after its
+        # port (web/server.py), so two servers (two users, or a user and the operator) do not log each other out.
+        self.cookie_name = cookie_name
         self._sessions: dict[str, str] = {}  # session id -> csrf value
         self._lock = threading.Lock()
 
@@ -46,7 +49,7 @@ class Sessions:
             jar = SimpleCookie(cookie_header)
         except CookieError:
             return None
-        morsel = jar.get(COOKIE)
+        morsel = jar.get(self.cookie_name)
         if morsel is None:
             return None
         with self._lock:
@@ -64,5 +67,5 @@ class Sessions:
         return bool(expected) and value is not None and hmac.compare_digest(value.encode(), expected.encode())
 
 
-def set_cookie(session: str) -> str:
-    return f"{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict"
+    def set_cookie(self, session: str) -> str:
+        return f"{self.cookie_name}={session}; Path=/; HttpOnly; SameSite=Strict"

@@ -168,5 +168,24 @@ def showback_page(ctx, by: str, days: int) -> dict:
     path = Path(ctx.site.accounting.ledger_path).expanduser()
     if not path.exists():
         return {"report": None, "ledger": str(path)}
-    report = build_report(Ledger(path), by, start, now)
+    ledger = Ledger(path)
+    try:
+        report = build_report(ledger, by, start, now)
+    finally:
+        ledger.db.close()
     return {"report": report, "ledger": str(path)}
+
+
+def showback_chart(report, by: str, top: int = 8):
+    """Cost per day of the `top` groups by cost (the rest summed as 'others'), one line each."""
+    from slurmctl.observe.charts import Chart, Series
+
+    days = sorted(report.cost_by_day_and_group)
+    names = [g.group for g in report.groups[:top]]
+    series = [Series(name, list(range(len(days))), [report.cost_by_day_and_group[d].get(name, 0.0) for d in days])
+              for name in names]
+    rest = [sum(v for k, v in report.cost_by_day_and_group[d].items() if k not in names) for d in days]
+    if any(rest):
+        series.append(Series("others", list(range(len(days))), rest))
+    return Chart(f"cost per day by {by}", "$ per day", series, xlabel="day", log=False,
+                 xticks=[(i, d) for i, d in enumerate(days)])

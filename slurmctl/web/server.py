@@ -10,6 +10,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from slurmctl.web.app import MAX_BODY, Response, WebApp
+from slurmctl.web.auth import COOKIE
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -82,6 +83,7 @@ def make_server(app: WebApp, listen: str = "127.0.0.1", port: int = 8765) -> _Se
     """Bound and ready (port 0: any free port; the chosen one is server.server_address[1])."""
     server = _Server((listen, port), app, None)
     bound = server.server_address[1]
+    app.sessions.cookie_name = f"{COOKIE}_{bound}"
     if listen in {"127.0.0.1", "localhost", "::1"}:
         server.allowed_hosts = {f"{h}:{bound}" for h in ("127.0.0.1", "localhost", "[::1]")}
     return server

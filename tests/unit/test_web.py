@@ -146,7 +146,11 @@ def test_cancel_needs_the_forms_csrf_value_and_reports_a_run_without_a_job(web):
     assert '"cancel-requested"' in events  # control/cancel did it, as `slurmctl cancel` would
 
 
-def test_operator_view_is_read_only(web):
+def test_operator_view_is_read_only_with_showback_from_the_ledger(web, tmp_path):
+    from datetime import datetime, timedelta
+
+    from slurmctl.ops.accounting import Attempt, Ledger
+
     web.app.operator = True
     run_id = make_run(web.registry, "epsilon", 12)
     owner = web.registry.user
@@ -154,16 +158,35 @@ def test_operator_view_is_read_only(web):
     page = web.get(f"/run/{run_id}?user={owner}")
     assert page.status == 200 and "cancel-button" not in page.body.decode()
     assert web.get(f"/run/{run_id}/cancel?user={owner}").status == 403
-    assert web.get("/showback").status == 200
+    ledger_path = tmp_path / "ledger.sqlite"
+    web.app.ctx.site.accounting.ledger_path = str(ledger_path)
+    assert "No cost ledger" in web.get("/showback").body.decode()
+    assert web.get("/showback/chart.svg").status == 404
+    ledger = Ledger(ledger_path)
+    day = datetime.now().replace(microsecond=0) - timedelta(days=1)
+    ledger.upsert([Attempt("c", i, (day + timedelta(hours=i)).isoformat(), (day + timedelta(hours=i + 1)).isoformat(),
+                           day.isoformat(), "r", "r", user, account, "h100", "h100", 8, 1, 3600, 7200, "COMPLETED",
+                           "0:0", 60, 8.0, 20.0 * (i + 1), waste_usd=1.5, waste_cause=HOSTILE)
+                   for i, (user, account) in enumerate([("alice", "vision"), ("carol", "nlp")])])
+    ledger.db.close()
+    page = web.get("/showback?by=account&days=3").body.decode()
+    assert "vision" in page and "nlp" in page and "$60.00" in page  # the total of both attempts
+    assert HOSTILE not in page and "&lt;script&gt;" in page  # a waste cause from the ledger, escaped
+    chart = web.get("/showback/chart.svg?by=user&days=3")
+    assert chart.status == 200 and b"cost per day by user" in chart.body and b"carol" in chart.body
 
 
 def test_the_real_server_sets_safety_headers_and_checks_the_host(web):
     server = make_server(web.app, "127.0.0.1", 0)
     port = server.server_address[1]
+    # the cookie is named after the port: another server on this host (bob's, the operator's) has its own
+    assert web.sessions.cookie_name == f"{COOKIE}_{port}"
+    cookie = f"{COOKIE}_{port}={web.cookie.split('=', 1)[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/queue", headers={"Cookie": web.cookie})
+        assert web.app.handle("GET", "/queue", {"Cookie": web.cookie}).status == 403
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/queue", headers={"Cookie": cookie})
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
             assert "script-src 'self'" in response.headers["Content-Security-Policy"]
@@ -172,7 +195,7 @@ def test_the_real_server_sets_safety_headers_and_checks_the_host(web):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/queue", timeout=10)
         assert refused.value.code == 403
         rebound = urllib.request.Request(f"http://127.0.0.1:{port}/queue",
-                                         headers={"Cookie": web.cookie, "Host": "evil.example:80"})
+                                         headers={"Cookie": cookie, "Host": "evil.example:80"})
         with pytest.raises(urllib.error.HTTPError) as wrong_host:
             urllib.request.urlopen(rebound, timeout=10)
         assert wrong_host.value.code == 403
