@@ -14,6 +14,9 @@ file; or ``regex:<pattern>`` matched against the tail of a log, group 1 = the st
   every rank via py-spy, else the faulthandler the process registered on SIGUSR2; log tails;
   nvidia-smi) into ``<run dir>/watchdog/<job>-<time>/`` and ends the training step, so the job
   fails fast (and, with a valid checkpoint, the batch script's requeue logic takes over);
+* the peer check: in a job, no rank alive on this node for ``PEER_LOST_SECONDS`` (and a check
+  interval) while the srun step still runs -- it waits on another node whose processes are lost or
+  hung -- ends the step at once, without waiting for the stall window;
 * a field that never appeared is a configuration problem: reported once, never a kill.
 
 Defaults come from SLURMCTL_WATCHDOG_* environment variables (settable in run.yaml ``env:``). The
@@ -42,6 +45,7 @@ from slurmctl.ops.hooks.procs import pid_alive
 from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
 EXIT_OK, EXIT_KILLED = 0, 3
+PEER_LOST_SECONDS = 30.0  # ranks gone this long while the step runs: the peer check ends the step
 TAIL_BYTES = 64 * 1024
 SIGUSR2_BIT = 1 << (signal.SIGUSR2 - 1)
 
@@ -133,6 +137,7 @@ class Watchdog:
         self.warned = False
         self.config_reported = False
         self.drain_since: float | None = None
+        self.ranks_gone_since: float | None = None  # the peer check (_peer_lost)
 
     @property
     def window(self) -> float:
@@ -170,6 +175,8 @@ class Watchdog:
                 self._write_state("config-problem", now)
             return None
         stalled = now - self.last_progress
+        if self._peer_lost(now, stalled):
+            return None  # the step is ended; keep watching a training the batch script may launch again
         if stalled >= self.window:
             self._start_drain(now, stalled)
         elif stalled >= self.s.check_seconds and not self.warned:
@@ -178,6 +185,33 @@ class Watchdog:
                 f"(last value {self.last_value:g}); acting after {self.window:g} s")
             self._write_state("warned", now, {"stalled_seconds": round(stalled, 1), "window_seconds": self.window})
         return None
+
+    def _peer_lost(self, now: float, stalled: float) -> bool:
+        """The peer check: no rank of this job is alive on this node, yet its srun step still runs. The
+        step then waits on another node, whose processes are lost or hung (a node loss leaves srun waiting
+        for the dead node's task until SlurmdTimeout, and ranks that survive a lost peer exit on their
+        first failed collective). End the step after PEER_LOST_SECONDS instead of the stall window; the
+        batch script's probe then tells a lost node from a healthy allocation. The floor keeps it clear
+        of the few seconds before a relaunched training's ranks start."""
+        if not self.progressed or self.s.target_pids or not self.s.job_id or stalled < self.s.check_seconds \
+                or rank_pids(self.s):
+            self.ranks_gone_since = None
+            return False
+        if self.ranks_gone_since is None:
+            self.ranks_gone_since = now
+            return False
+        gone = now - self.ranks_gone_since
+        if gone < max(PEER_LOST_SECONDS, self.s.check_seconds) or not _steps_running(self.s):
+            return False
+        log(f"PEER LOST: no rank of job {self.s.job_id} has been alive here for {gone:.0f} s (no progress for "
+            f"{stalled:.0f} s) while its step still runs: it waits for another node's processes, lost or "
+            "hung; ending the step")
+        scene = capture_scene(self.s, now)
+        self._write_state("killed", now, {"scene": str(scene), "summary": "the ranks here are gone; the step waited "
+                                          "for another node"})
+        end_step(self.s)
+        self.ranks_gone_since, self.last_progress, self.progressed, self.warned = None, now, False, False
+        return True
 
     def _start_drain(self, now: float, stalled: float) -> None:
         diagnosis = self.diagnosis(now, stalled)
@@ -301,6 +335,17 @@ def capture_scene(settings: Settings, now: float) -> Path:
         (scene / "nvidia-smi.txt").write_text(out)
     time.sleep(1.0)  # let a faulthandler dump reach the log before the step dies
     return scene
+
+
+def _steps_running(settings: Settings) -> bool:
+    """This job still has an srun step (the training's, or the one relaunched in its place)."""
+    from slurmctl.errors import SlurmctlError
+    from slurmctl.slurm.client import SlurmClient
+
+    try:
+        return bool(SlurmClient().job_steps(int(settings.job_id)))
+    except (SlurmctlError, ValueError):
+        return False
 
 
 def end_step(settings: Settings) -> None:
