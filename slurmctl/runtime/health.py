@@ -322,8 +322,8 @@ class IdleMonitor:
 
     def check(self, now: float, last_progress: float, progressed: bool = True, startup: float = 0.0) -> str | None:
         """'drain' once, when the policy says so; else None. Jobs without GPUs are never idle. Before
-        the attempt's first step the no-step rule waits at least `startup` (the watchdog's start-up
-        window): loading data and compiling may take long, and are not idleness."""
+        the attempt's first step both rules wait at least `startup` (the watchdog's start-up window):
+        loading data and compiling may take long, and are not idleness."""
         if not self.gpus:
             return None
         util = self.utilisation(self.gpus)
@@ -337,9 +337,9 @@ class IdleMonitor:
             self.gpus_idle_since = (self.gpus_idle_since or now) if idle_now else None
         no_step = max(0.0, now - last_progress)
         gpus_idle = now - self.gpus_idle_since if self.gpus_idle_since is not None else 0.0
-        grace = self.policy.grace_seconds
+        grace = self.policy.grace_seconds if progressed else max(self.policy.grace_seconds, startup)
         reason = None
-        if no_step >= (grace if progressed else max(grace, startup)):
+        if no_step >= grace:
             reason = f"no training step for {no_step:.0f} s"
         elif util and gpus_idle >= grace:
             reason = f"every GPU of the job under {IDLE_UTIL_PERCENT:g}% busy for {gpus_idle:.0f} s"
