@@ -14,7 +14,10 @@ memory: submit the merge as a job there). Needs transformers and peft (`pip inst
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,6 +73,13 @@ def merge_adapter(run: Run, output: Path | None = None, base_model: Path | None 
     target = output or run.artifacts_dir / MERGED
     if target.exists() and not force:
         raise MergeError(f"{target} already exists.", "Pass --force to replace it, or --output DIR.")
+    # The libraries print progress bars and notices on stdout: send them to stderr, so `--json` stays JSON.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with contextlib.redirect_stdout(sys.stderr):
+        return _merge(run, adapter, base, target, started)
+
+
+def _merge(run: Run, adapter: Path, base: Path, target: Path, started: float) -> MergeResult:
     try:
         import torch
         from peft import PeftModel
