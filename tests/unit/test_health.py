@@ -228,3 +228,21 @@ def test_rank_health_survives_an_unwritable_run_dir(tmp_path):
     health = RankHealth(blocked, 0, 1, job_id="1", interval=0)
     health.tick()
     assert health.disabled
+
+
+def test_site_fabric_and_idle_policy_are_validated_with_the_field_named(tmp_path):
+    from slurmctl.errors import ConfigError
+    from slurmctl.submit.spec import load_site_config
+
+    base = ("cluster: c\npartitions:\n  h100: {capacity: ondemand, gpu_type: h100, gpus_per_node: 8, "
+            "price_per_gpu_hour: 1, fabric: %s}\nidle_action: %s\nidle_grace: %s\n")
+    path = tmp_path / "site.yaml"
+    path.write_text(base % ("infiniband", "drain", "20m"))
+    site = load_site_config(path)
+    assert site.partitions["h100"].fabric == "infiniband" and (site.idle_action, site.idle_grace) == ("drain", "20m")
+    for values, field in ((("quantum", "warn", "1h"), "partitions.h100.fabric"),
+                          (("ethernet", "kill", "1h"), "idle_action"), (("ethernet", "warn", "soon"), "idle_grace")):
+        path.write_text(base % values)
+        with pytest.raises(ConfigError) as err:
+            load_site_config(path)
+        assert f"`{field}`" in err.value.message
