@@ -44,6 +44,7 @@ class Chart:
     xlabel: str = "step"
     log: bool | None = None  # None: decided from the values (wants_log)
     xticks: list[tuple[float, str]] = field(default_factory=list)  # labelled x positions (e.g. days)
+    ymin: float | None = None  # a linear axis from here (0 for money: a small spread must not look large)
 
 
 def _finite(values: list[float]) -> list[float]:
@@ -84,6 +85,8 @@ def line_chart(chart: Chart, fmt: str = "svg", width: float = 7.5, height: float
         log = wants_log(chart.series) if chart.log is None else chart.log
         if log and drawn:
             ax.set_yscale("log")
+        elif chart.ymin is not None and drawn:
+            ax.set_ylim(bottom=chart.ymin)
         seen_kinds = set()
         for m in chart.markers:
             colour, style = MARKER_STYLES.get(m.kind, MARKER_STYLES["restart"])

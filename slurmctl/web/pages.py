@@ -187,5 +187,5 @@ def showback_chart(report, by: str, top: int = 8):
     rest = [sum(v for k, v in report.cost_by_day_and_group[d].items() if k not in names) for d in days]
     if any(rest):
         series.append(Series("others", list(range(len(days))), rest))
-    return Chart(f"cost per day by {by}", "$ per day", series, xlabel="day", log=False,
+    return Chart(f"cost per day by {by}", "$ per day", series, xlabel="day", log=False, ymin=0.0,
                  xticks=[(i, d) for i, d in enumerate(days)])
