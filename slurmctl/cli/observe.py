@@ -110,9 +110,7 @@ def _with_active(ctx: Context, runs: list) -> list | None:
     shown = {r.run_id for r in runs}
     try:
         with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            if runs:  # runs_statuses' whole-queue squeue starts now, side by side with this one
-                ctx.client.prefetch_queue_view()
-            queued = ctx.client.my_job_comments()
+            queued = ctx.client.my_job_comments()  # a local client keeps its squeue for runs_statuses
     except SlurmUnreachable:
         return None  # Slurm does not answer: the caller shows the run dirs alone
     for job in queued:

@@ -8,6 +8,7 @@ format and a \\x1f separator: on 22.05, `squeue --json` took 0.15-0.19 s for 1,0
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -50,6 +51,7 @@ QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes"
                            "time_limit_seconds", "submit_time", "start_time", "user", "name", "comment"), "squeue -o")
 # ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
 JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
+_QUEUE_USER = QUEUE.attrs.index("user")  # a fixed field, before the user-written ones
 # squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
 # asked for (--gres, --gpus, --gpus-per-node).
 SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
@@ -83,7 +85,7 @@ class SlurmClient:
     def __init__(self, runner: Runner | None = None):
         self.runner = runner or LocalRunner()
         self.rejects = Rejects()  # output lines that did not parse, per query (the exporter reports them)
-        self._prefetched = None  # (thread, result box) of prefetch_queue_view
+        self._queue_output: CommandResult | None = None  # my_job_comments' squeue, for queue_view
 
     def _run(self, argv: list[str], timeout: float = 60.0, check: bool = True) -> CommandResult:
         result = self.runner.run(argv, timeout=timeout)
@@ -242,50 +244,31 @@ class SlurmClient:
         return QUEUE.parse(result.stdout, self.rejects)
 
     def my_job_comments(self) -> list[Job]:
-        """The caller's active jobs with only their id and comment, one squeue call (cheap to parse
-        for a user with thousands of jobs)."""
-        return JOB_COMMENTS.parse(self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()]).stdout,
-                                  self.rejects)
-
-    def prefetch_queue_view(self) -> None:
-        """Start the squeue of the next ``queue_view`` now, in a thread, so it runs side by side with the
-        caller's next query (ls: its own jobs, then every run's job). Only with a local runner, which
-        starts a process per query; an SSH connection serves one query at a time. The time limit in
-        force now (see answer_within) applies to it."""
-        if not isinstance(self.runner, LocalRunner) or getattr(self, "_prefetched", None) is not None:
-            return
-        import threading
-
-        timeout = min(60.0, self.runner.max_timeout or 60.0)
-        box: dict = {}
-
-        def fetch() -> None:
-            try:
-                box["result"] = self._run(["squeue", "-h", *QUEUE.format_argv()], timeout=timeout)
-            except Exception as exc:  # noqa: BLE001 - raised again by queue_view, in the caller's thread
-                box["error"] = exc
-
-        # a daemon: when the caller gives up on Slurm (unreachable), the exit does not wait for it
-        thread = threading.Thread(target=fetch, name="squeue-prefetch", daemon=True)
-        thread.start()
-        self._prefetched = (thread, box)
-
-    def _queue_view_output(self) -> CommandResult:
-        prefetched, self._prefetched = getattr(self, "_prefetched", None), None
-        if prefetched is None:
-            return self._run(["squeue", "-h", *QUEUE.format_argv()])
-        thread, box = prefetched
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
+        """The caller's active jobs, for their id and comment, one squeue call. With a local runner it
+        is the whole queue's squeue, kept for the next ``queue_view`` (once): `squeue --me` means this
+        process's user, so ls asks Slurm once for both. Otherwise `squeue --me` with those two fields."""
+        me = _user_name() if isinstance(self.runner, LocalRunner) else None
+        if me is None:
+            result = self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()])
+            return JOB_COMMENTS.parse(result.stdout, self.rejects)
+        result = self._queue_output = self._run(["squeue", "-h", *QUEUE.format_argv()])
+        jobs = []
+        for line in result.stdout.splitlines():
+            fields = line.split(SEP, _QUEUE_USER + 1)
+            if len(fields) > _QUEUE_USER and fields[_QUEUE_USER] == me:
+                job = QUEUE.parse_line(line, self.rejects)
+                if job is not None:
+                    jobs.append(job)
+        return jobs
 
     def queue_view(self, job_ids: Iterable[int]) -> QueueView:
         """One squeue of every user's jobs, fully parsed only for `job_ids` (status/ls at scale: building
         a Job per line costs more than squeue itself with 1,000 jobs); the rest only feeds queue positions.
-        Takes the output of a ``prefetch_queue_view`` started before, once."""
+        Takes the output of ``my_job_comments`` just before, once."""
         wanted = {int(j) for j in job_ids}
-        result = self._queue_view_output()
+        result, self._queue_output = getattr(self, "_queue_output", None), None
+        if result is None:
+            result = self._run(["squeue", "-h", *QUEUE.format_argv()])
         view = QueueView()
         view = QueueView()
         for line in result.stdout.splitlines():
