@@ -233,3 +233,37 @@ def test_the_command_prints_the_tunnel_and_a_token_url_and_refuses_a_busy_port(w
                               text=True, env=env, timeout=60)
     assert done.returncode != 0 and f"cannot listen on 127.0.0.1:{taken}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_runs_and_queue_pages_ask_slurm_exactly_what_ls_and_queue_ask(tmp_path):
+    """The pages read through the CLI's core: the same argv, the same number of Slurm commands."""
+    from click.testing import CliRunner
+
+    from slurmctl.cli.context import Context
+    from slurmctl.cli.observe import list_runs, queue
+
+    site = load_site_config(REPO / "deploy" / "local" / "site.yaml").model_copy(update={"runs_root": str(tmp_path)})
+    registry = RunRegistry(tmp_path)
+    registry.user_dir(create=True)
+    for n, job_id in enumerate((101, 102)):
+        make_run(registry, f"run{n}", job_id)
+
+    def calls(action) -> list[list[str]]:
+        ctx = Context()
+        ctx._site, ctx._client = site, SlurmClient(ReplayRunner({"squeue": "", "sacct": ""}))
+        action(ctx)
+        return ctx._client.runner.calls
+
+    def page(path):
+        def open_page(ctx):
+            app = WebApp(ctx, Sessions("t"))
+            cookie = app.handle("GET", "/?token=t", {}).headers["Set-Cookie"].split(";")[0]
+            assert app.handle("GET", path, {"Cookie": cookie}).status == 200
+        return open_page
+
+    def cli(command, args):
+        return lambda ctx: CliRunner().invoke(command, args, obj=ctx, catch_exceptions=False)
+
+    web_ls, cli_ls = calls(page("/?n=20")), calls(cli(list_runs, ["-n", "20"]))
+    assert web_ls == cli_ls and [c[0] for c in web_ls] == ["squeue", "squeue", "sacct"]
+    assert calls(page("/queue")) == calls(cli(queue, [])) == [calls(cli(queue, []))[0]]
