@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from slurmctl.fsutil import read_json, tail_bytes
@@ -37,13 +38,18 @@ TAIL_BYTES = 512 * 1024
 @dataclass(frozen=True)
 class Signature:
     category: str
-    pattern: re.Pattern
+    regex: str
     summary: str
     hint: str
 
+    @cached_property
+    def pattern(self) -> re.Pattern:
+        # compiled on first use: status and ls import this module for every run, and most never failed
+        return re.compile(self.regex, re.IGNORECASE)
+
 
 def _sig(category: str, pattern: str, summary: str, hint: str) -> Signature:
-    return Signature(category, re.compile(pattern, re.IGNORECASE), summary, hint)
+    return Signature(category, pattern, summary, hint)
 
 
 # Highest priority first: a root cause outranks the errors it triggers on other ranks.
