@@ -36,8 +36,9 @@ from slurmctl.slurm.client import SlurmClient
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
 # signal timer is up to ~60 s early, as measured on the local cluster).
 _PREEMPTION_SLACK_SECONDS = 90
-# Drains Slurm or the user asked for: the step ended on purpose, the allocation is not in question.
-_ORDERED_DRAINS = {"cancel", "preemption", "time-limit", "signal", "smoke"}
+# Drains Slurm, the user or the site's idle policy asked for: the step ended on purpose, the
+# allocation is not in question.
+_ORDERED_DRAINS = {"cancel", "preemption", "time-limit", "signal", "smoke", "idle"}
 # How long a failed allocation probe waits for slurmctld to name the lost node: it flags a slurmd
 # that stopped answering at its next ping (every SlurmdTimeout/3; 40 s on the local cluster).
 _NAME_LOST_NODE_SECONDS = 60.0
