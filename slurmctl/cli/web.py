@@ -37,7 +37,7 @@ def web(ctx: Context, port: int, listen: str, cancel_timeout: float) -> None:
                           "Pick another --port (or --port 0 for any free one).") from None
     bound = server.server_address[1]
     host = "127.0.0.1" if listen in {"127.0.0.1", "localhost", "0.0.0.0", "::", "::1"} else listen
-    login = socket.getfqdn()
+    login = socket.gethostname()  # not getfqdn(): a DNS lookup can hang where the resolver is unreachable
     who = "the operator's read-only view of every user's runs" if operator else f"{app.env.globals['user']}'s runs"
     click.echo(f"slurmctl web: serving {who} on {listen}:{bound}")
     if listen not in {"127.0.0.1", "localhost", "::1"}:
