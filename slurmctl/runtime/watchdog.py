@@ -138,6 +138,7 @@ class Watchdog:
         self.config_reported = False
         self.drain_since: float | None = None
         self.ranks_gone_since: float | None = None  # the peer check (_peer_lost)
+        self.ranks_seen = False  # ranks found in /proc (torchrun's carry RANK): only then is "none left" news
 
     @property
     def window(self) -> float:
@@ -193,8 +194,12 @@ class Watchdog:
         first failed collective). End the step after PEER_LOST_SECONDS instead of the stall window; the
         batch script's probe then tells a lost node from a healthy allocation. The floor keeps it clear
         of the few seconds before a relaunched training's ranks start."""
-        if not self.progressed or self.s.target_pids or not self.s.job_id or stalled < self.s.check_seconds \
-                or rank_pids(self.s):
+        if self.s.target_pids or not self.s.job_id:
+            return False
+        if rank_pids(self.s):
+            self.ranks_seen, self.ranks_gone_since = True, None
+            return False
+        if not (self.ranks_seen and self.progressed) or stalled < self.s.check_seconds:
             self.ranks_gone_since = None
             return False
         if self.ranks_gone_since is None:
@@ -211,6 +216,7 @@ class Watchdog:
                                           "for another node"})
         end_step(self.s)
         self.ranks_gone_since, self.last_progress, self.progressed, self.warned = None, now, False, False
+        self.ranks_seen = False
         return True
 
     def _start_drain(self, now: float, stalled: float) -> None:

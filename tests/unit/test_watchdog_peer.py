@@ -17,11 +17,12 @@ class Clock:
         return self.now
 
 
-def _setup(tmp_path, monkeypatch, ranks, steps=True):
+def _setup(tmp_path, monkeypatch, ranks, steps=True, seen=True):
     beat = tmp_path / "heartbeat.json"
     beat.write_text(json.dumps({"step": 1}))
     ended = []
-    monkeypatch.setattr(watchdog, "rank_pids", lambda s: list(ranks))
+    alive = [4242] if seen else []  # while the training steps, its ranks are there (or never visible)
+    monkeypatch.setattr(watchdog, "rank_pids", lambda s: list(alive))
     monkeypatch.setattr(watchdog, "_steps_running", lambda s: steps)
     monkeypatch.setattr(watchdog, "end_step", lambda s: ended.append(s.job_id))
     monkeypatch.setattr(watchdog, "capture_scene", lambda s, now: tmp_path / "scene")
@@ -30,6 +31,7 @@ def _setup(tmp_path, monkeypatch, ranks, steps=True):
                             job_id="7"), clock=clock)
     beat.write_text(json.dumps({"step": 2}))
     dog.check()  # progress: the training ran
+    alive[:] = ranks
     return dog, clock, ended, beat
 
 
@@ -56,6 +58,15 @@ def test_live_ranks_or_no_step_never_trigger_it(tmp_path, monkeypatch):
     (tmp_path / "b").mkdir()
     dog, clock, ended, _ = _setup(tmp_path / "b", monkeypatch, ranks=[], steps=False)  # srun has returned
     for dt in (3, 40, 80):
+        clock.now = 1000 + dt
+        dog.check()
+    assert ended == []
+
+
+def test_a_launcher_whose_ranks_are_never_visible_is_left_to_the_stall_window(tmp_path, monkeypatch):
+    # plain `srun python train.py` sets no RANK: "no rank here" says nothing, even for slow steps
+    dog, clock, ended, _ = _setup(tmp_path, monkeypatch, ranks=[], seen=False)
+    for dt in (3, 40, 80, 200):
         clock.now = 1000 + dt
         dog.check()
     assert ended == []
