@@ -34,7 +34,7 @@ CODES: dict[str, int] = {
     # bad input (2)
     "invalid-spec": 2, "invalid-duration": 2, "invalid-date": 2, "invalid-login-host": 2, "init-exists": 2,
     "site-config": 2, "preflight-failed": 2, "cost-not-confirmed": 2, "no-placement": 2,
-    "unknown-partition": 2, "too-many-gpus": 2, "upload-too-large": 2,
+    "unknown-partition": 2, "too-many-gpus": 2, "upload-too-large": 2, "merge-failed": 2,
     "image": 2, "image-reference": 2, "image-not-found": 2, "image-build": 2, "image-build-failed": 2,
     "image-push-failed": 2, "image-arch-mismatch": 2, "image-mutable-tag": 2, "image-runtime": 2,
     "registry-auth": 2, "registry-unreachable": 2, "engine-unreachable": 2,

@@ -75,6 +75,7 @@ def merge_adapter(run: Run, output: Path | None = None, base_model: Path | None 
         raise MergeError(f"{target} already exists.", "Pass --force to replace it, or --output DIR.")
     # The libraries print progress bars and notices on stdout: send them to stderr, so `--json` stays JSON.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    run.use_umask()  # the merged model gets the run dir's privacy (owner only, or the team group)
     with contextlib.redirect_stdout(sys.stderr):
         return _merge(run, adapter, base, target, started)
 
