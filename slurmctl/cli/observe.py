@@ -104,13 +104,14 @@ def _with_active(ctx: Context, runs: list) -> list | None:
 
     from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
     from slurmctl.observe.status import QUERY_SECONDS
-    from slurmctl.rundir import run_id_from_comment
+    from slurmctl.rundir import COMMENT_PREFIX, run_id_from_comment
     from slurmctl.slurm.runner import answer_within
 
     shown = {r.run_id for r in runs}
     try:
         with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            queued = ctx.client.my_job_comments()  # a local client keeps its squeue for runs_statuses
+            # a local client keeps its squeue for runs_statuses
+            queued = ctx.client.my_job_comments(containing=COMMENT_PREFIX)
     except SlurmUnreachable:
         return None  # Slurm does not answer: the caller shows the run dirs alone
     for job in queued:

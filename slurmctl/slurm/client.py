@@ -243,21 +243,25 @@ class SlurmClient:
         result = self._run(["squeue", "-h", *QUEUE.format_argv(), *(["--me"] if mine else [])])
         return QUEUE.parse(result.stdout, self.rejects)
 
-    def my_job_comments(self) -> list[Job]:
-        """The caller's active jobs, for their id and comment, one squeue call. With a local runner it
-        is the whole queue's squeue, kept for the next ``queue_view`` (once): `squeue --me` means this
-        process's user, so ls asks Slurm once for both. Otherwise `squeue --me` with those two fields."""
+    def my_job_comments(self, containing: str = "") -> list[Job]:
+        """The caller's active jobs whose comment contains `containing` (ls: the run comment's prefix),
+        for their id and comment, one squeue call. With a local runner it is the whole queue's squeue,
+        kept for the next ``queue_view`` (once): `squeue --me` means this process's user, so ls asks
+        Slurm once for both; only lines with `containing` are parsed. Otherwise `squeue --me` with
+        those two fields."""
         me = _user_name() if isinstance(self.runner, LocalRunner) else None
         if me is None:
             result = self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()])
-            return JOB_COMMENTS.parse(result.stdout, self.rejects)
+            return [j for j in JOB_COMMENTS.parse(result.stdout, self.rejects) if containing in j.comment]
         result = self._queue_output = self._run(["squeue", "-h", *QUEUE.format_argv()])
         jobs = []
         for line in result.stdout.splitlines():
+            if containing not in line:
+                continue
             fields = line.split(SEP, _QUEUE_USER + 1)
             if len(fields) > _QUEUE_USER and fields[_QUEUE_USER] == me:
                 job = QUEUE.parse_line(line, self.rejects)
-                if job is not None:
+                if job is not None and containing in job.comment:
                     jobs.append(job)
         return jobs
 
