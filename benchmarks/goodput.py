@@ -177,6 +177,10 @@ def main() -> None:
                 run([PY, "-m", "slurmctl.cli", "cancel", r["run_id"], "--now"], timeout=120)
         if lost_node:
             restore_node(lost_node)
+        # what report() needs, so that `--report FILE` can print it again from the run dirs
+        (base / "benchmark.json").write_text(json.dumps({"runs": runs, "injected": injected,
+                                                         "started": started_bench, "args": vars(ARGS)}))
+        print(f"benchmark record: {base / 'benchmark.json'}", flush=True)
     report(runs, injected, started_bench)
 
 
@@ -201,7 +205,7 @@ def report(runs: dict, injected: list[dict], started_bench: float) -> None:
     useful = ARGS.steps * ARGS.step_seconds
     print(f"\ngoodput: 2 nodes x 2 processes, {ARGS.steps} steps x {ARGS.step_seconds} s, checkpoint every "
           f"{ARGS.interval} steps, {len(injected)} faults, one per {ARGS.fault_every:.0f} s of training; "
-          f"benchmark wall {time.time() - started_bench:.0f} s")
+          f"benchmark wall {max(m['time'] for r in result.values() for m in r['metrics']) - started_bench:.0f} s")
     for key in runs:
         r = result[key]
         fixed = r["gaps"] + r["timeout_wait"]
@@ -245,5 +249,12 @@ if __name__ == "__main__":
     parser.add_argument("--node-wait", type=float, default=180.0,
                         help="seconds to wait for a node of the faulty run that no other job uses")
     parser.add_argument("--timeout", type=float, default=1500.0)
+    parser.add_argument("--report", type=Path, default=None, help="print the report of a finished benchmark "
+                        "again from its benchmark.json")
     ARGS = parser.parse_args()
-    main()
+    if ARGS.report:
+        saved = json.loads(ARGS.report.read_text())
+        ARGS.__dict__.update({k: v for k, v in saved["args"].items() if k != "report"})
+        report(saved["runs"], saved["injected"], saved["started"])
+    else:
+        main()
