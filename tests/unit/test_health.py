@@ -33,9 +33,10 @@ CASES = json.loads((FIXTURES / "nccl_transport" / "cases.json").read_text())["ca
 STUB_SMI = str(FIXTURES / "bin" / "nvidia-smi")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["url"].split("github.com/")[1] for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.get("file") or c["url"].split("github.com/")[1] for c in CASES])
 def test_nccl_transport_of_real_log_lines(case):
-    found = nccl_transport(case["lines"], pid=case["pid"], host=case["host"])
+    lines = case.get("lines") or (FIXTURES / "nccl_transport" / case["file"]).read_text().splitlines()
+    found = nccl_transport(lines, pid=case["pid"], host=case["host"])
     assert found is not None and (found["network"], found["transport"]) == (case["network"], case["transport"])
     assert f":{case['pid']}:" in found["evidence"]
 
@@ -50,6 +51,8 @@ def test_a_rank_reads_only_its_own_lines_behind_launcher_prefixes():
     socket_then_ib = ["h:7:7 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
                       "h:7:7 [0] NCCL INFO Using network IB"]
     assert nccl_transport(socket_then_ib, pid=7)["network"] == "IB"  # 'Using network' outranks a channel line
+    no_device = "h:7:7 [0] NCCL INFO NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>"  # NCCL 2.28 after "No device found"
+    assert nccl_transport([no_device], pid=7) is None
 
 
 def test_transport_classes_are_bounded():
