@@ -286,6 +286,28 @@ class Run:
                 continue
         return list(dict.fromkeys(i for i in ids if i > 0))
 
+    def array_task(self) -> tuple[int, int] | None:
+        """(array job id, task index) when this run's latest submission is a sweep element's array
+        task: '<array>_<index>' reaches that task alone (slurmctl.slurm.client.job_ref)."""
+        task = None
+        for e in self.events():
+            if e.get("event") == "submitted":
+                index, array = e.get("array_task_id"), e.get("job_id")
+                task = (array, index) if isinstance(index, int) and isinstance(array, int) else None
+        return task
+
+    def waiting_array_task(self) -> tuple[int, int] | None:
+        """``array_task()`` while the task has not started since that submission: it has no job id of its
+        own yet, and its array's id is every task's."""
+        task = None
+        for e in self.events():
+            if e.get("event") == "submitted":
+                index, array = e.get("array_task_id"), e.get("job_id")
+                task = (array, index) if isinstance(index, int) and isinstance(array, int) else None
+            elif e.get("event") == "start":
+                task = None
+        return task
+
     def latest_job_id(self) -> int | None:
         ids = self.job_ids()
         return ids[-1] if ids else None

@@ -116,6 +116,10 @@ def _with_active(ctx: Context, runs: list) -> list | None:
         return None  # Slurm does not answer: the caller shows the run dirs alone
     for job in queued:
         run_id = run_id_from_comment(job.comment)
+        if run_id and run_id not in shown and (elements := queued_sweep_runs(ctx.registry, run_id)) is not None:
+            runs += [r for r in elements if r.run_id not in shown]  # a sweep's tasks that have not started
+            shown.update([run_id, *(r.run_id for r in elements)])
+            continue
         # only an existing run dir is looked up: a bare id never falls back to a scan of every run
         if run_id and run_id not in shown and os.path.lexists(ctx.registry.root / run_id):
             try:

@@ -42,6 +42,13 @@ def sweep(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], grid: tupl
     def confirm(cost) -> bool:
         return click.confirm(f"Worst case ${cost.max_usd:,.2f} for the whole sweep. Submit?", default=False, err=True)
 
+    from slurmctl.errors import ConfigError
+    from slurmctl.remote import RemoteSlurmClient
+
+    if isinstance(ctx.client, RemoteSlurmClient):
+        # Its submit copies one run dir and its workdir; a sweep has one per element plus its own.
+        raise ConfigError("`slurmctl sweep` does not run through an SSH login node yet (--host / login_host).",
+                          "Run it on the login node itself, or submit the elements one by one with `submit`.")
     interactive = not as_json and sys.stdin.isatty()
     options = SubmitOptions(dry_run=dry_run, extra_sbatch_args=sbatch_args, force=force,
                             allow_mutable_image=allow_mutable_image, where=where, yes=yes,

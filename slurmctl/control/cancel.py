@@ -53,6 +53,8 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
     if job_id is None:
         raise RunNotFound(f"run {run.run_id} was never submitted; nothing to cancel.", "`slurmctl ls` lists your runs.")
     started = time.monotonic()
+    if (task := run.waiting_array_task()) is not None:  # a sweep element not started: its task alone
+        return _cancel_array_task(run, client, task, started, wait_seconds, poll)
     job = client.jobs([job_id]).get(job_id)
     if job is not None and not job.active:
         return CancelResult(run.run_id, job_id, job.state, True, 0.0)
@@ -65,7 +67,9 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
         _wait_inactive(client, job_id, ACKED_EXIT_GRACE_SECONDS, poll)  # let the batch shell record the end
     job = client.jobs([job_id]).get(job_id)
     if job is not None and job.active:
-        client.cancel(job_id)
+        # a sweep element's task by '<array>_<index>': its job id may be the array's, which is every task's
+        task = run.array_task()
+        client.cancel(f"{task[0]}_{task[1]}" if task else job_id)
     run.record("cancel-requested", job_id=job_id, drain=result.drain, ack_step=result.ack_step)
     while time.monotonic() - started < drain_timeout + wait_seconds:
         job = client.jobs([job_id]).get(job_id)
@@ -77,6 +81,20 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
     raise SlurmCommandError(
         f"job {job_id} is still {job.state if job else 'unknown'} {wait_seconds:.0f} s after scancel.",
         "Slurm may be cleaning up a stuck node; check again with `slurmctl status`, then tell the platform team.")
+
+
+def _cancel_array_task(run: Run, client: SlurmClient, task: tuple[int, int], started: float, wait_seconds: float,
+                       poll: float) -> CancelResult:
+    array_id, index = task
+    if client.array_task_state(array_id, index) is not None:
+        client.cancel(f"{array_id}_{index}")
+    run.record("cancel-requested", job_id=array_id, array_task_id=index, drain="not-needed", ack_step=None)
+    while time.monotonic() - started < wait_seconds:
+        if (state := client.array_task_state(array_id, index)) is None:
+            return CancelResult(run.run_id, array_id, "CANCELLED", True, time.monotonic() - started)
+        time.sleep(poll)
+    raise SlurmCommandError(f"task {array_id}_{index} is still {state} {wait_seconds:.0f} s after scancel.",
+                            "Check again with `slurmctl status`, then tell the platform team.")
 
 
 def _wait_inactive(client: SlurmClient, job_id: int, seconds: float, poll: float) -> None:

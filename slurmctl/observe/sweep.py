@@ -7,11 +7,12 @@ call and at most one sacct call for the whole sweep) and their numbers from thei
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmctl.errors import RunNotFound, SpecError
+from slurmctl.errors import RunNotFound, RunNotOwned, SpecError
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.sweepdir import SWEEP_JSON, SweepDir, find_sweep
 
@@ -123,12 +124,19 @@ def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metr
     pairs = element_runs(sweep, registry)
     statuses = runs_statuses([run for _, run in pairs], client, site)
     result = SweepStatus(sweep.sweep_id, str(meta.get("name") or ""), meta.get("array_job_id"), metric, goal)
+    waiting = {run.run_id: task for _, run in pairs if (task := run.waiting_array_task()) is not None}
+    # A task that has not started shares the array's id with every other such task: its own state
+    # comes from `squeue -r` (one line per task); gone from the queue without a start = cancelled.
+    queued = client.array_task_states(next(iter(waiting.values()))[0]) if waiting else {}
     for (index, run), status in zip(pairs, statuses, strict=True):
         best, last, best_step = best_value(run, metric, goal)
+        phase, state = status.phase or status.state.lower(), status.state
+        if run.run_id in waiting and status.slurm_unreachable_since is None:
+            state = queued.get(waiting[run.run_id][1], "CANCELLED")
+            phase = {"PENDING": "queued", "CANCELLED": "cancelled"}.get(state, phase)
         result.elements.append(ElementStatus(
-            index, run.run_id, values.get(index, {}), status.phase or status.state.lower(), status.state,
-            status.job_id, status.last_step, status.restarts_used, best, last, best_step,
-            status.latest_checkpoint_step))
+            index, run.run_id, values.get(index, {}), phase, state, status.job_id, status.last_step,
+            status.restarts_used, best, last, best_step, status.latest_checkpoint_step))
     for rank, element in enumerate(result.ranked(), start=1):
         element.rank = rank
     return result
@@ -179,3 +187,15 @@ def ls_entries(statuses: list) -> list[tuple[int, object, tuple | None, str]]:
 
 def _submitted(status) -> list[dict]:
     return [e for e in Run(status.run_id, Path(status.run_dir)).events() if e.get("event") == "submitted"]
+
+
+def queued_sweep_runs(registry: RunRegistry, sweep_id: str) -> list[Run] | None:
+    """The element runs of the caller's sweep `sweep_id` (a queued job's comment names the sweep until
+    its task starts and takes its element's name); None when `sweep_id` names no sweep (one lstat)."""
+    if not is_run_id(sweep_id) or not os.path.lexists(registry.root / sweep_id / SWEEP_JSON):
+        return None
+    try:
+        sweep = find_sweep(registry, sweep_id)
+    except (RunNotFound, RunNotOwned):
+        return None
+    return [run for _, run in sweep.elements(registry) if run is not None] if sweep else None

@@ -31,7 +31,7 @@ from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_cappe
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.policy import REQUEUE, STOP, Decision, decide
-from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.client import SlurmClient, job_ref_from_env
 
 # USR1 this much earlier than the time-limit margin can only be a preemption (Slurm's own
 # signal timer is up to ~60 s early, as measured on the local cluster).
@@ -95,7 +95,7 @@ def drain_signal(run_dir: Path, client: SlurmClient) -> int:
     margin = _env_int("SLURMCTL_DRAIN_MARGIN", 120)
     left = None
     try:
-        left = client.time_left_seconds(_env_int("SLURM_JOB_ID"))
+        left = client.time_left_seconds(job_ref_from_env())
     except SlurmctlError:
         pass
     reason = "preemption" if left is not None and left > margin + _PREEMPTION_SLACK_SECONDS else "time-limit"
@@ -110,7 +110,7 @@ def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
     while (ck := checkpoints.latest()) is None:
         time.sleep(poll)
     try:
-        client.update_job(job_id, Requeue=1)
+        client.update_job(job_ref_from_env(), Requeue=1)  # a sweep element: its array task alone
     except SlurmctlError as exc:
         print(f"slurmctl: could not make job {job_id} requeueable: {exc.message}", file=sys.stderr)
         return 1
@@ -234,10 +234,10 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
         return 0 if ok else (exit_code or 1)
     job_id = _env_int("SLURM_JOB_ID")
     try:
-        client.update_job(job_id, Requeue=1)  # normally already done by watch-requeue
+        client.update_job(job_ref_from_env(), Requeue=1)  # normally already done by watch-requeue
         if decision.outcome == "node-lost":
             _await_node_failure(client, record.get("nodes_lost") or [])
-        client.requeue(job_id)
+        client.requeue(job_ref_from_env())  # a sweep element: its array task, never the whole array
     except SlurmctlError as exc:
         append_jsonl(run_dir / rundir.ATTEMPTS, {**_base_record("requeue-failed"), "message": exc.message})
         print(f"slurmctl: requeue of job {job_id} failed: {exc.message}", file=sys.stderr)

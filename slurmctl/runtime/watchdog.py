@@ -368,10 +368,12 @@ def end_step(settings: Settings) -> None:
             while time.monotonic() < deadline and any(pid_alive(p) for p in settings.target_pids):
                 time.sleep(0.1)
         return
-    from slurmctl.slurm.client import SlurmClient
+    from slurmctl.slurm.client import SlurmClient, job_ref_from_env
 
     client = SlurmClient()
-    for step in client.job_steps(int(settings.job_id)):
+    # this job's own steps: a sweep element's array id may name every task of the array
+    own = job_ref_from_env()
+    for step in client.job_steps(own if isinstance(own, str) else int(settings.job_id)):
         client.cancel_step(step)
 
 

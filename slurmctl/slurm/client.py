@@ -79,6 +79,28 @@ _UNREACHABLE = re.compile(
     re.IGNORECASE,
 )
 _TEST_ONLY_RE = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition (\S+)")
+_TASK_REF_RE = re.compile(r"\d+_\d+")
+
+
+def job_ref(job: int | str) -> str:
+    """A job id, or an array task as '<array id>_<index>'. Slurm 22.05 gives an array task its own id
+    when it starts, but the task that starts last keeps the array's id, and scontrol update/requeue,
+    scancel and squeue -s read that id as EVERY task of the array (tested): such a task is only
+    reached alone as '<array id>_<index>'."""
+    if isinstance(job, str) and _TASK_REF_RE.fullmatch(job):
+        return job
+    return str(int(job))
+
+
+def job_ref_from_env(environ=os.environ) -> int | str:
+    """Inside a job: '<array id>_<index>' for an array task (a sweep element), else SLURM_JOB_ID."""
+    array, index = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and index.isdigit():
+        return f"{array}_{index}"
+    try:
+        return int(environ.get("SLURM_JOB_ID") or 0)
+    except ValueError:
+        return 0
 
 
 class SlurmClient:
@@ -123,7 +145,8 @@ class SlurmClient:
         """An interactive Slurm command (`srun --pty ...`) on the user's terminal; its exit code."""
         return self.runner.attach(argv)
 
-    def cancel(self, job_id: int, signal: str | None = None, batch_only: bool = False, full: bool = False) -> None:
+    def cancel(self, job_id: int | str, signal: str | None = None, batch_only: bool = False,
+               full: bool = False) -> None:
         argv = ["scancel"]
         if signal:
             argv.append(f"--signal={signal}")
@@ -131,7 +154,24 @@ class SlurmClient:
             argv.append("--batch")
         if full:
             argv.append("--full")
-        self._run([*argv, str(int(job_id))])
+        self._run([*argv, job_ref(job_id)])
+
+    def array_task_state(self, array_job_id: int, index: int) -> str | None:
+        """The squeue state of one array task (`squeue -j <array>_<index>`); None once it left the queue."""
+        result = self._run(["squeue", "-h", "-j", f"{int(array_job_id)}_{int(index)}", "-o", "%T"], check=False)
+        states = result.stdout.split() if result.returncode == 0 else []
+        return states[0] if states else None
+
+    def array_task_states(self, array_job_id: int) -> dict[int, str]:
+        """index -> squeue state of every task of an array still in the queue, one call (`-r` lists a
+        pending range such as 5_[2-9%2] as one line per task)."""
+        result = self._run(["squeue", "-h", "-r", "-j", str(int(array_job_id)), "-o", f"%K{SEP}%T"], check=False)
+        states = {}
+        for line in result.stdout.splitlines() if result.returncode == 0 else []:
+            index, _, state = line.partition(SEP)
+            if index.isdigit() and state:
+                states[int(index)] = state
+        return states
 
     def cancel_many(self, job_ids: Iterable[int], chunk: int = 1000) -> None:
         """scancel many jobs, 1,000 ids per call (~0.8 s each on 22.05)."""
@@ -140,25 +180,25 @@ class SlurmClient:
             self._run(["scancel", *ids[start:start + chunk]])
 
     # --- reliability: requeue, update, release, time left -------------------------------------
-    def requeue(self, job_id: int) -> None:
+    def requeue(self, job_id: int | str) -> None:
         """`scontrol requeue`: needs Requeue=1 on the job; the next attempt waits ~120 s (BeginTime)."""
-        self._run(["scontrol", "requeue", str(int(job_id))])
+        self._run(["scontrol", "requeue", job_ref(job_id)])
 
-    def update_job(self, job_id: int, **fields: str | int) -> None:
+    def update_job(self, job_id: int | str, **fields: str | int) -> None:
         """`scontrol update JobId=N Key=Value ...`, e.g. update_job(7, Requeue=1, StartTime="now")."""
-        self._run(["scontrol", "update", f"JobId={int(job_id)}", *(f"{k}={v}" for k, v in fields.items())])
+        self._run(["scontrol", "update", f"JobId={job_ref(job_id)}", *(f"{k}={v}" for k, v in fields.items())])
 
     def release(self, job_id: int) -> None:
         self._run(["scontrol", "release", str(int(job_id))])
 
-    def time_left_seconds(self, job_id: int) -> int | None:
-        result = self._run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%L"], check=False)
+    def time_left_seconds(self, job_id: int | str) -> int | None:
+        result = self._run(["squeue", "-h", "-j", job_ref(job_id), "-o", "%L"], check=False)
         return parse_slurm_duration(result.stdout) if result.returncode == 0 else None
 
     # --- steps and holds (watchdog, cleanup) ---------------------------------------------------
-    def job_steps(self, job_id: int) -> list[str]:
-        """The job's srun steps ('123.0', ...), without the batch and extern steps."""
-        result = self._run(["squeue", "-h", "-s", "-j", str(int(job_id)), "-o", "%i"], check=False)
+    def job_steps(self, job_id: int | str) -> list[str]:
+        """The job's srun steps ('123.0', an array task's '120_3.0', ...), without the batch and extern steps."""
+        result = self._run(["squeue", "-h", "-s", "-j", job_ref(job_id), "-o", "%i"], check=False)
         steps = [s.strip() for s in result.stdout.split() if s.strip()]
         return [s for s in steps if s.rsplit(".", 1)[-1].isdigit()]
 

@@ -293,7 +293,8 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
         pattern = sweep_element_id(sweep_id, "%a")
         context = sbatch_context(first, site, sweep_id, registry.root / pattern, workdir, placement.chosen, image)
         context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(registry.root / pattern),
-                            "scripts": [str(registry.root / rid / "job.sbatch") for rid in run_ids]}
+                            "elements": [{"run_id": rid, "script": str(registry.root / rid / "job.sbatch")}
+                                         for rid in run_ids]}
         return render(template, context, templates)
 
     run_ids = [rid for rid, _ in elements]

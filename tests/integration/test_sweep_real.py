@@ -79,7 +79,7 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
         # Slurm's view: one array, at most 2 tasks running at once.
         queue = as_user("alice").squeue("-j", str(array), "-o", "%i|%T")
         assert sum("RUNNING" in line for line in queue.splitlines()) <= 2, queue
-        wait_until(lambda: (dirs[0] / "checkpoints" / "latest").exists(), 60, "element 0's first checkpoint")
+        wait_until(lambda: (dirs[0] / "checkpoints" / "latest").exists(), 180, "element 0's first checkpoint")
         preemptor = bob.sbatch("-p", "h100-ondemand", "-w", "h100-3", "--gres=gpu:h100:8", "-t", "1",
                                "-J", "swp-preemptor", "-o", "/dev/null", "--wrap", "sleep 2")
         end = wait_until(lambda: events(dirs[0], "end"), 60, "element 0's preemption")[0]
@@ -114,6 +114,8 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
     cost = slurmctl_json("cost", sweep["sweep_id"])
     jobs = {e["job_id"] for e in status["elements"]}
     assert {a["job_id"] for a in cost["attempts"]} == jobs
+    # each task took its element's name and comment when it started: accounting attributes it to that run
+    assert {a["run_id"] for a in cost["attempts"]} == set(sweep_run_ids(sweep))
     assert len(cost["attempts"]) == 6 + len(preempted) and cost["related_runs"] == sweep_run_ids(sweep)
     listing = slurmctl("ls", "-n", "40", env={"COLUMNS": "400"}).stdout.splitlines()
     header = next(i for i, line in enumerate(listing) if line.startswith(sweep["sweep_id"]))
@@ -135,21 +137,30 @@ def sweep_run_ids(sweep: dict) -> list[str]:
 def test_cancel_drains_the_running_element_and_ends_the_whole_array(workdir):
     spec = write_run(workdir / "cancel", {"name": "swp-cancel", **FIELDS,
                                           "args": ["--lr", "1e-3", "--seed", "0", "--steps", "2000"],
-                                          "sweep": {"grid": {"seed": [1, 2]}, "max_parallel": 1}},
+                                          "sweep": {"grid": {"seed": [1, 2, 3]}, "max_parallel": 1}},
                      {"train.py": TRAIN_PY})
     sweep = slurmctl_json("sweep", spec)
+    array = sweep["job_id"]
+    alice = as_user("alice")
     try:
         first = Path(sweep["sweep_dir"]).parent / sweep["elements"][0]["run_id"]
-        wait_until(lambda: (first / "heartbeat.json").exists(), 60, "element 0's first step")
+        wait_until(lambda: (first / "heartbeat.json").exists(), 180, "element 0's first step")
+        # One element that has not started: only its task goes (`scancel <array>`, its job id, would end all).
+        one = slurmctl_json("cancel", sweep["elements"][2]["run_id"])
+        assert one["verified"] and one["final_state"] == "CANCELLED", one
+        left = alice.squeue("-h", "-j", str(array), "-r", "-o", "%K|%T").split()
+        assert sorted(left) == ["0|RUNNING", "1|PENDING"], left
+        phases = [e["phase"] for e in slurmctl_json("status", sweep["sweep_id"])["elements"]]
+        assert phases == ["training", "queued", "cancelled"], phases
         result = slurmctl_json("cancel", sweep["sweep_id"], "--timeout", "60")
     finally:
-        as_user("alice").scancel(sweep["job_id"])
+        alice.scancel(array)
     assert result["verified"] and result["ok"], result
-    drained, waiting = result["elements"]
+    drained, waiting, _ = result["elements"]
     assert drained["drain"] == "acknowledged" and waiting["drain"] == "not-needed", result
     assert (first / "checkpoints" / f"checkpoint-{drained['ack_step']}" / ".complete").is_file()
-    assert not as_user("alice").squeue("-j", str(sweep["job_id"]), "-h").strip()
-    assert [e["phase"] for e in slurmctl_json("status", sweep["sweep_id"])["elements"]] == ["cancelled"] * 2
+    assert not alice.squeue("-j", str(array), "-h").strip()
+    assert [e["phase"] for e in slurmctl_json("status", sweep["sweep_id"])["elements"]] == ["cancelled"] * 3
 
 
 def test_bad_grids_are_refused_with_the_field_and_the_fix(workdir):

@@ -87,24 +87,32 @@ def test_element_run_ids_and_the_output_pattern():
 def test_the_array_script_runs_element_i_for_task_i(local_site, tmp_path):
     base = spec()
     context = sbatch_context(base, local_site, "lrs-20261130-abcd", tmp_path / "lrs-%a-20261130-abcd", tmp_path)
-    scripts = []
+    elements = []
     for i in range(3):
         script = tmp_path / f"el {i}" / "job.sbatch"  # a space: the exec line must quote it
         script.parent.mkdir()
         script.write_text(f"echo element {i} task $SLURM_ARRAY_TASK_ID\n")
-        scripts.append(str(script))
-    context["sweep"] = {"id": "lrs-20261130-abcd", "array": "0-2%2", "element_pattern": "x", "scripts": scripts}
+        elements.append({"run_id": f"lrs-{i}-20261130-abcd", "script": str(script)})
+    context["sweep"] = {"id": "lrs-20261130-abcd", "array": "0-2%2", "element_pattern": "x", "elements": elements}
     text = render(TEMPLATE, context)
+    fake_bin = tmp_path / "bin"  # scontrol that records how the task names itself
+    fake_bin.mkdir()
+    (fake_bin / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/scontrol.log\n")
+    (fake_bin / "scontrol").chmod(0o755)
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin", "SLURM_JOB_ID": "123", "SLURM_ARRAY_JOB_ID": "120"}
     assert "#SBATCH --array=0-2%2" in text
     assert f"#SBATCH --output={tmp_path}/lrs-%a-20261130-abcd/logs/%j.out" in text
     assert "torch.distributed.run" not in text  # only the dispatch: each element's own script trains
     commands = [line for line in text.split("#SBATCH --array", 1)[0].splitlines()[1:] if line.strip()]
     assert all(line.startswith("#") for line in commands)  # sbatch reads #SBATCH lines up to the first command
     for task in ("1", "2"):
-        ran = subprocess.run(["bash", "-c", text.split("\n", 1)[1]], env={"SLURM_ARRAY_TASK_ID": task},
+        ran = subprocess.run(["bash", "-c", text.split("\n", 1)[1]], env={**env, "SLURM_ARRAY_TASK_ID": task},
                              capture_output=True, text=True)
         assert ran.stdout == f"element {task} task {task}\n", ran
-    stray = subprocess.run(["bash", "-c", text], env={"SLURM_ARRAY_TASK_ID": "7"}, capture_output=True, text=True)
+    assert (tmp_path / "scontrol.log").read_text().splitlines() == [
+        f"update JobId=120_{t} JobName=lrs-{t}-20261130-abcd Comment=slurmctl:lrs-{t}-20261130-abcd" for t in "12"]
+    stray = subprocess.run(["bash", "-c", text], env={**env, "SLURM_ARRAY_TASK_ID": "7"}, capture_output=True,
+                           text=True)
     assert stray.returncode == 2 and "no element of sweep" in stray.stderr
 
 
@@ -186,3 +194,57 @@ def test_sweep_for_finds_a_sweep_by_id_or_name_and_leaves_runs_alone(tmp_path):
     assert find_sweep(registry, "nothing") is None
     with pytest.raises(Exception, match="no run 'nothing'"):
         sweep_for(registry, "nothing")
+
+
+class _TaskRunner:
+    """squeue answers for one pending array task until scancel named exactly that task."""
+
+    def __init__(self):
+        self.calls, self.cancelled = [], False
+
+    def run(self, argv, timeout=60.0):
+        from slurmctl.slurm.runner import CommandResult
+
+        self.calls.append(list(argv))
+        if argv[0] == "scancel":
+            self.cancelled = True
+        out = "PENDING\n" if argv[0] == "squeue" and not self.cancelled else ""
+        return CommandResult(tuple(argv), 0, out, "")
+
+
+def test_a_waiting_element_is_cancelled_as_its_own_task_never_the_whole_array(tmp_path):
+    from slurmctl.control.cancel import cancel_run
+    from slurmctl.slurm.client import SlurmClient
+
+    run = Run("lrs-2-20261130-abcd", tmp_path)
+    run.record("submitted", job_id=100, array_task_id=2)
+    assert run.waiting_array_task() == (100, 2)
+    runner = _TaskRunner()
+    result = cancel_run(run, SlurmClient(runner), poll=0.01)
+    assert result.verified and result.final_state == "CANCELLED"
+    assert ["scancel", "100_2"] in runner.calls and ["scancel", "100"] not in runner.calls
+    assert ["squeue", "-h", "-j", "100_2", "-o", "%T"] in runner.calls
+    run.record("start", job_id=104)
+    assert run.waiting_array_task() is None  # started: its own job id (104) is cancelled as any run's
+
+
+def test_array_task_states_reads_one_line_per_task():
+    from slurmctl.slurm.client import SEP, SlurmClient
+    from slurmctl.slurm.runner import CommandResult
+
+    class Runner:
+        def run(self, argv, timeout=60.0):
+            assert argv == ["squeue", "-h", "-r", "-j", "100", "-o", f"%K{SEP}%T"]
+            return CommandResult(tuple(argv), 0, f"0{SEP}RUNNING\n3{SEP}PENDING\nN/A{SEP}PENDING\n", "")
+
+    assert SlurmClient(Runner()).array_task_states(100) == {0: "RUNNING", 3: "PENDING"}
+
+
+def test_inside_an_array_task_slurm_calls_name_the_task_never_the_array():
+    from slurmctl.slurm.client import job_ref, job_ref_from_env
+
+    task = {"SLURM_JOB_ID": "120", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "5"}  # the last task
+    assert job_ref_from_env(task) == "120_5" and job_ref_from_env({"SLURM_JOB_ID": "7"}) == 7
+    assert job_ref("120_5") == "120_5" and job_ref(7) == "7"
+    with pytest.raises(ValueError):
+        job_ref("120_5; rm -rf /")
