@@ -104,6 +104,7 @@ def _with_active(ctx: Context, runs: list) -> list | None:
 
     from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
     from slurmctl.observe.status import QUERY_SECONDS
+    from slurmctl.observe.sweep import queued_sweep_runs
     from slurmctl.rundir import COMMENT_PREFIX, run_id_from_comment
     from slurmctl.slurm.runner import answer_within
 
