@@ -8,9 +8,10 @@ step time, an allreduce per step, a checkpoint every K steps) start together as 
   preemption  USR1 to the batch shell (`scancel --signal=USR1 --batch`, what Slurm's
               preempt_send_user_signal sends): drain, checkpoint, ACK, Slurm requeue
   node-loss   SIGKILL of the slurmd and the job's processes of its second node (root; only a node
-              no other job uses, the baseline run included): the watchdog's peer check (5 s checks
-              in both runs) ends the stuck step, the probe names the node, Slurm requeues the job
-              once the node is DOWN and it resumes on the others; the node is then restored
+              no other job uses, the baseline run included; drained at once so that no other job
+              lands on it): the watchdog's peer check (5 s checks in both runs) ends the stuck
+              step, the probe names the node, Slurm requeues the job once the node is DOWN and it
+              resumes on the others; the node is then restored
 Printed: goodput = useful steps x step time / wall time for both runs, the faulty run's also without
 Slurm's fixed delays (the requeue BeginTime wait, and the SlurmdTimeout wait before Slurm declares a
 lost node DOWN), which are printed separately; per fault: time to the first new step (raw and less
@@ -134,14 +135,13 @@ def main() -> None:
                 break
             requeued = any(e["event"] == "end" and e.get("outcome") == "node-lost"
                            for e in jsonl(run_dir / "attempts.jsonl"))
+            # the batch script waits for Slurm's NODE_FAIL: once the job left the node, Slurm declared
+            # it DOWN and requeued the job; bring the node back
             if lost_node and requeued and states["faults"] != "RUNNING" \
                     and lost_node not in squeue_nodes(faulty["job_id"]):
-                down = subprocess.run(["sinfo", "-h", "-N", "-n", lost_node, "-o", "%T"], capture_output=True,
-                                      text=True, timeout=30).stdout.split()
-                if down and down[0].startswith("down"):  # Slurm ended and requeued the attempt: bring it back
-                    restore_node(lost_node)
-                    print(f"node {lost_node} restored", flush=True)
-                    lost_node = None
+                restore_node(lost_node)
+                print(f"node {lost_node} restored", flush=True)
+                lost_node = None
             beat = (jsonl(run_dir / "metrics.jsonl") or [{}])[-1]
             if states["faults"] == "RUNNING" and beat.get("time", 0) > time.time() - 5 and not lost_node:
                 next_fault = next_fault or time.time() + ARGS.fault_every
@@ -164,6 +164,10 @@ def main() -> None:
                             next_fault = None
                             continue
                         kill_node(victim, faulty["job_id"])
+                        # as an operator's health check would: no other job may land on the dead node in
+                        # the seconds before slurmctld notices (the benchmark shares the cluster)
+                        subprocess.run(["scontrol", "update", f"nodename={victim}", "state=drain",
+                                        "reason=goodput benchmark: node loss injected"], timeout=30, check=False)
                         lost_node = victim
                     injected.append({"kind": kind, "time": time.time(), "step": beat.get("step")})
                     print(f"injected {kind} at step {beat.get('step')}", flush=True)
