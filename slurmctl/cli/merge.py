@@ -19,7 +19,7 @@ from slurmctl.cli.context import Context, json_option, out, pass_ctx, print_json
 @json_option
 @pass_ctx
 def merge(ctx: Context, run: str, output: Path | None, base_model: Path | None, force: bool, as_json: bool) -> None:
-    """Fold RUN's LoRA adapter into its base model and save the merged weights."""
+    """Fold RUN's LoRA adapter (template hf-lora) into its base model and save the merged weights."""
     from slurmctl.control.merge import merge_adapter
 
     result = merge_adapter(ctx.registry.get(run), output, base_model, force)
