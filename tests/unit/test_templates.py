@@ -139,3 +139,24 @@ def test_bad_deepspeed_config_is_a_finding_naming_the_file(tmp_path, local_site,
     (finding,) = result.findings
     assert finding.code == "invalid-deepspeed-config" and message in finding.message
     assert "zero.json" in finding.message
+
+
+def test_merge_refuses_a_run_without_an_adapter_or_base(tmp_path):
+    from slurmctl.control.merge import MergeError, merge_adapter
+    from slurmctl.rundir import Run
+
+    run = Run("ft-20261130-abcd", tmp_path)
+    with pytest.raises(MergeError, match="no LoRA adapter") as exc:
+        merge_adapter(run)
+    assert exc.value.code == "merge-failed" and "finished hf-lora runs" in exc.value.hint
+    adapter = tmp_path / "artifacts" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(MergeError, match="gone has no config.json") as exc:
+        merge_adapter(run)
+    assert "--base-model" in exc.value.hint
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")
+    (tmp_path / "artifacts" / "merged").mkdir()
+    with pytest.raises(MergeError, match="already exists"):
+        merge_adapter(run, base_model=tmp_path / "base")
