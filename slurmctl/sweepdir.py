@@ -15,6 +15,7 @@ It has no run.json, so run listings skip it; lookups go through the same ownersh
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,21 +74,19 @@ def create_sweep_dir(registry: RunRegistry, sweep_id: str, share_with_group: boo
 
 
 def find_sweep(registry: RunRegistry, ref: str) -> SweepDir | None:
-    """The caller's sweep by id, unique id prefix or name (its newest); None when `ref` names no sweep."""
+    """The caller's sweep by id, or by name (its newest: a directory `<name>-<day>-<hex>` holding
+    sweep.json); None when `ref` names no sweep. One scandir of the caller's runs directory and a
+    stat per matching name: no run's files are read."""
     directory = registry.user_dir()
     if directory is None or "/" in ref or ref in {"", ".", ".."}:
         return None
     candidate = directory / ref
-    if os.path.lexists(candidate / SWEEP_JSON):
+    if is_run_id(ref) and os.path.lexists(candidate / SWEEP_JSON):
         _check_owned_dir(candidate, "sweep directory", registry.uid)
         return SweepDir(ref, candidate)
-    sweeps = []
-    for entry in RunRegistry._owned_dirs(RunRegistry._entries(directory), registry.uid):
-        if is_run_id(entry.name) and os.path.isfile(os.path.join(entry.path, SWEEP_JSON)):
-            sweep = SweepDir(entry.name, Path(entry.path))
-            if entry.name.startswith(ref) or sweep.meta.get("name") == ref:
-                sweeps.append(sweep)
-    named = sorted((s for s in sweeps if s.meta.get("name") == ref), key=lambda s: s.meta.get("created") or 0)
-    if named:
-        return named[-1]
-    return sweeps[0] if len(sweeps) == 1 else None
+    named = re.compile(re.escape(ref) + r"-\d{8}-[0-9a-f]{4}")
+    entries = [e for e in RunRegistry._entries(directory) if named.fullmatch(e.name)]
+    sweeps = [SweepDir(e.name, Path(e.path)) for e in RunRegistry._owned_dirs(entries, registry.uid)
+              if os.path.isfile(os.path.join(e.path, SWEEP_JSON))]
+    sweeps = [s for s in sweeps if s.meta.get("name") == ref]
+    return max(sweeps, key=lambda s: (s.meta.get("created") or 0, s.sweep_id)) if sweeps else None

@@ -16,27 +16,23 @@ from slurmctl.errors import RunNotFound, RunNotOwned, SpecError
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.sweepdir import SWEEP_JSON, SweepDir, find_sweep
 
-_METRIC_RECORDS = 20_000  # metrics.jsonl records read per element for its best value (the newest ones)
-_METRIC_BYTES = 4 * 1024 * 1024
+_METRIC_RECORDS = 5_000  # metrics.jsonl records read per element for its best value: the newest ones
+_METRIC_BYTES = 1024 * 1024  # and at most 1 MiB of its tail
 _METRIC_RE = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 
 
 def sweep_for(registry: RunRegistry, ref: str) -> SweepDir | None:
-    """The caller's sweep that `ref` names (its id, else — when no run is named so — its name or a unique
-    id prefix); None when `ref` names a run. Commands that take RUN call this first."""
+    """The caller's sweep that `ref` names (its id, or its name: the newest sweep of that name wins
+    over a run of the same name); None otherwise, and the caller looks `ref` up as a run. Commands that
+    take RUN call this first: it reads no run's files (a run id costs one lstat)."""
+    if not ref or "/" in ref or ref in {".", ".."}:
+        return None
     directory = registry.user_dir()
-    if directory is None or not ref or "/" in ref or ref in {".", ".."}:
+    if directory is None:
         return None
-    if is_run_id(ref) and (directory / ref / SWEEP_JSON).is_file():
-        return find_sweep(registry, ref)  # the ownership checks
-    try:
-        registry.get(ref)
-        return None
-    except RunNotFound:
-        sweep = find_sweep(registry, ref)
-        if sweep is None:
-            raise
-        return sweep
+    if is_run_id(ref) and not os.path.lexists(directory / ref / SWEEP_JSON):
+        return None  # a run id (or an unknown one): the run lookup answers
+    return find_sweep(registry, ref)
 
 
 def best_value(run: Run, metric: str, goal: str = "min") -> tuple[float | None, float | None, int | None]:

@@ -191,9 +191,10 @@ def test_sweep_for_finds_a_sweep_by_id_or_name_and_leaves_runs_alone(tmp_path):
     assert sweep_for(registry, "s-20261130-abcd").path == sweep.path
     assert sweep_for(registry, "s").path == sweep.path  # its name
     assert sweep_for(registry, "r-20261130-0000") is None and sweep_for(registry, "r") is None
-    assert find_sweep(registry, "nothing") is None
-    with pytest.raises(Exception, match="no run 'nothing'"):
-        sweep_for(registry, "nothing")
+    assert find_sweep(registry, "nothing") is None and sweep_for(registry, "nothing") is None
+    newer = create_sweep_dir(registry, "s-20261201-0000")
+    newer.meta_path.write_text(json.dumps({"sweep_id": "s-20261201-0000", "name": "s", "created": 5}))
+    assert sweep_for(registry, "s").path == newer.path  # the newest sweep of that name
 
 
 class _TaskRunner:
