@@ -4,7 +4,7 @@
 
 * a real 2-process gloo run with a deliberately slow data loader: while it runs, status names the
   transport each rank uses (gloo over TCP), warns that the partition has InfiniBand, and flags it
-  input-bound with the fixes;
+  input-bound with the fixes; the operator's exporter exports the same;
 * a run that stops stepping while holding a GPU (at 0% by the nvidia-smi test stub): the watchdog
   sidecar drains it under the idle policy, the training checkpoints and acknowledges, the run stops
   (not requeued), and status says so, with the asked-vs-used time and GPUs of a finished run.
@@ -99,6 +99,13 @@ def test_transport_input_bound_and_idle_drain_while_alive(workdir, alice):
         assert "gloo over TCP although partition h100-ondemand has InfiniBand" in human
         assert "input-bound: rank" in human and "num_workers" in human and "pin_memory" in human
         assert "health: network fallback" in human  # the progress line's one-word health
+        # the operator's exporter (root) names the same from alice's run dir
+        metrics = slurmctl("exporter", "--once", user="root", env=env).stdout
+        assert f'slurmctl_run_network_ranks{{run="{io_run}",transport="gloo-tcp"}} 2.0' in metrics, metrics
+        assert f'slurmctl_run_network_fallback{{run="{io_run}"}} 1.0' in metrics
+        wait_series = f'slurmctl_run_input_wait_ratio{{run="{io_run}"}}'
+        ratio = next(line for line in metrics.splitlines() if line.startswith(wait_series))
+        assert float(ratio.split()[-1]) > 0.25, ratio
         slurmctl("cancel", io_run, check=False, env=env)  # drain: the training acknowledges and stops
 
         # 2. the idle run: drained by the site's idle policy through the watchdog's drain path
