@@ -84,12 +84,20 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
                                "-J", "swp-preemptor", "-o", "/dev/null", "--wrap", "sleep 2")
         end = wait_until(lambda: events(dirs[0], "end"), 60, "element 0's preemption")[0]
         assert (end["outcome"], end["action"], end["drain_acked"]) == ("preemption", "requeue", True), end
-        # Every preempted element (1 or 2 were running) restarts now instead of after Slurm's ~120 s.
-        preempted = [d for d in dirs if any(e["action"] == "requeue" for e in events_or_none(d, "end"))]
-        for d in preempted:
-            start_requeued_now(events(d, "end")[0]["job_id"])
-        wait_until(lambda: all(len(events_or_none(d, "end")) >= (2 if d in preempted else 1) for d in dirs),
-                   150, "every element's end")
+        # Every preempted element (1 or 2 were running) restarts now instead of after Slurm's ~120 s,
+        # as soon as its end says "requeue"; the sweep is done when every element's last end says "stop".
+        restarted = set()
+
+        def all_stopped() -> bool:
+            for d in dirs:
+                ends = events_or_none(d, "end")
+                if ends and ends[-1]["action"] == "requeue" and (d, len(ends)) not in restarted:
+                    restarted.add((d, len(ends)))
+                    start_requeued_now(ends[-1]["job_id"])
+            return all((ends := events_or_none(d, "end")) and ends[-1]["action"] == "stop" for d in dirs)
+
+        wait_until(all_stopped, 180, "every element's last end (stop)")
+        preempted = [d for d in dirs if any(e["action"] == "requeue" for e in events(d, "end"))]
     finally:
         if preemptor:
             bob.scancel(preemptor)
