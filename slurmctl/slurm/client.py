@@ -52,6 +52,18 @@ QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes"
 # ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
 JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
 _QUEUE_USER = QUEUE.attrs.index("user")  # a fixed field, before the user-written ones
+
+
+def _user_name() -> str | None:
+    """This process's user as squeue prints it (%u), the user `squeue --me` means; None if unknown."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
+
+
 # squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
 # asked for (--gres, --gpus, --gpus-per-node).
 SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
