@@ -74,16 +74,6 @@ HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_no
                                "name", "comment"), "sacct")
 _NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
 _NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
-# squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
-# asked for (--gres, --gpus, --gpus-per-node).
-SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
-                                       "start_time", "user", "comment"), "squeue -O")
-QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tres"), "squeue -O")
-HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
-                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
-                               "name", "comment"), "sacct")
-_NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
-_NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
 
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
@@ -325,7 +315,6 @@ class SlurmClient:
         result, self._queue_output = getattr(self, "_queue_output", None), None
         if result is None:
             result = self._run(["squeue", "-h", *QUEUE.format_argv()])
-        view = QueueView()
         view = QueueView()
         for line in result.stdout.splitlines():
             job_id, state, reason, partition, *_rest = (line.split(SEP, 4) + [""] * 5)[:5]
