@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
 from slurmctl.durations import human_duration
@@ -301,6 +301,11 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
         with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
             found, view = _lookup(client, {job_id}) if job_id is not None else ({}, QueueView())
             job = found.get(job_id) if job_id is not None else None
+            if job is not None and job.active and (task := run.waiting_array_task()) is not None \
+                    and client.array_task_state(*task) is None:
+                # a sweep element that never started: the array's id shows its other tasks; its own
+                # task (<array>_<index>) left the queue without a start, i.e. it was cancelled
+                job = replace(job, state="CANCELLED", reason="", nodelist="", elapsed_seconds=0)
             ctx = _queue_context(job, view)
             if ctx is not None and job.reason in {"Resources", "Priority"}:
                 ctx.nodes = client.node_usage()

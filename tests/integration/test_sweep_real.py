@@ -160,6 +160,8 @@ def test_cancel_drains_the_running_element_and_ends_the_whole_array(workdir):
         assert sorted(left) == ["0|RUNNING", "1|PENDING"], left
         phases = [e["phase"] for e in slurmctl_json("status", sweep["sweep_id"])["elements"]]
         assert phases == ["training", "queued", "cancelled"], phases
+        alone = slurmctl_json("status", sweep["elements"][2]["run_id"])  # the element as a run of its own
+        assert (alone["state"], alone["phase"]) == ("CANCELLED", "cancelled"), alone
         result = slurmctl_json("cancel", sweep["sweep_id"], "--timeout", "60")
     finally:
         alice.scancel(array)
