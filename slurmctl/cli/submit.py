@@ -49,24 +49,10 @@ def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: 
     options = SubmitOptions(dry_run=dry_run, extra_sbatch_args=sbatch_args, force=force,
                             allow_mutable_image=allow_mutable_image, smoke=smoke, where=where, yes=yes, build=build,
                             confirm=confirm if interactive else None)
-    try:
-        result = do_submit(run_spec, ctx.site, ctx.client, options)
-    except PreflightFailed as exc:
-        if not as_json:
-            print_checklist(exc.report, err)
-        raise
+    result = submit_showing_checks(lambda: do_submit(run_spec, ctx.site, ctx.client, options), as_json, dry_run)
     if as_json:
-        data = result.to_dict()
-        if dry_run:
-            data["script"] = result.script
-        print_json(data)
-        if result.smoke and not result.smoke.passed:
-            return 1
-        return
+        return 1 if result.smoke and not result.smoke.passed else None
     console = err if dry_run else out
-    print_checklist(result.report, console)
-    if result.placement:
-        print_placement(result.placement, console)
     console.print(f"[bold]cost[/]: {escape(result.estimate.sentence())}")
     if result.forced:
         console.print(f"[red]forced[/] past: {escape(', '.join(result.forced))} (recorded in the run dir)")
@@ -88,6 +74,29 @@ def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: 
         out.print(f"  code+config {verdict.code_hash} recorded; a full submit of it may follow.")
         return
     out.print(f"  next: slurmctl status {result.run_id}   |   slurmctl logs {result.run_id} -f", markup=False)
+
+
+def submit_showing_checks(call, as_json: bool, dry_run: bool):
+    """Run a submit (one run or a sweep) and show its checks: on a preflight failure the checklist, then
+    the error; else the result as JSON, or the checklist and placement table (stderr for a dry run,
+    whose stdout is the script)."""
+    try:
+        result = call()
+    except PreflightFailed as exc:
+        if not as_json:
+            print_checklist(exc.report, err)
+        raise
+    if as_json:
+        data = result.to_dict()
+        if dry_run:
+            data["script"] = result.script
+        print_json(data)
+        return result
+    console = err if dry_run else out
+    print_checklist(result.report, console)
+    if result.placement:
+        print_placement(result.placement, console)
+    return result
 
 
 def print_checklist(report: PreflightReport, console: Console) -> None:

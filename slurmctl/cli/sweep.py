@@ -34,8 +34,7 @@ def sweep(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], grid: tupl
     `slurmctl sweep run.yaml --grid lr=1e-4,3e-4 --grid seed=1,2,3 --max-parallel 2` runs 6 elements,
     each its own run (run dir, checkpoints, tracked run), grouped under one sweep id.
     """
-    from slurmctl.cli.submit import print_checklist, print_placement
-    from slurmctl.submit.preflight import PreflightFailed
+    from slurmctl.cli.submit import submit_showing_checks
     from slurmctl.submit.submission import SubmitOptions
     from slurmctl.submit.sweep import submit_sweep
 
@@ -53,22 +52,11 @@ def sweep(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], grid: tupl
     options = SubmitOptions(dry_run=dry_run, extra_sbatch_args=sbatch_args, force=force,
                             allow_mutable_image=allow_mutable_image, where=where, yes=yes,
                             confirm=confirm if interactive else None)
-    try:
-        result = submit_sweep(run_spec, ctx.site, ctx.client, grid, max_parallel, metric, options)
-    except PreflightFailed as exc:
-        if not as_json:
-            print_checklist(exc.report, err)
-        raise
+    result = submit_showing_checks(
+        lambda: submit_sweep(run_spec, ctx.site, ctx.client, grid, max_parallel, metric, options), as_json, dry_run)
     if as_json:
-        data = result.to_dict()
-        if dry_run:
-            data["script"] = result.script
-        print_json(data)
         return
     console = err if dry_run else out
-    print_checklist(result.report, console)
-    if result.placement:
-        print_placement(result.placement, console)
     n = len(result.run_ids)
     console.print(f"[bold]cost[/]: {n} elements x {escape(result.estimate.sentence())} Whole sweep worst case "
                   f"[bold]${result.total_max_usd:,.2f}[/].")
