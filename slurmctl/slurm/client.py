@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
+from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import SlurmCommandError, SlurmUnreachable
+from slurmctl.slurm.cluster import ClusterQueries
 from slurmctl.slurm.parsing import (
     SEP,
     JobQuery,
     Rejects,
-    columns,
     first_line_id,
-    gres_gpus,
     job_ids,
-    rows,
     scontrol_pairs,
 )
 from slurmctl.slurm.records import (
@@ -72,15 +69,12 @@ QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tr
 HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
                                "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
                                "name", "comment"), "sacct")
-_NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
-_NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
 
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
     r"Problem talking to the database|Zero Bytes were transmitted|Munge .*(?:failed|error)",
     re.IGNORECASE,
 )
-_TEST_ONLY_RE = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition (\S+)")
 _TASK_REF_RE = re.compile(r"\d+_\d+")
 
 
@@ -105,7 +99,10 @@ def job_ref_from_env(environ=os.environ) -> int | str:
         return 0
 
 
-class SlurmClient:
+class SlurmClient(ClusterQueries):
+    """Jobs: submission, control, listings (this module); cluster facts: nodes, partitions, placement,
+    associations and limits (slurmctl.slurm.cluster)."""
+
     def __init__(self, runner: Runner | None = None):
         self.runner = runner or LocalRunner()
         self.rejects = Rejects()  # output lines that did not parse, per query (the exporter reports them)
@@ -377,109 +374,3 @@ class SlurmClient:
         argv += ["-j", ids] if ids else ["-S", start.isoformat(timespec="seconds"),
                                          "-E", end.isoformat(timespec="seconds")]
         return self._run(argv, timeout=600).stdout.splitlines()
-
-    def gpu_utilization(self, start: datetime, end: datetime) -> dict[str, float]:
-        """Cluster GPU-hours allocated/down/idle from sreport (complete hours only: slurmdbd rolls up hourly)."""
-        result = self._run(["sreport", "-n", "-P", "cluster", "Utilization", "-T", "gres/gpu", "-t", "hours",
-                            f"start={start.isoformat(timespec='seconds')}", f"end={end.isoformat(timespec='seconds')}"])
-        names = ["allocated", "down", "planned_down", "idle", "planned", "reported"]
-        for parts in rows(result.stdout):
-            if len(parts) >= 8 and parts[1] == "gres/gpu":
-                return {n: float(v) for n, v in zip(names, parts[2:8]) if v.replace(".", "", 1).isdigit()}
-        return {}
-
-    # --- nodes and partitions ------------------------------------------------------------------
-    def nodes(self) -> list[NodeInfo]:
-        """Every node with its partitions and GPUs, one sinfo call."""
-        result = self._run(["sinfo", "-h", "-N", "-o", SEP.join(_NODES_FORMAT)])
-        by_name: dict[str, NodeInfo] = {}
-        for line in result.stdout.splitlines():
-            values = columns(line, ["name", "partition", "gres", "cpus", "mem", "state"])
-            if values is None:
-                if line.strip():
-                    self.rejects.add("nodes", line)
-                continue
-            node = by_name.setdefault(values["name"], NodeInfo(name=values["name"]))
-            node.partitions.append(values["partition"].rstrip("*"))
-            gpus, gpu_type = gres_gpus(values["gres"])
-            if gpus:
-                node.gpus, node.gpu_type = gpus, gpu_type
-            node.cpus = int(values["cpus"]) if values["cpus"].isdigit() else 0
-            node.memory_mb = int(values["mem"]) if values["mem"].isdigit() else 0
-            node.state = values["state"]
-        return list(by_name.values())
-
-    def node_usage(self) -> list[NodeUsage]:
-        """GPUs configured/in use, state and reason of every (node, partition), one sinfo call."""
-        fmt = ",".join(f"{name}:{SEP}" for name in _NODE_USAGE_FIELDS)
-        result = self._run(["sinfo", "-h", "-N", "-O", fmt])
-        found = []
-        for line in result.stdout.splitlines():
-            values = columns(line, _NODE_USAGE_FIELDS)
-            if values is None:
-                if line.strip():
-                    self.rejects.add("node_usage", line)
-                continue
-            (gpus, gpu_type), (used, _) = gres_gpus(values["Gres"]), gres_gpus(values["GresUsed"])
-            reason = values["Reason"]
-            found.append(NodeUsage(name=values["NodeList"], partition=values["Partition"].rstrip("*"),
-                                   gpu_type=gpu_type, gpus=gpus, gpus_used=used, state=values["StateLong"],
-                                   reason="" if reason in {"none", "None", "(null)"} else reason))
-        return found
-
-    def partitions(self) -> dict[str, PartitionInfo]:
-        """Each partition's MaxTime and availability, one sinfo call."""
-        result = self._run(["sinfo", "-h", "-o", SEP.join(["%R", "%l", "%a"])])
-        found = {}
-        for line in result.stdout.splitlines():
-            values = columns(line, ["name", "limit", "available"])
-            if values is not None:
-                found[values["name"]] = PartitionInfo(values["name"], parse_slurm_duration(values["limit"]),
-                                                      values["available"])
-        return found
-
-    # --- preflight and placement ----------------------------------------------------------------
-    def test_only(self, script: Path | None, args: Sequence[str] = ()) -> StartEstimate:
-        """`sbatch --test-only`: submits nothing; a refusal is an answer, not an error.
-        With script=None the options in `args` describe the job (no file needed on a remote login node)."""
-        argv = ["sbatch", "--test-only", *args, str(script) if script else "--wrap=true"]
-        for pause in (0.5, 1.0, 2.0, None):
-            try:
-                result = self._run(argv)
-                break
-            except SlurmCommandError as exc:
-                message = exc.message.removeprefix("`sbatch` failed: ").rstrip(".")
-                if pause is None or "temporarily unavailable" not in message:  # EAGAIN: slurmctld busy, retry
-                    return StartEstimate(ok=False, message=message)
-                time.sleep(pause)
-        text = f"{result.stderr}\n{result.stdout}"
-        m = _TEST_ONLY_RE.search(text)
-        if not m:
-            return StartEstimate(ok=False, message=text.strip() or "sbatch --test-only gave no estimate")
-        return StartEstimate(ok=True, start_time=parse_slurm_timestamp(m.group(1)), nodes=m.group(2),
-                             partition=m.group(3))
-
-    # --- associations and limits (sacctmgr -P: no user-written fields asked for) ---------------
-    def associations(self, user: str) -> list[Association]:
-        """Accounts (with their QOS) the user may submit to, one sacctmgr call."""
-        result = self._run(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", "format=account,qos"])
-        return [Association(r[0], [q for q in r[1].split(",") if q] if len(r) > 1 else [])
-                for r in rows(result.stdout) if r[0]]
-
-    def qos_limits(self, qos: str, fields: Sequence[str]) -> dict[str, str]:
-        """{field: raw value} of one QOS from sacctmgr (e.g. MaxTRESPU -> 'gres/gpu=1')."""
-        result = self._run(["sacctmgr", "-n", "-P", "show", "qos", f"name={qos}", f"format=Name,{','.join(fields)}"])
-        for values in rows(result.stdout):
-            if values[0] == qos:
-                return dict(zip(fields, values[1:]))
-        return {}
-
-    def assoc_limits(self, account: str, fields: Sequence[str]) -> dict[str, dict[str, str]]:
-        """{user ('' = the account's own row): {field: raw value}} for one account, one sacctmgr call."""
-        result = self._run(["sacctmgr", "-n", "-P", "show", "associations", f"account={account}",
-                            f"format=Account,User,{','.join(fields)}"])
-        found = {}
-        for values in rows(result.stdout):
-            if len(values) >= 2 and values[0] == account:
-                found[values[1]] = dict(zip(fields, values[2:]))
-        return found
