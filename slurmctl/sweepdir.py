@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurmctl.errors import RunNotFound
 from slurmctl.fsutil import read_json
-from slurmctl.rundir import Run, RunRegistry, _check_owned_dir, is_run_id
+from slurmctl.rundir import Run, RunRegistry, check_owned_dir, is_run_id
 
 SWEEP_JSON = "sweep.json"
 SWEEP_SCRIPT = "sweep.sbatch"
@@ -82,7 +82,7 @@ def find_sweep(registry: RunRegistry, ref: str) -> SweepDir | None:
         return None
     candidate = directory / ref
     if is_run_id(ref) and os.path.lexists(candidate / SWEEP_JSON):
-        _check_owned_dir(candidate, "sweep directory", registry.uid)
+        check_owned_dir(candidate, "sweep directory", registry.uid)
         return SweepDir(ref, candidate)
     named = re.compile(re.escape(ref) + r"-\d{8}-[0-9a-f]{4}")
     entries = [e for e in RunRegistry._entries(directory) if named.fullmatch(e.name)]

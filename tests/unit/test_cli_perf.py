@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 import slurmctl.cli.context as context
-import slurmctl.rundir as rundir
+import slurmctl.rundir.layout as run_layout
 from slurmctl.rundir import RunRegistry
 
 HEAVY = ("jinja2", "torch", "docker", "paramiko", "matplotlib", "submitit", "prometheus_client")
@@ -102,7 +102,7 @@ def test_print_table_is_linear_in_rows():
 def _make_runs(root, runs: list[tuple[str, float]]) -> None:
     for run_id, created in runs:
         (root / run_id).mkdir(mode=0o700)
-        (root / run_id / rundir.RUN_JSON).write_text(json.dumps({"run_id": run_id, "created": created}))
+        (root / run_id / run_layout.RUN_JSON).write_text(json.dumps({"run_id": run_id, "created": created}))
 
 
 def test_recent_is_the_tail_of_list_and_reads_only_the_newest_days(tmp_path, monkeypatch):
@@ -128,8 +128,8 @@ def test_recent_is_the_tail_of_list_and_reads_only_the_newest_days(tmp_path, mon
         want = want[-limit:] if limit else want
         assert [r.run_id for r in registry.recent(limit, since)] == [r.run_id for r in want], (limit, since)
     reads = []
-    real = rundir.read_json
-    monkeypatch.setattr(rundir, "read_json", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    real = run_layout.read_json
+    monkeypatch.setattr(run_layout, "read_json", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
     registry.recent(20)
     assert len({p.parent for p in reads}) < 30  # ~11 days of 2 runs, the slack day and the undated run
 

@@ -11,7 +11,6 @@ from contextlib import contextmanager
 
 import pytest
 
-from slurmctl import rundir
 from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned, UnsafeFile
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, tail_jsonl, tail_text_lines, write_atomic
 from slurmctl.rundir import (
@@ -217,7 +216,7 @@ def test_all_users_is_the_operators_view(tmp_path, monkeypatch):
     (tmp_path / "stray-link").symlink_to(registry.root)  # a symlinked "user dir" is skipped
     if os.geteuid() == 0:
         assert registry.list_all_users() == [(current_user(), run)]
-    monkeypatch.setattr(rundir.os, "geteuid", lambda: OTHER_UID)
+    monkeypatch.setattr(os, "geteuid", lambda: OTHER_UID)
     with pytest.raises(RunNotOwned, match="operator"):
         registry.list_all_users()
 

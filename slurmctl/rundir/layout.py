@@ -1,43 +1,18 @@
-"""The ONE owner of the run directory: its file names, where its checkpoints are, its readers, and
-who may open it.
+"""The run directory's layout (every file name), run ids, and ``Run``: the paths and readers of one run.
 
-Layout: ``<runs_root>/<user>/<run id>/``
-
-    run.yaml         the frozen spec (workdir made absolute)
-    run.json         metadata, incl. ``checkpoint_dir`` (absolute, fixed at submit)
-    preflight.json   the preflight report of the submission
-    job.sbatch       the rendered job script (no secret values)
-    attempts.jsonl   one line per event: submitted / start / end / forked ...
-    logs/<job id>.out  every attempt of a job, appended
-    heartbeat.json   the training's last step (rewritten atomically)
-    metrics.jsonl    one line per logged step (grows forever: read its tail)
-    drain.request / drain.ack   the drain handshake
-    checkpoints/     the default checkpoint dir (see ``resolve_checkpoint_dir``)
-    watchdog/        the progress watchdog's state and scenes
-    health/          live health: rank-<N>.json per rank (transport, data wait), idle.json (idle policy)
-
-Standard library only at import (the job, the root node hooks and the CLI share this module);
-pydantic/yaml are imported inside the one method that parses run.yaml. Every file read goes
-through the non-blocking, size-capped readers of ``slurmctl.fsutil`` (a FIFO or /dev/zero planted
-in a run dir never hangs a reader). The tail reader for logs is ``slurmctl.fsutil.tail_text_lines``.
-
-Ownership: a run belongs to the user whose directory it is in. ``RunRegistry`` resolves names, ids
-and explicit paths only among the caller's runs and refuses (``RunNotOwned``) a directory that is a
-symlink, is not owned by the caller, or is writable by group/others.
-"""
+Standard library only at import (the job, the root node hooks and the CLI share it). See the package
+docstring for the layout and the ownership rules."""
 
 from __future__ import annotations
 
 import os
 import pwd
 import re
-import stat
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
 
 # --- the layout ------------------------------------------------------------------------------
@@ -68,7 +43,7 @@ ARTIFACTS_DIR = "artifacts"
 RUN_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}-\d{8}-[0-9a-f]{4}")
 COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
-_SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
+SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
 _STEP_WINDOW = 50  # metrics.jsonl records used for the current step rate
 
 
@@ -112,7 +87,7 @@ def current_user() -> str:
         return str(uid)
 
 
-def _user_of(uid: int) -> str:
+def user_of(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -360,209 +335,3 @@ class Run:
 
     def record(self, event: str, **fields) -> None:
         append_jsonl(self.attempts_path, {"event": event, "time": time.time(), **fields})
-
-
-def _check_owned_dir(path: Path, what: str, uid: int) -> os.stat_result:
-    """lstat, never stat: a real directory, owned by `uid`, not writable by group or others."""
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise RunNotOwned(f"{what} {path} is a symbolic link; slurmctl does not follow it.",
-                          "Run directories are real directories in your own runs directory; "
-                          "ask the operator to fix it if you did not create the link.")
-    if not stat.S_ISDIR(st.st_mode):
-        raise RunNotOwned(f"{what} {path} is not a directory.", "Give a run id, a run name or a run directory.")
-    if st.st_uid != uid:
-        raise RunNotOwned(f"{what} {path} belongs to {_user_of(st.st_uid)}, not to you ({_user_of(uid)}).",
-                          "slurmctl only acts on your own runs; `slurmctl ls` lists them.")
-    if st.st_mode & 0o022:
-        raise RunNotOwned(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}), "
-                          "so anyone could plant files in it.",
-                          f"Remove the write bits (`chmod go-w {path}`) or ask the operator.")
-    return st
-
-
-class RunRegistry:
-    """The caller's runs: ``<runs_root>/<user>/<run id>``.
-
-    ``root`` is the caller's own runs directory. The operator creates it (mode 0700, owned by the
-    user); when it is missing and the caller may create it, it is created 0700.
-    """
-
-    def __init__(self, runs_root: Path, user: str | None = None, *, uid: int | None = None):
-        self.runs_root = Path(runs_root).expanduser()
-        self.user = user or current_user()
-        self.uid = os.geteuid() if uid is None else uid
-        self.root = self.runs_root / self.user
-
-    # --- the caller's runs directory -------------------------------------------------------------
-    def user_dir(self, create: bool = False) -> Path | None:
-        """The caller's verified runs directory; None when it does not exist (and not `create`)."""
-        try:
-            _check_owned_dir(self.root, "your runs directory", self.uid)
-            return self.root
-        except FileNotFoundError:
-            if not create:
-                return None
-        except PermissionError:
-            raise ConfigError(f"the runs root {self.runs_root} cannot be read by you.",
-                              "Ask the operator: the runs root must be 0755 with a private 0700 directory "
-                              "per user.") from None
-        try:
-            self.root.mkdir(mode=0o700)
-        except FileExistsError:
-            pass  # created meanwhile: verified below
-        except OSError as exc:
-            raise ConfigError(
-                f"your runs directory {self.root} does not exist and cannot be created ({exc.strerror}).",
-                f"Ask the operator to create it: `install -d -m 0700 -o {self.user} {self.root}` "
-                "(deploy/local/up does this for the local cluster's users).") from None
-        _check_owned_dir(self.root, "your runs directory", self.uid)
-        return self.root
-
-    def create(self, spec, share_with_group: bool = False, run_id: str | None = None) -> Run:
-        """A fresh run dir: 0700, or 0750 when the site shares runs with a team group (the group is
-        the user dir's, inherited through its setgid bit, which the operator sets). `run_id`: a
-        sweep element's id (``sweep_element_id``); an existing directory raises FileExistsError."""
-        if not _SAFE_PATH_RE.fullmatch(str(self.root)):
-            raise ConfigError(
-                f"runs_root {self.runs_root} contains characters (spaces, quotes, ...) that #SBATCH lines "
-                "cannot carry.",
-                "Set runs_root in site.yaml to a path of letters, digits, '/', '.', '_' or '-'.",
-            )
-        os.umask(0o027 if share_with_group else 0o077)  # every file the CLI writes into the run
-        self.user_dir(create=True)
-        run_id = run_id or new_run_id(spec.name)
-        if not is_run_id(run_id):
-            raise ValueError(f"not a run id: {run_id!r}")
-        path = self.root / run_id
-        mode = 0o750 if share_with_group else 0o700
-        path.mkdir(mode=mode)
-        (path / LOGS_DIR).mkdir(mode=mode)
-        (path / CHECKPOINTS_DIR).mkdir(mode=mode)
-        return Run(run_id, path)
-
-    # --- lookups: only the caller's runs -------------------------------------------------------
-    @staticmethod
-    def _entries(directory: Path) -> list[os.DirEntry]:
-        try:
-            return list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            return []
-
-    @staticmethod
-    def _owned_dirs(entries, uid: int | None) -> list[os.DirEntry]:
-        """Real directories owned by `uid` (symlinks, files and anything not the owner's are no runs)."""
-        found = []
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid):
-                found.append(entry)
-        return found
-
-    @staticmethod
-    def _sorted_runs(entries) -> list[Run]:
-        runs = [Run(e.name, Path(e.path)) for e in entries if os.path.isfile(os.path.join(e.path, RUN_JSON))]
-        return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
-
-    def _runs_in(self, directory: Path, uid: int | None) -> list[Run]:
-        return self._sorted_runs(self._owned_dirs(self._entries(directory), uid))
-
-    def list(self) -> list[Run]:
-        directory = self.user_dir()
-        return self._runs_in(directory, self.uid) if directory else []
-
-    def recent(self, limit: int | None = None, since: float | None = None) -> list[Run]:
-        """``list()`` cut to runs created at or after `since` (Unix time) and then to the newest
-        `limit`, oldest first, at a cost that does not grow with older runs: a run id ends with its
-        creation day (UTC), so only the newest days' directories are stat'ed and their run.json read
-        (one day more than needed, for a run created just after midnight of its id's day), plus the
-        rare directory whose name is no run id."""
-        directory = self.user_dir()
-        if directory is None:
-            return []
-        by_day: dict[str, list[os.DirEntry]] = {}
-        undated: list[os.DirEntry] = []
-        for entry in self._entries(directory):
-            if is_run_id(entry.name):  # <name>-YYYYMMDD-xxxx
-                by_day.setdefault(entry.name[-13:-5], []).append(entry)
-            else:
-                undated.append(entry)
-        first_day = "" if since is None else f"{datetime.fromtimestamp(since, UTC):%Y%m%d}"
-        chosen, found, extra_days = self._owned_dirs(undated, self.uid), 0, 1
-        for day in sorted(by_day, reverse=True):
-            if day < first_day or (limit is not None and found >= limit):
-                if extra_days == 0:
-                    break
-                extra_days -= 1
-            runs_of_day = [e for e in self._owned_dirs(by_day[day], self.uid)
-                           if os.path.isfile(os.path.join(e.path, RUN_JSON))]
-            chosen += runs_of_day
-            found += len(runs_of_day)
-        runs = self._sorted_runs(chosen)
-        if since is not None:
-            runs = [r for r in runs if (r.meta.get("created") or 0) >= since]
-        return runs[-limit:] if limit else runs
-
-    def list_all_users(self) -> list[tuple[str, Run]]:
-        """(user, run) for every user's runs: the operator's read-only view (root only)."""
-        if os.geteuid() != 0:
-            raise RunNotOwned("only the operator (root) can list every user's runs.",
-                              "Drop --all-users to list your own runs.")
-        found = []
-        try:
-            users = sorted(os.scandir(self.runs_root), key=lambda e: e.name)
-        except FileNotFoundError:
-            return []
-        for entry in users:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):  # a symlinked user dir is skipped, never followed
-                found += [(entry.name, run) for run in self._runs_in(Path(entry.path), st.st_uid)]
-        return sorted(found, key=lambda ur: (ur[1].meta.get("created") or 0, ur[1].run_id))
-
-    def get(self, ref: str) -> Run:
-        """One of the caller's runs by id, unique id prefix, name (its newest run) or run dir path.
-
-        A path is accepted only when it is a real directory owned by the caller; a name or id is
-        only ever looked up in the caller's own runs directory.
-        """
-        if "/" in ref or ref in {".", ".."}:
-            return self._get_path(Path(ref).expanduser())
-        directory = self.user_dir()
-        if directory is None:
-            raise RunNotFound(f"you have no runs yet ({self.root} does not exist).",
-                              "Submit one with `slurmctl submit run.yaml`.")
-        candidate = directory / ref
-        if os.path.lexists(candidate):
-            _check_owned_dir(candidate, "run directory", self.uid)
-            if (candidate / RUN_JSON).is_file():
-                return Run(ref, candidate)
-        runs = self._runs_in(directory, self.uid)
-        by_name = [r for r in runs if r.meta.get("name") == ref]
-        if by_name:
-            return by_name[-1]
-        prefixed = [r for r in runs if r.run_id.startswith(ref)]
-        if len(prefixed) == 1:
-            return prefixed[0]
-        if len(prefixed) > 1:
-            names = ", ".join(r.run_id for r in prefixed[:5])
-            raise RunNotFound(f"'{ref}' matches several runs: {names}.", "Give more of the run id.")
-        raise RunNotFound(f"no run '{ref}' among your runs in {self.root}.", "`slurmctl ls` lists your runs.")
-
-    def _get_path(self, path: Path) -> Run:
-        try:
-            _check_owned_dir(path, "run directory", self.uid)
-        except FileNotFoundError:
-            raise RunNotFound(f"no run directory at {path}.", "`slurmctl ls` lists your runs.") from None
-        except PermissionError:  # inside another user's private runs directory
-            raise RunNotOwned(f"run directory {path} is not yours (you cannot even look into it).",
-                              "slurmctl only acts on your own runs; `slurmctl ls` lists them.") from None
-        if not (path / RUN_JSON).is_file():
-            raise RunNotFound(f"{path} is not a run directory (it has no {RUN_JSON}).",
-                              "Give a run id, a run name or a run directory.")
-        return Run(path.name, Path(os.path.abspath(path)))
