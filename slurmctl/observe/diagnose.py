@@ -64,8 +64,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "The job reached its time limit and Slurm stopped it.",
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
     _sig("preempted", r"DUE TO PREEMPTION|DUE TO NODE FAIL|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
-         r"this job is preempted",
-         "Slurm took the nodes back (preemption or a node failure); this is not your code.",
+         r"this job is preempted|\bcluster is preempted\b",
+         "The scheduler or cloud took the nodes back (preemption or a node failure); this is not your code.",
          "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
