@@ -25,8 +25,10 @@ EXIT_CODES: dict[int, str] = {
     7: "a file is not what it must be (a symlink, FIFO or device where a regular file belongs)",
     70: "internal error (a bug: rerun with --debug and report it)",
     130: "interrupted (Ctrl-C) or aborted at a prompt",
+    141: "the reader of the output went away (`| head`): stopped quietly, as a tool killed by SIGPIPE",
 }
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
+EXIT_CLOSED_PIPE = 141
 
 # Every error code, with the exit code it ends the command with. Subclass defaults first.
 CODES: dict[str, int] = {

@@ -6,6 +6,7 @@ has no import cycle and `slurmctl --help` imports no command module.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -48,6 +49,11 @@ def _text_console_class():
             rendered = super().render_str(text, **kwargs)
             rendered.plain = printable(rendered.plain)
             return rendered
+
+        def on_broken_pipe(self) -> None:
+            """rich would end the process (exit 1) here: the CLI's one boundary decides how a closed pipe ends."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
 
     return _TextConsole
 

@@ -8,12 +8,14 @@ Commands return an exit code (or None for success); only ``main`` ends the proce
 from __future__ import annotations
 
 import importlib
+import os
+import select
 import sys
 
 import click
 
 from slurmctl import __version__
-from slurmctl.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, SlurmctlError
+from slurmctl.errors import EXIT_CLOSED_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, SlurmctlError
 
 # name -> (module:attribute, short help shown by `slurmctl --help` without importing the module)
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -156,13 +158,18 @@ def main(argv: list[str] | None = None) -> int:
                 code = cli.invoke(ctx)
             finally:
                 remember(ctx.obj)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, inside the boundary, not at exit
         return code if isinstance(code, int) else EXIT_OK
     except SlurmctlError as exc:
         if state["debug"]:
             import traceback
 
             traceback.print_exc()
-        _print_error(exc, state["as_json"])
+        try:
+            _print_error(exc, state["as_json"])
+        except BrokenPipeError:  # nowhere left to say it: the exit code still does
+            if _stdout_reader_gone():
+                _end_on_closed_pipe()
         return exc.exit_code
     except click.exceptions.Exit as exc:  # --help, --version
         return exc.exit_code
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the boundary: no traceback unless --debug
+        if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+            return _end_on_closed_pipe()
         if state["debug"]:
             import traceback
 
@@ -182,3 +191,24 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"internal error: {type(exc).__name__}: {exc}\n  Rerun with --debug for the traceback "
                    "and report it to the platform team.", err=True)
         return EXIT_INTERNAL
+
+
+def _stdout_reader_gone() -> bool:
+    """stdout is a pipe whose reader closed it (`slurmctl ls | head -1`). Asked of the pipe itself, so a
+    BrokenPipeError from anything else (an SSH channel, a child's stdin) is still an internal error:
+    the write end of a pipe without readers polls as POLLERR."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no stdout, or not a file descriptor
+        return False
+
+
+def _end_on_closed_pipe() -> int:
+    """A closed pipe is a normal end: no message, and the exit status of a tool that SIGPIPE ended.
+    stdout now points at /dev/null so the interpreter's last flush of what is buffered cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
