@@ -35,7 +35,8 @@ def _print_status(s: RunStatus) -> None:
     # Values from Slurm or the run directory are plain text parts: '[/]' in them prints as itself.
     print_line(("Run:", "bold"), f" {s.run_id}   ", ("Phase:", "bold"), " ", (s.phase, colour),
                f"   (Slurm: {s.state.lower()}{f', job {s.job_id}' if s.job_id else ''})")
-    print_line(("Why:", "bold"), f" {s.why or s.headline}")
+    if (why := (s.why or s.headline or "").strip()):
+        print_line(("Why:", "bold"), f" {why}")
     if s.state == "PENDING":
         pos = f" · position {s.queue_position}" if s.queue_position else ""
         print_line(("Queue:", "bold"), f" {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
@@ -56,23 +57,29 @@ def _print_status(s: RunStatus) -> None:
     left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
     inside = f", {s.restarts_in_allocation} in the allocation" if s.restarts_in_allocation else ""
     print_line(("Last checkpoint:", "bold"), f" {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
-    if s.history:  # the attempts' story, newest last (attempts.jsonl)
-        print_line(("History:", "bold"))
-        for line in s.history[-8:]:
+    # Every heading below carries text on its own line: a section with nothing in it is not printed.
+    history = [line for line in s.history if line.strip()]  # the attempts' story, newest last
+    if history:
+        shown = f" (the last {len(history[-8:])})" if len(history) > 8 else ""
+        print_line(("History:", "bold"), f" {len(history)} attempt(s){shown}")
+        for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
-        for line in d["evidence"][:3]:
+        for line in [e for e in d["evidence"] if e.strip()][:3]:
             print_line(f"    {line}")
-        print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
-    if s.watchdog:
+        if (d.get("hint") or "").strip():
+            print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
+    if s.watchdog and (s.watchdog.get("message") or "").strip():
         print_line(("Watchdog:", "bold"), " ", (s.watchdog["message"], "red"))
     for note in s.health_notes:  # network, data wait, idle, efficiency (slurmctl/observe/health.py)
-        print_line(("Health:", "bold"), f" {note}")
-    if s.suggestions:
-        print_line(("Try:", "bold"), f" {' or '.join(s.suggestions)}")
-    print_line(("What to do:", "bold"), f" {s.action.replace('RUN', s.run_id)}")
+        if note.strip():
+            print_line(("Health:", "bold"), f" {note}")
+    if (tries := [t for t in s.suggestions if t.strip()]):
+        print_line(("Try:", "bold"), f" {' or '.join(tries)}")
+    if s.action.strip():
+        print_line(("What to do:", "bold"), f" {s.action.replace('RUN', s.run_id)}")
 
 
 @click.command()

@@ -161,16 +161,38 @@ def _words(live: LiveHealth, partition: str | None) -> None:
                           f"{idle.get('reason') or 'idle'}.")
 
 
+def tighter_time_limit(used: float, asked: float) -> int | None:
+    """The time limit to suggest to a run that used `used` of `asked` seconds: 25% headroom, rounded up
+    to 5 minutes under an hour, 15 minutes under six hours, else whole hours. None when the run used
+    half or more of what it asked, or when the rounded value would not be below what it asked."""
+    if used >= 0.5 * asked:
+        return None
+    need = used * 1.25
+    step = 300 if need <= 3600 else 900 if need <= 6 * 3600 else 3600
+    tighter = max(step, math.ceil(need / step) * step)
+    return tighter if tighter < asked else None
+
+
+def _as_time_limit(seconds: int) -> str:
+    """Seconds as a run.yaml time_limit: '5m', '90m', '2h', '03:45:00'."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:00"
+
+
 def efficiency(job, spec=None, live: LiveHealth | None = None) -> list[str]:
     """Finished runs, as jobstats does: time asked vs used, GPUs busy vs held (where measured)."""
     lines = []
     if job is None or job.active or not job.elapsed_seconds or not job.time_limit_seconds:
         return lines
     used, asked = job.elapsed_seconds, job.time_limit_seconds
-    if job.state == "COMPLETED" and used < 0.5 * asked:
-        tighter = max(900, math.ceil(used * 1.25 / 900) * 900)  # 25% headroom, in quarter hours
-        lines.append(f"Asked {human_duration(asked)}, used {human_duration(used)}: a tighter time_limit (e.g. "
-                     f"{human_duration(tighter)}) starts sooner, since the scheduler backfills short jobs into gaps.")
+    tighter = tighter_time_limit(used, asked) if job.state == "COMPLETED" else None
+    if tighter is not None:
+        lines.append(f"Asked {human_duration(asked)}, used {human_duration(used)}: a tighter limit (time_limit: "
+                     f"{_as_time_limit(tighter)} in run.yaml) starts sooner, since the scheduler backfills short "
+                     "jobs into gaps.")
     idle = (live.idle if live else None) or {}
     means = idle.get("gpu_utilisation_mean") if isinstance(idle.get("gpu_utilisation_mean"), dict) else {}
     if means:

@@ -18,6 +18,7 @@ from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
 
+from slurmctl.durations import human_duration
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.ops.pricing import Discounts, allocation_cost
 from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
@@ -319,8 +320,9 @@ def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: S
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:
-            notes.append(f"job {a.job_id} asked for {a.timelimit_s // 60} min but used {a.elapsed_s // 60} min: "
-                         "a tighter time_limit starts sooner (backfill) and blocks less capacity.")
+            notes.append(f"job {a.job_id} asked for {human_duration(a.timelimit_s)} but used "
+                         f"{human_duration(a.elapsed_s)}: a tighter time_limit starts sooner (backfill) and blocks "
+                         "less capacity.")
         if a.drain_requested and not a.drain_acked:
             notes.append(f"job {a.job_id}: a drain was requested but never acknowledged; work since the last "
                          "checkpoint was lost.")

@@ -124,7 +124,7 @@ def test_transport_input_bound_and_idle_drain_while_alive(workdir, alice):
         assert idle_state["state"] == "drain-requested" and idle_state["action"] == "drain"
         notes = "\n".join(status["health_notes"])
         assert "Idle allocation drained by the site's policy (idle_action: drain): " in notes
-        assert "Asked 10m00s, used " in notes and "a tighter time_limit" in notes, notes
+        assert "Asked 10m00s, used " in notes and "a tighter limit (time_limit: 5m in run.yaml)" in notes, notes
         assert "Used 0 of 1 GPUs on its first node" in notes
         log = (run_dir / "logs" / f"{status['job_id']}.out").read_text()
         assert "IDLE: " in log and "idle policy: drain after 8 s" in log

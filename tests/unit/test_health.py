@@ -153,7 +153,7 @@ def test_sockets_on_an_infiniband_partition_is_a_warning_with_the_fix(tmp_path):
 def test_efficiency_of_a_finished_run():
     job = Job(job_id=5, name="r", state="COMPLETED", elapsed_seconds=47 * 60, time_limit_seconds=8 * 3600)
     lines = efficiency(job)
-    assert lines[0].startswith("Asked 8h00m, used 47m00s: a tighter time_limit (e.g. 1h00m)")
+    assert lines[0].startswith("Asked 8h00m, used 47m00s: a tighter limit (time_limit: 1h in run.yaml)")
     means = {"0": 80.0, "1": 71.5, **{str(i): 0.0 for i in range(2, 8)}}
     live = type("L", (), {"idle": {"gpu_utilisation_mean": means}})
     assert "Used 2 of 8 GPUs" in efficiency(job, live=live)[1]
