@@ -8,6 +8,7 @@ container images.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +19,55 @@ from slurmctl.submit.spec import NAME_RE, TEMPLATES, SiteConfig, control_charact
 
 _RENDERED = "run.yaml.j2"
 _DOCKERFILE = "Dockerfile"
+
+# GPUs on one node that each template's example is written for: FSDP, DeepSpeed ZeRO and the LoRA
+# Trainer show their sharding or data parallelism over two; torchrun's is the one-GPU starter.
+EXAMPLE_GPUS = {"torchrun": 1, "fsdp": 2, "hf-lora": 2, "deepspeed": 2}
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """Where and how big the run.yaml that `init` writes asks to run."""
+
+    partition: str
+    gpu_type: str | None
+    nodes: int
+    gpus_per_node: int
+    most_gpus: tuple[str, int] | None = None  # the site's partition with the most GPUs per node, and how many
+
+    @property
+    def scale_up(self) -> str:
+        """How to ask for more GPUs than this first run does (a comment in run.yaml), or ''."""
+        if self.most_gpus is None or self.most_gpus[1] <= self.gpus_per_node:
+            return ""
+        where, most = self.most_gpus
+        if where == self.partition:
+            return f"more GPUs: nodes of {where} have {most}; raise gpus_per_node up to {most}, then nodes"
+        return (f"more GPUs: nodes of {where} have {most}; set partition: {where}, gpus_per_node up to {most}, "
+                "then nodes")
+
+
+def first_run_shape(template: str, site: SiteConfig | None) -> FirstRun:
+    """A shape and partition the site's preflight accepts, from site.yaml alone (init is offline).
+
+    One node: site.yaml does not say how many nodes a partition has, and every partition has one.
+    The partition is the first that holds the template's example GPUs on a node, in this order: the
+    site's smoke (dev) partition, then non-preemptible before preemptible, cheaper before dearer,
+    site order last. Where none holds them, the partition with the most GPUs per node, with that many.
+    """
+    wanted = EXAMPLE_GPUS.get(template, 1)
+    if site is None:  # offline without a site config: a neutral default the user edits
+        return FirstRun("gpu", None, 1, wanted)
+    order = list(site.partitions)
+    with_gpus = [p for p in order if site.partitions[p].gpus_per_node > 0] or order
+    ranked = sorted(with_gpus, key=lambda p: (p != site.smoke_partition, site.partitions[p].capacity != "dev",
+                                              site.partitions[p].preemptible, site.partitions[p].price_per_gpu_hour,
+                                              order.index(p)))
+    largest = max(with_gpus, key=lambda p: (site.partitions[p].gpus_per_node, -ranked.index(p)))
+    chosen = next((p for p in ranked if site.partitions[p].gpus_per_node >= wanted), largest)
+    part = site.partitions[chosen]
+    return FirstRun(chosen, part.gpu_type, 1, min(wanted, part.gpus_per_node),
+                    (largest, site.partitions[largest].gpus_per_node))
 
 
 def _template_files(template: str) -> tuple[resources.abc.Traversable, list[str]]:
@@ -45,10 +95,7 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
             site = load_site_config()
         except ConfigError:
             site = None  # offline and no site config: write a neutral default
-    partition, gpu_type = "gpu", None
-    if site is not None:
-        partition = site.smoke_partition or next(iter(site.partitions))
-        gpu_type = site.partitions[partition].gpu_type
+    shape = first_run_shape(template, site)
 
     source, copied = _template_files(template)
     targets: dict[Path, str] = {directory / "run.yaml": _RENDERED, **{directory / n: n for n in copied}}
@@ -68,7 +115,7 @@ def init_run(name: str, directory: Path, template: str = "torchrun", site: SiteC
     for target, name_in_template in targets.items():
         if name_in_template == _RENDERED:
             text = env.from_string((source / _RENDERED).read_text()).render(
-                name=name, partition=partition, gpu_type=gpu_type, spec_file=str(directory / "run.yaml"))
+                name=name, shape=shape, spec_file=str(directory / "run.yaml"))
         elif name_in_template == _DOCKERFILE:
             text = env.from_string(dockerfile.read_text()).render(name=name, base_image=base_image)
         else:

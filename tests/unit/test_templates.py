@@ -72,8 +72,8 @@ def test_init_writes_a_valid_run_for_every_template(tmp_path, local_site, templa
         init_run(f"demo-{template}", tmp_path / template, template, site=local_site)
 
 
-@pytest.mark.parametrize("template,sharding,data_parallel", [("fsdp", "fsdp", 4), ("hf-lora", "ddp", 2),
-                                                             ("deepspeed", "zero2", 4)])
+@pytest.mark.parametrize("template,sharding,data_parallel", [("fsdp", "fsdp", 2), ("hf-lora", "ddp", 2),
+                                                             ("deepspeed", "zero2", 2)])
 def test_dry_run_memory_check_of_each_example(tmp_path, local_site, template, sharding, data_parallel):
     """What `submit --dry-run` prints for the example as `init` writes it: fits, with the template's
     sharding, and a max safe micro-batch."""
