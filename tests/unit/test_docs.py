@@ -6,6 +6,7 @@ benchmark results."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import typing
@@ -174,5 +175,8 @@ def test_cited_numbers_are_in_the_cited_results():
     assert f"estimated over measured peak {min(ratios):.2f}–{max(ratios):.2f}" in README.replace("\n", " ")
     web = (results / "web_pages.txt").read_text()
     assert "ratio 0.65x" in web and "ratio 1.48x" in web and "0.65× of `ls -n 1000`, Queue page 1.48×" in DESIGN
+    trials = json.loads((results / "checkpoint_fault_injection.txt").read_text().splitlines()[-1])
+    assert trials["partial_resumes"] == 0 and trials["finished_saves_lost"] == 0
+    assert f"{trials['killed_mid_save']}/{trials['trials']} kill -9\ntrials never resumed a partial" in DESIGN
     for cited in re.findall(r"benchmarks/results/[\w.]+", README + DESIGN):
         assert (REPO / cited).is_file(), cited

@@ -54,7 +54,8 @@ def test_no_partition_holds_the_example_so_it_shrinks_to_the_largest(local_site)
     assert (shape.partition, shape.nodes, shape.gpus_per_node, shape.scale_up) == ("dev", 1, 1, "")
 
 
-def test_without_a_site_config_a_neutral_default(tmp_path):
+def test_without_a_site_config_a_neutral_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMCTL_SITE_CONFIG", str(tmp_path / "absent.yaml"))  # offline, no site.yaml
     assert first_run_shape("hf-lora", None) == FirstRun("gpu", None, 1, 2)
     init_run("x", tmp_path / "x", "hf-lora", site=None)
     spec = load_run_spec(tmp_path / "x" / "run.yaml")
