@@ -16,6 +16,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from slurmctl.submit.scaffold import first_run_shape
+
 # The run.yaml model, found through this one import (when the model moves, change this line only).
 from slurmctl.submit.spec import RunSpec
 
@@ -180,3 +182,12 @@ def test_cited_numbers_are_in_the_cited_results():
     assert f"{trials['killed_mid_save']}/{trials['trials']} kill -9\ntrials never resumed a partial" in DESIGN
     for cited in re.findall(r"benchmarks/results/[\w.]+", README + DESIGN):
         assert (REPO / cited).is_file(), cited
+
+
+def test_what_the_readme_says_init_writes_on_the_local_cluster(local_site):
+    usage = " ".join(section(README, "Usage").split())
+    one, two = first_run_shape("torchrun", local_site), first_run_shape("fsdp", local_site)
+    most = local_site.partitions[two.partition].gpus_per_node
+    assert (f"torchrun on `{one.partition}` with {one.gpus_per_node} GPU; the others on `{two.partition}` with "
+            f"{two.gpus_per_node} of its {most}") in usage
+    assert all(first_run_shape(t, local_site) == two for t in ("hf-lora", "deepspeed"))
