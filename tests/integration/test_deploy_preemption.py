@@ -132,7 +132,11 @@ def observed(cluster):
     spot_low, msg = submit(c, "spot-experiments", "h100-spot", "experiments")
     assert spot_low, msg
     accepted, refused = {}, {}
+    # every tier on h100-ondemand, the lower ones first so that one of them holds the node when a
+    # production job comes (the one tier that could preempt there)
     for qos in (None, "burst", "experiments", "dev", "production"):  # None: the account's default QOS
+        if qos == "production" and accepted:
+            break
         name = f"od-{qos or 'default'}"
         job_id, msg = submit(c, name, "h100-ondemand", qos)
         (accepted if job_id else refused)[name] = job_id or msg
@@ -149,7 +153,8 @@ def observed(cluster):
     sacct = c.run(["sacct", "-n", "-P", "--duplicates", "-X", "-o", "JobID,JobName,Partition,QOS,State",
                    "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))]).stdout
     print(f"\ncluster up in {c.started_in:.1f} s; scenario {time.monotonic() - t0:.1f} s\n"
-          f"squeue:\n{states}sacct --duplicates:\n{sacct}refused on h100-ondemand: {refused}")
+          f"squeue:\n{states}sacct --duplicates:\n{sacct}refused on h100-ondemand: {refused}\n"
+          f"signals seen by the batch shells: { {n: events(c, n) for n in ['spot-experiments', *od_running]} }")
     return {"c": c, "spot_low": spot_low, "spot_high": spot_high, "preempted": preempted,
             "accepted": accepted, "od_running": od_running, "od_high": od_high, "refused": refused,
             "squeue": states, "sacct": sacct}
