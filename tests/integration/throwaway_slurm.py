@@ -40,13 +40,19 @@ class ThrowawayCluster:
     # --- configuration -----------------------------------------------------------------------------
     def operator_lines(self) -> str:
         """What slurm-operator 1.1.2 writes first (controller_config.go, accounting and cgroup on), with
-        this cluster's paths and ports, and this machine's 22.05 substitutes where 25.11 differs."""
+        this cluster's paths and ports, and this machine's 22.05 substitutes where 25.11 differs.
+
+        Left out, 25.11-only or needing files this machine has not: AuthType/CredType auth/slurm
+        (munge here), AuthAltTypes=auth/jwt + AuthAltParameters (JWT keys), AuthInfo=use_client_ids
+        (an auth/slurm option), CommunicationParameters=block_null_hash, MetricsType=metrics/openmetrics.
+        Replaced: proctrack/cgroup and task/cgroup (no cgroup delegation here), jobacct_gather/cgroup."""
         host = socket.gethostname().split(".")[0]
         return "\n".join([
             f"ClusterName={self.name}", "SlurmUser=root", f"SlurmctldHost={host}(127.0.0.1)",
             f"SlurmctldPort={self.ctld_port}", f"StateSaveLocation={self.dir}/state", "SlurmdUser=root",
             f"SlurmdSpoolDir={self.dir}/state/slurmd-%n", "ReturnToService=2", "MaxNodeCount=1024", "GresTypes=gpu",
-            f"SlurmctldLogFile={self.dir}/log/slurmctld.log", f"SlurmdLogFile={self.dir}/log/slurmd-%n.log",
+            f"SlurmctldLogFile={self.dir}/log/slurmctld.log", f"SlurmSchedLogFile={self.dir}/log/slurmctld.log",
+            f"SlurmdLogFile={self.dir}/log/slurmd-%n.log", "LogTimeFormat=iso8601,format_stderr",
             f"SlurmctldPidFile={self.dir}/run/slurmctld.pid", f"SlurmdPidFile={self.dir}/run/slurmd-%n.pid",
             "AuthType=auth/munge", "CredType=cred/munge",  # operator: auth/slurm (25.11, sackd keys)
             "SelectTypeParameters=CR_Core_Memory",
