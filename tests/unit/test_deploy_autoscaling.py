@@ -32,6 +32,7 @@ from .test_deploy_consistency import _terraform, _tf_resources
 REPO = Path(__file__).resolve().parents[2]
 KEDA_FACTS = REPO / "tests" / "fixtures" / "keda" / "keda-2.20.2.json"
 OPERATOR_FACTS = REPO / "tests" / "fixtures" / "slinky" / "slurm-operator-1.1.2.json"
+SLURM_METRICS = REPO / "tests" / "fixtures" / "slurm" / "openmetrics-25.11.json"
 TOLERANCE = 0.1            # HPA --horizontal-pod-autoscaler-tolerance default
 SCALE_DOWN_WINDOW = 300    # HPA behavior.scaleDown.stabilizationWindowSeconds default
 
@@ -114,8 +115,15 @@ def run(spec: dict, timeline: list[tuple[float, int]]) -> list[int]:
 
 # --- the scenarios -------------------------------------------------------------------------------------
 def test_scaled_objects_use_average_value_and_one_node_per_unit_of_demand(tmp_path):
+    slurm_series = set(json.loads(SLURM_METRICS.read_text())["series"])
+    metrics = yaml.safe_load((REPO / "deploy" / "slinky" / "values.yaml").read_text())["controller"]["metrics"]
+    assert metrics["enabled"] and {"path": "/metrics/partitions"} in metrics["serviceMonitor"]["endpoints"]
     for pool, spec in _scaled_objects(tmp_path).items():
         [trigger] = spec["triggers"]
+        # series of slurmctld's own /metrics (Slurm 25.11 metrics/openmetrics; the slurm chart's
+        # ServiceMonitor scrapes /metrics/partitions into the Prometheus KEDA asks)
+        used = set(re.findall(r"\b(slurm_[a-z_]+)\{", trigger["metadata"]["query"]))
+        assert used and used <= slurm_series, used - slurm_series
         assert trigger["metricType"] == "AverageValue", pool  # Value multiplies by the READY pods
         assert (trigger["metadata"]["threshold"], trigger["metadata"]["activationThreshold"]) == ("1", "0"), pool
         assert (spec["idleReplicaCount"], spec["minReplicaCount"]) == (0, 1), pool
