@@ -141,13 +141,13 @@ def observed(cluster):
         job_id, msg = submit(c, name, "h100-ondemand", qos)
         (accepted if job_id else refused)[name] = job_id or msg
     assert wait_for(lambda: job(c, spot_low)["JobState"] == "RUNNING" and
-                    any(job(c, j)["JobState"] == "RUNNING" for j in accepted.values()), 30)
+                    any(job(c, j)["JobState"] == "RUNNING" for j in accepted.values()), 60)
     od_running = {n: j for n, j in accepted.items() if job(c, j)["JobState"] == "RUNNING"}
     assert wait_for(lambda: all(events(c, n) for n in ["spot-experiments", *od_running]), 10)
     spot_high, msg = submit(c, "spot-production", "h100-spot", "production")
     od_high, od_msg = submit(c, "od-production-2", "h100-ondemand", "production")
     assert spot_high and od_high, msg + od_msg
-    preempted = wait_for(lambda: job(c, spot_high)["JobState"] == "RUNNING", GRACE + 40)
+    preempted = wait_for(lambda: job(c, spot_high)["JobState"] == "RUNNING", GRACE + 60)
     time.sleep(3)  # the on-demand side has had GraceTime + the scheduler's passes to act too
     states = c.run(["squeue", "-h", "-o", "%i %j %P %q %T %r"]).stdout
     sacct = c.run(["sacct", "-n", "-P", "--duplicates", "-X", "-o", "JobID,JobName,Partition,QOS,State",
