@@ -43,18 +43,37 @@ resource "google_compute_router_nat" "nat" {
   }
 }
 
-# GKE's control plane calls admission webhooks on the pods' port. The slurm-operator webhook serves
-# on 9443 and fails closed: without this rule every NodeSet/LoginSet create or update is refused.
-# (GKE opens only 443 and 10250 from the control plane to private nodes by default.)
-resource "google_compute_firewall" "webhook_from_control_plane" {
-  name          = "${var.cluster_name}-slurm-operator-webhook"
+# GKE's control plane calls admission webhooks and aggregated API servers on the pods' ports; on a
+# private cluster it reaches only 443 and 10250 of the nodes by default. Every port it must reach is
+# in deploy/RUNBOOK.md ("Control plane -> pods"), checked against this rule by the deploy tests:
+#   9443  slurm-operator webhook (fails closed: without it every NodeSet/LoginSet change is refused)
+#         and KEDA's admission webhooks
+#   6443  KEDA's metrics API server (external.metrics.k8s.io): without it KEDA can move a NodeSet
+#         0 -> 1 itself, but the HPA never reads the metric and never scales further
+# Target tags cover the pods too: their addresses are alias ranges of the tagged nodes.
+resource "google_compute_firewall" "control_plane_to_pods" {
+  name          = "${var.cluster_name}-control-plane-to-pods"
   network       = google_compute_network.vpc.id
   direction     = "INGRESS"
   source_ranges = [var.master_ipv4_cidr_block]
   target_tags   = ["slurm-nodes"]
   allow {
     protocol = "tcp"
-    ports    = ["9443"]
+    ports    = ["6443", "9443"]
+  }
+}
+
+# SSH from laptops on the site's VPN to the login pods behind the internal load balancer (deploy/slinky
+# values.yaml: passthrough, client addresses kept). GKE adds its own rule for the LB's health checks.
+resource "google_compute_firewall" "ssh_from_vpn" {
+  name          = "${var.cluster_name}-login-ssh-from-vpn"
+  network       = google_compute_network.vpc.id
+  direction     = "INGRESS"
+  source_ranges = var.ssh_client_cidrs
+  target_tags   = ["slurm-nodes"]
+  allow {
+    protocol = "tcp"
+    ports    = ["22"]
   }
 }
 

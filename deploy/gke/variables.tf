@@ -49,6 +49,12 @@ variable "master_ipv4_cidr_block" {
   description = "GKE control plane range (private cluster): the source of webhook calls to the nodes"
 }
 
+variable "ssh_client_cidrs" {
+  type        = list(string)
+  default     = ["10.200.0.0/16"]
+  description = "Client range of the site's VPN into the VPC: the only sources that may SSH to the login pods' internal load balancer"
+}
+
 variable "slurm_namespace" {
   type    = string
   default = "slurm"

@@ -7,6 +7,12 @@ digests.json maps each image reference the values files name (`repository:tag`) 
 and login images that is the image WITH slurmctl. Writes slinky-images.yaml (for
 deploy/slinky/values.yaml), operator-images.yaml (operator-values.yaml) and chart-images.yaml
 (deploy/chart: the login image and MariaDB). Refuses a reference that is not a digest or an image slot with no digest.
+
+The two Slinky charts read `image` differently: the slurm chart's format-image takes a string or
+{repository, tag}; the slurm-operator chart takes only {repository, tag} and prints
+"<repository>:<tag>" (a string there fails: "can't evaluate field repository"). So an image is
+written as the map {repository: <mirror>, tag: "<tag>@sha256:<digest>"} wherever the values give a
+map: "<mirror>:<tag>@sha256:..." is a valid reference, and the runtime pulls it by the digest.
 """
 
 import json
@@ -32,8 +38,16 @@ def image_slots(values, path=()):
             yield from image_slots(value, (*path, key))
 
 
+def pinned_image(source: dict, pinned: str) -> dict:
+    """{repository, tag} of a digest reference, keeping the source's tag for people to read."""
+    if not source.get("tag"):  # the operator chart would print "<repository>:" and the chart version
+        raise SystemExit(f"{source['repository']}: give the image a tag in the values (it carries the digest)")
+    repository, digest = pinned.split("@", 1)
+    return {"repository": repository, "tag": f"{source['tag']}@{digest}"}
+
+
 def overlay(values: dict, digests: dict[str, str], only_enabled: bool = True) -> dict:
-    """The values tree with only the image slots, each set to its digest reference."""
+    """The values tree with only the image slots, each set to {repository, tag@digest}."""
     out: dict = {}
     for path, ref in image_slots(values):
         if only_enabled and len(path) > 2 and path[0] in ("nodesets", "loginsets"):
@@ -47,7 +61,10 @@ def overlay(values: dict, digests: dict[str, str], only_enabled: bool = True) ->
         node = out
         for key in path[:-1]:
             node = node.setdefault(key, {})
-        node[path[-1]] = pinned
+        source = values
+        for key in path:
+            source = source[key]
+        node[path[-1]] = pinned_image(source, pinned)
     return out
 
 

@@ -10,6 +10,9 @@
 # GPU totals follow the node pools' max sizes (deploy/gke/variables.tf: 6+8+6 H100 nodes x 8).
 set -euo pipefail
 H100_GPUS=${H100_GPUS:-160}
+# seconds between the drain signal and the requeue of a preempted job (PreemptType=preempt/qos takes
+# the preempted job's QOS GraceTime; the partitions' GraceTime is not read)
+GRACE_TIME=${GRACE_TIME:-120}
 SACCTMGR=(sacctmgr --immediate)
 TEAMS="ml-research:40 ml-platform:20 ml-applied:40"
 ACCOUNTS=$(for team in $TEAMS; do printf '%s ' "${team%%:*}"; done)
@@ -35,13 +38,16 @@ pct() { echo $(( H100_GPUS * $1 / 100 )); }
 # QOS: 60/30/10 of the H100s for production/experiments/burst (GrpTRES caps the whole QOS).
 # Preemption (PreemptType=preempt/qos): a higher tier requeues a lower tier's job on the same
 # nodes after GraceTime (the drain signal, PreemptParameters=send_user_signal, saves a checkpoint).
+# preempt/qos reads only the QOS (its Preempt= list, PreemptMode and GraceTime): a partition's
+# PreemptMode=OFF is ignored. So a partition that must never preempt admits no two QOS of which one
+# preempts the other (partitions.conf AllowQos; checked by the deploy tests and on real daemons).
 "${SACCTMGR[@]}" add qos production experiments burst dev >/dev/null 2>&1 || true
-"${SACCTMGR[@]}" modify qos burst set Priority=10 GrpTRES=gres/gpu:h100="$(pct 10)" \
-  MaxTRESPerUser=gres/gpu=16 PreemptMode=REQUEUE GraceTime=120
-"${SACCTMGR[@]}" modify qos experiments set Priority=50 GrpTRES=gres/gpu:h100="$(pct 30)" \
-  MaxTRESPerUser=gres/gpu=32 MaxJobsPerUser=8 Preempt=burst PreemptMode=REQUEUE GraceTime=120
-"${SACCTMGR[@]}" modify qos production set Priority=100 GrpTRES=gres/gpu:h100="$(pct 60)" \
-  MaxTRESPerUser=gres/gpu=64 Preempt=experiments,burst PreemptMode=REQUEUE GraceTime=120
+"${SACCTMGR[@]}" modify qos burst set Priority=10 GrpTRES=gres/gpu="$(pct 10)" \
+  MaxTRESPerUser=gres/gpu=16 PreemptMode=REQUEUE GraceTime="$GRACE_TIME"
+"${SACCTMGR[@]}" modify qos experiments set Priority=50 GrpTRES=gres/gpu="$(pct 30)" \
+  MaxTRESPerUser=gres/gpu=32 MaxJobsPerUser=8 Preempt=burst PreemptMode=REQUEUE GraceTime="$GRACE_TIME"
+"${SACCTMGR[@]}" modify qos production set Priority=100 GrpTRES=gres/gpu="$(pct 60)" \
+  MaxTRESPerUser=gres/gpu=64 Preempt=experiments,burst PreemptMode=REQUEUE GraceTime="$GRACE_TIME"
 # dev sessions: one small L4 allocation per user; the partition QOS of l4-dev (partitions.conf)
 "${SACCTMGR[@]}" modify qos dev set Priority=20 MaxTRESPerUser=gres/gpu=1 MaxJobsPerUser=1 MaxWall=04:00:00
 

@@ -202,3 +202,33 @@ def test_prometheus_scrapes_the_exporter_the_scaling_queries_read(tmp_path):
                                                    f"{port['port']}"]
     keda = yaml.safe_load((CHART / "values.yaml").read_text())["keda"]["prometheus"]
     assert keda == "http://prometheus-operated.monitoring:9090"  # kube-prometheus-stack's service, RUNBOOK step 4
+
+
+# --- the login node from a laptop (RUNBOOK "Reaching the login node") -------------------------------------
+def test_the_login_node_is_an_internal_load_balancer_open_to_the_vpn_clients_only(tmp_path):
+    import ipaddress
+
+    from .test_deploy_consistency import _tf_variable
+
+    service = yaml.safe_load((REPO / "deploy" / "slinky" / "values.yaml").read_text())["loginsets"]["login"]["service"]
+    # internal passthrough LB: an address in the VPC, client addresses kept (an external LB sees public ones)
+    assert service["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+    assert service["spec"]["type"] == "LoadBalancer"
+    ranges = service["spec"]["loadBalancerSourceRanges"]
+    assert ranges and all(ipaddress.ip_network(r).is_private for r in ranges), ranges
+    tf = _terraform()
+    assert _tf_variable(tf, "ssh_client_cidrs")["default"] == ranges
+    [rule] = [r for r in _tf_resources(tf, "google_compute_firewall").values()
+              if r["source_ranges"] == "${var.ssh_client_cidrs}"]
+    assert rule["direction"] == "INGRESS"
+    assert [(a["protocol"], a["ports"]) for a in rule["allow"]] == [("tcp", ["22"])]
+    for pool in _tf_resources(tf, "google_container_node_pool").values():
+        assert set(rule["target_tags"]) <= set(pool["node_config"][0]["tags"])
+    policy = by_kind(render(tmp_path), "NetworkPolicy")["slurm-login-ssh"]["spec"]
+    [ingress] = policy["ingress"]
+    assert [p["ipBlock"]["cidr"] for p in ingress["from"]] == ranges
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 22}]
+    runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    path = runbook.split("### Reaching the login node", 1)[1].split("\n## ", 1)[0]
+    assert "INTERNAL" in path and "var.ssh_client_cidrs" in path and "network.sshClientCIDRs" in path
+    assert "connected to the site's VPN" in runbook.split("10. **Smoke test**", 1)[1][:200]

@@ -27,13 +27,15 @@ K8S_VERSION = "1.30"
 
 # slurm.conf keys the Slinky operator (1.1.2, controller_config.go) writes itself: a line in our
 # extraConf would replace its value (SlurmctldParameters: configless mode lost; TaskPlugin: no GPU
-# isolation). PrologFlags is the exception: ours keeps its Contain and adds Alloc.
+# isolation) and makes slurmctld log "specified more than once" as an error at every start.
 OPERATOR_OWNED = {"ClusterName", "SlurmUser", "SlurmctldHost", "SlurmctldPort", "StateSaveLocation", "SlurmdUser",
                   "SlurmdPort", "SlurmdSpoolDir", "GresTypes", "AuthType", "CredType", "AuthAltTypes",
                   "AuthAltParameters", "AuthInfo", "SlurmctldParameters", "ProctrackType", "TaskPlugin",
                   "SelectTypeParameters", "MetricsType", "AccountingStorageType", "AccountingStorageHost",
                   "AccountingStoragePort", "JobAcctGatherType", "Prolog", "Epilog", "PrologSlurmctld",
-                  "EpilogSlurmctld", "SlurmctldLogFile", "SlurmdLogFile"}
+                  "EpilogSlurmctld", "SlurmctldLogFile", "SlurmdLogFile", "PrologFlags", "AccountingStorageTRES",
+                  "CommunicationParameters", "SlurmSchedLogFile", "LogTimeFormat", "MaxNodeCount",
+                  "ReturnToService"}
 OPERATOR_FACTS = REPO / "tests" / "fixtures" / "slinky" / "slurm-operator-1.1.2.json"
 
 
@@ -147,7 +149,6 @@ def _scheduling() -> str:
 def test_slurm_parts_compose_with_the_operator_and_preempt_by_qos():
     settings = _conf_settings(_scheduling())
     assert set(settings) & OPERATOR_OWNED == set(), "the operator writes these: " + str(set(settings) & OPERATOR_OWNED)
-    assert "Contain" in settings["PrologFlags"].split(",") and "Alloc" in settings["PrologFlags"].split(",")
     assert settings["PreemptType"] == "preempt/qos" and settings["PreemptMode"] == "REQUEUE"
     assert settings["PreemptParameters"] == "send_user_signal"
     assert re.fullmatch(r"\d\d:\d\d:\d\d", settings["PreemptExemptTime"])
@@ -173,7 +174,10 @@ def test_qos_tiers_preempt_downwards_and_dev_is_bound_to_l4_dev():
         allowed = set(part["AllowQos"].split(","))
         assert ("dev" in allowed) == (name == "l4-dev"), name
         if part["PreemptMode"] == "OFF":
-            assert "burst" not in allowed, f"{name}: burst work must be preemptible"
+            # preempt/qos ignores a partition's PreemptMode: no admitted QOS may preempt another one
+            pairs = {(a, b) for a in allowed for b in preempts.get(a, set()) & allowed}
+            assert pairs == set(), f"{name} promises no preemption, but these tiers preempt there: {pairs}"
+    assert "experiments" in shared["l4-dev"]["AllowQos"].split(",")  # the default QOS: `slurmctl dev` needs no --qos
 
 
 # --- one source of truth -------------------------------------------------------------------------
@@ -246,8 +250,11 @@ def test_helm_partition_options_equal_the_shared_slurm_parts():
 def test_accounting_knows_every_gpu_type_and_the_quota_total():
     pools = _gpu_pools()
     gpu_types = {ACCELERATOR_GPU_TYPE[p["accelerator_type"]] for p in pools.values()}
-    tres = set(_conf_settings((DEPLOY / "slurm" / "scheduling.conf").read_text())["AccountingStorageTRES"].split(","))
-    assert {f"gres/gpu:{t}" for t in gpu_types} | {"gres/gpu"} <= tres
+    assert gpu_types == {"h100", "l4"}
+    # the operator's AccountingStorageTRES is gres/gpu alone (ours would be a duplicate key): typed GPU
+    # TRES do not exist in production, so every cap is on gres/gpu
+    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
+    assert re.findall(r"TRES\w*=gres/gpu:", script) == []
     h100_total = sum(p["max_nodes"] * p["gpus_per_node"] for p in pools.values()
                      if p["accelerator_type"] == "nvidia-h100-80gb")
     script = (DEPLOY / "slurm" / "accounting.sh").read_text()

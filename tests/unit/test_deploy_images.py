@@ -52,10 +52,36 @@ def test_the_overlays_pin_every_rendered_image_by_digest(tmp_path):
                          for s in ("nodesets", "loginsets"))}
     assert pinned and all("@sha256:" in ref for ref in pinned.values()), pinned
     operator = yaml.safe_load((tmp_path / "operator-images.yaml").read_text())
-    assert {operator["operator"]["image"], operator["webhook"]["image"]} <= set(fake_digests().values())
+    assert set(image_refs(operator).values()) == {
+        fake_digests()["ghcr.io/slinkyproject/slurm-operator:1.1.2"].replace("@", ":1.1.2@"),
+        fake_digests()["ghcr.io/slinkyproject/slurm-operator-webhook:1.1.2"].replace("@", ":1.1.2@")}
     chart = yaml.safe_load((tmp_path / "chart-images.yaml").read_text())
     assert chart == {"image": fake_digests()["slurmctl-login"],
                      "mariadb": {"image": fake_digests()["docker.io/library/mariadb:11.4.5"]}}
+
+
+@pytest.mark.parametrize("chart, values, overlay_file", [
+    ("slurm", "values.yaml", "slinky-images.yaml"), ("slurm-operator", "operator-values.yaml", "operator-images.yaml")])
+def test_each_overlay_image_has_the_form_its_chart_reads(chart, values, overlay_file, tmp_path):
+    """The operator chart prints "<image.repository>:<image.tag>" (a string image fails to render:
+    "can't evaluate field repository"); the result must be a reference pinned by digest."""
+    digests = tmp_path / "digests.json"
+    digests.write_text(json.dumps(fake_digests()))
+    overlay.main(str(digests), str(tmp_path))
+    facts = json.loads((REPO / "tests" / "fixtures" / "slinky" / f"{chart}-1.1.2.json").read_text())
+    written = yaml.safe_load((tmp_path / overlay_file).read_text())
+    slots = list(overlay.image_slots(yaml.safe_load((REPO / "deploy" / "slinky" / values).read_text())))
+    assert slots
+    for path, _ in slots:
+        node = written
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            continue  # a disabled node set or login set
+        if facts["imageForm"] == "map":
+            assert isinstance(node, dict) and set(node) == {"repository", "tag"}, (path, node)
+        ref = node if isinstance(node, str) else "{}:{}".format(node["repository"], node["tag"])  # the template
+        assert overlay.DIGEST_REF.fullmatch(re.sub(r":[A-Za-z0-9._-]+@", "@", ref)), (path, ref)
 
 
 def test_a_missing_or_tag_only_digest_is_refused():

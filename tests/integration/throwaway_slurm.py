@@ -1,0 +1,190 @@
+"""A throwaway Slurm cluster beside the shared one: its own MariaDB, slurmdbd, slurmctld and slurmds.
+
+For tests that must run production's Slurm configuration (deploy/slurm/*.conf, accounting.sh) on
+real daemons without touching the shared local cluster: own state directory, own ports, own
+cluster name; only the machine's munged is shared (a client of its default socket). Everything it
+starts is stopped by `close()`, by pid, and the directory is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ThrowawayCluster:
+    def __init__(self, name: str):
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix=f"slurmctl-{name}-"))
+        self.dir.chmod(0o755)  # users reach slurm.conf and their job directory through it
+        for sub in ("db", "run", "log", "state", "jobs"):
+            (self.dir / sub).mkdir()
+        (self.dir / "jobs").chmod(0o1777)
+        self.conf = self.dir / "slurm.conf"
+        self.db_port, self.dbd_port, self.ctld_port = free_port(), free_port(), free_port()
+        self.procs: list[subprocess.Popen] = []
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    # --- configuration -----------------------------------------------------------------------------
+    def operator_lines(self) -> str:
+        """What slurm-operator 1.1.2 writes first (controller_config.go, accounting and cgroup on), with
+        this cluster's paths and ports, and this machine's 22.05 substitutes where 25.11 differs.
+
+        Left out, 25.11-only or needing files this machine has not: AuthType/CredType auth/slurm
+        (munge here), AuthAltTypes=auth/jwt + AuthAltParameters (JWT keys), AuthInfo=use_client_ids
+        (an auth/slurm option), CommunicationParameters=block_null_hash, MetricsType=metrics/openmetrics.
+        Replaced: proctrack/cgroup and task/cgroup (no cgroup delegation here), jobacct_gather/cgroup."""
+        host = socket.gethostname().split(".")[0]
+        return "\n".join([
+            f"ClusterName={self.name}", "SlurmUser=root", f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={self.ctld_port}", f"StateSaveLocation={self.dir}/state", "SlurmdUser=root",
+            f"SlurmdSpoolDir={self.dir}/state/slurmd-%n", "ReturnToService=2", "MaxNodeCount=1024", "GresTypes=gpu",
+            f"SlurmctldLogFile={self.dir}/log/slurmctld.log", f"SlurmSchedLogFile={self.dir}/log/slurmctld.log",
+            f"SlurmdLogFile={self.dir}/log/slurmd-%n.log", "LogTimeFormat=iso8601,format_stderr",
+            f"SlurmctldPidFile={self.dir}/run/slurmctld.pid", f"SlurmdPidFile={self.dir}/run/slurmd-%n.pid",
+            "AuthType=auth/munge", "CredType=cred/munge",  # operator: auth/slurm (25.11, sackd keys)
+            "SelectTypeParameters=CR_Core_Memory",
+            "SlurmctldParameters=enable_configless,enable_stepmgr",
+            "ProctrackType=proctrack/linuxproc",  # operator: proctrack/cgroup (no cgroup delegation here)
+            "PrologFlags=Contain",
+            "TaskPlugin=task/none",               # operator: task/affinity,task/cgroup
+            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={self.dbd_port}", "AccountingStorageTRES=gres/gpu",
+            "JobAcctGatherType=jobacct_gather/linux", "MailProg=/bin/true", "SlurmdParameters=config_overrides",
+            "DefMemPerCPU=100",
+            "#", "### EXTRA CONFIG ###", ""])
+
+    def write(self, extra: str, nodes: dict[str, str]) -> None:
+        """slurm.conf = the operator's lines + `extra` (our parts) + one NodeName line per node."""
+        lines = [f"NodeName={n} NodeAddr=127.0.0.1 Port={free_port()} CPUs=1 RealMemory=1000 State=UNKNOWN"
+                 for n in nodes]
+        self.conf.write_text(self.operator_lines() + extra + "\n" + "\n".join(lines) + "\n")
+        self.conf.chmod(0o644)
+        self.nodes = nodes
+        (self.dir / "slurmdbd.conf").write_text("\n".join([
+            "AuthType=auth/munge", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={self.dbd_port}",
+            "SlurmUser=root", f"LogFile={self.dir}/log/slurmdbd.log", f"PidFile={self.dir}/run/slurmdbd.pid",
+            "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={self.db_port}",
+            "StorageUser=slurm", "StoragePass=throwaway", "StorageLoc=slurm_acct_db", ""]))
+        (self.dir / "slurmdbd.conf").chmod(0o600)
+
+    # --- daemons ------------------------------------------------------------------------------------
+    def _start(self, argv: list[str], log: str) -> subprocess.Popen:
+        out = open(self.dir / "log" / log, "ab")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=self.env, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, what: str, check, timeout: float, log: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"{what} not ready after {timeout} s:\n" + self.log(log)[-3000:])
+
+    def sql(self, statement: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["mariadb", "--no-defaults", "--protocol=socket", f"--socket={self.dir}/run/db.sock",
+                               "-uroot", "-e", statement], capture_output=True, text=True, timeout=20)
+
+    def start(self) -> None:
+        install = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.dir}/db", "--user=root",
+                                  "--auth-root-authentication-method=normal", "--skip-test-db"],
+                                 capture_output=True, text=True, timeout=120)
+        assert install.returncode == 0, install.stdout + install.stderr
+        self._start(["mariadbd", "--no-defaults", f"--datadir={self.dir}/db", "--user=root",
+                     "--bind-address=127.0.0.1", f"--port={self.db_port}", f"--socket={self.dir}/run/db.sock",
+                     f"--pid-file={self.dir}/run/db.pid", "--innodb-buffer-pool-size=64M", "--skip-name-resolve"],
+                    "mariadbd.log")
+        self._wait("mariadbd", lambda: self.sql("SELECT 1").returncode == 0, 60, "mariadbd.log")
+        made = self.sql("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'throwaway';"
+                        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
+        assert made.returncode == 0, made.stderr
+        self._start(["slurmdbd", "-D"], "slurmdbd.out")  # reads slurmdbd.conf beside $SLURM_CONF
+        self._wait("slurmdbd", lambda: self.run(["sacctmgr", "-n", "list", "cluster"]).returncode == 0, 60,
+                   "slurmdbd.log")
+        added = self.run(["sacctmgr", "-i", "add", "cluster", self.name])
+        assert added.returncode == 0, added.stdout + added.stderr
+
+    def start_slurm(self) -> None:
+        self._start_slurmctld()
+        for node in self.nodes:
+            self._start(["slurmd", "-D", "-N", node, "-f", str(self.conf)], f"slurmd-{node}.out")
+        self._wait("slurmds", lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
+                   60, "slurmctld.log")
+
+    def _start_slurmctld(self) -> None:
+        self.slurmctld = self._start(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
+        self._wait("slurmctld", lambda: "is UP" in self.run(["scontrol", "ping"]).stdout, 60, "slurmctld.log")
+
+    def restart_slurmctld(self) -> None:
+        """Stop and start slurmctld, its state kept; the logs of the start before move to *.before."""
+        self.slurmctld.terminate()
+        self.slurmctld.wait(timeout=30)
+        for name in ("slurmctld.out", "slurmctld.log"):
+            path = self.dir / "log" / name
+            if path.exists():
+                path.rename(path.with_name(name + ".before"))
+        self._start_slurmctld()
+        self._wait("slurmds", lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
+                   60, "slurmctld.log")
+
+    def first_start(self, timeout: float = 60) -> tuple[int | None, str]:
+        """slurmctld's first start on a fresh database: (its exit code or None if it stayed up, its log).
+        The logs of this start move to *.first."""
+        proc = self._start(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            proc.terminate()
+            proc.wait(timeout=30)
+        text = ""
+        for name in ("slurmctld.out", "slurmctld.log"):
+            path = self.dir / "log" / name
+            if path.exists():
+                text += path.read_text(errors="replace")
+                path.rename(path.with_name(name + ".first"))
+        return code, text
+
+    def node_state(self, node: str) -> str:
+        return self.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).stdout.strip().rstrip("*~#")
+
+    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env={**self.env, **kw.pop("env", {})}, capture_output=True, text=True,
+                              timeout=kw.pop("timeout", 30), **kw)
+
+    def log(self, name: str) -> str:
+        path = self.dir / "log" / name
+        return path.read_text(errors="replace") if path.exists() else f"({name} not written)"
+
+    def close(self) -> None:
+        ids = self.run(["squeue", "-h", "-o", "%A"]).stdout.split() if self.conf.exists() else []
+        if ids:  # every job here is the test's: end them before the slurmds (their slurmstepds outlive slurmd)
+            self.run(["scancel", "--full", *ids])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.run(["squeue", "-h", "-o", "%A"]).stdout.strip():
+                time.sleep(0.5)
+        for proc in reversed(self.procs):  # slurmds, slurmctld, slurmdbd, then mariadbd
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

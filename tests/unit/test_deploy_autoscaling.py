@@ -1,0 +1,214 @@
+"""Autoscaling of the node sets, computed by the controllers' own documented rules.
+
+The ScaledObjects of deploy/chart (rendered by the real helm) are fed to two models written from
+the upstream sources, not from our expectations:
+- the HPA's replica calculator (kubernetes pkg/controller/podautoscaler/replica_calculator.go):
+  an External metric with target `Value` gives ceil(usage / target x READY pods); with target
+  `AverageValue` it gives ceil(usage / target); no change while |ratio - 1| <= 0.1 (tolerance);
+  the result is clamped to [minReplicas, maxReplicas]; a scale-down takes the highest
+  recommendation of the last 300 s (default stabilization window);
+- KEDA (keda.sh ScaledObject spec): at 0 replicas KEDA itself activates to minReplicaCount once
+  the metric is above activationThreshold; after cooldownPeriod without activity it sets
+  idleReplicaCount (0); in between the HPA owns the count.
+The metric value of each scenario is what Prometheus computes from the rendered query over the
+scenario's series: promtool evaluates it (the real PromQL engine), so query and arithmetic are
+checked together. The GKE firewall rules the control plane needs are checked against the RUNBOOK's
+table and the pinned charts' ports.
+"""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .test_deploy_chart import by_kind, render
+from .test_deploy_consistency import _terraform, _tf_resources
+
+REPO = Path(__file__).resolve().parents[2]
+KEDA_FACTS = REPO / "tests" / "fixtures" / "keda" / "keda-2.20.2.json"
+OPERATOR_FACTS = REPO / "tests" / "fixtures" / "slinky" / "slurm-operator-1.1.2.json"
+SLURM_METRICS = REPO / "tests" / "fixtures" / "slurm" / "openmetrics-25.11.json"
+TOLERANCE = 0.1            # HPA --horizontal-pod-autoscaler-tolerance default
+SCALE_DOWN_WINDOW = 300    # HPA behavior.scaleDown.stabilizationWindowSeconds default
+
+
+def hpa_recommendation(metric_type: str, usage: float, target: float, current: int, ready: int) -> int:
+    """replica_calculator.go: GetExternalMetricReplicas (Value) / GetExternalPerPodMetricReplicas (AverageValue)."""
+    if metric_type == "AverageValue":
+        ratio = usage / (target * current)
+        return current if abs(1.0 - ratio) <= TOLERANCE else math.ceil(usage / target)
+    ratio = usage / target
+    return current if abs(1.0 - ratio) <= TOLERANCE else math.ceil(ratio * ready)
+
+
+class NodeSetScaler:
+    """One ScaledObject and its HPA, stepped once per KEDA polling interval."""
+
+    def __init__(self, spec: dict):
+        [trigger] = spec["triggers"]
+        self.metric_type = trigger["metricType"]
+        self.target = float(trigger["metadata"]["threshold"])
+        self.activation = float(trigger["metadata"]["activationThreshold"])
+        self.lo, self.hi = spec["minReplicaCount"], spec["maxReplicaCount"]
+        self.idle, self.cooldown, self.poll = spec["idleReplicaCount"], spec["cooldownPeriod"], spec["pollingInterval"]
+        self.replicas, self.now, self.last_active = 0, 0, None
+        self.recommendations: list[tuple[int, int]] = []
+
+    def step(self, usage: float, ready: int) -> int:
+        self.now += self.poll
+        if usage > self.activation:
+            self.last_active = self.now
+        if self.replicas == 0:  # the HPA is off at 0: KEDA activates
+            self.replicas = self.lo if usage > self.activation else 0
+            return self.replicas
+        if self.last_active is None or self.now - self.last_active >= self.cooldown:
+            self.replicas, self.recommendations = self.idle, []
+            return self.replicas
+        wanted = min(self.hi, max(self.lo, hpa_recommendation(self.metric_type, usage, self.target,
+                                                             self.replicas, ready)))
+        self.recommendations = [(t, r) for t, r in self.recommendations if self.now - t < SCALE_DOWN_WINDOW]
+        self.recommendations.append((self.now, wanted))
+        if wanted < self.replicas:  # scale-down: the highest recommendation of the window
+            wanted = max(r for _, r in self.recommendations)
+        self.replicas = wanted
+        return self.replicas
+
+
+def _scaled_objects(tmp_path) -> dict[str, dict]:
+    return {d["spec"]["scaleTargetRef"]["name"].removeprefix("slurm-worker-"): d["spec"]
+            for d in by_kind(render(tmp_path), "ScaledObject").values()}
+
+
+def demand(query: str, tmp_path: Path, busy: int, pending_jobs: int, biggest_job_nodes: int,
+           partition: str = "h100-ondemand") -> float:
+    """What Prometheus computes from the rendered query over these series (promtool's engine)."""
+    if shutil.which("promtool") is None:
+        pytest.fail("promtool is missing (deploy/local/apt-extras.txt installs prometheus)")
+    series = [(f'slurmctl_nodes{{partition="{partition}",state="allocated"}}', busy),
+              (f'slurmctl_nodes{{partition="{partition}",state="idle"}}', 3),
+              (f'slurmctl_jobs_pending{{partition="{partition}",reason="Resources"}}', pending_jobs),
+              (f'slurmctl_jobs_pending{{partition="{partition}",reason="Dependency"}}', 5),  # never counted
+              ('slurmctl_nodes{partition="other",state="allocated"}', 7),                  # another pool
+              (f'slurm_partition_jobs_min_job_nodes_nohold{{partition="{partition}"}}', biggest_job_nodes)]
+    expected = busy + max(pending_jobs, biggest_job_nodes)
+    test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": f"{v}x3"} for s, v in series],
+        "promql_expr_test": [{"expr": query, "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": expected}]}],
+    }]}
+    path = tmp_path / "query-test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    out = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"the query does not compute busy + max(pending jobs, biggest job):\n{out.stdout}"
+    return expected
+
+
+def run(spec: dict, timeline: list[tuple[float, int]]) -> list[int]:
+    scaler = NodeSetScaler(spec)
+    return [scaler.step(usage, ready) for usage, ready in timeline]
+
+
+# --- the scenarios -------------------------------------------------------------------------------------
+def test_scaled_objects_use_average_value_and_one_node_per_unit_of_demand(tmp_path):
+    slurm_series = set(json.loads(SLURM_METRICS.read_text())["series"])
+    metrics = yaml.safe_load((REPO / "deploy" / "slinky" / "values.yaml").read_text())["controller"]["metrics"]
+    assert metrics["enabled"] and {"path": "/metrics/partitions"} in metrics["serviceMonitor"]["endpoints"]
+    for pool, spec in _scaled_objects(tmp_path).items():
+        [trigger] = spec["triggers"]
+        # series of slurmctld's own /metrics (Slurm 25.11 metrics/openmetrics; the slurm chart's
+        # ServiceMonitor scrapes /metrics/partitions into the Prometheus KEDA asks)
+        used = set(re.findall(r"\b(slurm_[a-z_]+)\{", trigger["metadata"]["query"]))
+        assert used and used <= slurm_series, used - slurm_series
+        assert trigger["metricType"] == "AverageValue", pool  # Value multiplies by the READY pods
+        assert (trigger["metadata"]["threshold"], trigger["metadata"]["activationThreshold"]) == ("1", "0"), pool
+        assert (spec["idleReplicaCount"], spec["minReplicaCount"]) == (0, 1), pool
+
+
+def test_three_jobs_pending_and_no_node_ready_yet_scales_up_to_three(tmp_path):
+    spec = _scaled_objects(tmp_path)["h100-ondemand"]
+    usage = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=0, pending_jobs=3, biggest_job_nodes=1)
+    # poll 1: KEDA activates 0 -> 1; the VM boots for minutes, so no slurmd pod is ready for several polls
+    assert run(spec, [(usage, 0)] * 4) == [1, 3, 3, 3]
+
+
+def test_two_busy_of_six_scales_in_to_two_after_the_stabilization_window(tmp_path):
+    spec = _scaled_objects(tmp_path)["h100-ondemand"]
+    assert spec["maxReplicaCount"] == 6
+    full = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=6, pending_jobs=0, biggest_job_nodes=0)
+    two = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=2, pending_jobs=0, biggest_job_nodes=0)
+    scaler = NodeSetScaler(spec)
+    scaler.replicas, scaler.last_active = 6, 0
+    assert scaler.step(full, 6) == 6
+    steps = [scaler.step(two, 6) for _ in range(SCALE_DOWN_WINDOW // spec["pollingInterval"] + 1)]
+    assert steps[0] == 6 and steps[-1] == 2, steps  # scale-in, after the window (the drained nodes go)
+
+
+def test_drain_to_zero_after_the_cooldown(tmp_path):
+    spec = _scaled_objects(tmp_path)["h100-spot"]
+    query = spec["triggers"][0]["metadata"]["query"]
+    busy = demand(query, tmp_path, busy=2, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
+    idle = demand(query, tmp_path, busy=0, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
+    scaler = NodeSetScaler(spec)
+    scaler.replicas = 2
+    assert [scaler.step(busy, 2) for _ in range(3)] == [2, 2, 2]
+    polls = spec["cooldownPeriod"] // spec["pollingInterval"]
+    drained = [scaler.step(idle, 2) for _ in range(polls)]
+    window = SCALE_DOWN_WINDOW // spec["pollingInterval"]
+    # the HPA keeps 2 for its stabilization window, then its minimum 1; KEDA idles the set to 0 once
+    # cooldownPeriod has passed since the metric was last above activationThreshold
+    assert drained == [2] * (window - 1) + [1] * (polls - window) + [0], drained
+
+
+def test_a_four_node_job_pending_alone_gets_four_nodes(tmp_path):
+    spec = _scaled_objects(tmp_path)["h100-spot"]
+    query = spec["triggers"][0]["metadata"]["query"]
+    pending = demand(query, tmp_path, busy=0, pending_jobs=1, biggest_job_nodes=4, partition="h100-spot")
+    # the job cannot start before all four nodes are up: nothing is busy meanwhile
+    assert run(spec, [(pending, 0), (pending, 0), (pending, 2), (pending, 4)]) == [1, 4, 4, 4]
+    running = demand(query, tmp_path, busy=4, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
+    assert run(spec, [(pending, 0), (pending, 0), (running, 4)])[-1] == 4
+
+
+def test_value_metric_type_is_the_broken_arithmetic():
+    """The same models show the old `metricType: Value`: stuck at 1 with none ready, at the max once 2 are busy."""
+    value = {"triggers": [{"metricType": "Value", "metadata": {"threshold": "1", "activationThreshold": "0"}}],
+             "minReplicaCount": 1, "maxReplicaCount": 6, "idleReplicaCount": 0, "cooldownPeriod": 600,
+             "pollingInterval": 30}
+    assert run(value, [(3.0, 0)] * 4) == [1, 1, 1, 1]
+    scaler = NodeSetScaler(value)
+    scaler.replicas, scaler.last_active = 6, 0
+    assert [scaler.step(2.0, 6) for _ in range(20)] == [6] * 20
+
+
+# --- what GKE's control plane must reach ------------------------------------------------------------------
+def runbook_control_plane_ports() -> dict[int, str]:
+    """{port: who listens} from the RUNBOOK's 'Control plane -> pods' table."""
+    text = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    section = text.split("### Control plane -> pods", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if re.match(r"\|\s*\d+\s*\|", line)]
+    return {int(cells[0]): cells[1].strip() for cells in rows}
+
+
+def test_every_port_the_control_plane_calls_is_open_and_listed():
+    keda = json.loads(KEDA_FACTS.read_text())
+    operator = json.loads(OPERATOR_FACTS.read_text())
+    needed = {operator["webhookPort"]: "slurm-operator webhook", keda["metricsServerPortHttpsTarget"]: "KEDA metrics",
+              keda["webhooksPort"]: "KEDA webhooks"}
+    table = runbook_control_plane_ports()
+    assert set(needed) == set(table), table
+    tf = _terraform()
+    cluster = _tf_resources(tf, "google_container_cluster")["ml"]
+    opened = set()
+    for rule in _tf_resources(tf, "google_compute_firewall").values():
+        if rule["source_ranges"] == ["${var.master_ipv4_cidr_block}"] and rule["direction"] == "INGRESS":
+            for allow in rule["allow"]:
+                opened |= {int(p) for p in allow["ports"]}
+            for pool in _tf_resources(tf, "google_container_node_pool").values():
+                assert set(rule["target_tags"]) <= set(pool["node_config"][0]["tags"])
+    assert cluster["private_cluster_config"][0]["master_ipv4_cidr_block"] == "${var.master_ipv4_cidr_block}"
+    assert set(table) <= opened, f"not opened from the control plane: {set(table) - opened}"

@@ -1,0 +1,386 @@
+"""deploy/RUNBOOK.md is executable: every command of its code blocks runs here, exactly as written.
+
+Each ```bash block runs in order with bash (`set -euo pipefail`) in a scratch copy of the checkout.
+The real tools run where they can: bash, sed, ls, openssl, deploy/images/build, helm (the pinned
+4.1.4), kubectl (client). Only what needs a cloud is a dry stand-in, first on PATH
+(tests/fixtures/runbook/shims.py):
+- `helm install R CHART …` runs the real `helm template R <chart from the chart store> …` (same
+  flags); `helm repo add` records the repository, which the installs then resolve;
+- `kubectl create …` runs the real `kubectl create … --dry-run=client -o yaml`; `kubectl apply -f -`
+  keeps the manifests; `kubectl exec … bash -s < script` checks the script with `bash -n` (the real
+  run of deploy/slurm/accounting.sh is tests/integration/test_deploy_preemption.py);
+- `terraform` checks `-var` names and `output` names against deploy/gke/*.tf and prints placeholders;
+- `gcloud`, `skopeo`, `podman` record their arguments; skopeo and podman answer placeholder digests,
+  so deploy/images/build writes real overlays pinned by (placeholder) digests.
+Every object rendered or created is then checked: Kubernetes kinds with kubernetes-validate
+(strict), Slinky CRs against the CRDs the RUNBOOK's own slurm-operator-crds install rendered, KEDA's
+ScaledObject against its pinned CRD schema. The charts come from the chart store
+(deploy/charts/store); CI cannot download charts, so one missing from the store is named and its
+checks are skipped; everything else still runs. A command in the RUNBOOK that no test here runs fails
+test_every_runbook_command_is_run_by_a_test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from .test_deploy_chart import HELM, K8S_VERSION, _jsonschema, schema_errors
+
+REPO = Path(__file__).resolve().parents[2]
+RUNBOOK = REPO / "deploy" / "RUNBOOK.md"
+SHIMS = REPO / "tests" / "fixtures" / "runbook" / "shims.py"
+STORE = Path(os.environ.get("SLURMCTL_CHARTS", "/var/cache/slurmctl-tools/charts"))
+ENV = {"PROJECT": "proj", "REGION": "europe-west4"}
+RENDERS = "test_every_chart_install_renders_and_every_object_is_valid"
+# The test (below) that checks each RUNBOOK command's effect after the run.
+COVERED = {
+    ".venv/bin/pytest -q tests/unit/test_deploy_*.py": "this module's session: these ARE the deploy tests",
+    "cd deploy/gke": "test_terraform_commands_name_declared_variables_and_outputs",
+    "terraform init": "test_terraform_commands_name_declared_variables_and_outputs",
+    "terraform plan -var project=$PROJECT -var checkpoint_bucket=$PROJECT-ml-checkpoints -out plan":
+        "test_terraform_commands_name_declared_variables_and_outputs",
+    "terraform apply plan": "test_terraform_commands_name_declared_variables_and_outputs",
+    "$(terraform output -raw get_credentials); cd ../..": "test_terraform_commands_name_declared_variables_and_outputs",
+    "gcloud artifacts repositories create slurm --repository-format=docker --location=$REGION":
+        "test_the_registry_is_the_one_the_build_pushes_to",
+    "gcloud auth configure-docker $REGION-docker.pkg.dev": "test_the_registry_is_the_one_the_build_pushes_to",
+    "deploy/images/build $REGION-docker.pkg.dev/$PROJECT/slurm": "test_the_build_writes_every_overlay_by_digest",
+    "ls build/images/": "test_the_build_writes_every_overlay_by_digest",
+    "helm repo add jetstack https://charts.jetstack.io": RENDERS,
+    "helm repo add prometheus-community https://prometheus-community.github.io/helm-charts":
+        RENDERS,
+    "helm repo add kedacore https://kedacore.github.io/charts": RENDERS,
+    "helm install cert-manager jetstack/cert-manager --version v1.18.2 -n cert-manager --create-namespace "
+    "--set crds.enabled=true": RENDERS,
+    "helm install prometheus prometheus-community/kube-prometheus-stack --version 65.5.0 -n monitoring "
+    "--create-namespace -f deploy/chart/prometheus-values.yaml": RENDERS,
+    "helm install keda kedacore/keda --version 2.20.2 -n keda --create-namespace":
+        RENDERS,
+    "helm install slurm-operator-crds oci://ghcr.io/slinkyproject/charts/slurm-operator-crds --version 1.1.2":
+        RENDERS,
+    "helm install slurm-operator oci://ghcr.io/slinkyproject/charts/slurm-operator --version 1.1.2 -n slinky "
+    "--create-namespace -f deploy/slinky/operator-values.yaml -f build/images/operator-images.yaml":
+        "test_the_operator_chart_runs_the_built_images_by_digest",
+    "kubectl create namespace slurm": "test_kubectl_objects_are_valid",
+    'kubectl -n slurm create secret generic mariadb-password --from-literal=password="$(openssl rand -hex 24)"':
+        "test_kubectl_objects_are_valid",
+    "kubectl -n slurm create secret generic slurm-sssd-conf --from-file=sssd.conf=/secure/sssd.conf":
+        "test_kubectl_objects_are_valid",
+    'sed "s/CHECKPOINT_BUCKET/$PROJECT-ml-checkpoints/" deploy/gke/k8s/checkpoints.yaml | kubectl apply -f -':
+        "test_kubectl_objects_are_valid",
+    "helm install slurmctl deploy/chart -n slurm -f build/images/chart-images.yaml --set "
+    "gcpServiceAccount=$(terraform -chdir=deploy/gke output -raw workload_service_account) --set-file site=site.yaml "
+    "--set 'network.ldapCIDRs={10.20.0.5/32}'": RENDERS,
+    "helm install slurm oci://ghcr.io/slinkyproject/charts/slurm --version 1.1.2 -n slurm -f deploy/slinky/values.yaml "
+    "-f build/images/slinky-images.yaml --set-file controller.extraConf=deploy/slurm/scheduling.conf --set-file "
+    "'prologScripts.slurmctl\\.sh'=deploy/slurm/hooks/prolog.sh --set-file "
+    "'epilogScripts.slurmctl\\.sh'=deploy/slurm/hooks/epilog.sh --set-file "
+    "loginsets.login.rootSshAuthorizedKeys=admin_keys.pub": "test_the_slurm_chart_runs_our_slurm_conf_parts_and_images",
+    'kubectl -n slurm exec -i statefulset/slurm-controller -- env SLURMCTL_USERS="$(cat users.txt)" bash -s < '
+    "deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
+}
+SELF_BLOCK = ".venv/bin/pytest"  # the block that runs these tests is not run from inside them
+
+
+def _strip_comment(line: str) -> str:
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def runbook_blocks() -> list[str]:
+    return re.findall(r"^ *```bash\n(.*?)^ *```", RUNBOOK.read_text(), re.S | re.M)
+
+
+def runbook_commands() -> list[str]:
+    commands = []
+    for block in runbook_blocks():
+        for line in re.sub(r"\\\n", " ", block).splitlines():
+            line = " ".join(_strip_comment(line).split())
+            if line:
+                commands.append(line)
+    return commands
+
+
+def test_every_runbook_command_is_run_by_a_test():
+    commands = runbook_commands()
+    assert len(commands) == len(set(commands)) >= 20
+    assert set(commands) - set(COVERED) == set(), "RUNBOOK commands no test runs: add them to COVERED"
+    assert set(COVERED) - set(commands) == set(), "COVERED names commands the RUNBOOK no longer has"
+    for how in set(COVERED.values()):
+        assert how.startswith("this module's session") or callable(globals().get(how)), how
+
+
+def _scratch_checkout(dest: Path) -> Path:
+    """The checkout's files (tracked and new, not ignored) in a fresh git repository, + the venv."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    git = ["git", "-c", "user.name=runbook", "-c", "user.email=runbook@localhost"]
+    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "runbook test"], cwd=dest, check=True)
+    (dest / ".venv").symlink_to(sys.prefix)
+    # the inputs the RUNBOOK names: site config, the platform team's key, users, SSSD config
+    shutil.copy(REPO / "deploy" / "local" / "site.yaml", dest / "site.yaml")
+    (dest / "admin_keys.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm admin@example.org\n")
+    (dest / "users.txt").write_text("alice ml-research\nbob ml-applied\n")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def runbook(tmp_path_factory):
+    """Run every block; {'blocks': [(text, CompletedProcess)], 'dir', 'log'} for the tests below."""
+    if not os.access(HELM, os.X_OK):
+        pytest.fail(f"no helm at {HELM}: run scripts/_install_helm (scripts/setup does)")
+    root = tmp_path_factory.mktemp("runbook")
+    work = _scratch_checkout(root / "checkout")
+    shims, log = root / "shims", root / "log"
+    shims.mkdir()
+    log.mkdir()
+    (log / "secure").mkdir()
+    (log / "secure" / "sssd.conf").write_text("[sssd]\nservices = nss, pam\ndomains = example\n")
+    for tool in ("helm", "kubectl", "terraform", "gcloud", "skopeo", "podman"):
+        (shims / tool).write_text(f"#!{sys.executable}\nimport os, runpy\nos.environ['RUNBOOK_TOOL'] = {tool!r}\n"
+                                  f"runpy.run_path({str(SHIMS)!r}, run_name='__main__')\n")
+        (shims / tool).chmod(0o755)
+    env = {"PATH": f"{shims}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(root),
+           "RUNBOOK_LOG": str(log), "RUNBOOK_STORE": str(STORE), "RUNBOOK_HELM": HELM,
+           "RUNBOOK_KUBECTL": shutil.which("kubectl") or "kubectl", "RUNBOOK_REPO": str(work), **ENV,
+           # deploy/images/build's `pip wheel` with the venv's setuptools: build isolation would fetch
+           # setuptools from the index on every run (40 s instead of 7)
+           "PIP_NO_BUILD_ISOLATION": "0"}
+    blocks = []
+    for block in runbook_blocks():
+        if block.lstrip().startswith(SELF_BLOCK):
+            continue
+        started = time.monotonic()
+        out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, env=env, capture_output=True,
+                             text=True, timeout=300)
+        print(f"[runbook] {time.monotonic() - started:5.1f} s  exit {out.returncode}  {block.split()[0:3]}")
+        blocks.append((block, out))
+    return {"blocks": blocks, "dir": work, "log": log}
+
+
+def _calls(log: Path, tool: str) -> list[list[str]]:
+    path = log / f"{tool}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class GoYAMLLoader(yaml.SafeLoader):
+    """YAML as the Kubernetes clients read it: Go's yaml takes `1e+09` (Helm's print of a large
+    integer) as a number, and sigs.k8s.io/yaml sends it as the JSON integer 1000000000."""
+
+
+def _number(loader, node):
+    value = float(loader.construct_scalar(node))
+    return int(value) if value.is_integer() else value
+
+
+GoYAMLLoader.add_implicit_resolver("tag:yaml.org,2002:go-float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
+                                   list("-+0123456789"))
+GoYAMLLoader.add_constructor("tag:yaml.org,2002:go-float", _number)
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.load_all(path.read_text(), Loader=GoYAMLLoader) if d] if path.exists() else []
+
+
+def _without_nulls(node):
+    """The API server prunes null fields of a custom resource (not `nullable`) before validating."""
+    if isinstance(node, dict):
+        return {k: _without_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [_without_nulls(v) for v in node]
+    return node
+
+
+def test_every_block_runs(runbook):
+    for block, out in runbook["blocks"]:
+        assert out.returncode == 0, f"{block}\n--- exit {out.returncode}:\n{out.stdout[-2000:]}{out.stderr[-4000:]}"
+
+
+def _missing_charts(runbook) -> list[str]:
+    path = runbook["log"] / "missing-charts.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def _rendered(runbook, release: str) -> list[dict]:
+    if f"{release}" in {m.split("=")[0] for m in _missing_charts(runbook)}:
+        pytest.skip(f"{release}: chart not in the chart store {STORE} (deploy/charts/store fills it)")
+    return _docs(runbook["log"] / "renders" / f"{release}.yaml")
+
+
+# --- step 1: Terraform -------------------------------------------------------------------------------------
+def test_terraform_commands_name_declared_variables_and_outputs(runbook):
+    calls = _calls(runbook["log"], "terraform")
+    assert [c[0] for c in calls[:4]] == ["init", "plan", "apply", "output"], calls
+    plan = calls[1]
+    assert [a for a in plan if a.startswith(("project=", "checkpoint_bucket="))] == [
+        "project=proj", "checkpoint_bucket=proj-ml-checkpoints"]
+    # the shim refuses unknown -var and output names (exit 2): every block ran, so all are declared
+    assert ["container", "clusters", "get-credentials"] == _calls(runbook["log"], "gcloud")[0][:3]
+
+
+# --- steps 2 and 3: registry and images -----------------------------------------------------------------------
+def test_the_registry_is_the_one_the_build_pushes_to(runbook):
+    gcloud = _calls(runbook["log"], "gcloud")
+    assert ["artifacts", "repositories", "create", "slurm", "--repository-format=docker",
+            "--location=europe-west4"] in gcloud
+    assert ["auth", "configure-docker", "europe-docker.pkg.dev".replace("europe", "europe-west4")] in gcloud
+    pushed = [c for c in _calls(runbook["log"], "podman") if c[0] == "push"]
+    assert pushed and all(c[-1].startswith("europe-west4-docker.pkg.dev/proj/slurm/") for c in pushed), pushed
+
+
+def test_the_build_writes_every_overlay_by_digest(runbook):
+    images = runbook["dir"] / "build" / "images"
+    assert {"digests.json", "slinky-images.yaml", "operator-images.yaml", "chart-images.yaml"} <= {
+        p.name for p in images.iterdir()}
+    digests = json.loads((images / "digests.json").read_text())
+    assert all(re.fullmatch(r"europe-west4-docker\.pkg\.dev/proj/slurm/[a-z0-9/_.-]+@sha256:[0-9a-f]{64}", ref)
+               for ref in digests.values()), digests
+    copies = [c for c in _calls(runbook["log"], "skopeo") if c[0] == "copy"]
+    assert len(copies) == len(digests) - 1  # every upstream image mirrored (slurmctl-login is ours, built)
+
+
+# --- steps 4, 7, 8: the charts, rendered, every object valid ------------------------------------------------------
+def _crd_schemas(runbook) -> dict[tuple[str, str], dict]:
+    crds = _rendered(runbook, "slurm-operator-crds")
+    schemas = {}
+    for crd in crds:
+        assert crd["kind"] == "CustomResourceDefinition"
+        for version in crd["spec"]["versions"]:
+            schemas[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = \
+                version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def object_errors(doc: dict, crds: dict) -> list[str]:
+    key = (doc["apiVersion"], doc["kind"])
+    if key in crds:
+        schema = _jsonschema(crds[key])
+        schema["properties"]["metadata"] = {"type": "object"}
+        return [f"{doc['kind']}/{doc['metadata']['name']} {list(e.path)}: {e.message}"
+                for e in jsonschema.Draft7Validator(schema).iter_errors(_without_nulls(doc))]
+    return schema_errors(doc)
+
+
+# CRDs of charts whose CRDs are not rendered by a RUNBOOK install (cert-manager's come with its own chart)
+FOREIGN = {"cert-manager.io", "monitoring.coreos.com"}
+
+
+def _check_all(docs: list[dict], crds: dict) -> tuple[list[str], set[str]]:
+    errors, unchecked = [], set()
+    for doc in docs:
+        group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
+        if group in FOREIGN:
+            unchecked.add(f"{doc['apiVersion']} {doc['kind']}")
+            continue
+        try:
+            errors += object_errors(doc, crds)
+        except kubernetes_validate.SchemaNotFoundError:
+            errors.append(f"{doc['apiVersion']} {doc['kind']}: no schema")
+    return errors, unchecked
+
+
+def test_every_chart_install_renders_and_every_object_is_valid(runbook):
+    missing = _missing_charts(runbook)
+    renders = {p.stem: _docs(p) for p in sorted((runbook["log"] / "renders").glob("*.yaml"))}
+    assert "slurmctl" in renders and renders["slurmctl"], "our chart did not render"
+    crds = _crd_schemas(runbook) if "slurm-operator-crds" in renders else {}
+    report = {}
+    for release, docs in renders.items():
+        errors, unchecked = _check_all(docs, crds)
+        assert errors == [], (release, errors)
+        report[release] = (len(docs), sorted(unchecked))
+    print(f"\nrendered and checked: {report}\nnot in the chart store: {missing}")
+    if missing:
+        pytest.skip(f"rendered {sorted(renders)}; not in the chart store {STORE}: {missing}")
+
+
+def test_the_operator_chart_runs_the_built_images_by_digest(runbook):
+    docs = _rendered(runbook, "slurm-operator")
+    digests = json.loads((runbook["dir"] / "build" / "images" / "digests.json").read_text())
+    images = {c["image"] for d in docs if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    expected = {digests[f"ghcr.io/slinkyproject/{name}:1.1.2"].replace("@", ":1.1.2@")
+                for name in ("slurm-operator", "slurm-operator-webhook")}
+    assert images == expected
+    errors, _ = _check_all(docs, _crd_schemas(runbook))
+    assert errors == []
+    # the API server calls the webhook Service's targetPort: what deploy/gke/network.tf opens
+    [service] = [d for d in docs if d["kind"] == "Service" and "webhook" in d["metadata"]["name"]]
+    [https] = [p for p in service["spec"]["ports"] if p["port"] == 443]
+    assert https["targetPort"] == 9443
+
+
+def test_the_slurm_chart_runs_our_slurm_conf_parts_and_images(runbook):
+    docs = _rendered(runbook, "slurm")
+    errors, _ = _check_all(docs, _crd_schemas(runbook))
+    assert errors == []
+    [controller] = [d for d in docs if d["kind"] == "Controller"]
+    scheduling = (REPO / "deploy" / "slurm" / "scheduling.conf").read_text()
+    extra = controller["spec"]["extraConf"]
+    assert extra.startswith(scheduling)  # the chart appends one PartitionName line per partition
+    partitions = (REPO / "deploy" / "slurm" / "partitions.conf").read_text()
+    rendered = {line.split()[0]: set(line.split()[1:]) for line in extra[len(scheduling):].splitlines() if line.strip()}
+    ours = {line.split()[0]: set(line.split()[1:]) for line in partitions.splitlines() if line.startswith("Partition")}
+    assert {name: opts - {f"Nodes={name.split('=')[1]}"} for name, opts in rendered.items()} == ours
+    digests = set(json.loads((runbook["dir"] / "build" / "images" / "digests.json").read_text()).values())
+    images = set()
+
+    def collect(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "image" and isinstance(value, str):
+                    images.add(value)
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for item in node:
+                collect(item)
+    for doc in docs:
+        if doc["apiVersion"].startswith("slinky.slurm.net/"):
+            collect(doc["spec"])
+    assert images and {re.sub(r":[^:@/]+@", "@", i) for i in images} <= digests, images
+    [login] = [d for d in docs if d["kind"] == "LoginSet"]
+    assert login["spec"]["service"]["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+
+
+# --- steps 5, 6, 9: kubectl ---------------------------------------------------------------------------------------
+def test_kubectl_objects_are_valid(runbook):
+    created = _docs(runbook["log"] / "renders" / "kubectl-create.yaml")
+    applied = _docs(runbook["log"] / "renders" / "kubectl-apply.yaml")
+    assert [(d["kind"], d["metadata"]["name"]) for d in created] == [
+        ("Namespace", "slurm"), ("Secret", "mariadb-password"), ("Secret", "slurm-sssd-conf")]
+    assert created[1]["data"]["password"] and "sssd.conf" in created[2]["data"]
+    assert {d["kind"] for d in applied} >= {"PersistentVolume", "PersistentVolumeClaim"}
+    assert "CHECKPOINT_BUCKET" not in json.dumps(applied) and "proj-ml-checkpoints" in json.dumps(applied)
+    for doc in created + applied:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    [exec_call] = [c for c in _calls(runbook["log"], "kubectl") if "exec" in c]
+    assert exec_call[exec_call.index("--") + 1:] == ["env", "SLURMCTL_USERS=alice ml-research\nbob ml-applied",
+                                                      "bash", "-s"]
+    assert (runbook["log"] / "exec-stdin").read_text() == (REPO / "deploy" / "slurm" / "accounting.sh").read_text()
