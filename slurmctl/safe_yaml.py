@@ -1,6 +1,6 @@
 """YAML that a user wrote, loaded with bounds: run.yaml, site.yaml and the config files preflight
 reads. Standard library + PyYAML only, so the run directory's readers and the hooks can use it
-without the pydantic models of ``slurmctl.submit.spec``.
+without the pydantic models of ``slurmctl.config.models``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def sweep(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], grid: tupl
         return click.confirm(f"Worst case ${cost.max_usd:,.2f} for the whole sweep. Submit?", default=False, err=True)
 
     from slurmctl.errors import ConfigError
-    from slurmctl.remote import RemoteSlurmClient
+    from slurmctl.rundir.remote import RemoteSlurmClient
 
     if isinstance(ctx.client, RemoteSlurmClient):
         # Its submit copies one run dir and its workdir; a sweep has one per element plus its own.

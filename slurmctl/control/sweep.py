@@ -13,9 +13,9 @@ from slurmctl.control.cancel import _read_ack
 from slurmctl.errors import RunNotFound, SlurmCommandError
 from slurmctl.observe.sweep import element_runs
 from slurmctl.rundir import RunRegistry
+from slurmctl.rundir.sweep import SweepDir
 from slurmctl.runtime import DRAIN_ACK, write_drain_request
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.sweepdir import SweepDir
 
 
 @dataclass

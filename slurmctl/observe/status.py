@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from slurmctl.config.pricing import allocation_cost
+from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
@@ -27,12 +29,10 @@ from slurmctl.observe.story import (
     requeue_story,
     story,
 )
-from slurmctl.ops.pricing import allocation_cost
 from slurmctl.rundir import Run
-from slurmctl.runtime.checkpoint import COMPLETE_MARKER
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
-from slurmctl.submit.spec_view import run_spec_view
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
@@ -160,7 +160,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     events = run.events()
     starts = [e for e in events if e.get("event") == "start"]
     heartbeat = run.heartbeat()
-    latest_ck = run.checkpoints().latest()
+    latest_ck = CheckpointManager(run.checkpoint_dir).latest()
     try:
         spec = run_spec_view(run)  # Run.spec()'s values, without pydantic once validated
     except Exception:  # noqa: BLE001 - a broken run.yaml must not hide the Slurm state

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from slurmctl.errors import RunNotFound, RunNotOwned, SpecError
 from slurmctl.rundir import Run, RunRegistry, is_run_id
-from slurmctl.sweepdir import SWEEP_JSON, SweepDir, find_sweep
+from slurmctl.rundir.sweep import SWEEP_JSON, SweepDir, find_sweep
 
 _METRIC_RECORDS = 5_000  # metrics.jsonl records read per element for its best value: the newest ones
 _METRIC_BYTES = 1024 * 1024  # and at most 1 MiB of its tail

@@ -28,12 +28,13 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.hooks import asuser
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.submit.spec import SiteConfig
 
 DEV_COMMENT_PREFIX = "slurmctl-dev:"  # control/dev.py's --comment
 USER_READ_TIMEOUT = 5.0  # one child per user reads all of that user's runs
@@ -218,7 +219,7 @@ def inspect_run(run_dir: str, run_id: str) -> dict:
     run = Run(run_id, path)
     ended = [e for e in run.events() if e.get("event") == "end"]
     return {"exists": True, "ended": bool(ended), "exit_code": ended[-1].get("exit_code") if ended else None,
-            "has_checkpoint": run.checkpoints().latest() is not None}
+            "has_checkpoint": CheckpointManager(run.checkpoint_dir).latest() is not None}
 
 
 def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:

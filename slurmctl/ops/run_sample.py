@@ -19,12 +19,12 @@ from pathlib import Path
 
 import yaml
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.fsutil import read_json, read_text_capped
 from slurmctl.rundir import Run, run_id_from_comment, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
 from slurmctl.slurm.client import QueueEntry
-from slurmctl.submit.spec import SiteConfig
 
 _USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a Unix login name: one safe path component
 

@@ -209,8 +209,8 @@ class Run:
 
     def spec(self):
         """The frozen RunSpec (pydantic and yaml are imported here only: the job and hooks never need them)."""
+        from slurmctl.config.models import RunSpec
         from slurmctl.safe_yaml import bounded_safe_load
-        from slurmctl.submit.spec import RunSpec
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
         return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
@@ -234,11 +234,6 @@ class Run:
             return resolve_checkpoint_dir(configured, frozen.get("workdir") or self.path, self.path)
         except Exception:  # noqa: BLE001 - unreadable or malformed (YAMLError too): the default place
             return self.default_checkpoint_dir
-
-    def checkpoints(self, **kwargs):
-        from slurmctl.runtime.checkpoint import CheckpointManager
-
-        return CheckpointManager(self.checkpoint_dir, **kwargs)
 
     def events(self) -> list[dict]:
         return read_jsonl(self.attempts_path)

@@ -299,8 +299,8 @@ class IdlePolicy:
         """The site config's policy (the one the CLI reads: $SLURMCTL_SITE_CONFIG or /etc/slurmctl/site.yaml),
         read when the sidecar starts; (default warn policy, the problem) when it cannot be read."""
         try:
+            from slurmctl.config.models import load_site_config
             from slurmctl.durations import parse_duration
-            from slurmctl.submit.spec import load_site_config
 
             site = load_site_config()
             return cls(site.idle_action, float(parse_duration(site.idle_grace))), None

@@ -40,8 +40,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.durations import parse_seconds
-from slurmctl.fsutil import tail_bytes, write_atomic
-from slurmctl.ops.hooks.procs import pid_alive
+from slurmctl.fsutil import pid_alive, tail_bytes, write_atomic
 from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
 EXIT_OK, EXIT_KILLED = 0, 3

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from slurmctl.slurm.parsing import scontrol_pairs, tres_gpus
+from slurmctl.slurm.parsing import scontrol_pairs
+from slurmctl.slurm.records import tres_gpus
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:

@@ -17,11 +17,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurmctl.config.models import BuildSpec, RunSpec, SiteConfig
 from slurmctl.errors import ImageError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.rundir import RUN_JSON
 from slurmctl.submit.registry import Credential, SkopeoRegistry
-from slurmctl.submit.spec import BuildSpec, RunSpec, SiteConfig
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IGNORED_IN_HASH = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}

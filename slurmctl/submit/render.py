@@ -19,8 +19,8 @@ from typing import Any
 import jinja2
 
 from slurmctl import __version__
+from slurmctl.config.models import TEMPLATES, control_character
 from slurmctl.errors import ConfigError, SpecError
-from slurmctl.submit.spec import TEMPLATES, control_character
 
 # Where each context value comes from, for the error message.
 _FIELD_NAMES = {

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import yaml
 
+from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
+from slurmctl.durations import slurm_time
 from slurmctl.errors import CostNotConfirmed, SlurmctlError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
-from slurmctl.slurm.cache import ClusterFacts
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.facts import ClusterFacts
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
@@ -27,7 +29,6 @@ from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
-from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
 
 TEMPLATE = "torchrun.sbatch.j2"
 SMOKE_WAIT_MARGIN_SECONDS = 120  # queueing + Slurm's kill delay beyond the smoke time limit

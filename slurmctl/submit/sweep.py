@@ -28,9 +28,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from slurmctl.config.models import (
+    NAME_RE,
+    RunSpec,
+    SiteConfig,
+    SweepSpec,
+    control_character,
+    format_validation_error,
+    load_run_spec,
+)
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RunRegistry, current_user, new_run_id, sweep_element_id
+from slurmctl.rundir.sweep import MAX_ELEMENTS, create_sweep_dir
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, record_image, resolve_run_image
@@ -40,15 +50,6 @@ from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import code_config_hash
-from slurmctl.submit.spec import (
-    NAME_RE,
-    RunSpec,
-    SiteConfig,
-    SweepSpec,
-    control_character,
-    format_validation_error,
-    load_run_spec,
-)
 from slurmctl.submit.submission import (
     SubmitOptions,
     _freeze,
@@ -58,7 +59,6 @@ from slurmctl.submit.submission import (
     resolve_workdir,
     sbatch_context,
 )
-from slurmctl.sweepdir import MAX_ELEMENTS, create_sweep_dir
 
 # A grid key is an option name (--lr, --warmup-steps) or an environment variable name.
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")

@@ -16,6 +16,7 @@ from slurmctl import lineage
 from slurmctl.durations import human_duration, until
 from slurmctl.errors import SlurmctlError
 from slurmctl.rundir import Run
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 SORT_KEYS = ("created", "run", "phase", "step", "gpus", "elapsed", "cost")
 
@@ -89,7 +90,7 @@ def run_page(ctx, run: Run, operator: bool) -> dict:
     status = run_status(run, ctx.client, site=ctx.site)
     try:
         checkpoints = [{"step": c.step, "path": str(c.path), "valid": c.valid}
-                       for c in run.checkpoints().all()][-20:]
+                       for c in CheckpointManager(run.checkpoint_dir).all()][-20:]
     except OSError:
         checkpoints = []
     cost, cost_error = None, None

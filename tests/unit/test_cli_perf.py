@@ -36,7 +36,7 @@ def test_read_commands_import_no_heavy_module(command):
     loaded = _imported_after(
         "from slurmctl.cli.main import cli\n"
         f"cli.get_command(None, {command!r})\n"
-        "import slurmctl.observe.status, slurmctl.observe.logs, slurmctl.observe.explain, slurmctl.userconfig\n"
+        "import slurmctl.observe.status, slurmctl.observe.logs, slurmctl.observe.explain, slurmctl.config.user\n"
         "import slurmctl.durations, slurmctl.errors\n")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 

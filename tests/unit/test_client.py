@@ -8,7 +8,8 @@ import pytest
 
 from slurmctl.errors import SlurmCommandError, SlurmUnreachable
 from slurmctl.slurm.client import QUEUE, SEP, SNAPSHOT, SlurmClient
-from slurmctl.slurm.parsing import gres_gpus, parse_tres, scontrol_pairs, tres_gpus
+from slurmctl.slurm.parsing import gres_gpus, parse_tres, scontrol_pairs
+from slurmctl.slurm.records import tres_gpus
 
 from .fakes import JOBS, ReplayRunner
 

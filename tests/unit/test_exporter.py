@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.fsutil import append_jsonl
 from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label
 from slurmctl.ops.run_sample import step_seconds
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import SEP, SlurmClient
-from slurmctl.submit.spec import SiteConfig
 
 from .fakes import ReplayRunner
 

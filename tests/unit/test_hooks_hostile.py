@@ -270,7 +270,7 @@ def confirm_argv(job_id) -> tuple:
 
 
 def site_for(world):
-    from slurmctl.submit.spec import SiteConfig
+    from slurmctl.config.models import SiteConfig
 
     return SiteConfig.model_validate({"cluster": "t", "runs_root": str(world / "runs"), "dev_allocation_ttl": "8h",
                                       "partitions": {

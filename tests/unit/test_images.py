@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.models import RunSpec
 from slurmctl.submit.images import Engine, ImageError, ImageRef, PinnedImage, code_hash, record_image, resolve_run_image
 from slurmctl.submit.registry import Credential, SkopeoRegistry
 from slurmctl.submit.render import render
 from slurmctl.submit.scaffold import init_run
-from slurmctl.submit.spec import RunSpec
 from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 GOLDEN_PYXIS = Path(__file__).parent / "golden" / "torchrun-pyxis.sbatch"
