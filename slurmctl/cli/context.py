@@ -72,12 +72,6 @@ out = _LazyConsole(stderr=False)
 err = _LazyConsole(stderr=True)
 
 
-def __getattr__(name: str):
-    if name == "_TextConsole":
-        return _text_console_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def escape(markup: str) -> str:
     """rich.markup.escape, imported when a command prints markup."""
     from rich.markup import escape as rich_escape

@@ -41,12 +41,6 @@ def _model():
     return UserConfig
 
 
-def __getattr__(name: str):
-    if name == "UserConfig":
-        return _model()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def user_config_path() -> Path:
     return Path(os.environ.get(USER_CONFIG_ENV) or DEFAULT_USER_CONFIG).expanduser()
 

@@ -31,7 +31,7 @@ from slurmctl.observe.story import (
 )
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
-from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
+from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
@@ -282,9 +282,11 @@ def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
     return QueueContext(position=position, pending_in_partition=len(pending))
 
 
-def _lookup(client: SlurmClient, job_ids: set[int]) -> tuple[dict[int, Job], QueueView]:
-    """One squeue for everything active (+ one sacct for what squeue no longer shows)."""
-    view = client.queue_view(job_ids)
+def _lookup(client: SlurmClient, job_ids: set[int],
+            snapshot: QueueSnapshot | None = None) -> tuple[dict[int, Job], QueueView]:
+    """One squeue for everything active, or the `snapshot` of one (+ one sacct for what squeue no
+    longer shows)."""
+    view = client.queue_view(job_ids, snapshot)
     found = dict(view.jobs)
     missing = job_ids - found.keys()
     if missing:
@@ -322,14 +324,16 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     return status
 
 
-def runs_statuses(runs: list[Run], client: SlurmClient, site=None) -> list[RunStatus]:
-    """Status for many runs with one squeue call and at most one sacct call (run dirs alone, marked
-    UNREACHABLE, when Slurm does not answer within QUERY_SECONDS)."""
+def runs_statuses(runs: list[Run], client: SlurmClient, site=None,
+                  queue: QueueSnapshot | None = None) -> list[RunStatus]:
+    """Status for many runs with one squeue call (none when the caller passes the `queue` it has)
+    and at most one sacct call (run dirs alone, marked UNREACHABLE, when Slurm does not answer
+    within QUERY_SECONDS)."""
     latest = {run.run_id: run.latest_job_id() for run in runs}
     wanted = {j for j in latest.values() if j is not None}
     try:
         with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
-            found, view = _lookup(client, wanted) if wanted else ({}, QueueView())
+            found, view = _lookup(client, wanted, queue) if wanted else ({}, QueueView())
     except SlurmUnreachable:
         return unreachable_statuses(runs, site)
     if wanted:

@@ -138,15 +138,6 @@ def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metr
     return result
 
 
-def sweep_job_ids(sweep: SweepDir, registry: RunRegistry) -> tuple[list[str], list[int]]:
-    """(element run ids, every job id of theirs): what `cost SWEEP` sums."""
-    run_ids, job_ids = [], []
-    for _, run in element_runs(sweep, registry):
-        run_ids.append(run.run_id)
-        job_ids += run.job_ids()
-    return run_ids, list(dict.fromkeys(job_ids))
-
-
 def ls_entries(statuses: list) -> list[tuple[int, object, tuple | None, str]]:
     """`ls` rows with sweeps grouped, as (index into `statuses`, status, header, RUN cell): a sweep's
     header row (8 cells: sweep id, array job id, "sweep", blanks, its phases over the shown elements;

@@ -99,6 +99,14 @@ QueueEntry = Job
 QuotaJob = Job
 
 
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """One `squeue` of every user's active jobs, as Slurm printed it: the caller that asked once
+    (``my_job_comments``) hands it to the next reader (``queue_view``) instead of asking again."""
+
+    stdout: str
+
+
 @dataclass
 class QueueView:
     """The queue as status/ls need it: the wanted jobs in full, every other job as a queue place."""

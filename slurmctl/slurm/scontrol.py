@@ -64,13 +64,3 @@ class JobInfo:
             gpu_count=gpus,
             raw=f,
         )
-
-
-def job_info_from_output(job_id: int, stdout: str) -> JobInfo | None:
-    """The line of `scontrol show job -o JOB` that describes JOB itself (not another array task);
-    None without one, or when that line cannot be trusted (a key printed twice)."""
-    for line in stdout.splitlines():
-        if line.startswith(f"JobId={job_id} "):
-            fields = scontrol_pairs(line)
-            return JobInfo.from_fields(job_id, fields) if fields is not None else None
-    return None

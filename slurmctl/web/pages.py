@@ -52,8 +52,8 @@ def _row(user: str, run: Run, s, now: float) -> RunRow:
 def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: str = "", sort: str = "created",
               descending: bool = True) -> dict:
     """The rows `slurmctl ls -n LIMIT` (or `ls --all-users` for the operator) shows, filtered and sorted."""
-    from slurmctl.cli.observe import _with_active
-    from slurmctl.observe.status import runs_statuses, unreachable_statuses
+    from slurmctl.observe.listing import my_runs
+    from slurmctl.observe.status import runs_statuses
 
     if operator:
         owned = ctx.registry.list_all_users()
@@ -61,11 +61,7 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:
-        runs = ctx.registry.recent(limit)
-        active = _with_active(ctx, runs)
-        runs = runs if active is None else active
-        statuses = (unreachable_statuses(runs, site=ctx.site) if active is None
-                    else runs_statuses(runs, ctx.client, site=ctx.site))
+        runs, statuses = my_runs(ctx.registry, ctx.client, ctx.registry.recent(limit), site=ctx.site)
         users = [ctx.registry.user] * len(runs)
     now = time.time()
     rows = [_row(u, r, s, now) for u, r, s in zip(users, runs, statuses)]

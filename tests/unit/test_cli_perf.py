@@ -49,7 +49,7 @@ def test_help_and_explain_import_neither_pydantic_nor_yaml():
 
 def _render(fn, width: int, columns, rows) -> str:
     buf = io.StringIO()
-    console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=width)
+    console = context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=width)
     saved, context.out = context.out, console
     try:
         fn(columns, rows)
@@ -158,7 +158,7 @@ def test_status_plain_lines_are_what_rich_prints(monkeypatch):
     rng = random.Random(11)
     alphabet = string.ascii_letters + " []/-:$.\\\x1b·—é:smile:[bold]"
     word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 3, 12, 60])))  # noqa: E731
-    piped = lambda buf: context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)  # noqa: E731
+    piped = lambda buf: context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=200)  # noqa: E731
     plain_runs = 0
     for _ in range(200):
         status = RunStatus(word() or "r", "/tmp/r", rng.choice([None, 7]), rng.choice(["PENDING", "RUNNING", "FAILED"]),
@@ -198,7 +198,7 @@ def test_print_line_prints_what_escaped_markup_printed(monkeypatch):
     for _ in range(500):
         value = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 2, 9, 40])))
         buf = io.StringIO()
-        console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)
+        console = context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=200)
         console.print(f"[bold]Why:[/] {context.escape(value)}")
         plain = io.StringIO()
         saved = context.out, sys.stdout
