@@ -20,6 +20,7 @@ from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RUN_YAML, Run, RunRegistry
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, Checkpoint, CheckpointManager
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.submission import submit
 
 
 @dataclass
@@ -72,8 +73,6 @@ def pick_checkpoint(run: Run, step: int | None) -> Checkpoint:
 
 def fork_run(source: Run, new_name: str, registry: RunRegistry, site: SiteConfig, client: SlurmClient,
              from_step: int | None = None) -> ResumeResult:
-    from slurmctl.submit.submission import submit
-
     ck = pick_checkpoint(source, from_step)
     data = source.spec().model_dump(mode="json")
     data["name"] = new_name

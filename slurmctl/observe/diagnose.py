@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from slurmctl.fsutil import read_json, tail_bytes
+from slurmctl import rundir
+from slurmctl.fsutil import read_json, read_jsonl, tail_bytes
 
 CATEGORIES = (
     "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "import_error", "arch_mismatch", "missing_config",
@@ -352,9 +353,6 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
 def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str) -> None:
     """A node of this job's allocation lost (runtime.attempt's probe after the step failed): that is the
     cause, whatever the survivors' logs say (their collectives fail once a peer is gone)."""
-    from slurmctl import rundir
-    from slurmctl.fsutil import read_jsonl
-
     lost = [e for e in read_jsonl(run_dir / rundir.ATTEMPTS)
             if e.get("event") == "node-lost" and str(e.get("job_id")) == job_id]
     if not lost:

@@ -20,6 +20,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
 from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
     checkpoint_failure,
@@ -268,7 +269,6 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
                                         else "the watchdog asked it to drain")
     node_loss(status, events)
-    from slurmctl.observe.health import apply_live_health  # standard library only, small
 
     apply_live_health(status, run, job, site, now)
     return status

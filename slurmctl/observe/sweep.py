@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import RunNotFound, RunNotOwned, SpecError
+from slurmctl.observe.status import runs_statuses
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.rundir.sweep import SWEEP_JSON, SweepDir, find_sweep
 
@@ -106,8 +107,6 @@ def element_runs(sweep: SweepDir, registry: RunRegistry) -> list[tuple[int, Run]
 
 def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metric: str | None = None,
                  goal: str | None = None) -> SweepStatus:
-    from slurmctl.observe.status import runs_statuses
-
     meta = sweep.meta
     metric = metric or meta.get("metric") or "loss"
     goal = goal or meta.get("goal") or "min"

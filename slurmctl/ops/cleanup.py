@@ -177,7 +177,7 @@ def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
 
 
 def _as_owner(uid: int, func, *args, sweep: Sweep):
-    import slurmctl.runtime.checkpoint  # noqa: F401 - imported once here, inherited by every child
+    import slurmctl.runtime.checkpoint  # noqa: F401  # why: imported once as root, inherited by every child
 
     gid = asuser.user_gid(uid)
     if gid is None:

@@ -209,8 +209,8 @@ class Run:
 
     def spec(self):
         """The frozen RunSpec (pydantic and yaml are imported here only: the job and hooks never need them)."""
-        from slurmctl.config.models import RunSpec
-        from slurmctl.safe_yaml import bounded_safe_load
+        from slurmctl.config.models import RunSpec  # why: pydantic only here (the job and hooks never parse run.yaml)
+        from slurmctl.safe_yaml import bounded_safe_load  # why: yaml only here, as above
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
         return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
@@ -227,7 +227,7 @@ class Run:
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
         try:
-            from slurmctl.safe_yaml import bounded_safe_load  # old runs only: no record in run.json
+            from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
             frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.durations import parse_seconds
+from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import pid_alive, tail_bytes, write_atomic
 from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
@@ -344,8 +345,9 @@ def capture_scene(settings: Settings, now: float) -> Path:
 
 def _steps_running(settings: Settings) -> bool:
     """This job still has an srun step (the training's, or the one relaunched in its place)."""
-    from slurmctl.errors import SlurmctlError
-    from slurmctl.slurm.client import SlurmClient
+    from slurmctl.slurm.client import (
+        SlurmClient,  # why: only inside a Slurm job; the standalone watchdog never asks Slurm
+    )
 
     try:
         return bool(SlurmClient().job_steps(int(settings.job_id)))
@@ -367,7 +369,7 @@ def end_step(settings: Settings) -> None:
             while time.monotonic() < deadline and any(pid_alive(p) for p in settings.target_pids):
                 time.sleep(0.1)
         return
-    from slurmctl.slurm.client import SlurmClient, job_ref_from_env
+    from slurmctl.slurm.client import SlurmClient, job_ref_from_env  # why: as in _steps_running
 
     client = SlurmClient()
     # this job's own steps: a sweep element's array id may name every task of the array

@@ -163,9 +163,10 @@ def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filena
     whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed).
     With `record`, the attempt's record completed by these facts is also left in the run dir for
     the user's own `slurmctl cost`; written as the user, it can harm nothing but the user's view."""
+    # why: only a run's job reads these, in the child (the parent preloads them); other jobs' epilogs skip them
     from slurmctl.fsutil import read_json
-    from slurmctl.rundir import Run
-    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
+    from slurmctl.rundir import Run  # why: as above
+    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager  # why: as above
 
     run = Run(run_id, Path(run_dir))
     meta = run.meta
@@ -209,8 +210,8 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None,
         return {}, "run facts skipped: run directory or job gid unknown"
     # Import what the child needs here, as root: the child inherits the modules, and as the job's
     # user it could not write their bytecode cache (it would recompile them on every epilog).
-    import slurmctl.fsutil  # noqa: F401
-    import slurmctl.runtime.checkpoint  # noqa: F401
+    import slurmctl.fsutil  # noqa: F401  # why: preloaded for the child, see above
+    import slurmctl.runtime.checkpoint  # noqa: F401  # why: preloaded for the child, see above
 
     extra = (record.to_dict(), record.filename) if record is not None else ()
     try:
