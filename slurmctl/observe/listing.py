@@ -28,7 +28,7 @@ def with_queued(registry: RunRegistry, client: SlurmClient, runs: list[Run]) -> 
             shown.update([run_id, *(r.run_id for r in elements)])
             continue
         # only an existing run dir is looked up: a bare id never falls back to a scan of every run
-        if run_id and run_id not in shown and os.path.lexists(registry.root / run_id):
+        if run_id and run_id not in shown and os.path.lexists(registry.path_of(run_id)):
             try:
                 runs.append(registry.get(run_id))
             except (RunNotFound, RunNotOwned):

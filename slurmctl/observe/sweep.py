@@ -178,7 +178,7 @@ def _submitted(status) -> list[dict]:
 def queued_sweep_runs(registry: RunRegistry, sweep_id: str) -> list[Run] | None:
     """The element runs of the caller's sweep `sweep_id` (a queued job's comment names the sweep until
     its task starts and takes its element's name); None when `sweep_id` names no sweep (one lstat)."""
-    if not is_run_id(sweep_id) or not os.path.lexists(registry.root / sweep_id / SWEEP_JSON):
+    if not is_run_id(sweep_id) or not os.path.lexists(registry.path_of(sweep_id) / SWEEP_JSON):
         return None
     try:
         sweep = find_sweep(registry, sweep_id)

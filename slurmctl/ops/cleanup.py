@@ -32,7 +32,7 @@ from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.hooks import asuser
-from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
+from slurmctl.rundir import DRAIN_REQUEST, Run, RunRegistry, is_run_id, run_id_from_comment, run_path, user_runs_dir
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import Job, SlurmClient
 
@@ -72,21 +72,23 @@ def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | 
     runs_root = Path(site.runs_root).expanduser()
     me = os.geteuid()
     queue = client.queue(mine=False)  # nominates candidates only; see confirm_job below
-    live = {(j.user, j.run_id) for j in queue if j.run_id}
-    live_unheld = {(j.user, j.run_id) for j in queue if j.run_id and not j.held}
+    run_ids = {j.job_id: run_id_from_comment(j.comment) for j in queue}  # checked ids only
+    live = {(j.user, run_ids[j.job_id]) for j in queue if run_ids[j.job_id]}
+    live_unheld = {(j.user, run_ids[j.job_id]) for j in queue if run_ids[j.job_id] and not j.held}
     found: list[Orphan] = []
 
     for job in queue:
-        if only_run and job.run_id != only_run:
+        run_id = run_ids[job.job_id]
+        if only_run and run_id != only_run:
             continue
-        if job.held and job.run_id:
+        if job.held and run_id:
             confirmed = _confirm(client, job.job_id, me, sweep)
-            if confirmed is None or not confirmed.held or confirmed.run_id != job.run_id:
+            if confirmed is None or not confirmed.held or run_id_from_comment(confirmed.comment) != run_id:
                 continue
-            run_id, user = confirmed.run_id, _user_name(int(confirmed.user))
-            if user is None or not is_run_id(run_id) or (user, run_id) in live_unheld:
-                continue  # not a run slurmctl made, or the run is still going: this hold is its plan
-            facts = _as_owner(int(confirmed.user), inspect_run, str(runs_root / user / run_id), run_id,
+            user = _user_name(int(confirmed.user))
+            if user is None or (user, run_id) in live_unheld:
+                continue  # not a user we know, or the run is still going: this hold is its plan
+            facts = _as_owner(int(confirmed.user), inspect_run, str(run_path(runs_root, user, run_id)), run_id,
                               sweep=sweep)
             if facts is None or facts.get("foreign"):
                 continue
@@ -103,15 +105,18 @@ def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | 
                 continue
             found.append(Orphan("dev-ttl", f"dev allocation in {confirmed.partition} running "
                                 f"{confirmed.elapsed_seconds // 60} min, past the {site.dev_allocation_ttl} TTL",
-                                confirmed.run_id, job.job_id, user=_user_name(int(confirmed.user)),
+                                run_id_from_comment(confirmed.comment), job.job_id,
+                                user=_user_name(int(confirmed.user)),
                                 confirmed=confirmed))
 
     for user, uid in _user_dirs(runs_root, me, sweep):
-        requests = _as_owner(uid, stale_drain_candidates, str(runs_root / user), only_run, sweep=sweep) or []
+        requests = _as_owner(uid, stale_drain_candidates, str(user_runs_dir(runs_root, user)), only_run,
+                             sweep=sweep) or []
         for run_id in requests:
             if (user, run_id) not in live:
+                path = Run(run_id, run_path(runs_root, user, run_id)).drain_request_path
                 found.append(Orphan("stale-drain-request", "drain.request left in a run with no live job",
-                                    run_id, path=str(runs_root / user / run_id / "drain.request"), user=user))
+                                    run_id, path=str(path), user=user))
     return found
 
 
@@ -233,7 +238,7 @@ def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
             continue
         run = root / name
         try:
-            st = os.stat(run / "drain.request", follow_symlinks=False)
+            st = os.stat(run / DRAIN_REQUEST, follow_symlinks=False)
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode) and _is_run(run, name):
@@ -252,12 +257,12 @@ def remove_drain_request(user_dir: str, run_id: str) -> bool:
         if os.fstat(fd).st_uid != os.geteuid():
             return False
         try:
-            st = os.stat("drain.request", dir_fd=fd, follow_symlinks=False)
+            st = os.stat(DRAIN_REQUEST, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             return True
         if not stat.S_ISREG(st.st_mode):
             return False
-        os.unlink("drain.request", dir_fd=fd)
+        os.unlink(DRAIN_REQUEST, dir_fd=fd)
         return True
     finally:
         os.close(fd)

@@ -21,7 +21,7 @@ import yaml
 
 from slurmctl.config.models import SiteConfig
 from slurmctl.fsutil import read_json, read_text_capped
-from slurmctl.rundir import Run, run_id_from_comment, step_rate
+from slurmctl.rundir import Run, run_id_from_comment, run_path, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
 from slurmctl.slurm.client import QueueEntry
@@ -162,7 +162,7 @@ def run_of_job(site: SiteConfig, job: QueueEntry) -> Run | None:
         uid = pwd.getpwnam(job.user).pw_uid
     except KeyError:
         return None
-    path = site.runs_root_path / job.user / run_id
+    path = run_path(site.runs_root_path, job.user, run_id)
     try:
         st = os.lstat(path)
     except OSError:

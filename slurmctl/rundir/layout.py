@@ -28,6 +28,10 @@ DRAIN_REQUEST = "drain.request"
 DRAIN_ACK = "drain.ack"
 CHECKPOINTS_DIR = "checkpoints"
 WATCHDOG_DIR = "watchdog"
+WATCHDOG_STATE = "state.json"  # in watchdog/: what the progress watchdog did last
+# in watchdog/<job>-<time>/ (a "scene" the watchdog captured before it acted):
+SCENE_STACKS, SCENE_LOG_TAIL, SCENE_GPUS = "stacks.txt", "log_tail.txt", "nvidia-smi.txt"
+JOB_LOG = "{job_id}.out"  # in logs/: every attempt of a job, appended (the job script passes %j)
 HEALTH_DIR = "health"
 HEALTH_RANK = "rank-{rank}.json"  # in health/: one per rank
 HEALTH_IDLE = "idle.json"  # in health/: the idle policy's view (the watchdog sidecar)
@@ -92,6 +96,43 @@ def user_of(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def user_runs_dir(runs_root: str | os.PathLike, user: str) -> Path:
+    """``<runs_root>/<user>``: one user's runs (and sweeps)."""
+    return Path(runs_root) / user
+
+
+def run_path(runs_root: str | os.PathLike, user: str, run_id: str) -> Path:
+    """``<runs_root>/<user>/<run id>``; only a checked run id names a directory."""
+    if not is_run_id(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return user_runs_dir(runs_root, user) / run_id
+
+
+def run_dir_of_log(log_path: str | os.PathLike) -> Path:
+    """The run dir a job's log (``<run dir>/logs/<job>.out``) sits in."""
+    return Path(log_path).parent.parent
+
+
+def job_log_path(run_dir: str | os.PathLike, job_id: int | str) -> Path:
+    """``<run dir>/logs/<job id>.out``; `job_id` "%j" gives the job script's --output pattern."""
+    return Path(run_dir) / LOGS_DIR / JOB_LOG.format(job_id=job_id)
+
+
+def is_health_rank_file(name: str) -> bool:
+    """A file name of health/ that one rank writes (``rank-<N>.json``)."""
+    prefix, suffix = HEALTH_RANK.split("{rank}")
+    return name.startswith(prefix) and name.endswith(suffix) and name[len(prefix):-len(suffix)].isdigit()
+
+
+def watchdog_state_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / WATCHDOG_DIR / WATCHDOG_STATE
+
+
+def watchdog_scene_dir(run_dir: str | os.PathLike, job_id: str | None, when: float) -> Path:
+    """``<run dir>/watchdog/<job id>-<epoch>/``: one capture of stacks, log tail and GPUs."""
+    return Path(run_dir) / WATCHDOG_DIR / f"{job_id or 'local'}-{int(when)}"
 
 
 def resolve_checkpoint_dir(configured: str | None, workdir: str | os.PathLike, run_dir: str | os.PathLike) -> Path:
@@ -194,7 +235,7 @@ class Run:
         return self.path / COST_RECORDS_DIR
 
     def log_path(self, job_id: int) -> Path:
-        return self.logs_dir / f"{int(job_id)}.out"
+        return job_log_path(self.path, int(job_id))
 
     def refresh(self, path: Path) -> Path:
         """Make a file of this run current before reading it again (a growing log): a no-op on the
@@ -218,6 +259,10 @@ class Run:
     @property
     def artifacts_dir(self) -> Path:
         return self.path / ARTIFACTS_DIR
+
+    @property
+    def watchdog_state_path(self) -> Path:
+        return watchdog_state_path(self.path)
 
     @property
     def checkpoint_dir(self) -> Path:

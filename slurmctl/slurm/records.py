@@ -14,7 +14,6 @@ ACTIVE_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT",
 })
-RUN_COMMENT_PREFIX = "slurmctl:"  # --comment=slurmctl:<run id> marks a job as one attempt of a run
 
 
 @lru_cache(maxsize=4096)  # a cluster has few distinct shapes; accounting reads a million rows
@@ -80,12 +79,6 @@ class Job:
     def gpus(self) -> int:
         """GPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
         return tres_gpus(self.tres)[0]
-
-    @property
-    def run_id(self) -> str | None:
-        """The run this job is an attempt of, as its comment claims (a user sets the comment: callers
-        that act on it validate the id and confirm the owner)."""
-        return self.comment.removeprefix(RUN_COMMENT_PREFIX) if self.comment.startswith(RUN_COMMENT_PREFIX) else None
 
     def to_dict(self) -> dict:
         d = asdict(self)

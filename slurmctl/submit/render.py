@@ -25,6 +25,7 @@ from slurmctl.errors import ConfigError, SpecError
 # Where each context value comes from, for the error message.
 _FIELD_NAMES = {
     "run_id": "the run id (made from `name`)", "run_dir": "the run directory (site.yaml `runs_root`)",
+    "job_log": "the run directory (site.yaml `runs_root`)",
     "workdir": "`workdir` (default: the folder that holds run.yaml)", "partitions": "`partition` (or --where)",
     "account": "site.yaml `account`", "gpu_type": "`gpu_type`", "python": "`python`",
     "entrypoint": "`entrypoint`", "args": "`args`", "env": "`env`", "nccl_env": "site.yaml `nccl_env`",
@@ -33,7 +34,7 @@ _FIELD_NAMES = {
 }
 # Written unquoted after `#SBATCH --option=`: sbatch splits those lines at whitespace and treats
 # quotes and backslashes itself, so these values must be single plain words.
-_SBATCH_WORDS = ("run_id", "run_dir", "workdir", "partitions", "account", "gpu_type")
+_SBATCH_WORDS = ("run_id", "run_dir", "job_log", "workdir", "partitions", "account", "gpu_type")
 _NOT_A_WORD = re.compile(r"[\s'\"\\]")
 
 

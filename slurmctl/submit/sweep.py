@@ -39,7 +39,7 @@ from slurmctl.config.models import (
 )
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import RunRegistry, current_user, new_run_id, sweep_element_id
+from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, sweep_element_id
 from slurmctl.rundir.sweep import MAX_ELEMENTS, create_sweep_dir
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.cost import CostEstimate, estimate
@@ -278,7 +278,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     image = resolve_run_image(base, site, workdir, build=opts.build, allow_mutable=True)
 
     def element_script(spec: RunSpec, run_id: str, partition: str) -> str:
-        return render(template, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image),
+        return render(template, sbatch_context(spec, site, run_id, registry.path_of(run_id), workdir, partition, image),
                       templates)
 
     placement = place(first, site, client, lambda partition: element_script(first, elements[0][0], partition))
@@ -291,15 +291,15 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
 
     def array_script(sweep_id: str, run_ids: list[str]) -> str:
         pattern = sweep_element_id(sweep_id, "%a")
-        context = sbatch_context(first, site, sweep_id, registry.root / pattern, workdir, placement.chosen, image)
-        context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(registry.root / pattern),
-                            "elements": [{"run_id": rid, "script": str(registry.root / rid / "job.sbatch")}
+        context = sbatch_context(first, site, sweep_id, registry.path_of(pattern), workdir, placement.chosen, image)
+        context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(registry.path_of(pattern)),
+                            "elements": [{"run_id": rid, "script": str(Run(rid, registry.path_of(rid)).script_path)}
                                          for rid in run_ids]}
         return render(template, context, templates)
 
     run_ids = [rid for rid, _ in elements]
     if opts.dry_run:
-        return SweepResult(sweep_id, str(registry.root / sweep_id), plan, run_ids, per_element,
+        return SweepResult(sweep_id, str(registry.path_of(sweep_id)), plan, run_ids, per_element,
                            array_script(sweep_id, run_ids), dry_run=True, report=report, placement=placement,
                            forced=forced, image=image)
     worst = CostEstimate(per_element.gpus * len(elements), per_element.hours, per_element.gpu_hours * len(elements),

@@ -17,6 +17,7 @@ from slurmctl.config.models import SiteConfig
 from slurmctl.fsutil import append_jsonl
 from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label
 from slurmctl.ops.run_sample import step_seconds
+from slurmctl.rundir import run_id_from_comment
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import SEP, SlurmClient
 
@@ -92,8 +93,8 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     ]
     held, dev, running = jobs
     assert held.partitions == ["h100-ondemand", "h100-spot"] and held.gpus == 4 and held.num_nodes == 2
-    assert held.run_id == "fixture-20261129-0008" and held.start_time is None
-    assert dev.gpus == 1 and dev.run_id is None and dev.comment == ""
+    assert run_id_from_comment(held.comment) == "fixture-20261129-0008" and held.start_time is None
+    assert dev.gpus == 1 and run_id_from_comment(dev.comment) is None and dev.comment == ""
     assert running.state == "RUNNING" and running.reason == ""
     assert running.start_time == datetime(2026, 11, 29, 13, 29, 24)
     l4 = [n for n in nodes if n.name == "l4-1"][0]

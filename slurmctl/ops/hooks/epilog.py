@@ -20,7 +20,7 @@ from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
 from slurmctl.ops.hooks.records import CostRecord, attempt_start, write_record
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
-from slurmctl.rundir import run_id_from_comment
+from slurmctl.rundir import run_dir_of_log, run_id_from_comment, run_path
 from slurmctl.slurm.scontrol import JobInfo
 
 USER_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
@@ -152,9 +152,9 @@ def run_dir_of(cfg: HookConfig, env, info: JobInfo | None, run_id: str) -> Path 
     user, finds run.json there naming this run id."""
     user = env.get("SLURM_JOB_USER") or ""
     if cfg.runs_root is not None and USER_RE.fullmatch(user) and user not in (".", ".."):
-        return cfg.runs_root / user / run_id
+        return run_path(cfg.runs_root, user, run_id)
     if info is not None and info.std_out.startswith("/"):
-        return Path(info.std_out).parent.parent
+        return run_dir_of_log(info.std_out)
     return None
 
 
@@ -173,11 +173,7 @@ def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filena
     if meta.get("run_id") != run_id:
         return {}
     facts = {"drain_requested": run.drain_requested(), "drain_acknowledged": run.drain_acked()}
-    # The checkpoint dir submit recorded in run.json; a run from before it was recorded gets the
-    # default rather than Run.checkpoint_dir's run.yaml fallback (no YAML parser in a node hook).
-    recorded = meta.get("checkpoint_dir")
-    ck_dir = Path(recorded) if isinstance(recorded, str) and os.path.isabs(recorded) else run.default_checkpoint_dir
-    ck = CheckpointManager(ck_dir).latest()
+    ck = CheckpointManager(run.checkpoint_dir).latest()
     if ck is not None:
         marker = read_json(ck.path / COMPLETE_MARKER, 64 * 1024)
         when = marker.get("time") if isinstance(marker, dict) else None
