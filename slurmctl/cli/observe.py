@@ -53,9 +53,9 @@ def _print_status(s: RunStatus) -> None:
                    f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {s.health}")
     ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
           if s.latest_checkpoint_step is not None else "none")
-    left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
+    left = f" of {s.requeues + s.requeues_left}" if s.requeues_left is not None else ""
     inside = f", {s.restarts_in_allocation} in the allocation" if s.restarts_in_allocation else ""
-    print_line(("Last checkpoint:", "bold"), f" {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
+    print_line(("Last checkpoint:", "bold"), f" {ck} · Slurm requeues {s.requeues}{left}{inside}")
     if s.history:  # the attempts' story, newest last (attempts.jsonl)
         print_line(("History:", "bold"))
         for line in s.history[-8:]:

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from slurmctl.config.locate import find_site_config
 from slurmctl.config.pricing import Discounts
 from slurmctl.durations import parse_duration
-from slurmctl.errors import ConfigError, SpecError, UnsafeFile
+from slurmctl.errors import ConfigError, SpecError, UnsafeFile, YAMLTooLarge
 from slurmctl.fsutil import read_capped
-from slurmctl.safe_yaml import MAX_YAML_BYTES, YAMLTooLarge, bounded_safe_load
+from slurmctl.safe_yaml import MAX_YAML_BYTES, bounded_safe_load
 
 # Identifiers land unquoted on #SBATCH lines and in `export NAME=`, so they are checked with
 # fullmatch: `re.match` with a trailing `$` accepts "name\n", and that newline starts a new line

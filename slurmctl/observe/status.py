@@ -85,9 +85,9 @@ class RunStatus:
     progress_percent: float | None = None
     steps_per_second: float | None = None
     checkpoint_age_seconds: float | None = None
-    restarts_used: int = 0  # Slurm requeues (new Slurm attempts)
+    requeues: int = 0  # Slurm requeues of the latest job (its SLURM_RESTART_COUNT): what max_restarts caps
     restarts_in_allocation: int = 0  # crashes restarted inside their allocation (step-restart events)
-    restarts_left: int | None = None
+    requeues_left: int | None = None  # max_restarts - requeues
     drain_unacknowledged: bool = False  # a drain was requested and the training never confirmed it
     health: str = "ok"
     cost_usd: float | None = None
@@ -228,12 +228,12 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     reliability_details(status, events)
     status.history = story(events, job)
     requeue_story(status, job, events)
-    status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
+    status.requeues = max([int(e.get("restart_count") or 0) for e in starts] + [0])
     status.restarts_in_allocation = in_allocation_restarts(events)
     if spec is not None:
         status.gpus = spec.nodes * spec.gpus_per_node
         status.num_nodes = status.num_nodes or spec.nodes
-        status.restarts_left = max(0, spec.max_restarts - status.restarts_used)
+        status.requeues_left = max(0, spec.max_restarts - status.requeues)
         if job is not None and job.state == "PENDING" and status.reason in {"Resources", "Priority"} and queue:
             _capacity_why(status, spec.gpu_type, spec.gpus_per_node, queue, site.partitions if site else None)
     if heartbeat:

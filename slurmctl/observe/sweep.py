@@ -58,7 +58,7 @@ class ElementStatus:
     state: str
     job_id: int | None
     step: int | None
-    restarts: int
+    requeues: int
     best: float | None
     last: float | None
     best_step: int | None
@@ -131,7 +131,7 @@ def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metr
             phase = {"PENDING": "queued", "CANCELLED": "cancelled"}.get(state, phase)
         result.elements.append(ElementStatus(
             index, run.run_id, values.get(index, {}), phase, state, status.job_id, status.last_step,
-            status.restarts_used, best, last, best_step, status.latest_checkpoint_step))
+            status.requeues, best, last, best_step, status.latest_checkpoint_step))
     for rank, element in enumerate(result.ranked(), start=1):
         element.rank = rank
     return result

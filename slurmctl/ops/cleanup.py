@@ -30,7 +30,7 @@ from pathlib import Path
 
 from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import AsUserError, SlurmctlError
 from slurmctl.ops.hooks import asuser
 from slurmctl.rundir import DRAIN_REQUEST, Run, RunRegistry, is_run_id, run_id_from_comment, run_path, user_runs_dir
 from slurmctl.runtime.checkpoint import CheckpointManager
@@ -190,7 +190,7 @@ def _as_owner(uid: int, func, *args, sweep: Sweep):
         return None
     try:
         return asuser.run_as(uid, gid, func, *args, timeout=USER_READ_TIMEOUT)
-    except asuser.AsUserError as exc:
+    except AsUserError as exc:
         sweep.notes.append(f"uid {uid}: {exc}; its runs were skipped")
         return None
 

@@ -273,7 +273,7 @@ _RUN_GAUGES = [
     ("slurmctl_run_checkpoint_save_seconds", "checkpoint_save_seconds", "Duration of the newest checkpoint save."),
     ("slurmctl_run_checkpoint_save_in_progress_seconds", "checkpoint_save_in_progress_seconds",
      "How long the checkpoint save in progress has run (0: none)."),
-    ("slurmctl_run_restarts", "restarts", "Attempts after the first (requeues, resumes)."),
+    ("slurmctl_run_starts", "starts", "Attempts started: the first, then one per Slurm requeue or resubmission."),
     ("slurmctl_run_watchdog_interventions", "watchdog_interventions", "Times the progress watchdog acted."),
     ("slurmctl_run_drain_requested", "drain_requested", "1 while a drain (save and stop) is requested."),
     ("slurmctl_run_drain_requested_timestamp_seconds", "drain_requested_time", "When the drain was requested."),

@@ -16,7 +16,7 @@ import yaml
 
 from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
 from slurmctl.durations import slurm_time
-from slurmctl.errors import CostNotConfirmed, SlurmctlError
+from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
 from slurmctl.slurm.client import SlurmClient
@@ -24,7 +24,7 @@ from slurmctl.slurm.facts import ClusterFacts
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
-from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
+from slurmctl.submit.preflight import ClusterView, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render, template_file

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jinja2
 
 from slurmctl.control.cancel import cancel_run
-from slurmctl.errors import RunNotFound, RunNotOwned, SlurmctlError, SlurmUnreachable, SpecError
+from slurmctl.errors import NotAllowed, RunNotFound, RunNotOwned, SlurmctlError, SlurmUnreachable, SpecError
 from slurmctl.observe.charts import Chart, Series, line_chart
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.web import pages
@@ -45,10 +45,6 @@ class Response:
     body: bytes
     content_type: str = HTML
     headers: dict[str, str] = field(default_factory=dict)
-
-
-class NotAllowed(Exception):
-    """403: no valid session, a missing CSRF value, or an operator-only page."""
 
 
 class WebApp:

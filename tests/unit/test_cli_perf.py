@@ -167,7 +167,7 @@ def test_status_plain_lines_are_what_rich_prints(monkeypatch):
                            last_step=rng.choice([None, 5]), total_steps=10, progress_percent=60.0,
                            last_metrics={"loss": 0.5}, heartbeat_age_seconds=3.0, steps_per_second=1.5,
                            latest_checkpoint_step=rng.choice([None, 4]), checkpoint_age_seconds=9.0,
-                           restarts_left=rng.choice([None, 2]), history=[word() for _ in range(rng.randint(0, 3))],
+                           requeues_left=rng.choice([None, 2]), history=[word() for _ in range(rng.randint(0, 3))],
                            diagnosis=rng.choice([None, {"category": word(), "summary": word(), "hint": word(),
                                                         "evidence": [word(), word()]}]),
                            watchdog=rng.choice([None, {"message": word(), "state": "warned"}]),

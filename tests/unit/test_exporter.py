@@ -185,7 +185,7 @@ def test_run_gauges_from_the_run_directory(tmp_path):
     assert value(s, "slurmctl_run_checkpoint_interval_seconds", run=run) == pytest.approx(20.0)
     assert 0 <= value(s, "slurmctl_run_checkpoint_age_seconds", run=run) < 30
     assert 0 <= value(s, "slurmctl_run_checkpoint_save_in_progress_seconds", run=run) < 30
-    assert value(s, "slurmctl_run_restarts", run=run) == 1
+    assert value(s, "slurmctl_run_starts", run=run) == 2
     assert value(s, "slurmctl_run_watchdog_interventions", run=run) == 2
     assert value(s, "slurmctl_run_drain_requested", run=run) == 1
     assert value(s, "slurmctl_run_drain_acknowledged", run=run) == 0

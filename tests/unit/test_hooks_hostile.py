@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.errors import AsUserError
 from slurmctl.ops import cleanup
 from slurmctl.ops.hooks import asuser, epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
@@ -223,10 +224,10 @@ def test_run_as_drops_privileges_and_bounds_a_hang(world):
         == [NOBODY.pw_uid, NOBODY.pw_uid, []]
     (world / "secret").write_text("x")
     os.chmod(world / "secret", 0o600)
-    with pytest.raises(asuser.AsUserError, match="PermissionError"):
+    with pytest.raises(AsUserError, match="PermissionError"):
         asuser.run_as(NOBODY.pw_uid, NOBODY.pw_gid, lambda p: open(p).read(), str(world / "secret"))
     started = time.monotonic()
-    with pytest.raises(asuser.AsUserError, match="timed out"):
+    with pytest.raises(AsUserError, match="timed out"):
         asuser.run_as(NOBODY.pw_uid, NOBODY.pw_gid, time.sleep, 30, timeout=0.3)
     assert time.monotonic() - started < 2
 

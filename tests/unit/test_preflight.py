@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from slurmctl.config.models import RunSpec
-from slurmctl.errors import PreflightError
+from slurmctl.errors import PreflightError, PreflightFailed
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo
-from slurmctl.submit.preflight import ClusterView, PreflightFailed, raise_on_errors, run_preflight, secret_leaks
+from slurmctl.submit.preflight import ClusterView, raise_on_errors, run_preflight, secret_leaks
 
 H100 = ["h100-ondemand", "h100-spot"]
 VIEW = ClusterView(

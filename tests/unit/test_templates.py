@@ -142,7 +142,8 @@ def test_bad_deepspeed_config_is_a_finding_naming_the_file(tmp_path, local_site,
 
 
 def test_merge_refuses_a_run_without_an_adapter_or_base(tmp_path):
-    from slurmctl.control.merge import MergeError, merge_adapter
+    from slurmctl.control.merge import merge_adapter
+    from slurmctl.errors import MergeError
     from slurmctl.rundir import Run
 
     run = Run("ft-20261130-abcd", tmp_path)

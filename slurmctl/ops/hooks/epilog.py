@@ -15,6 +15,7 @@ import re
 import time
 from pathlib import Path
 
+from slurmctl.errors import AsUserError
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
@@ -213,7 +214,7 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None,
     try:
         facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id, *extra,
                               timeout=cfg.user_read_timeout)
-    except asuser.AsUserError as exc:
+    except AsUserError as exc:
         return {}, f"run facts skipped: {exc}"
     return (facts if isinstance(facts, dict) else {}), None
 

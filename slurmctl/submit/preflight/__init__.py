@@ -7,6 +7,7 @@ import getpass
 from pathlib import Path
 
 from slurmctl.config.models import RunSpec, SiteConfig
+from slurmctl.errors import PreflightFailed
 from slurmctl.submit.preflight.cluster import ClusterView, check_account, check_memory, check_shape, check_time_limit
 from slurmctl.submit.preflight.files import (
     check_config_files,
@@ -15,7 +16,7 @@ from slurmctl.submit.preflight.files import (
     check_imports,
     check_placeholders,
 )
-from slurmctl.submit.preflight.findings import CheckResult, Finding, PreflightFailed, PreflightReport, raise_on_errors
+from slurmctl.submit.preflight.findings import CheckResult, Finding, PreflightReport, raise_on_errors
 from slurmctl.submit.preflight.security import (
     check_env_credentials,
     check_image,

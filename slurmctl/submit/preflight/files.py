@@ -16,8 +16,9 @@ from pathlib import Path
 import yaml
 
 from slurmctl.config.models import RunSpec
+from slurmctl.errors import YAMLTooLarge
 from slurmctl.fsutil import read_capped, read_text_capped
-from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
+from slurmctl.safe_yaml import bounded_safe_load
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
 
 # ${VAR}, ${VAR:-x} and $VAR: slurmctl never expands variables, so any left is a mistake.
