@@ -338,12 +338,12 @@ def test_cleanup_skips_a_user_dir_not_owned_by_its_user_and_survives_a_fifo(worl
                                              "daemon") + "\n",
                    confirm_argv(601): SEP.join(["601", str(DAEMON.pw_uid), "PENDING", "JobHeldUser", "l4-dev",
                                                 "0:00", "slurmctl:alice-20261130-aaaa"]) + "\n"})
-    sweep = cleanup.Sweep()
+    cleanup_pass = cleanup.CleanupPass()
     started = time.monotonic()
-    orphans = cleanup.find_orphans(site_for(world), SlurmClient(runner), sweep=sweep)
+    orphans = cleanup.find_orphans(site_for(world), SlurmClient(runner), cleanup_pass=cleanup_pass)
     assert time.monotonic() - started < 3
     assert orphans == []  # attempts.jsonl unreadable (a FIFO): no "ended" evidence, nothing released
-    assert any("nobody" in n and "not a directory owned by nobody" in n for n in sweep.notes), sweep.notes
+    assert any("nobody" in n and "not a directory owned by nobody" in n for n in cleanup_pass.notes), cleanup_pass.notes
 
 
 # --- the entry points -----------------------------------------------------------------------------
