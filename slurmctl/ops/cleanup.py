@@ -302,7 +302,8 @@ def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
         done = _as_owner(uid, remove_drain_request, user_dir, orphan.run_id, cleanup_pass=cleanup_pass)
         orphan.released = bool(done)
         if not done:
-            orphan.error = "; ".join(cleanup_pass.notes) or "not a regular drain.request in a run of its owner; left alone"
+            orphan.error = ("; ".join(cleanup_pass.notes)
+                            or "not a regular drain.request in a run of its owner; left alone")
     return orphans
 
 
