@@ -2,7 +2,7 @@
 
 Each combination is an element: a run of its own (run id ``<name>-<index>-<day>-<hex>``, run dir,
 checkpoints, tracked run, job script), grouped under the sweep id ``<name>-<day>-<hex>``, whose
-directory (``slurmctl/sweepdir.py``) holds the array's job script. Preflight runs once for the
+directory (``slurmctl/rundir/sweep.py``) holds the array's job script. Preflight runs once for the
 sweep (every element runs the same code with the same resources; only values differ); then every
 element's job script is rendered and checked (control characters, secret values) before anything
 is created. The array is ``--array=0-<n-1>[%max_parallel]``; task i `exec`s element i's own
