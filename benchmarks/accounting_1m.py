@@ -28,10 +28,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from slurmctl.config.models import load_site_config
 from slurmctl.ops.accounting import SACCT_FIELDS, Ledger, ingest
 from slurmctl.ops.report import build_report, to_html
 from slurmctl.slurm.client import SEP
-from slurmctl.submit.spec import load_site_config
 
 REPO = Path(__file__).resolve().parent.parent
 STATES = (["COMPLETED"] * 70 + ["FAILED"] * 10 + ["CANCELLED by 1000"] * 8 + ["TIMEOUT"] * 5 + ["PREEMPTED"] * 5

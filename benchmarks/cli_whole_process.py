@@ -119,8 +119,8 @@ def main() -> None:
 
     import yaml
 
+    from slurmctl.config.locate import find_site_config
     from slurmctl.slurm.client import QUEUE
-    from slurmctl.submit.spec import find_site_config
 
     tag = f"bench17-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{tag}-"))

@@ -21,10 +21,10 @@ from pathlib import Path
 from _as_user import bench_user, cancel, run
 from prometheus_client import generate_latest
 
+from slurmctl.config.models import load_site_config
 from slurmctl.ops.exporter import build
 from slurmctl.slurm.client import SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner
-from slurmctl.submit.spec import load_site_config
 
 
 class Clock:

@@ -31,9 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from slurmctl.config.models import ModelSpec
 from slurmctl.runtime.checkpoint import CheckpointManager, torch_writer
 from slurmctl.submit.memory import estimate_memory
-from slurmctl.submit.spec import ModelSpec
 
 SIZES = {  # name: (hidden, layers, heads)
     "125m": (768, 12, 12),

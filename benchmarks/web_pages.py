@@ -67,7 +67,7 @@ def main() -> int:
 
     import yaml
 
-    from slurmctl.submit.spec import find_site_config
+    from slurmctl.config.locate import find_site_config
 
     tag = f"benchweb-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{tag}-"))

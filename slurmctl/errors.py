@@ -11,6 +11,7 @@ root-run node hooks (standard library only).
 
 from __future__ import annotations
 
+import errno
 import os
 
 # Exit codes of the `slurmctl` command. Scripts and CI may rely on them; never reuse a number.
@@ -174,3 +175,85 @@ class UnsafeFile(SlurmctlError, OSError):
 
     def __str__(self) -> str:  # OSError's would print "[Errno None] None: path"
         return self.message
+
+
+class PreflightFailed(PreflightError):
+    """Every preflight error at once (not one per try); carries the checklist (a PreflightReport) for
+    display and --json."""
+
+    def __init__(self, report):  # a submit.preflight.PreflightReport
+        errors = report.errors
+        super().__init__("nothing was submitted; preflight found "
+                         f"{len(errors)} problem{'s' if len(errors) != 1 else ''}: "
+                         + " ".join(f"({i}) {f.message}" for i, f in enumerate(errors, 1)),
+                         " ".join(f.hint for f in errors)
+                         + (" (`--force` does not override a credential in the job script.)" if report.unforceable
+                            else " (`--force` submits anyway and records that it did.)"))
+        self.report = report
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "findings": [f.to_dict() for f in self.report.findings],
+                "checks": self.report.to_dict()["checks"]}
+
+
+class MergeError(SlurmctlError):
+    """`slurmctl merge` cannot merge a run's LoRA adapter into its base model, or the result differs."""
+
+    code = "merge-failed"
+
+
+# --- errors the core handles itself; they reach a user only inside one of the above ---------------
+
+class YAMLTooLarge(ValueError):
+    """A YAML document over the size, node or nesting caps (see ``bounded_safe_load``)."""
+
+
+class CheckpointError(RuntimeError):
+    """A save could not finish (a rank never wrote its shard, or a background save failed)."""
+
+
+# errno values that mean the filesystem is full, not broken.
+_FULL = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit reached"}
+
+
+class CheckpointSaveFailed(CheckpointError, OSError):
+    """The filesystem refused a save; nothing of it is left, `previous` is still the latest. An
+    OSError too (errno, strerror, filename of the refused write), as a failed save always was."""
+
+    def __init__(self, step: int, error: OSError, previous):  # previous: a runtime.checkpoint.Checkpoint or None
+        self.step, self.error, self.previous = step, error, previous
+        self.disk_full = error.errno in _FULL
+        self.reason = _FULL.get(error.errno, "filesystem error")
+        where = f" ({error.filename})" if error.filename else ""
+        kept = (f"checkpoint step {previous.step} is still the latest" if previous
+                else "there is no valid checkpoint yet")
+        super().__init__(f"checkpoint of step {step} failed: {self.reason}: {error.strerror or error}{where}; {kept}. "
+                         "Free space (or raise the quota) and the next save will succeed; catch "
+                         "CheckpointSaveFailed to keep training meanwhile.")
+        self.errno, self.strerror, self.filename = error.errno, error.strerror, error.filename
+
+    def __str__(self) -> str:  # the whole sentence, not OSError's "[Errno N] strerror"
+        return str(self.args[0])
+
+
+class UnsafeDirectory(OSError):
+    """A directory root was about to write into is a symlink, not a directory, or writable by others."""
+
+    def __init__(self, path: str | os.PathLike, why: str):
+        super().__init__(errno.EPERM, f"{os.fspath(path)} {why}; refusing to use it as root")
+        self.path, self.why = os.fspath(path), why
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class AsUserError(Exception):
+    """The child did not answer in time, died, or raised; the message says which."""
+
+
+class HealthError(Exception):
+    """One-line reason why this node must not run jobs."""
+
+
+class NotAllowed(Exception):
+    """403: no valid session, a missing CSRF value, or an operator-only page."""

@@ -199,3 +199,13 @@ def write_atomic(path: Path, text: str, mode: int = 0o640) -> None:
         except OSError:
             pass
         raise
+
+
+def pid_alive(pid: int) -> bool:
+    """Exists and is not a zombie (a killed child nobody reaped yet still answers kill -0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -1,6 +1,6 @@
 """YAML that a user wrote, loaded with bounds: run.yaml, site.yaml and the config files preflight
 reads. Standard library + PyYAML only, so the run directory's readers and the hooks can use it
-without the pydantic models of ``slurmctl.submit.spec``.
+without the pydantic models of ``slurmctl.config.models``.
 """
 
 from __future__ import annotations
@@ -9,14 +9,12 @@ from typing import Any
 
 import yaml
 
+from slurmctl.errors import YAMLTooLarge
+
 # run.yaml is small; these caps bound what a hostile or broken file can cost to load (an alias
 # bomb constructs cheaply but expands exponentially when validated or dumped).
 MAX_YAML_BYTES = 1024 * 1024
 MAX_YAML_NODES = 100_000
-
-
-class YAMLTooLarge(ValueError):
-    """A YAML document over the size, node or nesting caps (see ``bounded_safe_load``)."""
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

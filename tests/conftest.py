@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.submit.spec import SiteConfig, load_site_config
+from slurmctl.config.models import SiteConfig, load_site_config
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pydantic and yaml are imported only by commands that read t
     from rich.table import Table
     from rich.text import Text
 
-    from slurmctl.submit.spec import SiteConfig
+    from slurmctl.config.models import SiteConfig
 
 # Control characters other than newline and tab are printed as '?': an ESC in a job name or reason
 # that another user chose would otherwise reach this user's terminal (recolour, retitle, set the
@@ -76,12 +76,6 @@ class _LazyConsole:
 
 out = _LazyConsole(stderr=False)
 err = _LazyConsole(stderr=True)
-
-
-def __getattr__(name: str):
-    if name == "_TextConsole":
-        return _text_console_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def escape(markup: str) -> str:
@@ -203,7 +197,7 @@ class Context:
     """Lazily built collaborators, so `init` never touches Slurm or the site config.
 
     Through an SSH login node (``--host`` or ``login_host``) the client is a RemoteSlurmClient and
-    run directories are read from the cluster (slurmctl.remote); otherwise both are local.
+    run directories are read from the cluster (slurmctl.rundir.remote); otherwise both are local.
     """
 
     def __init__(self, debug: bool = False, host: str | None = None, as_json: bool = False):
@@ -211,15 +205,15 @@ class Context:
         self.host = host
         self.as_json = as_json  # set by the command's --json option (see json_option): the error boundary reads it
         self._site: SiteConfig | None = None
-        self._site_view = None  # a spec_view.View (or the model itself on a first read)
+        self._site_view = None  # a config.views.View (or the model itself on a first read)
         self._client: SlurmClient | None = None
-        self._remote = None  # a slurmctl.remote.RemoteSlurmClient when Slurm is reached over SSH
+        self._remote = None  # a slurmctl.rundir.remote.RemoteSlurmClient when Slurm is reached over SSH
 
     @property
     def site(self) -> SiteConfig:
         """The validated SiteConfig model (pydantic): for commands that submit or change things."""
         if self._site is None:
-            from slurmctl.submit.spec import load_site_config
+            from slurmctl.config.models import load_site_config
 
             self._site = load_site_config()
         return self._site
@@ -227,11 +221,11 @@ class Context:
     @property
     def site_view(self):
         """site.yaml's validated values without importing pydantic when the same file was validated
-        before (slurmctl.submit.spec_view): what read commands pass around."""
+        before (slurmctl.config.views): what read commands pass around."""
         if self._site is not None:
             return self._site
         if self._site_view is None:
-            from slurmctl.submit.spec_view import site_view
+            from slurmctl.config.views import site_view
 
             self._site_view = site_view()
         return self._site_view
@@ -239,14 +233,17 @@ class Context:
     @property
     def client(self) -> SlurmClient:
         if self._client is None:
-            from slurmctl.userconfig import ssh_runner_for
+            from slurmctl.config.user import login_target
 
-            runner = ssh_runner_for(self.host)
-            if runner is None:
+            login = login_target(self.host)
+            if login is None:
                 self._client = SlurmClient()
             else:
-                from slurmctl.remote import RemoteSlurmClient, UploadLimits
+                # why: paramiko (~100 ms) only when Slurm is reached through a login node
+                from slurmctl.rundir.remote import RemoteSlurmClient, UploadLimits
+                from slurmctl.slurm.ssh import SSHRunner  # why: as above
 
+                runner = SSHRunner.for_login(*login)  # a bad host is refused before site.yaml is read
                 limits = UploadLimits(max_bytes=int(self.site_view.ssh_upload_max_mb * 1024 * 1024))
                 self._client = self._remote = RemoteSlurmClient(runner, limits)
         return self._client

@@ -54,9 +54,9 @@ def _print_status(s: RunStatus) -> None:
                    f" · {human_duration(s.heartbeat_age_seconds)} ago{rate} · health: {s.health}")
     ck = (f"step {s.latest_checkpoint_step} ({human_duration(s.checkpoint_age_seconds)} old)"
           if s.latest_checkpoint_step is not None else "none")
-    left = f" of {s.restarts_used + s.restarts_left}" if s.restarts_left is not None else ""
+    left = f" of {s.requeues + s.requeues_left}" if s.requeues_left is not None else ""
     inside = f", {s.restarts_in_allocation} in the allocation" if s.restarts_in_allocation else ""
-    print_line(("Last checkpoint:", "bold"), f" {ck} · restarts used {s.restarts_used}{left} (Slurm requeues){inside}")
+    print_line(("Last checkpoint:", "bold"), f" {ck} · Slurm requeues {s.requeues}{left}{inside}")
     # Every heading below carries text on its own line: a section with nothing in it is not printed.
     history = [line for line in s.history if line.strip()]  # the attempts' story, newest last
     if history:
@@ -104,40 +104,6 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return CODES["slurm-unreachable"]
 
 
-def _with_active(ctx: Context, runs: list) -> list | None:
-    """`runs` plus every run of the caller with a job in the queue, however old (one squeue --me);
-    None when Slurm does not answer within the read budget."""
-    import os
-
-    from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
-    from slurmctl.observe.status import QUERY_SECONDS
-    from slurmctl.observe.sweep import queued_sweep_runs
-    from slurmctl.rundir import COMMENT_PREFIX, run_id_from_comment
-    from slurmctl.slurm.runner import answer_within
-
-    shown = {r.run_id for r in runs}
-    try:
-        with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            # a local client keeps its squeue for runs_statuses
-            queued = ctx.client.my_job_comments(containing=COMMENT_PREFIX)
-    except SlurmUnreachable:
-        return None  # Slurm does not answer: the caller shows the run dirs alone
-    for job in queued:
-        run_id = run_id_from_comment(job.comment)
-        if run_id and run_id not in shown and (elements := queued_sweep_runs(ctx.registry, run_id)) is not None:
-            runs += [r for r in elements if r.run_id not in shown]  # a sweep's tasks that have not started
-            shown.update([run_id, *(r.run_id for r in elements)])
-            continue
-        # only an existing run dir is looked up: a bare id never falls back to a scan of every run
-        if run_id and run_id not in shown and os.path.lexists(ctx.registry.root / run_id):
-            try:
-                runs.append(ctx.registry.get(run_id))
-            except (RunNotFound, RunNotOwned):
-                continue  # not a run of the caller's (the comment is user-written text)
-            shown.add(run_id)
-    return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
-
-
 @click.command(name="ls")
 @click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
 @click.option("--since", metavar="DURATION", help="Only runs created in this past duration (e.g. 2h, 3d).")
@@ -151,7 +117,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     import time
 
     from slurmctl.durations import parse_duration
-    from slurmctl.observe.status import runs_statuses, unreachable_statuses
+    from slurmctl.observe.listing import my_runs
+    from slurmctl.observe.status import runs_statuses
 
     try:
         after = None if since is None else time.time() - parse_duration(since)
@@ -170,11 +137,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
-        active = runs if show_all else _with_active(ctx, runs)
+        runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all)
         users = []
-        # squeue did not answer within the read budget: no second wait for the same outage
-        statuses = (unreachable_statuses(runs, site=ctx.site_view) if active is None
-                    else runs_statuses(active, ctx.client, site=ctx.site_view))
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):

@@ -14,19 +14,19 @@ from slurmctl.cli.context import Context, json_option, out, pass_ctx, print_json
 @pass_ctx
 def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> None:
     """Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."""
-    from slurmctl.ops.cleanup import Sweep, find_orphans, release
+    from slurmctl.ops.cleanup import CleanupPass, find_orphans, release
     from slurmctl.rundir import is_run_id
 
-    # A full run id is taken as given: root's cron sweeps every user's runs, not only root's own.
+    # A full run id is taken as given: root's cron looks at every user's runs, not only root's own.
     only_run = run_ref if run_ref and is_run_id(run_ref) else (ctx.registry.get(run_ref).run_id if run_ref else None)
-    sweep = Sweep()
-    orphans = find_orphans(ctx.site, ctx.client, ctx.registry, only_run, sweep)
+    cleanup_pass = CleanupPass()
+    orphans = find_orphans(ctx.site, ctx.client, ctx.registry, only_run, cleanup_pass)
     if apply_:
         release(orphans, ctx.client)
     if as_json:
-        print_json({"applied": apply_, "orphans": [o.to_dict() for o in orphans], "notes": sweep.notes})
+        print_json({"applied": apply_, "orphans": [o.to_dict() for o in orphans], "notes": cleanup_pass.notes})
         return
-    for note in sweep.notes:  # what the sweep refused to trust (a symlinked runs dir, a planted FIFO)
+    for note in cleanup_pass.notes:  # what the pass refused to trust (a symlinked runs dir, a planted FIFO)
         out.print(f"skipped: {note}", markup=False)
     if not orphans:
         out.print("nothing to clean up")

@@ -11,9 +11,10 @@ from rich.console import Console
 
 from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import until
+from slurmctl.errors import PreflightFailed
 from slurmctl.submit.cost import CostEstimate
 from slurmctl.submit.placement import Placement
-from slurmctl.submit.preflight import PreflightFailed, PreflightReport
+from slurmctl.submit.preflight import PreflightReport
 
 _MARK = {"ok": "[green]✓[/]", "warning": "[yellow]![/]", "error": "[red]✗[/]"}
 

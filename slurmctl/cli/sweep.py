@@ -42,7 +42,7 @@ def sweep(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], grid: tupl
         return click.confirm(f"Worst case ${cost.max_usd:,.2f} for the whole sweep. Submit?", default=False, err=True)
 
     from slurmctl.errors import ConfigError
-    from slurmctl.remote import RemoteSlurmClient
+    from slurmctl.rundir.remote import RemoteSlurmClient
 
     if isinstance(ctx.client, RemoteSlurmClient):
         # Its submit copies one run dir and its workdir; a sweep has one per element plus its own.
@@ -89,11 +89,11 @@ def print_sweep_status(ctx: Context, sweep, as_json: bool) -> int | None:
     out.print(f"sweep {result.sweep_id} (Slurm array {result.array_job_id}): {len(result.elements)} elements: "
               f"{phases}", markup=False)
     rows = [(str(e.index), e.run_id, " ".join(f"{k}={v}" for k, v in e.values.items()), e.phase,
-             str(e.job_id or "-"), "-" if e.step is None else str(e.step), str(e.restarts),
+             str(e.job_id or "-"), "-" if e.step is None else str(e.step), str(e.requeues),
              "-" if e.checkpoint_step is None else str(e.checkpoint_step), _num(e.best), _num(e.last))
             for e in result.elements]
     metric = result.metric.upper()
-    print_table(("INDEX", "RUN", "VALUES", "PHASE", "JOB", "STEP", "RESTARTS", "CKPT", f"BEST {metric}",
+    print_table(("INDEX", "RUN", "VALUES", "PHASE", "JOB", "STEP", "REQUEUES", "CKPT", f"BEST {metric}",
                  f"LAST {metric}"), rows)
     return None
 

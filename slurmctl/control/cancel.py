@@ -5,15 +5,14 @@ reported (CancelResult.drain == "unacknowledged"), never as success.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from slurmctl.errors import RunNotFound, SlurmCommandError
 from slurmctl.rundir import Run
-from slurmctl.runtime import DRAIN_ACK, write_drain_request
-from slurmctl.slurm.client import SlurmClient
+from slurmctl.runtime import write_drain_request
+from slurmctl.slurm.client import Job, SlurmClient
 
 # drain: not-needed (job not running) | skipped (--now) | acknowledged | unacknowledged
 ACKED_EXIT_GRACE_SECONDS = 30.0
@@ -40,11 +39,26 @@ class CancelResult:
         return {**self.__dict__, "ok": self.ok}
 
 
-def _read_ack(run: Run) -> dict | None:
-    try:
-        return json.loads((run.path / DRAIN_ACK).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+def request_drain(run: Run, job_id: int) -> None:
+    """Ask the training of `job_id` to checkpoint and stop (drain.request); a stale ACK is removed first."""
+    run.drain_ack_path.unlink(missing_ok=True)
+    write_drain_request(run.path, "cancel", job_id=str(job_id))
+    run.record("drain-requested", job_id=job_id, reason="cancel")
+
+
+def wait_until_gone(client: SlurmClient, job_ids: Iterable[int], seconds: float,
+                    poll: float) -> tuple[bool, dict[int, Job]]:
+    """Ask Slurm every `poll` s until no job of `job_ids` is active any more (ended, or unknown to
+    Slurm), for at most `seconds`: (whether they are gone, the last answer)."""
+    ids = list(dict.fromkeys(job_ids))
+    deadline = time.monotonic() + seconds
+    while True:
+        jobs = client.jobs(ids)
+        if not any(job.active for job in jobs.values()):
+            return True, jobs
+        if time.monotonic() >= deadline:
+            return False, jobs
+        time.sleep(poll)
 
 
 def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeout: float = 300.0,
@@ -63,21 +77,21 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
         _drain(run, client, job_id, result, drain_timeout, poll, progress)
     elif now:
         result.drain = "skipped"
-    if result.drain == "acknowledged":
-        _wait_inactive(client, job_id, ACKED_EXIT_GRACE_SECONDS, poll)  # let the batch shell record the end
-    job = client.jobs([job_id]).get(job_id)
-    if job is not None and job.active:
+    # an acknowledged drain: let the batch shell record the end before anything is cancelled
+    gone, jobs = wait_until_gone(client, [job_id], ACKED_EXIT_GRACE_SECONDS if result.drain == "acknowledged" else 0,
+                                 poll)
+    if not gone:
         # a sweep element's task by '<array>_<index>': its job id may be the array's, which is every task's
         task = run.array_task()
         client.cancel(f"{task[0]}_{task[1]}" if task else job_id)
     run.record("cancel-requested", job_id=job_id, drain=result.drain, ack_step=result.ack_step)
-    while time.monotonic() - started < drain_timeout + wait_seconds:
-        job = client.jobs([job_id]).get(job_id)
-        if job is None or not job.active:
-            result.final_state = job.state if job else "CANCELLED"
-            result.verified, result.seconds = True, time.monotonic() - started
-            return result
-        time.sleep(poll)
+    remaining = max(0.0, drain_timeout + wait_seconds - (time.monotonic() - started))
+    gone, jobs = (gone, jobs) if gone else wait_until_gone(client, [job_id], remaining, poll)
+    job = jobs.get(job_id)
+    if gone:
+        result.final_state = job.state if job else "CANCELLED"
+        result.verified, result.seconds = True, time.monotonic() - started
+        return result
     raise SlurmCommandError(
         f"job {job_id} is still {job.state if job else 'unknown'} {wait_seconds:.0f} s after scancel.",
         "Slurm may be cleaning up a stuck node; check again with `slurmctl status`, then tell the platform team.")
@@ -97,23 +111,12 @@ def _cancel_array_task(run: Run, client: SlurmClient, task: tuple[int, int], sta
                             "Check again with `slurmctl status`, then tell the platform team.")
 
 
-def _wait_inactive(client: SlurmClient, job_id: int, seconds: float, poll: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        job = client.jobs([job_id]).get(job_id)
-        if job is None or not job.active:
-            return
-        time.sleep(poll)
-
-
 def _drain(run: Run, client: SlurmClient, job_id: int, result: CancelResult, timeout: float, poll: float,
            progress: ProgressFn | None) -> None:
-    (run.path / DRAIN_ACK).unlink(missing_ok=True)
-    write_drain_request(run.path, "cancel", job_id=str(job_id))
-    run.record("drain-requested", job_id=job_id, reason="cancel")
+    request_drain(run, job_id)
     began = time.monotonic()
     while (waited := time.monotonic() - began) < timeout:
-        ack = _read_ack(run)
+        ack = run.drain_ack()
         if ack is not None:
             result.drain = "acknowledged"
             result.ack_step, result.ack_checkpoint = ack.get("step"), ack.get("checkpoint")

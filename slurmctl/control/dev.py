@@ -19,9 +19,9 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration, slurm_time
 from slurmctl.errors import SlurmctlError, SpecError
-from slurmctl.submit.spec import SiteConfig
 
 DEV_JOB_NAME = "slurmctl-dev"
 DEFAULT_PARTITION = "l4-dev"

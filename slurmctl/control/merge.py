@@ -22,18 +22,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import MergeError
 from slurmctl.fsutil import read_json
 from slurmctl.rundir import Run
 
 ADAPTER, BASE_MODEL, MERGED = "adapter", "base-model", "merged"
 ADAPTER_CONFIG = "adapter_config.json"
 TOLERANCE = 1e-3  # max |logit difference| between adapter model and merged model (fp32 rounding is ~1e-6)
-
-
-class MergeError(SlurmctlError):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message, hint, code="merge-failed")
 
 
 @dataclass

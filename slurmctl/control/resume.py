@@ -14,12 +14,13 @@ from pathlib import Path
 
 import yaml
 
+from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.errors import ResumeError, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RUN_YAML, Run, RunRegistry
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, Checkpoint, CheckpointManager
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import RunSpec, SiteConfig
+from slurmctl.submit.submission import submit
 
 
 @dataclass
@@ -36,7 +37,7 @@ class ResumeResult:
 
 def checkpoints_of(run: Run) -> CheckpointManager:
     """The run's checkpoints, where run.json says they are (slurmctl.rundir's one rule)."""
-    return run.checkpoints()
+    return CheckpointManager(run.checkpoint_dir)
 
 
 def _ensure_ended(run: Run, client: SlurmClient, verb: str) -> None:
@@ -72,8 +73,6 @@ def pick_checkpoint(run: Run, step: int | None) -> Checkpoint:
 
 def fork_run(source: Run, new_name: str, registry: RunRegistry, site: SiteConfig, client: SlurmClient,
              from_step: int | None = None) -> ResumeResult:
-    from slurmctl.submit.submission import submit
-
     ck = pick_checkpoint(source, from_step)
     data = source.spec().model_dump(mode="json")
     data["name"] = new_name
@@ -90,7 +89,7 @@ def fork_run(source: Run, new_name: str, registry: RunRegistry, site: SiteConfig
         submitted = submit(spec_path, site, client, extra_sbatch_args=["--hold"])
     new_run = Run(submitted.run_id, Path(submitted.run_dir))
     try:
-        new_run.checkpoints().save(ck.step, lambda d: _link_tree(ck.path, d))
+        checkpoints_of(new_run).save(ck.step, lambda d: _link_tree(ck.path, d))
         client.release(submitted.job_id)
     except (OSError, SlurmctlError):
         client.cancel(submitted.job_id)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from slurmctl.control.cancel import _read_ack
+from slurmctl.control.cancel import request_drain, wait_until_gone
 from slurmctl.errors import RunNotFound, SlurmCommandError
 from slurmctl.observe.sweep import element_runs
-from slurmctl.rundir import RunRegistry
-from slurmctl.runtime import DRAIN_ACK, write_drain_request
+from slurmctl.rundir import Run, RunRegistry
+from slurmctl.rundir.sweep import SweepDir
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.sweepdir import SweepDir
 
 
 @dataclass
@@ -54,8 +53,37 @@ def cancel_sweep(sweep: SweepDir, registry: RunRegistry, client: SlurmClient, *,
     started = time.monotonic()
     pairs = element_runs(sweep, registry)
     latest = {run.run_id: run.latest_job_id() for _, run in pairs}
-    jobs = client.jobs([j for j in latest.values() if j is not None])
     result = SweepCancelResult(sweep.sweep_id, array_id)
+    draining = _request_drains(pairs, latest, client, result, now)
+    began = time.monotonic()
+    _await_acks(draining, client, drain_timeout, poll)
+    for index, run in pairs:
+        element = next(e for e in result.elements if e.index == index)
+        if element.drain == "unacknowledged":
+            run.record("drain-unacknowledged", job_id=element.job_id,
+                       waited_seconds=round(time.monotonic() - began, 1))
+        run.record("cancel-requested", job_id=element.job_id, drain=element.drain, ack_step=element.ack_step)
+    client.cancel(array_id)  # every task of the array: running, requeued (BeginTime) or never started
+    remaining = max(0.0, drain_timeout + wait_seconds - (time.monotonic() - started))
+    gone, _ = wait_until_gone(client, [array_id, *(j for j in latest.values() if j is not None)], remaining, poll)
+    if not gone:
+        raise SlurmCommandError(
+            f"array job {array_id} of sweep {sweep.sweep_id} still has active tasks {wait_seconds:.0f} s after "
+            "scancel.", "Slurm may be cleaning up a stuck node; check again with `slurmctl status SWEEP`, then tell "
+            "the platform team.")
+    final = client.jobs([j for j in latest.values() if j is not None])
+    for element in result.elements:
+        job = final.get(element.job_id) if element.job_id is not None else None
+        element.state = job.state if job else "CANCELLED"
+    result.verified, result.seconds = True, time.monotonic() - started
+    return result
+
+
+def _request_drains(pairs: list[tuple[int, Run]], latest: dict[str, int | None], client: SlurmClient,
+                    result: SweepCancelResult, now: bool) -> list[tuple[ElementCancel, Run]]:
+    """An ElementCancel per element in `result`; a drain request to every running one (unless `now`),
+    returned as the elements to wait for."""
+    jobs = client.jobs([j for j in latest.values() if j is not None])
     draining = []
     for index, run in pairs:
         job_id = latest[run.run_id]
@@ -68,16 +96,20 @@ def cancel_sweep(sweep: SweepDir, registry: RunRegistry, client: SlurmClient, *,
             if now:
                 element.drain = "skipped"
                 continue
-            (run.path / DRAIN_ACK).unlink(missing_ok=True)
-            write_drain_request(run.path, "cancel", job_id=str(job_id))
-            run.record("drain-requested", job_id=job_id, reason="cancel")
+            request_drain(run, job_id)
             draining.append((element, run))
+    return draining
+
+
+def _await_acks(draining: list[tuple[ElementCancel, Run]], client: SlurmClient, timeout: float, poll: float) -> None:
+    """Every draining element ends acknowledged (drain.ack, with its step) or unacknowledged (its job
+    ended first, or `timeout` passed); one Slurm query per round for all of them."""
     began = time.monotonic()
-    while draining and time.monotonic() - began < drain_timeout:
+    while draining and time.monotonic() - began < timeout:
         still = []
         current = client.jobs([e.job_id for e, _ in draining])
         for element, run in draining:
-            ack = _read_ack(run)
+            ack = run.drain_ack()
             job = current.get(element.job_id)
             if ack is not None:
                 element.drain, element.ack_step = "acknowledged", ack.get("step")
@@ -90,23 +122,3 @@ def cancel_sweep(sweep: SweepDir, registry: RunRegistry, client: SlurmClient, *,
             time.sleep(poll)
     for element, _run in draining:
         element.drain = "unacknowledged"
-    for index, run in pairs:
-        element = next(e for e in result.elements if e.index == index)
-        if element.drain == "unacknowledged":
-            run.record("drain-unacknowledged", job_id=element.job_id,
-                       waited_seconds=round(time.monotonic() - began, 1))
-        run.record("cancel-requested", job_id=element.job_id, drain=element.drain, ack_step=element.ack_step)
-    client.cancel(array_id)  # every task of the array: running, requeued (BeginTime) or never started
-    while time.monotonic() - started < drain_timeout + wait_seconds:
-        left = [j for j in client.jobs(list(dict.fromkeys([array_id, *latest.values()]))).values() if j.active]
-        if not left:
-            final = client.jobs([j for j in latest.values() if j is not None])
-            for element in result.elements:
-                job = final.get(element.job_id) if element.job_id is not None else None
-                element.state = job.state if job else "CANCELLED"
-            result.verified, result.seconds = True, time.monotonic() - started
-            return result
-        time.sleep(poll)
-    raise SlurmCommandError(
-        f"array job {array_id} of sweep {sweep.sweep_id} still has active tasks {wait_seconds:.0f} s after scancel.",
-        "Slurm may be cleaning up a stuck node; check again with `slurmctl status SWEEP`, then tell the platform team.")

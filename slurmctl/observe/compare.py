@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmctl.errors import SpecError
 from slurmctl.fsutil import read_jsonl
+from slurmctl.observe.charts import Chart, Series, line_chart
 from slurmctl.rundir import Run
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -59,15 +61,11 @@ def sparkline(values: list[float], width: int = 40) -> str:
 def write_png(path: Path, series: list[RunSeries], metric: str = "loss", width: int = 640, height: int = 360) -> Path:
     """`metric` against step for each run, one coloured line each (COLOURS first), with axes, labels
     and a legend."""
-    from slurmctl.observe.charts import Chart, Series, line_chart
-
     chart = Chart(f"{metric} by step", metric, [Series(s.run_id, s.steps, s.losses) for s in series])
     image = line_chart(chart, "png", width / 100, height / 100)
     try:
         path.write_bytes(image)
     except OSError as exc:
-        from slurmctl.errors import SpecError
-
         raise SpecError(f"--png {path}: cannot write it ({exc.strerror or exc}).",
                         "Give a file path in a directory you can write, e.g. --png ./compare.png.") from None
     return path

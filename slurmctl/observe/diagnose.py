@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from slurmctl.fsutil import read_json, tail_bytes
+from slurmctl import rundir
+from slurmctl.fsutil import read_json, read_jsonl, tail_bytes
 
 CATEGORIES = (
     "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "import_error", "arch_mismatch", "missing_config",
@@ -342,8 +343,8 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
     `nofollow=False` for a path the user named (`diagnose --log`): a symlink is theirs to follow."""
     text = read_tail(path, nofollow=nofollow)
     result = diagnose_text(text, slurm_state, exit_code)
-    run_dir = path.parent.parent
-    if path.parent.name == "logs" and (run_dir / "run.json").is_file():
+    run_dir = rundir.run_dir_of_log(path)
+    if path.parent.name == rundir.LOGS_DIR and (run_dir / rundir.RUN_JSON).is_file():
         _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
         _add_node_loss(result, run_dir, path.stem)
     return result
@@ -352,9 +353,6 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
 def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str) -> None:
     """A node of this job's allocation lost (runtime.attempt's probe after the step failed): that is the
     cause, whatever the survivors' logs say (their collectives fail once a peer is gone)."""
-    from slurmctl import rundir
-    from slurmctl.fsutil import read_jsonl
-
     lost = [e for e in read_jsonl(run_dir / rundir.ATTEMPTS)
             if e.get("event") == "node-lost" and str(e.get("job_id")) == job_id]
     if not lost:
@@ -390,10 +388,10 @@ def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | No
 
     Keys: state (config-problem | drain-requested | drained | killed), time, job_id, message (plain
     words), scene (newest scene folder or None), scenes (all of them, oldest first)."""
-    folder = run_dir / "watchdog"
+    folder = run_dir / rundir.WATCHDOG_DIR
     if not folder.is_dir():
         return None
-    state = read_json(folder / "state.json")  # None when missing, not JSON, or not a regular file
+    state = read_json(rundir.watchdog_state_path(run_dir))  # None when missing, not JSON, or not a regular file
     if not isinstance(state, dict) or (job_id is not None and str(state.get("job_id")) != str(job_id)):
         state = {}
     scenes = []
@@ -441,5 +439,5 @@ def _add_watchdog(result: Diagnosis, report: dict | None, log_text: str) -> None
     if result.category == "unknown" and report["state"] == "killed":
         result.summary = ("The training stopped making progress and the watchdog ended the hung step "
                           "(no step advanced in its stall window and the drain request went unanswered).")
-        result.hint = (f"Open {report['scene']}/stacks.txt: it shows where each rank was stuck (a collective, "
-                       "data loading, I/O). Resubmitting resumes from the last valid checkpoint.")
+        result.hint = (f"Open {report['scene']}/{rundir.SCENE_STACKS}: it shows where each rank was stuck (a "
+                       "collective, data loading, I/O). Resubmitting resumes from the last valid checkpoint.")

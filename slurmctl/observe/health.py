@@ -65,7 +65,7 @@ class LiveHealth:
 def _rank_files(run: rundir.Run, job_id) -> list[dict]:
     folder = run.health_dir
     try:
-        names = sorted(n for n in os.listdir(folder) if n.startswith("rank-") and n.endswith(".json"))
+        names = sorted(n for n in os.listdir(folder) if rundir.is_health_rank_file(n))
     except OSError:
         return []
     records = []

@@ -14,10 +14,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from slurmctl.config.pricing import allocation_cost
+from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, watchdog_report
 from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
     checkpoint_failure,
@@ -27,12 +30,10 @@ from slurmctl.observe.story import (
     requeue_story,
     story,
 )
-from slurmctl.ops.pricing import allocation_cost
 from slurmctl.rundir import Run
-from slurmctl.runtime.checkpoint import COMPLETE_MARKER
-from slurmctl.slurm.client import Job, NodeUsage, QueueView, SlurmClient
+from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
+from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
-from slurmctl.submit.spec_view import run_spec_view
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as unhealthy
@@ -84,9 +85,9 @@ class RunStatus:
     progress_percent: float | None = None
     steps_per_second: float | None = None
     checkpoint_age_seconds: float | None = None
-    restarts_used: int = 0  # Slurm requeues (new Slurm attempts)
+    requeues: int = 0  # Slurm requeues of the latest job (its SLURM_RESTART_COUNT): what max_restarts caps
     restarts_in_allocation: int = 0  # crashes restarted inside their allocation (step-restart events)
-    restarts_left: int | None = None
+    requeues_left: int | None = None  # max_restarts - requeues
     drain_unacknowledged: bool = False  # a drain was requested and the training never confirmed it
     health: str = "ok"
     cost_usd: float | None = None
@@ -158,9 +159,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     now = now or time.time()
     job_id = run.latest_job_id()
     events = run.events()
-    starts = [e for e in events if e.get("event") == "start"]
     heartbeat = run.heartbeat()
-    latest_ck = run.checkpoints().latest()
     try:
         spec = run_spec_view(run)  # Run.spec()'s values, without pydantic once validated
     except Exception:  # noqa: BLE001 - a broken run.yaml must not hide the Slurm state
@@ -183,72 +182,113 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
                            f"Slurm no longer knows job {job_id} (accounting has no record of it).",
                            "Check the log with `slurmctl logs RUN`; the platform team can look it up.", phase="unknown")
     else:
-        state_expl = explain_state(job.state)
-        headline, action = state_expl.headline, state_expl.action
-        reason_expl = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
-        if reason_expl:
-            headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
-        status = RunStatus(
-            run.run_id, str(run.path), job.job_id, job.state, headline, action.replace("JOBID", str(job.job_id)),
-            reason=job.reason, nodes=job.nodelist, partition=job.partition,
-            elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds,
-            exit_code=job.exit_code, num_nodes=job.num_nodes,
-            why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",
-        )
-        restarts = max([int(e.get("restart_count") or 0) for e in starts] + [0])
-        status.phase = _phase(run, job, heartbeat, restarts)
-        if job.state == "PENDING":
-            if job.submit_time:
-                status.waiting_seconds = max(0.0, now - job.submit_time.timestamp())
-            if job.start_time:
-                status.estimated_start = job.start_time.isoformat()
-            if queue:
-                status.queue_position = queue.position
-        if job.state == "RUNNING":
-            status.details.append(
-                f"Running on {job.nodelist} ({job.partition}) for {human_duration(job.elapsed_seconds)}"
-                f" of {human_duration(job.time_limit_seconds)}.")
-        elif job.state == "FAILED" and job.exit_code:
-            status.details.append(f"Exit code {job.exit_code.split(':')[0]} (signal {job.exit_code.split(':')[-1]}).")
-        elif not job.active and job.elapsed_seconds is not None:
-            status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
-        if job.state in FAILED_STATES:
-            status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
-        if spec is not None and site is not None and status.elapsed_seconds:
-            prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
-            if prices:
-                # The same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger.
-                start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
-                status.cost_usd = round(allocation_cost(
-                    spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
-                    prices[0], site.accounting.discounts), 2)
+        status = _from_job(run, job, events, heartbeat, queue, now)
+        _price(status, job, spec, site)
 
-    status.attempts = len(starts)
+    _attempts(status, events, job, spec, queue, site)
+    if heartbeat:
+        _progress(status, run, heartbeat, now)
+    _checkpoint(status, run, events, job_id, now)
+    if job_id is not None:
+        status.watchdog = watchdog_report(run.path, job_id)
+    if status.watchdog:
+        _watchdog(status)
+    node_loss(status, events)
+    apply_live_health(status, run, job, site, now)
+    return status
+
+
+def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, queue: QueueContext | None,
+              now: float) -> RunStatus:
+    """What Slurm says of the job, in words: state and reason, phase, queue place, where it ran, and
+    the diagnosis of a failed one."""
+    state_expl = explain_state(job.state)
+    headline, action = state_expl.headline, state_expl.action
+    reason_expl = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    if reason_expl:
+        headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
+    status = RunStatus(
+        run.run_id, str(run.path), job.job_id, job.state, headline, action.replace("JOBID", str(job.job_id)),
+        reason=job.reason, nodes=job.nodelist, partition=job.partition,
+        elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds,
+        exit_code=job.exit_code, num_nodes=job.num_nodes,
+        why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",
+    )
+    status.phase = _phase(run, job, heartbeat, _requeues(events))
+    if job.state == "PENDING":
+        if job.submit_time:
+            status.waiting_seconds = max(0.0, now - job.submit_time.timestamp())
+        if job.start_time:
+            status.estimated_start = job.start_time.isoformat()
+        if queue:
+            status.queue_position = queue.position
+    if job.state == "RUNNING":
+        status.details.append(
+            f"Running on {job.nodelist} ({job.partition}) for {human_duration(job.elapsed_seconds)}"
+            f" of {human_duration(job.time_limit_seconds)}.")
+    elif job.state == "FAILED" and job.exit_code:
+        status.details.append(f"Exit code {job.exit_code.split(':')[0]} (signal {job.exit_code.split(':')[-1]}).")
+    elif not job.active and job.elapsed_seconds is not None:
+        status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
+    if job.state in FAILED_STATES:
+        status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
+    return status
+
+
+def _price(status: RunStatus, job: Job, spec, site) -> None:
+    """The cost so far, at the same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger."""
+    if spec is None or site is None or not status.elapsed_seconds:
+        return
+    prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
+    if prices:
+        start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
+        status.cost_usd = round(allocation_cost(
+            spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
+            prices[0], site.accounting.discounts), 2)
+
+
+def _requeues(events: list[dict]) -> int:
+    """Slurm requeues of the latest job: the highest SLURM_RESTART_COUNT its attempts started with."""
+    return max([int(e.get("restart_count") or 0) for e in events if e.get("event") == "start"] + [0])
+
+
+def _attempts(status: RunStatus, events: list[dict], job: Job | None, spec, queue: QueueContext | None,
+              site) -> None:
+    """Attempts and their story, requeues against the cap, the run's size, and why a pending job waits."""
+    status.attempts = sum(1 for e in events if e.get("event") == "start")
     reliability_details(status, events)
     status.history = story(events, job)
     requeue_story(status, job, events)
-    status.restarts_used = max([int(e.get("restart_count") or 0) for e in starts] + [0])
+    status.requeues = _requeues(events)
     status.restarts_in_allocation = in_allocation_restarts(events)
     if spec is not None:
         status.gpus = spec.nodes * spec.gpus_per_node
         status.num_nodes = status.num_nodes or spec.nodes
-        status.restarts_left = max(0, spec.max_restarts - status.restarts_used)
+        status.requeues_left = max(0, spec.max_restarts - status.requeues)
         if job is not None and job.state == "PENDING" and status.reason in {"Resources", "Priority"} and queue:
             _capacity_why(status, spec.gpu_type, spec.gpus_per_node, queue, site.partitions if site else None)
-    if heartbeat:
-        status.last_step = heartbeat.get("step")
-        status.heartbeat_age_seconds = max(0.0, now - float(heartbeat.get("time", now)))
-        status.last_metrics = {k: v for k, v in (heartbeat.get("metrics") or {}).items() if k not in {"step", "time"}}
-        total = heartbeat.get("total_steps") or status.last_metrics.get("total_steps") or run.meta.get("total_steps")
-        status.total_steps = int(total) if total else None
-        if status.total_steps and status.last_step is not None:
-            status.progress_percent = round(100 * (status.last_step + 1) / status.total_steps, 1)
-        status.steps_per_second = run.step_rate()
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in status.last_metrics.items() if isinstance(v, (int, float)))
-        status.details.append(f"Last progress: step {status.last_step}"
-                              f"{f' ({shown})' if shown else ''}, {human_duration(status.heartbeat_age_seconds)} ago.")
-        if status.phase == "training" and status.heartbeat_age_seconds > STALL_SECONDS:
-            status.health = f"no step progress for {int(status.heartbeat_age_seconds // 60)} min"
+
+
+def _progress(status: RunStatus, run: Run, heartbeat: dict, now: float) -> None:
+    """The training's last step (heartbeat), its metrics, rate and share done; a stall while training."""
+    status.last_step = heartbeat.get("step")
+    status.heartbeat_age_seconds = max(0.0, now - float(heartbeat.get("time", now)))
+    status.last_metrics = {k: v for k, v in (heartbeat.get("metrics") or {}).items() if k not in {"step", "time"}}
+    total = heartbeat.get("total_steps") or status.last_metrics.get("total_steps") or run.meta.get("total_steps")
+    status.total_steps = int(total) if total else None
+    if status.total_steps and status.last_step is not None:
+        status.progress_percent = round(100 * (status.last_step + 1) / status.total_steps, 1)
+    status.steps_per_second = run.step_rate()
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in status.last_metrics.items() if isinstance(v, (int, float)))
+    status.details.append(f"Last progress: step {status.last_step}"
+                          f"{f' ({shown})' if shown else ''}, {human_duration(status.heartbeat_age_seconds)} ago.")
+    if status.phase == "training" and status.heartbeat_age_seconds > STALL_SECONDS:
+        status.health = f"no step progress for {int(status.heartbeat_age_seconds // 60)} min"
+
+
+def _checkpoint(status: RunStatus, run: Run, events: list[dict], job_id: int | None, now: float) -> None:
+    """The newest valid checkpoint and its age; a save that failed."""
+    latest_ck = CheckpointManager(run.checkpoint_dir).latest()
     if latest_ck:
         status.latest_checkpoint_step = latest_ck.step
         marker = latest_ck.path / COMPLETE_MARKER
@@ -258,20 +298,16 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     elif job_id is not None:
         status.details.append("No valid checkpoint yet.")
     checkpoint_failure(status, events, now)
-    if job_id is not None:
-        status.watchdog = watchdog_report(run.path, job_id)
-    if status.watchdog:
-        status.details.append(f"Watchdog: {status.watchdog['message']}.")
-        if status.watchdog["state"] == "warned" and status.health == "ok":
-            status.health = "stalled: no step progress (the watchdog warned)"
-        if status.watchdog["state"] in {"drain-requested", "killed"}:
-            status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
-                                        else "the watchdog asked it to drain")
-    node_loss(status, events)
-    from slurmctl.observe.health import apply_live_health  # standard library only, small
 
-    apply_live_health(status, run, job, site, now)
-    return status
+
+def _watchdog(status: RunStatus) -> None:
+    """What the progress watchdog did to the latest job, and the health it implies."""
+    status.details.append(f"Watchdog: {status.watchdog['message']}.")
+    if status.watchdog["state"] == "warned" and status.health == "ok":
+        status.health = "stalled: no step progress (the watchdog warned)"
+    if status.watchdog["state"] in {"drain-requested", "killed"}:
+        status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
+                                    else "the watchdog asked it to drain")
 
 
 def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
@@ -282,9 +318,11 @@ def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
     return QueueContext(position=position, pending_in_partition=len(pending))
 
 
-def _lookup(client: SlurmClient, job_ids: set[int]) -> tuple[dict[int, Job], QueueView]:
-    """One squeue for everything active (+ one sacct for what squeue no longer shows)."""
-    view = client.queue_view(job_ids)
+def _lookup(client: SlurmClient, job_ids: set[int],
+            snapshot: QueueSnapshot | None = None) -> tuple[dict[int, Job], QueueView]:
+    """One squeue for everything active, or the `snapshot` of one (+ one sacct for what squeue no
+    longer shows)."""
+    view = client.queue_view(job_ids, snapshot)
     found = dict(view.jobs)
     missing = job_ids - found.keys()
     if missing:
@@ -322,14 +360,16 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     return status
 
 
-def runs_statuses(runs: list[Run], client: SlurmClient, site=None) -> list[RunStatus]:
-    """Status for many runs with one squeue call and at most one sacct call (run dirs alone, marked
-    UNREACHABLE, when Slurm does not answer within QUERY_SECONDS)."""
+def runs_statuses(runs: list[Run], client: SlurmClient, site=None,
+                  queue: QueueSnapshot | None = None) -> list[RunStatus]:
+    """Status for many runs with one squeue call (none when the caller passes the `queue` it has)
+    and at most one sacct call (run dirs alone, marked UNREACHABLE, when Slurm does not answer
+    within QUERY_SECONDS)."""
     latest = {run.run_id: run.latest_job_id() for run in runs}
     wanted = {j for j in latest.values() if j is not None}
     try:
         with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
-            found, view = _lookup(client, wanted) if wanted else ({}, QueueView())
+            found, view = _lookup(client, wanted, queue) if wanted else ({}, QueueView())
     except SlurmUnreachable:
         return unreachable_statuses(runs, site)
     if wanted:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import RunNotFound, RunNotOwned, SpecError
+from slurmctl.observe.status import runs_statuses
 from slurmctl.rundir import Run, RunRegistry, is_run_id
-from slurmctl.sweepdir import SWEEP_JSON, SweepDir, find_sweep
+from slurmctl.rundir.sweep import SWEEP_JSON, SweepDir, find_sweep
 
 _METRIC_RECORDS = 5_000  # metrics.jsonl records read per element for its best value: the newest ones
 _METRIC_BYTES = 1024 * 1024  # and at most 1 MiB of its tail
@@ -57,7 +58,7 @@ class ElementStatus:
     state: str
     job_id: int | None
     step: int | None
-    restarts: int
+    requeues: int
     best: float | None
     last: float | None
     best_step: int | None
@@ -106,8 +107,6 @@ def element_runs(sweep: SweepDir, registry: RunRegistry) -> list[tuple[int, Run]
 
 def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metric: str | None = None,
                  goal: str | None = None) -> SweepStatus:
-    from slurmctl.observe.status import runs_statuses
-
     meta = sweep.meta
     metric = metric or meta.get("metric") or "loss"
     goal = goal or meta.get("goal") or "min"
@@ -132,19 +131,10 @@ def sweep_status(sweep: SweepDir, registry: RunRegistry, client, site=None, metr
             phase = {"PENDING": "queued", "CANCELLED": "cancelled"}.get(state, phase)
         result.elements.append(ElementStatus(
             index, run.run_id, values.get(index, {}), phase, state, status.job_id, status.last_step,
-            status.restarts_used, best, last, best_step, status.latest_checkpoint_step))
+            status.requeues, best, last, best_step, status.latest_checkpoint_step))
     for rank, element in enumerate(result.ranked(), start=1):
         element.rank = rank
     return result
-
-
-def sweep_job_ids(sweep: SweepDir, registry: RunRegistry) -> tuple[list[str], list[int]]:
-    """(element run ids, every job id of theirs): what `cost SWEEP` sums."""
-    run_ids, job_ids = [], []
-    for _, run in element_runs(sweep, registry):
-        run_ids.append(run.run_id)
-        job_ids += run.job_ids()
-    return run_ids, list(dict.fromkeys(job_ids))
 
 
 def ls_entries(statuses: list) -> list[tuple[int, object, tuple | None, str]]:
@@ -188,7 +178,7 @@ def _submitted(status) -> list[dict]:
 def queued_sweep_runs(registry: RunRegistry, sweep_id: str) -> list[Run] | None:
     """The element runs of the caller's sweep `sweep_id` (a queued job's comment names the sweep until
     its task starts and takes its element's name); None when `sweep_id` names no sweep (one lstat)."""
-    if not is_run_id(sweep_id) or not os.path.lexists(registry.root / sweep_id / SWEEP_JSON):
+    if not is_run_id(sweep_id) or not os.path.lexists(registry.path_of(sweep_id) / SWEEP_JSON):
         return None
     try:
         sweep = find_sweep(registry, sweep_id)

@@ -18,12 +18,12 @@ from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
 
+from slurmctl.config.models import SiteConfig
+from slurmctl.config.pricing import Discounts, allocation_cost
 from slurmctl.durations import human_duration
 from slurmctl.ops.hooks.records import read_records
-from slurmctl.ops.pricing import Discounts, allocation_cost
 from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
-from slurmctl.slurm.parsing import tres_gpus as parse_gpus  # cached: one call per sacct row
-from slurmctl.submit.spec import SiteConfig
+from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 

@@ -1,4 +1,4 @@
-"""The orphan sweeper (`slurmctl cleanup`, also from root's cron): what holds GPUs or queue slots without value.
+"""Orphan cleanup (`slurmctl cleanup`, also from root's cron): what holds GPUs or queue slots without value.
 
 * held jobs (user/admin hold, requeue hold) of slurmctl runs that ended with no valid checkpoint,
   or whose run directory is gone: nothing can resume from them;
@@ -17,7 +17,7 @@ Run by root, this touches every user's jobs and runs, so it trusts nothing a use
   well-formed, it is a real directory owned by that user and its run.json names that id;
 * the user's files are read, and a stale ``drain.request`` removed, by a child that dropped to the
   user's uid (ops/hooks/asuser.py), with capped non-blocking reads and a deadline: a FIFO or
-  /dev/zero planted in a run costs the sweep at most a few seconds and a note.
+  /dev/zero planted in a run costs the cleanup pass at most a few seconds and a note.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration
-from slurmctl.errors import SlurmctlError
+from slurmctl.errors import AsUserError, SlurmctlError
 from slurmctl.ops.hooks import asuser
-from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
+from slurmctl.rundir import DRAIN_REQUEST, Run, RunRegistry, is_run_id, run_id_from_comment, run_path, user_runs_dir
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.submit.spec import SiteConfig
 
 DEV_COMMENT_PREFIX = "slurmctl-dev:"  # control/dev.py's --comment
 USER_READ_TIMEOUT = 5.0  # one child per user reads all of that user's runs
@@ -59,34 +60,36 @@ class Orphan:
 
 
 @dataclass
-class Sweep:
-    """What one sweep saw besides orphans: lines and directories it refused to trust."""
+class CleanupPass:
+    """What one cleanup pass saw besides orphans: lines and directories it refused to trust."""
 
     notes: list[str] = field(default_factory=list)
 
 
 def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | None = None,
-                 only_run: str | None = None, sweep: Sweep | None = None) -> list[Orphan]:
-    sweep = sweep if sweep is not None else Sweep()
+                 only_run: str | None = None, cleanup_pass: CleanupPass | None = None) -> list[Orphan]:
+    cleanup_pass = cleanup_pass if cleanup_pass is not None else CleanupPass()
     runs_root = Path(site.runs_root).expanduser()
     me = os.geteuid()
     queue = client.queue(mine=False)  # nominates candidates only; see confirm_job below
-    live = {(j.user, j.run_id) for j in queue if j.run_id}
-    live_unheld = {(j.user, j.run_id) for j in queue if j.run_id and not j.held}
+    run_ids = {j.job_id: run_id_from_comment(j.comment) for j in queue}  # checked ids only
+    live = {(j.user, run_ids[j.job_id]) for j in queue if run_ids[j.job_id]}
+    live_unheld = {(j.user, run_ids[j.job_id]) for j in queue if run_ids[j.job_id] and not j.held}
     found: list[Orphan] = []
 
     for job in queue:
-        if only_run and job.run_id != only_run:
+        run_id = run_ids[job.job_id]
+        if only_run and run_id != only_run:
             continue
-        if job.held and job.run_id:
-            confirmed = _confirm(client, job.job_id, me, sweep)
-            if confirmed is None or not confirmed.held or confirmed.run_id != job.run_id:
+        if job.held and run_id:
+            confirmed = _confirm(client, job.job_id, me, cleanup_pass)
+            if confirmed is None or not confirmed.held or run_id_from_comment(confirmed.comment) != run_id:
                 continue
-            run_id, user = confirmed.run_id, _user_name(int(confirmed.user))
-            if user is None or not is_run_id(run_id) or (user, run_id) in live_unheld:
-                continue  # not a run slurmctl made, or the run is still going: this hold is its plan
-            facts = _as_owner(int(confirmed.user), inspect_run, str(runs_root / user / run_id), run_id,
-                              sweep=sweep)
+            user = _user_name(int(confirmed.user))
+            if user is None or (user, run_id) in live_unheld:
+                continue  # not a user we know, or the run is still going: this hold is its plan
+            facts = _as_owner(int(confirmed.user), inspect_run, str(run_path(runs_root, user, run_id)), run_id,
+                              cleanup_pass=cleanup_pass)
             if facts is None or facts.get("foreign"):
                 continue
             if not facts.get("exists"):
@@ -97,29 +100,32 @@ def find_orphans(site: SiteConfig, client: SlurmClient, registry: RunRegistry | 
                                     f"{facts.get('exit_code')}) with no valid checkpoint to resume from",
                                     run_id, job.job_id, user=user, confirmed=confirmed))
         elif job.state == "RUNNING" and _is_dev(site, job):
-            confirmed = _confirm(client, job.job_id, me, sweep)
+            confirmed = _confirm(client, job.job_id, me, cleanup_pass)
             if confirmed is None or not _past_dev_ttl(site, confirmed):
                 continue
             found.append(Orphan("dev-ttl", f"dev allocation in {confirmed.partition} running "
                                 f"{confirmed.elapsed_seconds // 60} min, past the {site.dev_allocation_ttl} TTL",
-                                confirmed.run_id, job.job_id, user=_user_name(int(confirmed.user)),
+                                run_id_from_comment(confirmed.comment), job.job_id,
+                                user=_user_name(int(confirmed.user)),
                                 confirmed=confirmed))
 
-    for user, uid in _user_dirs(runs_root, me, sweep):
-        requests = _as_owner(uid, stale_drain_candidates, str(runs_root / user), only_run, sweep=sweep) or []
+    for user, uid in _user_dirs(runs_root, me, cleanup_pass):
+        requests = _as_owner(uid, stale_drain_candidates, str(user_runs_dir(runs_root, user)), only_run,
+                             cleanup_pass=cleanup_pass) or []
         for run_id in requests:
             if (user, run_id) not in live:
+                path = Run(run_id, run_path(runs_root, user, run_id)).drain_request_path
                 found.append(Orphan("stale-drain-request", "drain.request left in a run with no live job",
-                                    run_id, path=str(runs_root / user / run_id / "drain.request"), user=user))
+                                    run_id, path=str(path), user=user))
     return found
 
 
-def _confirm(client: SlurmClient, job_id: int, me: int, sweep: Sweep) -> Job | None:
-    """The controller's own view of the job; a user sweeping sees only their own jobs."""
+def _confirm(client: SlurmClient, job_id: int, me: int, cleanup_pass: CleanupPass) -> Job | None:
+    """The controller's own view of the job; a user cleaning up sees only their own jobs."""
     try:
         confirmed = client.confirm_job(job_id)
     except SlurmctlError as exc:
-        sweep.notes.append(f"job {job_id}: not confirmed by Slurm ({exc.message}); left alone")
+        cleanup_pass.notes.append(f"job {job_id}: not confirmed by Slurm ({exc.message}); left alone")
         return None
     if confirmed is None:
         return None
@@ -148,9 +154,9 @@ def _user_name(uid: int) -> str | None:
         return None
 
 
-def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
+def _user_dirs(runs_root: Path, me: int, cleanup_pass: CleanupPass) -> list[tuple[str, int]]:
     """(user, uid) per real directory under the runs root owned by the user it is named after.
-    Root sweeps every user; anyone else only their own directory."""
+    Root looks at every user; anyone else only their own directory."""
     try:
         root_fd = os.open(runs_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -167,7 +173,7 @@ def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
             if me != 0 and owner != me:
                 continue
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
-                sweep.notes.append(f"{runs_root / name}: not a directory owned by {name}; skipped")
+                cleanup_pass.notes.append(f"{runs_root / name}: not a directory owned by {name}; skipped")
                 continue
             out.append((name, owner))
         return out
@@ -175,17 +181,17 @@ def _user_dirs(runs_root: Path, me: int, sweep: Sweep) -> list[tuple[str, int]]:
         os.close(root_fd)
 
 
-def _as_owner(uid: int, func, *args, sweep: Sweep):
-    import slurmctl.runtime.checkpoint  # noqa: F401 - imported once here, inherited by every child
+def _as_owner(uid: int, func, *args, cleanup_pass: CleanupPass):
+    import slurmctl.runtime.checkpoint  # noqa: F401  # why: imported once as root, inherited by every child
 
     gid = asuser.user_gid(uid)
     if gid is None:
-        sweep.notes.append(f"uid {uid} has no passwd entry; its runs were skipped")
+        cleanup_pass.notes.append(f"uid {uid} has no passwd entry; its runs were skipped")
         return None
     try:
         return asuser.run_as(uid, gid, func, *args, timeout=USER_READ_TIMEOUT)
-    except asuser.AsUserError as exc:
-        sweep.notes.append(f"uid {uid}: {exc}; its runs were skipped")
+    except AsUserError as exc:
+        cleanup_pass.notes.append(f"uid {uid}: {exc}; its runs were skipped")
         return None
 
 
@@ -218,7 +224,7 @@ def inspect_run(run_dir: str, run_id: str) -> dict:
     run = Run(run_id, path)
     ended = [e for e in run.events() if e.get("event") == "end"]
     return {"exists": True, "ended": bool(ended), "exit_code": ended[-1].get("exit_code") if ended else None,
-            "has_checkpoint": run.checkpoints().latest() is not None}
+            "has_checkpoint": CheckpointManager(run.checkpoint_dir).latest() is not None}
 
 
 def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
@@ -232,7 +238,7 @@ def stale_drain_candidates(user_dir: str, only_run: str | None) -> list[str]:
             continue
         run = root / name
         try:
-            st = os.stat(run / "drain.request", follow_symlinks=False)
+            st = os.stat(run / DRAIN_REQUEST, follow_symlinks=False)
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode) and _is_run(run, name):
@@ -251,12 +257,12 @@ def remove_drain_request(user_dir: str, run_id: str) -> bool:
         if os.fstat(fd).st_uid != os.geteuid():
             return False
         try:
-            st = os.stat("drain.request", dir_fd=fd, follow_symlinks=False)
+            st = os.stat(DRAIN_REQUEST, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             return True
         if not stat.S_ISREG(st.st_mode):
             return False
-        os.unlink("drain.request", dir_fd=fd)
+        os.unlink(DRAIN_REQUEST, dir_fd=fd)
         return True
     finally:
         os.close(fd)
@@ -270,7 +276,7 @@ def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
     me = os.geteuid()
     to_cancel = []
     for orphan in (o for o in orphans if o.job_id is not None):
-        now = _confirm(client, orphan.job_id, me, Sweep())
+        now = _confirm(client, orphan.job_id, me, CleanupPass())
         if not _still_same(orphan, now):
             orphan.error = "not confirmed by Slurm any more (state, owner or run changed); left alone"
             continue
@@ -291,12 +297,13 @@ def release(orphans: list[Orphan], client: SlurmClient) -> list[Orphan]:
         except KeyError:
             orphan.error = f"no user {orphan.user}"
             continue
-        sweep = Sweep()
+        cleanup_pass = CleanupPass()
         user_dir = str(Path(orphan.path).parent.parent)
-        done = _as_owner(uid, remove_drain_request, user_dir, orphan.run_id, sweep=sweep)
+        done = _as_owner(uid, remove_drain_request, user_dir, orphan.run_id, cleanup_pass=cleanup_pass)
         orphan.released = bool(done)
         if not done:
-            orphan.error = "; ".join(sweep.notes) or "not a regular drain.request in a run of its owner; left alone"
+            orphan.error = ("; ".join(cleanup_pass.notes)
+                            or "not a regular drain.request in a run of its owner; left alone")
     return orphans
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
@@ -28,7 +29,6 @@ from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
-from slurmctl.submit.spec import SiteConfig
 
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
@@ -273,7 +273,7 @@ _RUN_GAUGES = [
     ("slurmctl_run_checkpoint_save_seconds", "checkpoint_save_seconds", "Duration of the newest checkpoint save."),
     ("slurmctl_run_checkpoint_save_in_progress_seconds", "checkpoint_save_in_progress_seconds",
      "How long the checkpoint save in progress has run (0: none)."),
-    ("slurmctl_run_restarts", "restarts", "Attempts after the first (requeues, resumes)."),
+    ("slurmctl_run_starts", "starts", "Attempts started: the first, then one per Slurm requeue or resubmission."),
     ("slurmctl_run_watchdog_interventions", "watchdog_interventions", "Times the progress watchdog acted."),
     ("slurmctl_run_drain_requested", "drain_requested", "1 while a drain (save and stop) is requested."),
     ("slurmctl_run_drain_requested_timestamp_seconds", "drain_requested_time", "When the drain was requested."),

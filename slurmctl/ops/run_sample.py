@@ -19,12 +19,13 @@ from pathlib import Path
 
 import yaml
 
+from slurmctl.config.models import SiteConfig
+from slurmctl.errors import YAMLTooLarge
 from slurmctl.fsutil import read_json, read_text_capped
-from slurmctl.rundir import Run, run_id_from_comment, step_rate
+from slurmctl.rundir import Run, run_id_from_comment, run_path, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
-from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
+from slurmctl.safe_yaml import bounded_safe_load
 from slurmctl.slurm.client import QueueEntry
-from slurmctl.submit.spec import SiteConfig
 
 _USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # a Unix login name: one safe path component
 
@@ -52,7 +53,7 @@ class RunSample:
     checkpoint_interval_seconds: float | None = None
     checkpoint_save_seconds: float | None = None
     checkpoint_save_in_progress_seconds: float = 0.0
-    restarts: int = 0
+    starts: int = 0  # attempts started (start events), the first included
     watchdog_interventions: int = 0
     drain_requested: bool = False
     drain_requested_time: float | None = None
@@ -135,7 +136,7 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
     if interval_steps and sample.step_seconds:
         sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
     events = run.events()
-    sample.restarts = max(0, sum(1 for e in events if e.get("event") == "start") - 1)
+    sample.starts = sum(1 for e in events if e.get("event") == "start")
     scenes = [p for p in run.watchdog_dir.iterdir() if p.is_dir() and not p.is_symlink()] \
         if run.watchdog_dir.is_dir() and not run.watchdog_dir.is_symlink() else []
     request = run.drain_request()
@@ -162,7 +163,7 @@ def run_of_job(site: SiteConfig, job: QueueEntry) -> Run | None:
         uid = pwd.getpwnam(job.user).pw_uid
     except KeyError:
         return None
-    path = site.runs_root_path / job.user / run_id
+    path = run_path(site.runs_root_path, job.user, run_id)
     try:
         st = os.lstat(path)
     except OSError:

@@ -13,7 +13,7 @@ Layout: ``<runs_root>/<user>/<run id>/``
     metrics.jsonl    one line per logged step (grows forever: read its tail)
     drain.request / drain.ack   the drain handshake
     checkpoints/     the default checkpoint dir (see ``resolve_checkpoint_dir``)
-    watchdog/        the progress watchdog's state and scenes
+    watchdog/        the progress watchdog's state.json and its scenes (<job>-<time>/: stacks, log tail, GPUs)
     health/          live health: rank-<N>.json per rank (transport, data wait), idle.json (idle policy)
 
 Standard library only at import (the job, the root node hooks and the CLI share this module);
@@ -42,6 +42,7 @@ from slurmctl.rundir.layout import (
     HEALTH_IDLE,
     HEALTH_RANK,
     HEARTBEAT,
+    JOB_LOG,
     JOB_SCRIPT,
     LOGS_DIR,
     METRICS,
@@ -49,22 +50,34 @@ from slurmctl.rundir.layout import (
     RUN_ID_RE,
     RUN_JSON,
     RUN_YAML,
+    SCENE_GPUS,
+    SCENE_LOG_TAIL,
+    SCENE_STACKS,
     WATCHDOG_DIR,
+    WATCHDOG_STATE,
     Run,
     current_user,
+    is_health_rank_file,
     is_run_id,
+    job_log_path,
     new_run_id,
     resolve_checkpoint_dir,
+    run_dir_of_log,
     run_id_from_comment,
+    run_path,
     step_rate,
     sweep_element_id,
+    user_runs_dir,
+    watchdog_scene_dir,
+    watchdog_state_path,
 )
 from slurmctl.rundir.registry import RunRegistry, check_owned_dir
 
 __all__ = [
-    "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK", "DRAIN_REQUEST",
-    "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_SCRIPT", "LOGS_DIR", "METRICS", "PREFLIGHT_JSON",
-    "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "WATCHDOG_DIR", "Run", "RunRegistry", "check_owned_dir", "current_user",
-    "is_run_id", "new_run_id", "resolve_checkpoint_dir", "run_id_from_comment", "step_rate",
-    "sweep_element_id",
+    "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK",
+    "DRAIN_REQUEST", "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_LOG", "JOB_SCRIPT", "LOGS_DIR",
+    "METRICS", "PREFLIGHT_JSON", "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "SCENE_GPUS", "SCENE_LOG_TAIL", "SCENE_STACKS",
+    "WATCHDOG_DIR", "WATCHDOG_STATE", "Run", "RunRegistry", "check_owned_dir", "current_user", "is_health_rank_file",
+    "is_run_id", "job_log_path", "new_run_id", "resolve_checkpoint_dir", "run_dir_of_log", "run_id_from_comment",
+    "run_path", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir", "watchdog_state_path",
 ]

@@ -28,6 +28,10 @@ DRAIN_REQUEST = "drain.request"
 DRAIN_ACK = "drain.ack"
 CHECKPOINTS_DIR = "checkpoints"
 WATCHDOG_DIR = "watchdog"
+WATCHDOG_STATE = "state.json"  # in watchdog/: what the progress watchdog did last
+# in watchdog/<job>-<time>/ (a "scene" the watchdog captured before it acted):
+SCENE_STACKS, SCENE_LOG_TAIL, SCENE_GPUS = "stacks.txt", "log_tail.txt", "nvidia-smi.txt"
+JOB_LOG = "{job_id}.out"  # in logs/: every attempt of a job, appended (the job script passes %j)
 HEALTH_DIR = "health"
 HEALTH_RANK = "rank-{rank}.json"  # in health/: one per rank
 HEALTH_IDLE = "idle.json"  # in health/: the idle policy's view (the watchdog sidecar)
@@ -92,6 +96,43 @@ def user_of(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def user_runs_dir(runs_root: str | os.PathLike, user: str) -> Path:
+    """``<runs_root>/<user>``: one user's runs (and sweeps)."""
+    return Path(runs_root) / user
+
+
+def run_path(runs_root: str | os.PathLike, user: str, run_id: str) -> Path:
+    """``<runs_root>/<user>/<run id>``; only a checked run id names a directory."""
+    if not is_run_id(run_id):
+        raise ValueError(f"not a run id: {run_id!r}")
+    return user_runs_dir(runs_root, user) / run_id
+
+
+def run_dir_of_log(log_path: str | os.PathLike) -> Path:
+    """The run dir a job's log (``<run dir>/logs/<job>.out``) sits in."""
+    return Path(log_path).parent.parent
+
+
+def job_log_path(run_dir: str | os.PathLike, job_id: int | str) -> Path:
+    """``<run dir>/logs/<job id>.out``; `job_id` "%j" gives the job script's --output pattern."""
+    return Path(run_dir) / LOGS_DIR / JOB_LOG.format(job_id=job_id)
+
+
+def is_health_rank_file(name: str) -> bool:
+    """A file name of health/ that one rank writes (``rank-<N>.json``)."""
+    prefix, suffix = HEALTH_RANK.split("{rank}")
+    return name.startswith(prefix) and name.endswith(suffix) and name[len(prefix):-len(suffix)].isdigit()
+
+
+def watchdog_state_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / WATCHDOG_DIR / WATCHDOG_STATE
+
+
+def watchdog_scene_dir(run_dir: str | os.PathLike, job_id: str | None, when: float) -> Path:
+    """``<run dir>/watchdog/<job id>-<epoch>/``: one capture of stacks, log tail and GPUs."""
+    return Path(run_dir) / WATCHDOG_DIR / f"{job_id or 'local'}-{int(when)}"
 
 
 def resolve_checkpoint_dir(configured: str | None, workdir: str | os.PathLike, run_dir: str | os.PathLike) -> Path:
@@ -194,7 +235,7 @@ class Run:
         return self.path / COST_RECORDS_DIR
 
     def log_path(self, job_id: int) -> Path:
-        return self.logs_dir / f"{int(job_id)}.out"
+        return job_log_path(self.path, int(job_id))
 
     def refresh(self, path: Path) -> Path:
         """Make a file of this run current before reading it again (a growing log): a no-op on the
@@ -209,8 +250,8 @@ class Run:
 
     def spec(self):
         """The frozen RunSpec (pydantic and yaml are imported here only: the job and hooks never need them)."""
-        from slurmctl.safe_yaml import bounded_safe_load
-        from slurmctl.submit.spec import RunSpec
+        from slurmctl.config.models import RunSpec  # why: pydantic only here (the job and hooks never parse run.yaml)
+        from slurmctl.safe_yaml import bounded_safe_load  # why: yaml only here, as above
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
         return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
@@ -220,6 +261,10 @@ class Run:
         return self.path / ARTIFACTS_DIR
 
     @property
+    def watchdog_state_path(self) -> Path:
+        return watchdog_state_path(self.path)
+
+    @property
     def checkpoint_dir(self) -> Path:
         """Where this run's checkpoints are: run.json's ``checkpoint_dir`` (absolute, set at submit).
         Runs submitted before it was recorded: run.yaml's ``checkpoint.dir`` by the same rule."""
@@ -227,18 +272,13 @@ class Run:
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
         try:
-            from slurmctl.safe_yaml import bounded_safe_load  # old runs only: no record in run.json
+            from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
             frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")
             return resolve_checkpoint_dir(configured, frozen.get("workdir") or self.path, self.path)
         except Exception:  # noqa: BLE001 - unreadable or malformed (YAMLError too): the default place
             return self.default_checkpoint_dir
-
-    def checkpoints(self, **kwargs):
-        from slurmctl.runtime.checkpoint import CheckpointManager
-
-        return CheckpointManager(self.checkpoint_dir, **kwargs)
 
     def events(self) -> list[dict]:
         return read_jsonl(self.attempts_path)

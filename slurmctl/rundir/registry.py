@@ -19,6 +19,7 @@ from slurmctl.rundir.layout import (
     is_run_id,
     new_run_id,
     user_of,
+    user_runs_dir,
 )
 
 
@@ -52,7 +53,12 @@ class RunRegistry:
         self.runs_root = Path(runs_root).expanduser()
         self.user = user or current_user()
         self.uid = os.geteuid() if uid is None else uid
-        self.root = self.runs_root / self.user
+        self.root = user_runs_dir(self.runs_root, self.user)
+
+    def path_of(self, name: str) -> Path:
+        """``<runs_root>/<user>/<name>``: where the caller's run (or sweep) `name` is or will be; `name`
+        may be sbatch's pattern of one (a sweep element's id with %a)."""
+        return self.root / name
 
     # --- the caller's runs directory -------------------------------------------------------------
     def user_dir(self, create: bool = False) -> Path | None:
@@ -94,7 +100,7 @@ class RunRegistry:
         run_id = run_id or new_run_id(spec.name)
         if not is_run_id(run_id):
             raise ValueError(f"not a run id: {run_id!r}")
-        path = self.root / run_id
+        path = self.path_of(run_id)
         mode = 0o750 if share_with_group else 0o700
         path.mkdir(mode=mode)
         (path / LOGS_DIR).mkdir(mode=mode)

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmctl import rundir
+from slurmctl.errors import CheckpointSaveFailed
 from slurmctl.fsutil import append_jsonl, write_atomic
-from slurmctl.runtime.checkpoint import CheckpointManager, CheckpointSaveFailed
+from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.health import RankHealth
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]

@@ -291,11 +291,24 @@ def restart_step(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     return 0
 
 
+def check_round_trip(run: rundir.Run) -> tuple[bool, str]:
+    """The in-job half of the verdict: a logged step, an acknowledged drain, a valid checkpoint."""
+    if not run.metrics_tail(1):
+        return False, "the job exited 0 but logged no step: does the training call rt.log(step, ...)?"
+    ack = run.drain_ack()
+    if not ack:
+        return False, ("no drain.ack after the first step: does the training poll rt.should_stop() and call "
+                       "rt.ack_drain()?")
+    latest = CheckpointManager(run.checkpoint_dir).latest()
+    named = ack.get("checkpoint")
+    if latest is None or not named or Path(named).resolve() != latest.path.resolve():
+        return False, "the drain saved no valid checkpoint (drain.ack names none, or it is not the newest valid one)."
+    return True, f"1 step, checkpoint at step {latest.step} written and read back valid."
+
+
 def _smoke_round_trip(run_dir: Path) -> bool:
     """A smoke job exits 0 only if it logged a step, acknowledged the drain and left a valid
     checkpoint: Slurm accounting's COMPLETED is then the smoke verdict the submit gate trusts."""
-    from slurmctl.submit.smoke import check_round_trip
-
     passed, why = check_round_trip(rundir.Run(run_dir.name, run_dir))
     print(f"slurmctl: smoke test {'passed' if passed else 'FAILED'}: {why}", file=sys.stderr)
     return passed

@@ -24,7 +24,6 @@ sets it) is told first, so `slurmctl status` can show the failure.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -35,39 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmctl.errors import CheckpointError, CheckpointSaveFailed
+
 COMPLETE_MARKER = ".complete"
 LATEST_POINTER = "latest"
 _NAME_RE = re.compile(r"^checkpoint-(\d+)$")
 _RANK_DONE = ".rank-{rank}.done"
 
 WriteFn = Callable[[Path], None]
-
-
-class CheckpointError(RuntimeError):
-    """A save could not finish (a rank never wrote its shard, or a background save failed)."""
-
-
-_FULL = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit reached"}
-
-
-class CheckpointSaveFailed(CheckpointError, OSError):
-    """The filesystem refused a save; nothing of it is left, `previous` is still the latest. An
-    OSError too (errno, strerror, filename of the refused write), as a failed save always was."""
-
-    def __init__(self, step: int, error: OSError, previous: Checkpoint | None):
-        self.step, self.error, self.previous = step, error, previous
-        self.disk_full = error.errno in _FULL
-        self.reason = _FULL.get(error.errno, "filesystem error")
-        where = f" ({error.filename})" if error.filename else ""
-        kept = (f"checkpoint step {previous.step} is still the latest" if previous
-                else "there is no valid checkpoint yet")
-        super().__init__(f"checkpoint of step {step} failed: {self.reason}: {error.strerror or error}{where}; {kept}. "
-                         "Free space (or raise the quota) and the next save will succeed; catch "
-                         "CheckpointSaveFailed to keep training meanwhile.")
-        self.errno, self.strerror, self.filename = error.errno, error.strerror, error.filename
-
-    def __str__(self) -> str:  # the whole sentence, not OSError's "[Errno N] strerror"
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)

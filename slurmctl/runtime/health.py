@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.durations import parse_seconds
+from slurmctl.durations import parse_duration, parse_seconds
 from slurmctl.fsutil import write_atomic
 
 DEFAULT_INTERVAL = 30.0
@@ -299,8 +299,7 @@ class IdlePolicy:
         """The site config's policy (the one the CLI reads: $SLURMCTL_SITE_CONFIG or /etc/slurmctl/site.yaml),
         read when the sidecar starts; (default warn policy, the problem) when it cannot be read."""
         try:
-            from slurmctl.durations import parse_duration
-            from slurmctl.submit.spec import load_site_config
+            from slurmctl.config.models import load_site_config  # why: pydantic only in the idle-policy sidecar
 
             site = load_site_config()
             return cls(site.idle_action, float(parse_duration(site.idle_grace))), None

@@ -40,8 +40,8 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.durations import parse_seconds
-from slurmctl.fsutil import tail_bytes, write_atomic
-from slurmctl.ops.hooks.procs import pid_alive
+from slurmctl.errors import SlurmctlError
+from slurmctl.fsutil import pid_alive, tail_bytes, write_atomic
 from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
 EXIT_OK, EXIT_KILLED = 0, 3
@@ -261,8 +261,9 @@ class Watchdog:
         data = {"state": state, "time": now, "job_id": self.s.job_id, "field": self.s.reader.field_spec,
                 "source": str(self.s.reader.source), "last_value": self.last_value, **(extra or {})}
         try:
-            (self.s.run_dir / "watchdog").mkdir(parents=True, exist_ok=True)
-            write_atomic(self.s.run_dir / "watchdog" / "state.json", json.dumps(data, indent=2))
+            path = rundir.watchdog_state_path(self.s.run_dir)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps(data, indent=2))
         except OSError as exc:
             log(f"could not write watchdog state: {exc}")
 
@@ -310,7 +311,7 @@ def _catches_sigusr2(pid: int) -> bool:
 
 def capture_scene(settings: Settings, now: float) -> Path:
     """Stacks of every rank, log tails, nvidia-smi -> <run dir>/watchdog/<job>-<time>/."""
-    scene = settings.run_dir / "watchdog" / f"{settings.job_id or 'local'}-{int(now)}"
+    scene = rundir.watchdog_scene_dir(settings.run_dir, settings.job_id, now)
     scene.mkdir(parents=True, exist_ok=True)
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     stacks = []
@@ -329,24 +330,25 @@ def capture_scene(settings: Settings, now: float) -> Path:
             else:
                 text += "no stack: py-spy unavailable and the process registered no SIGUSR2 faulthandler\n"
         stacks.append(f"=== pid {pid} ===\n{text}")
-    (scene / "stacks.txt").write_text("\n".join(stacks) or "no rank processes found\n")
+    (scene / rundir.SCENE_STACKS).write_text("\n".join(stacks) or "no rank processes found\n")
     if settings.log_path:
-        (scene / "log_tail.txt").write_text(tail_text(settings.log_path))
+        (scene / rundir.SCENE_LOG_TAIL).write_text(tail_text(settings.log_path))
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
             out = subprocess.run([smi], capture_output=True, text=True, timeout=30).stdout
         except subprocess.TimeoutExpired:
             out = "nvidia-smi hung for 30 s\n"
-        (scene / "nvidia-smi.txt").write_text(out)
+        (scene / rundir.SCENE_GPUS).write_text(out)
     time.sleep(1.0)  # let a faulthandler dump reach the log before the step dies
     return scene
 
 
 def _steps_running(settings: Settings) -> bool:
     """This job still has an srun step (the training's, or the one relaunched in its place)."""
-    from slurmctl.errors import SlurmctlError
-    from slurmctl.slurm.client import SlurmClient
+    from slurmctl.slurm.client import (
+        SlurmClient,  # why: only inside a Slurm job; the standalone watchdog never asks Slurm
+    )
 
     try:
         return bool(SlurmClient().job_steps(int(settings.job_id)))
@@ -368,7 +370,7 @@ def end_step(settings: Settings) -> None:
             while time.monotonic() < deadline and any(pid_alive(p) for p in settings.target_pids):
                 time.sleep(0.1)
         return
-    from slurmctl.slurm.client import SlurmClient, job_ref_from_env
+    from slurmctl.slurm.client import SlurmClient, job_ref_from_env  # why: as in _steps_running
 
     client = SlurmClient()
     # this job's own steps: a sweep element's array id may name every task of the array

@@ -33,6 +33,7 @@ from slurmctl.slurm.records import (
     NodeUsage,
     PartitionInfo,
     QueueEntry,
+    QueueSnapshot,
     QueueView,
     QuotaJob,
     StartEstimate,
@@ -106,7 +107,6 @@ class SlurmClient(ClusterQueries):
     def __init__(self, runner: Runner | None = None):
         self.runner = runner or LocalRunner()
         self.rejects = Rejects()  # output lines that did not parse, per query (the exporter reports them)
-        self._queue_output: CommandResult | None = None  # my_job_comments' squeue, for queue_view
 
     def _run(self, argv: list[str], timeout: float = 60.0, check: bool = True) -> CommandResult:
         result = self.runner.run(argv, timeout=timeout)
@@ -282,17 +282,17 @@ class SlurmClient(ClusterQueries):
         result = self._run(["squeue", "-h", *QUEUE.format_argv(), *(["--me"] if mine else [])])
         return QUEUE.parse(result.stdout, self.rejects)
 
-    def my_job_comments(self, containing: str = "") -> list[Job]:
+    def my_job_comments(self, containing: str = "") -> tuple[list[Job], QueueSnapshot | None]:
         """The caller's active jobs whose comment contains `containing` (ls: the run comment's prefix),
-        for their id and comment, one squeue call. With a local runner it is the whole queue's squeue,
-        kept for the next ``queue_view`` (once): `squeue --me` means this process's user, so ls asks
-        Slurm once for both; only lines with `containing` are parsed. Otherwise `squeue --me` with
-        those two fields."""
+        for their id and comment, one squeue call. With a local runner that call is the whole queue's
+        squeue, returned too as a QueueSnapshot for ``queue_view`` (`squeue --me` means this process's
+        user, so ls asks Slurm once for both); only lines with `containing` are parsed. Otherwise
+        `squeue --me` with those two fields, and no snapshot."""
         me = _user_name() if isinstance(self.runner, LocalRunner) else None
         if me is None:
             result = self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()])
-            return [j for j in JOB_COMMENTS.parse(result.stdout, self.rejects) if containing in j.comment]
-        result = self._queue_output = self._run(["squeue", "-h", *QUEUE.format_argv()])
+            return [j for j in JOB_COMMENTS.parse(result.stdout, self.rejects) if containing in j.comment], None
+        result = self._run(["squeue", "-h", *QUEUE.format_argv()])
         jobs = []
         for line in result.stdout.splitlines():
             if containing not in line:
@@ -302,18 +302,17 @@ class SlurmClient(ClusterQueries):
                 job = QUEUE.parse_line(line, self.rejects)
                 if job is not None and containing in job.comment:
                     jobs.append(job)
-        return jobs
+        return jobs, QueueSnapshot(result.stdout)
 
-    def queue_view(self, job_ids: Iterable[int]) -> QueueView:
-        """One squeue of every user's jobs, fully parsed only for `job_ids` (status/ls at scale: building
-        a Job per line costs more than squeue itself with 1,000 jobs); the rest only feeds queue positions.
-        Takes the output of ``my_job_comments`` just before, once."""
+    def queue_view(self, job_ids: Iterable[int], snapshot: QueueSnapshot | None = None) -> QueueView:
+        """One squeue of every user's jobs (or the `snapshot` of one that a caller already has),
+        fully parsed only for `job_ids` (status/ls at scale: building a Job per line costs more than
+        squeue itself with 1,000 jobs); the rest only feeds queue positions."""
         wanted = {int(j) for j in job_ids}
-        result, self._queue_output = getattr(self, "_queue_output", None), None
-        if result is None:
-            result = self._run(["squeue", "-h", *QUEUE.format_argv()])
+        if snapshot is None:
+            snapshot = QueueSnapshot(self._run(["squeue", "-h", *QUEUE.format_argv()]).stdout)
         view = QueueView()
-        for line in result.stdout.splitlines():
+        for line in snapshot.stdout.splitlines():
             job_id, state, reason, partition, *_rest = (line.split(SEP, 4) + [""] * 5)[:5]
             job_id = job_id.split("_")[0]
             if not job_id.isdigit():  # e.g. the piece of a name or comment after a newline

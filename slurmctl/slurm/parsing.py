@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
 from slurmctl.slurm.records import Job
@@ -22,28 +21,7 @@ SEP = "\x1f"
 _NULL = frozenset({"None", "(null)", "none"})
 
 
-# --- TRES and GRES: the one GPU parser --------------------------------------------------------
-
-@lru_cache(maxsize=4096)  # a cluster has few distinct shapes; accounting reads a million rows
-def tres_gpus(tres: str) -> tuple[int, str]:
-    """GPUs in a TRES string: 'billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M' -> (4, 'h100').
-
-    The untyped `gres/gpu=N` is the total; a typed `gres/gpu:<model>=N` names the model (and is the
-    count when Slurm recorded only the typed one). (0, '') when there is no GPU."""
-    total, model = 0, ""
-    at = tres.find("gres/gpu")
-    while at != -1:  # string scanning, not a regex: this runs once per accounting row
-        end = tres.find(",", at)
-        key, _, value = tres[at:end if end != -1 else None].partition("=")
-        count = int(value) if value.isdigit() else 0
-        if key == "gres/gpu":
-            total = count
-        elif key.startswith("gres/gpu:"):
-            model = model or key[9:]
-            total = total or count
-        at = tres.find("gres/gpu", at + 8)
-    return total, model
-
+# --- GRES (TRES is records.tres_gpus) ---------------------------------------------------------
 
 _GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.-]+))?:(\d+)")
 

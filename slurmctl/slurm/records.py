@@ -8,12 +8,33 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import lru_cache
 
 ACTIVE_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT",
 })
-RUN_COMMENT_PREFIX = "slurmctl:"  # --comment=slurmctl:<run id> marks a job as one attempt of a run
+
+
+@lru_cache(maxsize=4096)  # a cluster has few distinct shapes; accounting reads a million rows
+def tres_gpus(tres: str) -> tuple[int, str]:
+    """GPUs in a TRES string: 'billing=4,cpu=4,gres/gpu:h100=4,gres/gpu=4,mem=4000M' -> (4, 'h100').
+
+    The untyped `gres/gpu=N` is the total; a typed `gres/gpu:<model>=N` names the model (and is the
+    count when Slurm recorded only the typed one). (0, '') when there is no GPU."""
+    total, model = 0, ""
+    at = tres.find("gres/gpu")
+    while at != -1:  # string scanning, not a regex: this runs once per accounting row
+        end = tres.find(",", at)
+        key, _, value = tres[at:end if end != -1 else None].partition("=")
+        count = int(value) if value.isdigit() else 0
+        if key == "gres/gpu":
+            total = count
+        elif key.startswith("gres/gpu:"):
+            model = model or key[9:]
+            total = total or count
+        at = tres.find("gres/gpu", at + 8)
+    return total, model
 
 
 @dataclass
@@ -57,15 +78,7 @@ class Job:
     @property
     def gpus(self) -> int:
         """GPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
-        from slurmctl.slurm.parsing import tres_gpus
-
         return tres_gpus(self.tres)[0]
-
-    @property
-    def run_id(self) -> str | None:
-        """The run this job is an attempt of, as its comment claims (a user sets the comment: callers
-        that act on it validate the id and confirm the owner)."""
-        return self.comment.removeprefix(RUN_COMMENT_PREFIX) if self.comment.startswith(RUN_COMMENT_PREFIX) else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -77,6 +90,14 @@ class Job:
 # Earlier names of the same shape (the exporter's snapshot rows, quota's rows).
 QueueEntry = Job
 QuotaJob = Job
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """One `squeue` of every user's active jobs, as Slurm printed it: the caller that asked once
+    (``my_job_comments``) hands it to the next reader (``queue_view``) instead of asking again."""
+
+    stdout: str
 
 
 @dataclass

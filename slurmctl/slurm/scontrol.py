@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from slurmctl.slurm.parsing import scontrol_pairs, tres_gpus
+from slurmctl.slurm.parsing import scontrol_pairs
+from slurmctl.slurm.records import tres_gpus
 
 
 def parse_scontrol_line(line: str) -> dict[str, str]:
@@ -63,13 +64,3 @@ class JobInfo:
             gpu_count=gpus,
             raw=f,
         )
-
-
-def job_info_from_output(job_id: int, stdout: str) -> JobInfo | None:
-    """The line of `scontrol show job -o JOB` that describes JOB itself (not another array task);
-    None without one, or when that line cannot be trusted (a key printed twice)."""
-    for line in stdout.splitlines():
-        if line.startswith(f"JobId={job_id} "):
-            fields = scontrol_pairs(line)
-            return JobInfo.from_fields(job_id, fields) if fields is not None else None
-    return None

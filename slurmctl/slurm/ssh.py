@@ -1,7 +1,7 @@
 """SSHRunner: run Slurm commands on a login node, behind the same ``Runner`` seam as LocalRunner.
 
 The transport only: connection, host keys, commands, SFTP transfers. What travels to and from the
-cluster (the run dir, the workdir under its ignore rules, the mirrored run files) is slurmctl.remote.
+cluster (the run dir, the workdir under its ignore rules, the mirrored run files) is slurmctl.rundir.remote.
 
 - Strict host-key checking by default: the host must already be in known_hosts; an unknown or
   changed key is refused with the key's fingerprint and how to verify it (never auto-added).
@@ -87,6 +87,14 @@ class SSHTarget:
 
 class SSHRunner:
     """Runs each argv on the login node over one reused SSH connection."""
+
+    @classmethod
+    def for_login(cls, host: str, config) -> SSHRunner:
+        """The runner for `host` with the user's settings (a config.user UserConfig)."""
+        return cls(SSHTarget.parse(host),
+                   key_filename=str(Path(config.ssh_key).expanduser()) if config.ssh_key else None,
+                   known_hosts=Path(config.known_hosts).expanduser(),
+                   strict_host_key=config.strict_host_key_checking)
 
     def __init__(self, target: SSHTarget, *, key_filename: str | None = None, known_hosts: Path | None = None,
                  strict_host_key: bool = True, allow_agent: bool = True, connect_timeout: float = 10.0):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from slurmctl.submit.spec import RunSpec, SiteConfig
+from slurmctl.config.models import RunSpec, SiteConfig
 
 
 @dataclass(frozen=True)

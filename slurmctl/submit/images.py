@@ -2,7 +2,7 @@
 
 Two seams: ``Engine`` builds and pushes through the ``docker`` SDK (the engine is whatever
 ``DOCKER_HOST`` points at: Docker in production, podman's Docker-compatible API on the local
-cluster), and ``SkopeoRegistry`` (registry.py) asks the registry itself for the digest and the
+cluster), and ``SkopeoRegistry`` (image_registry.py) asks the registry itself for the digest and the
 image config, because local engine metadata is wrong right after a push on podman. Both use the
 submitting user's registry login (registry.find_credential); the engine needs none of its own.
 """
@@ -17,11 +17,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurmctl.config.models import BuildSpec, RunSpec, SiteConfig
 from slurmctl.errors import ImageError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.rundir import RUN_JSON
-from slurmctl.submit.registry import Credential, SkopeoRegistry
-from slurmctl.submit.spec import BuildSpec, RunSpec, SiteConfig
+from slurmctl.submit.image_registry import Credential, SkopeoRegistry
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IGNORED_IN_HASH = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}

@@ -39,9 +39,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmctl.config.models import ModelSpec, RunSpec
 from slurmctl.errors import SpecError
 from slurmctl.fsutil import read_capped
-from slurmctl.submit.spec import ModelSpec, RunSpec
 
 GB = 1e9
 # Memory per GPU in GB by model (the 40 GB A100 and other variants: site.yaml gpu_memory_gb).

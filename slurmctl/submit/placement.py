@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.errors import NoPlacement
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import RunSpec, SiteConfig
 
 TIE_SECONDS = 60  # Slurm's estimates move by the scheduler interval; closer starts are a tie
 

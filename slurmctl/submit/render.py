@@ -19,12 +19,13 @@ from typing import Any
 import jinja2
 
 from slurmctl import __version__
+from slurmctl.config.models import TEMPLATES, control_character
 from slurmctl.errors import ConfigError, SpecError
-from slurmctl.submit.spec import TEMPLATES, control_character
 
 # Where each context value comes from, for the error message.
 _FIELD_NAMES = {
     "run_id": "the run id (made from `name`)", "run_dir": "the run directory (site.yaml `runs_root`)",
+    "job_log": "the run directory (site.yaml `runs_root`)",
     "workdir": "`workdir` (default: the folder that holds run.yaml)", "partitions": "`partition` (or --where)",
     "account": "site.yaml `account`", "gpu_type": "`gpu_type`", "python": "`python`",
     "entrypoint": "`entrypoint`", "args": "`args`", "env": "`env`", "nccl_env": "site.yaml `nccl_env`",
@@ -33,7 +34,7 @@ _FIELD_NAMES = {
 }
 # Written unquoted after `#SBATCH --option=`: sbatch splits those lines at whitespace and treats
 # quotes and backslashes itself, so these values must be single plain words.
-_SBATCH_WORDS = ("run_id", "run_dir", "workdir", "partitions", "account", "gpu_type")
+_SBATCH_WORDS = ("run_id", "run_dir", "job_log", "workdir", "partitions", "account", "gpu_type")
 _NOT_A_WORD = re.compile(r"[\s'\"\\]")
 
 

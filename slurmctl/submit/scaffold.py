@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jinja2
 
+from slurmctl.config.models import NAME_RE, TEMPLATES, SiteConfig, control_character, load_site_config
 from slurmctl.errors import ConfigError, SlurmctlError, SpecError
-from slurmctl.submit.spec import NAME_RE, TEMPLATES, SiteConfig, control_character, load_site_config
 
 _RENDERED = "run.yaml.j2"
 _DOCKERFILE = "Dockerfile"

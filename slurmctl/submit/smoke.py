@@ -22,10 +22,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.fsutil import read_capped, tail_text_lines
 from slurmctl.rundir import Run, RunRegistry, current_user
+from slurmctl.runtime.attempt import check_round_trip
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import RunSpec, SiteConfig
 
 SMOKE_ENV = "SLURMCTL_SMOKE"
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "checkpoints", "wandb", "mlruns"}
@@ -147,18 +148,3 @@ def judge(run: Run, state: str) -> tuple[bool, str]:
     if state != "COMPLETED":
         return False, f"the job ended {state.lower()}; its log tail below says why."
     return check_round_trip(run)
-
-
-def check_round_trip(run: Run) -> tuple[bool, str]:
-    """The in-job half of the verdict: a logged step, an acknowledged drain, a valid checkpoint."""
-    if not run.metrics_tail(1):
-        return False, "the job exited 0 but logged no step: does the training call rt.log(step, ...)?"
-    ack = run.drain_ack()
-    if not ack:
-        return False, ("no drain.ack after the first step: does the training poll rt.should_stop() and call "
-                       "rt.ack_drain()?")
-    latest = run.checkpoints().latest()
-    named = ack.get("checkpoint")
-    if latest is None or not named or Path(named).resolve() != latest.path.resolve():
-        return False, "the drain saved no valid checkpoint (drain.ack names none, or it is not the newest valid one)."
-    return True, f"1 step, checkpoint at step {latest.step} written and read back valid."

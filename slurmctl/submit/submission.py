@@ -14,20 +14,21 @@ from pathlib import Path
 
 import yaml
 
-from slurmctl.errors import CostNotConfirmed, SlurmctlError
+from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
+from slurmctl.durations import slurm_time
+from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, resolve_checkpoint_dir
-from slurmctl.slurm.cache import ClusterFacts
+from slurmctl.rundir import Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.facts import ClusterFacts
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
-from slurmctl.submit.preflight import ClusterView, PreflightFailed, PreflightReport, run_preflight, secret_leaks
+from slurmctl.submit.preflight import ClusterView, PreflightReport, run_preflight, secret_leaks
 from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
-from slurmctl.submit.spec import RunSpec, SiteConfig, load_run_spec, slurm_time
 
 TEMPLATE = "torchrun.sbatch.j2"
 SMOKE_WAIT_MARGIN_SECONDS = 120  # queueing + Slurm's kill delay beyond the smoke time limit
@@ -88,6 +89,7 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
     return {
         "run_id": run_id,
         "run_dir": str(run_dir),
+        "job_log": str(job_log_path(run_dir, "%j")),  # Slurm's --output pattern: every attempt of a job
         "workdir": str(workdir),
         "partitions": partitions,
         "account": site.account,
@@ -151,7 +153,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     provisional_id = new_run_id(spec.name)
 
     def script_for(partition: str, run_id: str = provisional_id, run_dir: Path | None = None) -> str:
-        context = sbatch_context(spec, site, run_id, run_dir or registry.root / run_id, workdir, partition,
+        context = sbatch_context(spec, site, run_id, run_dir or registry.path_of(run_id), workdir, partition,
                                  image)
         return render(template_file(spec.template), context, _templates_dir(site))
 
@@ -164,7 +166,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     forced = [f.code for f in report.errors]
 
     if opts.dry_run:
-        return SubmitResult(provisional_id, str(registry.root / provisional_id), script_for(placement.chosen), cost,
+        return SubmitResult(provisional_id, str(registry.path_of(provisional_id)), script_for(placement.chosen), cost,
                             dry_run=True, report=report, placement=placement, forced=forced, code_hash=code_hash,
                             image=image)
     if cost.needs_confirmation(site) and not opts.yes and not (opts.confirm and opts.confirm(cost)):

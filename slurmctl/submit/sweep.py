@@ -2,7 +2,7 @@
 
 Each combination is an element: a run of its own (run id ``<name>-<index>-<day>-<hex>``, run dir,
 checkpoints, tracked run, job script), grouped under the sweep id ``<name>-<day>-<hex>``, whose
-directory (``slurmctl/sweepdir.py``) holds the array's job script. Preflight runs once for the
+directory (``slurmctl/rundir/sweep.py``) holds the array's job script. Preflight runs once for the
 sweep (every element runs the same code with the same resources; only values differ); then every
 element's job script is rendered and checked (control characters, secret values) before anything
 is created. The array is ``--array=0-<n-1>[%max_parallel]``; task i `exec`s element i's own
@@ -28,9 +28,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from slurmctl.config.models import (
+    NAME_RE,
+    RunSpec,
+    SiteConfig,
+    SweepSpec,
+    control_character,
+    format_validation_error,
+    load_run_spec,
+)
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import RunRegistry, current_user, new_run_id, sweep_element_id
+from slurmctl.rundir import Run, RunRegistry, current_user, new_run_id, sweep_element_id
+from slurmctl.rundir.sweep import MAX_ELEMENTS, create_sweep_dir
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.cost import CostEstimate, estimate
 from slurmctl.submit.images import PinnedImage, record_image, resolve_run_image
@@ -40,15 +50,6 @@ from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import code_config_hash
-from slurmctl.submit.spec import (
-    NAME_RE,
-    RunSpec,
-    SiteConfig,
-    SweepSpec,
-    control_character,
-    format_validation_error,
-    load_run_spec,
-)
 from slurmctl.submit.submission import (
     SubmitOptions,
     _freeze,
@@ -58,7 +59,6 @@ from slurmctl.submit.submission import (
     resolve_workdir,
     sbatch_context,
 )
-from slurmctl.sweepdir import MAX_ELEMENTS, create_sweep_dir
 
 # A grid key is an option name (--lr, --warmup-steps) or an environment variable name.
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
@@ -253,64 +253,25 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     base = loaded.with_partition(opts.where, site) if opts.where else loaded
     base = base.model_copy(update={"sweep": None})
     registry = RunRegistry(site.runs_root_path)
-    templates = _templates_dir(site)
-    template = template_file(base.template)  # fsdp, hf-lora, deepspeed extend torchrun's array block
-
-    def specs_for(sweep_id: str) -> list[tuple[str, RunSpec]]:
-        ids = [sweep_element_id(sweep_id, i) for i in range(len(plan.combinations))]
-        return [(rid, element_spec(base, values, i, rid))
-                for i, (rid, values) in enumerate(zip(ids, plan.combinations, strict=True))]
-
     sweep_id = new_run_id(base.name)
-    elements = specs_for(sweep_id)
+    elements = _element_specs(base, plan, sweep_id)
     first = elements[0][1]
     # Preflight once: elements differ only in args/env values, which the checks read from the first.
-    user = current_user()
-    cache = associations_cache(site.cluster)
-    view = ClusterView.query(client, user, associations=bool(site.account), cache=cache)
-    report = run_preflight(first, site, view, workdir, allow_mutable_image=opts.allow_mutable_image)
-    if view.associations_cached and any(r.name == "account" and r.findings for r in report.checks):
-        report = run_preflight(first, site, view.with_fresh_associations(client, user, cache), workdir,
-                               allow_mutable_image=opts.allow_mutable_image)
-    if site.require_smoke:
-        report.add(_smoke_gate(site, code_hash, spec_path, client, registry))
-    _stop_unless_forced(report, opts)
+    report = _preflight(first, site, client, workdir, opts, code_hash, spec_path, registry)
     image = resolve_run_image(base, site, workdir, build=opts.build, allow_mutable=True)
-
-    def element_script(spec: RunSpec, run_id: str, partition: str) -> str:
-        return render(template, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image),
-                      templates)
-
-    placement = place(first, site, client, lambda partition: element_script(first, elements[0][0], partition))
+    scripts = _Scripts(site, registry, workdir, image, template_file(base.template), _templates_dir(site))
+    placement = place(first, site, client, lambda partition: scripts.element(first, elements[0][0], partition))
     per_element = estimate(first, site, placement.chosen)
     # The per-element check: every element's own script renders (one-line values, quoting) and
     # carries no secret value.
-    scripts = _render_elements(elements, plan, placement.chosen, element_script, site, report, opts)
+    rendered = _render_elements(elements, plan, placement.chosen, scripts.element, site, report, opts)
     forced = [f.code for f in report.errors]
-    total = round(per_element.max_usd * len(elements), 2)
-
-    def array_script(sweep_id: str, run_ids: list[str]) -> str:
-        pattern = sweep_element_id(sweep_id, "%a")
-        context = sbatch_context(first, site, sweep_id, registry.root / pattern, workdir, placement.chosen, image)
-        context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(registry.root / pattern),
-                            "elements": [{"run_id": rid, "script": str(registry.root / rid / "job.sbatch")}
-                                         for rid in run_ids]}
-        return render(template, context, templates)
-
     run_ids = [rid for rid, _ in elements]
     if opts.dry_run:
-        return SweepResult(sweep_id, str(registry.root / sweep_id), plan, run_ids, per_element,
-                           array_script(sweep_id, run_ids), dry_run=True, report=report, placement=placement,
-                           forced=forced, image=image)
-    worst = CostEstimate(per_element.gpus * len(elements), per_element.hours, per_element.gpu_hours * len(elements),
-                         per_element.price_per_gpu_hour, total, per_element.partition,
-                         usd_per_hour=per_element.usd_per_hour * len(elements), capacity=per_element.capacity,
-                         preemptible=per_element.preemptible)
-    if worst.needs_confirmation(site) and not opts.yes and not (opts.confirm and opts.confirm(worst)):
-        raise CostNotConfirmed(
-            f"worst case ${total:,.2f} for {len(elements)} elements is above this site's confirmation threshold "
-            f"${site.cost_confirm_threshold:,.2f}; nothing was submitted.",
-            "Confirm at the prompt, or pass --yes (scripts), or shrink the grid / time_limit.")
+        return SweepResult(sweep_id, str(registry.path_of(sweep_id)), plan, run_ids, per_element,
+                           scripts.array(first, plan, placement.chosen, sweep_id, run_ids), dry_run=True,
+                           report=report, placement=placement, forced=forced, image=image)
+    _confirm_cost(per_element, len(elements), site, opts)
 
     created: list[Path] = []
     try:
@@ -319,26 +280,26 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
             try:
                 sweep_dir, runs = _create_dirs(registry, site, sweep_id, elements, created)
                 break
-            except FileExistsError:
+            except FileExistsError:  # the id was taken meanwhile: a new one, its elements and scripts
                 for path in created:
                     shutil.rmtree(path, ignore_errors=True)
                 created.clear()
                 sweep_id = new_run_id(base.name)
-                elements = specs_for(sweep_id)
-                scripts = [element_script(spec, rid, placement.chosen) for rid, spec in elements]
+                elements = _element_specs(base, plan, sweep_id)
+                rendered = [scripts.element(spec, rid, placement.chosen) for rid, spec in elements]
         if sweep_dir is None:
             raise SpecError(f"could not find a free sweep id for `{base.name}` in {_ID_ATTEMPTS} tries.",
                             "Try again, or rename the sweep.")
         run_ids = [rid for rid, _ in elements]
-        for index, (run, (_rid, spec), script) in enumerate(zip(runs, elements, scripts, strict=True)):
+        for index, (run, (_rid, spec), script) in enumerate(zip(runs, elements, rendered, strict=True)):
             _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
                     code_hash=code_hash, smoke=False,
                     extra_meta={"sweep_id": sweep_id, "array_index": index, "sweep_values": plan.combinations[index]})
             record_image(run.path, image)
             write_atomic(run.script_path, script)
-        script = array_script(sweep_id, run_ids)
+        script = scripts.array(first, plan, placement.chosen, sweep_id, run_ids)
         write_atomic(sweep_dir.script_path, script)
-        meta = {"sweep_id": sweep_id, "name": base.name, "created": time.time(), "user": user,
+        meta = {"sweep_id": sweep_id, "name": base.name, "created": time.time(), "user": current_user(),
                 "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
                 "grid": plan.grid, "array": plan.array, "max_parallel": plan.max_parallel, "metric": plan.metric,
                 "goal": plan.goal, "code_hash": code_hash, "forced": forced,
@@ -359,6 +320,68 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
                    sbatch_args=list(opts.extra_sbatch_args), **({"forced": forced} if forced else {}))
     return SweepResult(sweep_id, str(sweep_dir.path), plan, run_ids, per_element, script, job_id=job_id,
                        report=report, placement=placement, forced=forced, image=image)
+
+
+def _element_specs(base: RunSpec, plan: SweepPlan, sweep_id: str) -> list[tuple[str, RunSpec]]:
+    """(run id, spec) of every element of sweep `sweep_id`, in array order."""
+    ids = [sweep_element_id(sweep_id, i) for i in range(len(plan.combinations))]
+    return [(rid, element_spec(base, values, i, rid))
+            for i, (rid, values) in enumerate(zip(ids, plan.combinations, strict=True))]
+
+
+def _preflight(first: RunSpec, site: SiteConfig, client: SlurmClient, workdir: Path, opts: SubmitOptions,
+               code_hash: str, spec_path: Path, registry: RunRegistry) -> PreflightReport:
+    """The sweep's one preflight (on its first element), the smoke gate where the site asks for it;
+    stops here unless everything passed or --force."""
+    user, cache = current_user(), associations_cache(site.cluster)
+    view = ClusterView.query(client, user, associations=bool(site.account), cache=cache)
+    report = run_preflight(first, site, view, workdir, allow_mutable_image=opts.allow_mutable_image)
+    if view.associations_cached and any(r.name == "account" and r.findings for r in report.checks):
+        report = run_preflight(first, site, view.with_fresh_associations(client, user, cache), workdir,
+                               allow_mutable_image=opts.allow_mutable_image)
+    if site.require_smoke:
+        report.add(_smoke_gate(site, code_hash, spec_path, client, registry))
+    _stop_unless_forced(report, opts)
+    return report
+
+
+def _confirm_cost(per_element: CostEstimate, count: int, site: SiteConfig, opts: SubmitOptions) -> None:
+    """The whole array's worst case against the site's threshold: confirmed, --yes, or nothing is submitted."""
+    total = round(per_element.max_usd * count, 2)
+    worst = CostEstimate(per_element.gpus * count, per_element.hours, per_element.gpu_hours * count,
+                         per_element.price_per_gpu_hour, total, per_element.partition,
+                         usd_per_hour=per_element.usd_per_hour * count, capacity=per_element.capacity,
+                         preemptible=per_element.preemptible)
+    if worst.needs_confirmation(site) and not opts.yes and not (opts.confirm and opts.confirm(worst)):
+        raise CostNotConfirmed(
+            f"worst case ${total:,.2f} for {count} elements is above this site's confirmation threshold "
+            f"${site.cost_confirm_threshold:,.2f}; nothing was submitted.",
+            "Confirm at the prompt, or pass --yes (scripts), or shrink the grid / time_limit.")
+
+
+@dataclass
+class _Scripts:
+    """The job scripts of a sweep: each element's own (its run's job.sbatch) and the array's."""
+
+    site: SiteConfig
+    registry: RunRegistry
+    workdir: Path
+    image: PinnedImage | None
+    template: str  # fsdp, hf-lora, deepspeed extend torchrun's array block
+    templates: Path | None
+
+    def element(self, spec: RunSpec, run_id: str, partition: str) -> str:
+        context = sbatch_context(spec, self.site, run_id, self.registry.path_of(run_id), self.workdir, partition,
+                                 self.image)
+        return render(self.template, context, self.templates)
+
+    def array(self, first: RunSpec, plan: SweepPlan, partition: str, sweep_id: str, run_ids: list[str]) -> str:
+        pattern = self.registry.path_of(sweep_element_id(sweep_id, "%a"))
+        context = sbatch_context(first, self.site, sweep_id, pattern, self.workdir, partition, self.image)
+        elements = [{"run_id": rid, "script": str(Run(rid, self.registry.path_of(rid)).script_path)}
+                    for rid in run_ids]
+        context["sweep"] = {"id": sweep_id, "array": plan.array, "element_pattern": str(pattern), "elements": elements}
+        return render(self.template, context, self.templates)
 
 
 def _render_elements(elements, plan: SweepPlan, partition: str, element_script, site: SiteConfig,

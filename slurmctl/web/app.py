@@ -24,10 +24,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jinja2
 
-from slurmctl.errors import RunNotFound, RunNotOwned, SlurmctlError, SlurmUnreachable, SpecError
+from slurmctl.control.cancel import cancel_run
+from slurmctl.errors import NotAllowed, RunNotFound, RunNotOwned, SlurmctlError, SlurmUnreachable, SpecError
+from slurmctl.observe.charts import Chart, Series, line_chart
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.web import pages
 from slurmctl.web.auth import Sessions
+from slurmctl.web.series import run_charts
 
 HTML = "text/html; charset=utf-8"
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -42,10 +45,6 @@ class Response:
     body: bytes
     content_type: str = HTML
     headers: dict[str, str] = field(default_factory=dict)
-
-
-class NotAllowed(Exception):
-    """403: no valid session, a missing CSRF value, or an operator-only page."""
 
 
 class WebApp:
@@ -121,7 +120,6 @@ class WebApp:
             if parts[1:] == ["chart.svg"]:
                 if data["report"] is None:
                     raise RunNotFound("no cost ledger yet", "")
-                from slurmctl.observe.charts import line_chart
 
                 return Response(200, line_chart(pages.showback_chart(data["report"], by), "svg"), "image/svg+xml",
                                 {"Cache-Control": "no-store"})
@@ -158,9 +156,6 @@ class WebApp:
             lines = one("lines", "200")
             return self._json(pages.log_tail(run, rank, min(int(lines), 2000) if lines.isdigit() else 200))
         if len(rest) == 2 and rest[0] == "chart" and rest[1] in {"loss.svg", "throughput.svg"}:
-            from slurmctl.observe.charts import line_chart
-            from slurmctl.web.series import run_charts
-
             chart = run_charts(run)[rest[1].removesuffix(".svg")]
             return Response(200, line_chart(chart, "svg"), "image/svg+xml", {"Cache-Control": "no-store"})
         if rest == ["cancel"]:
@@ -181,8 +176,6 @@ class WebApp:
         runs = [self._run(ref, users[i] if i < len(users) else "") for i, ref in enumerate(refs)]
         data = pages.compare_page(runs, metric)
         if rest == ["chart.svg"]:
-            from slurmctl.observe.charts import Chart, Series, line_chart
-
             chart = Chart(f"{metric} by step", metric, [Series(s.run_id, s.steps, s.losses) for s in data["series"]])
             return Response(200, line_chart(chart, "svg"), "image/svg+xml", {"Cache-Control": "no-store"})
         if rest:
@@ -203,8 +196,6 @@ class WebApp:
         return Response(303, b"", headers={"Location": f"/run/{run.run_id}#cancel"})
 
     def _cancel(self, run: Run) -> None:
-        from slurmctl.control.cancel import cancel_run
-
         state = self.cancels[run.run_id]
 
         def progress(waited: float, heartbeat: dict | None) -> None:

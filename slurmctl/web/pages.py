@@ -15,7 +15,16 @@ from pathlib import Path
 from slurmctl import lineage
 from slurmctl.durations import human_duration, until
 from slurmctl.errors import SlurmctlError
+from slurmctl.observe.charts import Chart, Series
+from slurmctl.observe.compare import load_series
+from slurmctl.observe.explain import explain_reason
+from slurmctl.observe.listing import my_runs
+from slurmctl.observe.logs import log_file, tail_lines, training_lines
+from slurmctl.observe.status import run_status, runs_statuses
+from slurmctl.ops.accounting import Ledger, run_cost
+from slurmctl.ops.report import build_report
 from slurmctl.rundir import Run
+from slurmctl.runtime.checkpoint import CheckpointManager
 
 SORT_KEYS = ("created", "run", "phase", "step", "gpus", "elapsed", "cost")
 
@@ -51,20 +60,13 @@ def _row(user: str, run: Run, s, now: float) -> RunRow:
 def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: str = "", sort: str = "created",
               descending: bool = True) -> dict:
     """The rows `slurmctl ls -n LIMIT` (or `ls --all-users` for the operator) shows, filtered and sorted."""
-    from slurmctl.cli.observe import _with_active
-    from slurmctl.observe.status import runs_statuses, unreachable_statuses
-
     if operator:
         owned = ctx.registry.list_all_users()
         owned = owned[-limit:] if limit else owned
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:
-        runs = ctx.registry.recent(limit)
-        active = _with_active(ctx, runs)
-        runs = runs if active is None else active
-        statuses = (unreachable_statuses(runs, site=ctx.site) if active is None
-                    else runs_statuses(runs, ctx.client, site=ctx.site))
+        runs, statuses = my_runs(ctx.registry, ctx.client, ctx.registry.recent(limit), site=ctx.site)
         users = [ctx.registry.user] * len(runs)
     now = time.time()
     rows = [_row(u, r, s, now) for u, r, s in zip(users, runs, statuses)]
@@ -84,12 +86,10 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
 
 def run_page(ctx, run: Run, operator: bool) -> dict:
     """`status` + `cost` + checkpoints of one run."""
-    from slurmctl.observe.status import run_status
-
     status = run_status(run, ctx.client, site=ctx.site)
     try:
         checkpoints = [{"step": c.step, "path": str(c.path), "valid": c.valid}
-                       for c in run.checkpoints().all()][-20:]
+                       for c in CheckpointManager(run.checkpoint_dir).all()][-20:]
     except OSError:
         checkpoints = []
     cost, cost_error = None, None
@@ -109,8 +109,6 @@ def run_page(ctx, run: Run, operator: bool) -> dict:
 
 
 def _run_cost(ctx, run: Run, operator: bool):
-    from slurmctl.ops.accounting import run_cost
-
     # the run and its resumes/forks, as `slurmctl cost` adds them up (the operator: within its owner's runs)
     runs = [run] if operator else ctx.registry.list()
     family = lineage.family(runs, run.run_id) or [run]
@@ -122,8 +120,6 @@ def _run_cost(ctx, run: Run, operator: bool):
 
 def log_tail(run: Run, rank: str, lines: int) -> dict:
     """`slurmctl logs RUN -n LINES --rank RANK` as data."""
-    from slurmctl.observe.logs import log_file, tail_lines, training_lines
-
     path = log_file(run)
     text = tail_lines(run.refresh(path), lines)
     return {"path": str(path), "rank": rank, "exists": path.exists(),
@@ -132,8 +128,6 @@ def log_tail(run: Run, rank: str, lines: int) -> dict:
 
 def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dict:
     """`slurmctl queue [-p] [-u] [-t]`: one squeue, each pending reason in words (observe/explain)."""
-    from slurmctl.observe.explain import explain_reason
-
     jobs = ctx.client.queue_filtered([partition] if partition else [], [user] if user else [],
                                      [state] if state else [])
     rows = []
@@ -146,8 +140,6 @@ def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dic
 
 
 def compare_page(runs: list[Run], metric: str) -> dict:
-    from slurmctl.observe.compare import load_series
-
     series = [load_series(r, metric) for r in runs]
     finals = []
     for run, s in zip(runs, series):
@@ -160,9 +152,6 @@ def compare_page(runs: list[Run], metric: str) -> dict:
 
 def showback_page(ctx, by: str, days: int) -> dict:
     """`slurmctl report --no-ingest --by BY --since Nd` (the cron ingests into the ledger)."""
-    from slurmctl.ops.accounting import Ledger
-    from slurmctl.ops.report import build_report
-
     now = datetime.now().replace(microsecond=0)
     start = now - timedelta(days=days)
     path = Path(ctx.site.accounting.ledger_path).expanduser()
@@ -178,8 +167,6 @@ def showback_page(ctx, by: str, days: int) -> dict:
 
 def showback_chart(report, by: str, top: int = 8):
     """Cost per day of the `top` groups by cost (the rest summed as 'others'), one line each."""
-    from slurmctl.observe.charts import Chart, Series
-
     days = sorted(report.cost_by_day_and_group)
     names = [g.group for g in report.groups[:top]]
     series = [Series(name, list(range(len(days))), [report.cost_by_day_and_group[d].get(name, 0.0) for d in days])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.submit.spec import load_site_config
+from slurmctl.config.models import load_site_config
 
 REPO = Path(__file__).resolve().parents[2]
 SLURMCTL = [sys.executable, "-m", "slurmctl.cli"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmctl.submit.spec import find_site_config
+from slurmctl.config.locate import find_site_config
 
 from .conftest import ROOT, wait_ended_in_sacct
 from .test_accounting_real import PRICE, _discounted_cost, _site_discounts

@@ -44,7 +44,7 @@ def _site_discounts() -> dict:
     """The discounts the cluster under test really has (its installed site.yaml), not a copy."""
     import yaml
 
-    from slurmctl.submit.spec import find_site_config
+    from slurmctl.config.locate import find_site_config
 
     discounts = yaml.safe_load(find_site_config().read_text())["accounting"]["discounts"]
     assert discounts["offpeak"] > 0 and discounts["weekend"] > 0  # the local site prices both

@@ -38,7 +38,7 @@ def test_a_crash_is_restarted_inside_the_allocation_and_the_loop_is_capped(workd
     shown = slurmctl_json("status", run["run_id"])
     history = shown["history"]
     assert len(history) == 1 and "restarted in the allocation from checkpoint step 5" in history[0], history
-    assert (shown["restarts_in_allocation"], shown["restarts_used"]) == (1, 0), shown
+    assert (shown["restarts_in_allocation"], shown["requeues"]) == (1, 0), shown
     # cost: one Slurm attempt, the restart inside it counted apart from Slurm requeues
     wait_ended_in_sacct({run["job_id"]: run["run_id"]})
     cost = slurmctl_json("cost", run["run_id"])

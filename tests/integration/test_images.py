@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmctl.config.locate import find_site_config
+from slurmctl.submit.image_registry import SkopeoRegistry
 from slurmctl.submit.images import Engine, ImageRef
-from slurmctl.submit.registry import SkopeoRegistry
-from slurmctl.submit.spec import find_site_config
 
 from .conftest import REPO, as_user, wait_for_state, write_run
 from .token_registry import TokenRegistry

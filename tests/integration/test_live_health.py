@@ -56,7 +56,7 @@ rt.ack_drain(2, ck.path)
 
 
 def _site(workdir) -> tuple[dict, str]:
-    from slurmctl.submit.spec import find_site_config
+    from slurmctl.config.locate import find_site_config
 
     site = yaml.safe_load(find_site_config().read_text())
     site["partitions"]["h100-ondemand"]["fabric"] = "infiniband"

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import yaml
 
-from slurmctl.submit.spec import find_site_config
+from slurmctl.config.locate import find_site_config
 
 from .conftest import as_user
 

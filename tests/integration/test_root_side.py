@@ -12,9 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
+from slurmctl.config.models import load_site_config
 from slurmctl.ops import cleanup
 from slurmctl.slurm.client import QUEUE, SEP, SlurmClient
-from slurmctl.submit.spec import load_site_config
 
 from .test_plugins import STATE, hook_lines
 

@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from slurmctl.submit.spec import load_site_config
+from slurmctl.config.models import load_site_config
 
 from .conftest import give, slurmctl, slurmctl_json, wait_for_state, write_run
 

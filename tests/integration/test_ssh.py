@@ -68,7 +68,7 @@ def test_sftp_upload_copies_a_tree_with_modes(login_node, tmp_path, workdir):
 MIRROR_PROBE = """
 import json, sys
 from pathlib import Path
-from slurmctl.remote import RemoteSlurmClient
+from slurmctl.rundir.remote import RemoteSlurmClient
 from slurmctl.slurm.ssh import SSHRunner, SSHTarget
 host, key, known_hosts, runs, run_id = sys.argv[1:]
 runner = SSHRunner(SSHTarget.parse(host), allow_agent=False, key_filename=key, known_hosts=Path(known_hosts))

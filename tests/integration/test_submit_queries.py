@@ -13,7 +13,7 @@ import time
 
 import yaml
 
-from slurmctl.submit.spec import find_site_config
+from slurmctl.config.locate import find_site_config
 
 from .conftest import as_user, write_run
 

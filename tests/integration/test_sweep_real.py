@@ -110,9 +110,9 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
     status = slurmctl_json("status", sweep["sweep_id"])
     assert [e["phase"] for e in status["elements"]] == ["finished"] * 6, status
     assert [e["step"] for e in status["elements"]] == [79] * 6
-    assert status["elements"][0]["restarts"] == 1 and len({e["job_id"] for e in status["elements"]}) == 6
+    assert status["elements"][0]["requeues"] == 1 and len({e["job_id"] for e in status["elements"]}) == 6
     single = slurmctl_json("status", sweep["elements"][0]["run_id"])  # an element is a run of its own
-    assert single["state"] == "COMPLETED" and single["restarts_used"] == 1
+    assert single["state"] == "COMPLETED" and single["requeues"] == 1
 
     ranked = slurmctl_json("compare", sweep["sweep_id"])
     assert ranked["ranking"][:3] == [sweep["elements"][i]["run_id"] for i in (3, 4, 5)]  # lr=3e-4: lower loss

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.pricing import Discounts, allocation_cost
 from slurmctl.ops.accounting import SACCT_FIELDS, Ledger, attempts_from_lines, ingest, parse_gpus
-from slurmctl.ops.pricing import Discounts, allocation_cost
 from slurmctl.ops.report import build_report, to_csv, to_html
 from slurmctl.slurm.client import SEP
 

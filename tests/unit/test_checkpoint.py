@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from slurmctl.errors import CheckpointError
 from slurmctl.runtime.checkpoint import (
     COMPLETE_MARKER,
-    CheckpointError,
     CheckpointManager,
     dcp_writer,
     load_torch,

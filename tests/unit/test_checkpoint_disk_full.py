@@ -18,7 +18,7 @@ from .test_status_observe import _run
 TRAINING = textwrap.dedent("""
     import json, resource, sys
     from slurmctl.runtime import Runtime
-    from slurmctl.runtime.checkpoint import CheckpointSaveFailed
+    from slurmctl.errors import CheckpointSaveFailed
 
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))  # ulimit -f 256
     rt = Runtime.from_env(handle_sigterm=False)
@@ -65,7 +65,8 @@ def test_a_save_over_the_file_size_limit_fails_cleanly_and_status_shows_it(tmp_p
 def test_async_save_failure_is_raised_at_wait_as_the_same_error(tmp_path):
     import errno
 
-    from slurmctl.runtime.checkpoint import CheckpointManager, CheckpointSaveFailed
+    from slurmctl.errors import CheckpointSaveFailed
+    from slurmctl.runtime.checkpoint import CheckpointManager
 
     mgr = CheckpointManager(tmp_path / "ck")
     seen = []

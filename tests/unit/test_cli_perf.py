@@ -36,7 +36,7 @@ def test_read_commands_import_no_heavy_module(command):
     loaded = _imported_after(
         "from slurmctl.cli.main import cli\n"
         f"cli.get_command(None, {command!r})\n"
-        "import slurmctl.observe.status, slurmctl.observe.logs, slurmctl.observe.explain, slurmctl.userconfig\n"
+        "import slurmctl.observe.status, slurmctl.observe.logs, slurmctl.observe.explain, slurmctl.config.user\n"
         "import slurmctl.durations, slurmctl.errors\n")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
@@ -49,7 +49,7 @@ def test_help_and_explain_import_neither_pydantic_nor_yaml():
 
 def _render(fn, width: int, columns, rows) -> str:
     buf = io.StringIO()
-    console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=width)
+    console = context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=width)
     saved, context.out = context.out, console
     try:
         fn(columns, rows)
@@ -158,7 +158,7 @@ def test_status_plain_lines_are_what_rich_prints(monkeypatch):
     rng = random.Random(11)
     alphabet = string.ascii_letters + " []/-:$.\\\x1b·—é:smile:[bold]"
     word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 3, 12, 60])))  # noqa: E731
-    piped = lambda buf: context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)  # noqa: E731
+    piped = lambda buf: context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=200)  # noqa: E731
     plain_runs = 0
     for _ in range(200):
         status = RunStatus(word() or "r", "/tmp/r", rng.choice([None, 7]), rng.choice(["PENDING", "RUNNING", "FAILED"]),
@@ -167,7 +167,7 @@ def test_status_plain_lines_are_what_rich_prints(monkeypatch):
                            last_step=rng.choice([None, 5]), total_steps=10, progress_percent=60.0,
                            last_metrics={"loss": 0.5}, heartbeat_age_seconds=3.0, steps_per_second=1.5,
                            latest_checkpoint_step=rng.choice([None, 4]), checkpoint_age_seconds=9.0,
-                           restarts_left=rng.choice([None, 2]), history=[word() for _ in range(rng.randint(0, 3))],
+                           requeues_left=rng.choice([None, 2]), history=[word() for _ in range(rng.randint(0, 3))],
                            diagnosis=rng.choice([None, {"category": word(), "summary": word(), "hint": word(),
                                                         "evidence": [word(), word()]}]),
                            watchdog=rng.choice([None, {"message": word(), "state": "warned"}]),
@@ -198,7 +198,7 @@ def test_print_line_prints_what_escaped_markup_printed(monkeypatch):
     for _ in range(500):
         value = "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 2, 9, 40])))
         buf = io.StringIO()
-        console = context._TextConsole(file=buf, highlight=False, soft_wrap=True, width=200)
+        console = context._text_console_class()(file=buf, highlight=False, soft_wrap=True, width=200)
         console.print(f"[bold]Why:[/] {context.escape(value)}")
         plain = io.StringIO()
         saved = context.out, sys.stdout

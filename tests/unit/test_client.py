@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from slurmctl.errors import SlurmCommandError, SlurmUnreachable
+from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import QUEUE, SEP, SNAPSHOT, SlurmClient
-from slurmctl.slurm.parsing import gres_gpus, parse_tres, scontrol_pairs, tres_gpus
+from slurmctl.slurm.parsing import gres_gpus, parse_tres, scontrol_pairs
+from slurmctl.slurm.records import tres_gpus
 
 from .fakes import JOBS, ReplayRunner
 
@@ -34,7 +36,8 @@ def test_queue_is_one_batched_call_with_user_written_fields_last():
     held = jobs[HELD]
     assert (held.state, held.reason, held.partition, held.num_nodes, held.user) == \
         ("PENDING", "JobHeldUser", "h100-ondemand", 2, "alice")
-    assert held.run_id and held.run_id.startswith("fixture-") and held.time_limit_seconds == 7 * 86400
+    held_run = run_id_from_comment(held.comment)
+    assert held_run and held_run.startswith("fixture-") and held.time_limit_seconds == 7 * 86400
     assert held.start_time is None and held.active and held.held
 
 
@@ -46,7 +49,7 @@ def test_history_argv_and_parse():
     assert argv[-2:] == ["-j", f"{FAILED},{COMPLETED}"]
     assert jobs[FAILED].state == "FAILED" and jobs[FAILED].exit_code == "1:0" and jobs[FAILED].elapsed_seconds == 2
     assert jobs[COMPLETED].state == "COMPLETED" and jobs[COMPLETED].nodelist == "h100-[2-3]"
-    assert not jobs[COMPLETED].active and jobs[COMPLETED].run_id.startswith("tiny-lm-")
+    assert not jobs[COMPLETED].active and run_id_from_comment(jobs[COMPLETED].comment).startswith("tiny-lm-")
     assert jobs[COMPLETED].time_limit_seconds == 15 * 60
 
 
@@ -110,7 +113,8 @@ def test_a_separator_or_newline_in_a_name_cannot_forge_fields_and_is_counted():
                         _line(3, newline, "")]) + "\n"
     client = SlurmClient(ReplayRunner({"squeue": stdout}))
     jobs = {j.job_id: j for j in client.queue(mine=False)}
-    assert set(jobs) == {1} and jobs[1].run_id == "ok-20261130-0001" and jobs[1].user == "alice"
+    assert set(jobs) == {1} and jobs[1].user == "alice"
+    assert run_id_from_comment(jobs[1].comment) == "ok-20261130-0001"
     assert client.rejects.counts == {"queue": 3} and client.rejects.total == 3
 
 
@@ -126,7 +130,8 @@ def test_snapshot_has_the_comment_last_and_counts_gpus_from_tres():
     line = SEP.join(["5", "RUNNING", "None", "a,b", "2", "cpu=2,gres/gpu=4,gres/gpu:h100=4",
                      "2026-11-30T10:00:00", "N/A", "bob", "slurmctl:r-20261130-0001"]) + SEP
     (job,) = SlurmClient(ReplayRunner({"squeue": line + "\n"})).queue_snapshot()
-    assert (job.gpus, job.partitions, job.user, job.run_id) == (4, ["a", "b"], "bob", "r-20261130-0001")
+    assert (job.gpus, job.partitions, job.user) == (4, ["a", "b"], "bob")
+    assert run_id_from_comment(job.comment) == "r-20261130-0001"
 
 
 def test_scontrol_line_with_a_key_written_into_a_name_is_not_trusted():

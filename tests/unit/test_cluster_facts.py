@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from slurmctl.slurm import cache
-from slurmctl.slurm.cache import ClusterFacts
+from slurmctl import usercache
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.facts import ClusterFacts
 from slurmctl.submit.preflight.cluster import ClusterView
 
 from .test_submit_queries import SlowRunner
@@ -45,7 +45,7 @@ def test_old_foreign_or_damaged_facts_are_asked_again(monkeypatch):
     ClusterView.query(ClusterFacts(client, "local"), "alice", associations=False)
     assert ClusterFacts(client, "local", max_age_seconds=0).nodes()[0].gpus == 4
     assert _sinfo_calls(runner) == 3  # too old: asked
-    path = cache.cache_dir() / "nodes-local.json"
+    path = usercache.cache_dir() / "nodes-local.json"
     stored = json.loads(path.read_text())
     stored["value"]["key"] = "another user"
     path.write_text(json.dumps(stored))

@@ -2,8 +2,8 @@
 
 import pytest
 
+from slurmctl.config.models import RunSpec
 from slurmctl.submit.cost import estimate
-from slurmctl.submit.spec import RunSpec
 
 
 def test_cost_per_hour_and_worst_case(local_site):

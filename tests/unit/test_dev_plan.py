@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.control.dev import DevRequest, jupyter_plan, shell_plan, tunnel_command
 from slurmctl.errors import SlurmctlError, SpecError
 from slurmctl.slurm.ssh import SSHRunner, SSHTarget
-from slurmctl.submit.spec import SiteConfig
 
 SITE = SiteConfig.model_validate({
     "cluster": "t", "account": "ml", "cpus_per_gpu": 4,

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from slurmctl.submit.scaffold import first_run_shape
 
 # The run.yaml model, found through this one import (when the model moves, change this line only).
-from slurmctl.submit.spec import RunSpec
+from slurmctl.config.models import RunSpec
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

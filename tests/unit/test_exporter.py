@@ -13,12 +13,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from slurmctl.config.models import SiteConfig
 from slurmctl.fsutil import append_jsonl
 from slurmctl.ops.exporter import build, drain_cause, node_state, reason_label
 from slurmctl.ops.run_sample import step_seconds
+from slurmctl.rundir import run_id_from_comment
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import SEP, SlurmClient
-from slurmctl.submit.spec import SiteConfig
 
 from .fakes import ReplayRunner
 
@@ -92,8 +93,8 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     ]
     held, dev, running = jobs
     assert held.partitions == ["h100-ondemand", "h100-spot"] and held.gpus == 4 and held.num_nodes == 2
-    assert held.run_id == "fixture-20261129-0008" and held.start_time is None
-    assert dev.gpus == 1 and dev.run_id is None and dev.comment == ""
+    assert run_id_from_comment(held.comment) == "fixture-20261129-0008" and held.start_time is None
+    assert dev.gpus == 1 and run_id_from_comment(dev.comment) is None and dev.comment == ""
     assert running.state == "RUNNING" and running.reason == ""
     assert running.start_time == datetime(2026, 11, 29, 13, 29, 24)
     l4 = [n for n in nodes if n.name == "l4-1"][0]
@@ -184,7 +185,7 @@ def test_run_gauges_from_the_run_directory(tmp_path):
     assert value(s, "slurmctl_run_checkpoint_interval_seconds", run=run) == pytest.approx(20.0)
     assert 0 <= value(s, "slurmctl_run_checkpoint_age_seconds", run=run) < 30
     assert 0 <= value(s, "slurmctl_run_checkpoint_save_in_progress_seconds", run=run) < 30
-    assert value(s, "slurmctl_run_restarts", run=run) == 1
+    assert value(s, "slurmctl_run_starts", run=run) == 2
     assert value(s, "slurmctl_run_watchdog_interventions", run=run) == 2
     assert value(s, "slurmctl_run_drain_requested", run=run) == 1
     assert value(s, "slurmctl_run_drain_acknowledged", run=run) == 0

@@ -235,8 +235,8 @@ def test_rank_health_survives_an_unwritable_run_dir(tmp_path):
 
 
 def test_site_fabric_and_idle_policy_are_validated_with_the_field_named(tmp_path):
+    from slurmctl.config.models import load_site_config
     from slurmctl.errors import ConfigError
-    from slurmctl.submit.spec import load_site_config
 
     base = ("cluster: c\npartitions:\n  h100: {capacity: ondemand, gpu_type: h100, gpus_per_node: 8, "
             "price_per_gpu_hour: 1, fabric: %s}\nidle_action: %s\nidle_grace: %s\n")

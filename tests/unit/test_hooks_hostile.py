@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.errors import AsUserError
 from slurmctl.ops import cleanup
 from slurmctl.ops.hooks import asuser, epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import read_records
+from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import QUEUE, SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
@@ -222,10 +224,10 @@ def test_run_as_drops_privileges_and_bounds_a_hang(world):
         == [NOBODY.pw_uid, NOBODY.pw_uid, []]
     (world / "secret").write_text("x")
     os.chmod(world / "secret", 0o600)
-    with pytest.raises(asuser.AsUserError, match="PermissionError"):
+    with pytest.raises(AsUserError, match="PermissionError"):
         asuser.run_as(NOBODY.pw_uid, NOBODY.pw_gid, lambda p: open(p).read(), str(world / "secret"))
     started = time.monotonic()
-    with pytest.raises(asuser.AsUserError, match="timed out"):
+    with pytest.raises(AsUserError, match="timed out"):
         asuser.run_as(NOBODY.pw_uid, NOBODY.pw_gid, time.sleep, 30, timeout=0.3)
     assert time.monotonic() - started < 2
 
@@ -270,7 +272,7 @@ def confirm_argv(job_id) -> tuple:
 
 
 def site_for(world):
-    from slurmctl.submit.spec import SiteConfig
+    from slurmctl.config.models import SiteConfig
 
     return SiteConfig.model_validate({"cluster": "t", "runs_root": str(world / "runs"), "dev_allocation_ttl": "8h",
                                       "partitions": {
@@ -289,7 +291,8 @@ def test_forged_job_name_in_squeue_does_not_make_root_cancel_another_users_job(w
                    confirm_argv(555): SEP.join(["555", str(DAEMON.pw_uid), "RUNNING", "None", "l4-dev", "5:00",
                                                 "slurmctl:alice-20261130-aaaa"]) + "\n"})
     client = SlurmClient(runner)
-    assert [j.job_id for j in client.queue(mine=False) if j.run_id == "gone-20261130-dead"] == [555]  # forged
+    forged_ids = [j.job_id for j in client.queue(mine=False) if run_id_from_comment(j.comment) == "gone-20261130-dead"]
+    assert forged_ids == [555]  # forged
     orphans = cleanup.find_orphans(site_for(world), client)
     cleanup.release(orphans, client)
     assert not [c for c in runner.calls if c[0] == "scancel"], runner.calls
@@ -335,12 +338,12 @@ def test_cleanup_skips_a_user_dir_not_owned_by_its_user_and_survives_a_fifo(worl
                                              "daemon") + "\n",
                    confirm_argv(601): SEP.join(["601", str(DAEMON.pw_uid), "PENDING", "JobHeldUser", "l4-dev",
                                                 "0:00", "slurmctl:alice-20261130-aaaa"]) + "\n"})
-    sweep = cleanup.Sweep()
+    cleanup_pass = cleanup.CleanupPass()
     started = time.monotonic()
-    orphans = cleanup.find_orphans(site_for(world), SlurmClient(runner), sweep=sweep)
+    orphans = cleanup.find_orphans(site_for(world), SlurmClient(runner), cleanup_pass=cleanup_pass)
     assert time.monotonic() - started < 3
     assert orphans == []  # attempts.jsonl unreadable (a FIFO): no "ended" evidence, nothing released
-    assert any("nobody" in n and "not a directory owned by nobody" in n for n in sweep.notes), sweep.notes
+    assert any("nobody" in n and "not a directory owned by nobody" in n for n in cleanup_pass.notes), cleanup_pass.notes
 
 
 # --- the entry points -----------------------------------------------------------------------------

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from slurmctl.config.models import RunSpec, load_run_spec
 from slurmctl.errors import SpecError, UnsafeFile
 from slurmctl.observe.diagnose import diagnose_file, read_tail
 from slurmctl.observe.logs import tail_lines
 from slurmctl.ops.report import GroupTotals, Report, to_csv, to_html
-from slurmctl.submit.spec import RunSpec, load_run_spec
 
 CLI = [sys.executable, "-m", "slurmctl.cli"]
 GOOD = 'name: a\nentrypoint: train.py\npartition: l4-dev\n'

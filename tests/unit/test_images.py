@@ -1,6 +1,6 @@
 """images.py without an engine: reference parsing, the submit hook's refusals, stream errors, and
 the pyxis / podman renderings of the launcher (pyxis is golden-file tested). Registry logins and
-skopeo against real registries: tests/unit/test_registry.py and tests/integration/test_images.py."""
+skopeo against real registries: tests/unit/test_image_registry.py and tests/integration/test_images.py."""
 
 import json
 import os
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.models import RunSpec
+from slurmctl.submit.image_registry import Credential, SkopeoRegistry
 from slurmctl.submit.images import Engine, ImageError, ImageRef, PinnedImage, code_hash, record_image, resolve_run_image
-from slurmctl.submit.registry import Credential, SkopeoRegistry
 from slurmctl.submit.render import render
 from slurmctl.submit.scaffold import init_run
-from slurmctl.submit.spec import RunSpec
 from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 GOLDEN_PYXIS = Path(__file__).parent / "golden" / "torchrun-pyxis.sbatch"

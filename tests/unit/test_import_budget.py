@@ -1,7 +1,7 @@
 """Which heavy modules a read command imports, as a whole process: `ls`, `status`, `queue`, `logs`
 and `explain`, piped, import none of pydantic, yaml, jinja2, torch, docker, paramiko or rich once the
 site config and the run's run.yaml were validated (the first read validates them with pydantic and
-keeps the result in the user's private cache: slurmctl.submit.spec_view).
+keeps the result in the user's private cache: slurmctl.config.views).
 
 Slurm is out of the picture here (its commands are stand-ins that answer with an empty queue on
 PATH): this pins imports only; the commands against the real cluster are benchmarked by

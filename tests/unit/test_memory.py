@@ -2,8 +2,8 @@
 
 import pytest
 
+from slurmctl.config.models import ModelSpec
 from slurmctl.submit.memory import estimate_memory, parse_params
-from slurmctl.submit.spec import ModelSpec
 
 
 @pytest.mark.parametrize("text,count", [("7b", 7e9), ("350M", 350e6), ("1.3B", 1.3e9), (7e9, 7e9), ("125k", 125e3)])

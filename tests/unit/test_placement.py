@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from slurmctl.config.models import RunSpec
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 from slurmctl.submit.placement import NoPlacement, PlacementOption, choose, place, sbatch_directives
-from slurmctl.submit.spec import RunSpec
 
 NOW = datetime(2026, 11, 29, 13, 0, 0)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.errors import PreflightError
+from slurmctl.config.models import RunSpec
+from slurmctl.errors import PreflightError, PreflightFailed
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo
-from slurmctl.submit.preflight import ClusterView, PreflightFailed, raise_on_errors, run_preflight, secret_leaks
-from slurmctl.submit.spec import RunSpec
+from slurmctl.submit.preflight import ClusterView, raise_on_errors, run_preflight, secret_leaks
 
 H100 = ["h100-ondemand", "h100-spot"]
 VIEW = ClusterView(
@@ -121,7 +121,7 @@ CHECK_DATA = r"""
 import sys
 from pathlib import Path
 from slurmctl.submit.preflight.files import check_data
-from slurmctl.submit.spec import RunSpec
+from slurmctl.config.models import RunSpec
 spec = RunSpec(name="t", entrypoint="train.py", partition="l4-dev", data=sys.argv[1:])
 print(" ".join(sorted(f.code for f in check_data(spec, Path("/")).findings)) or "-")
 """

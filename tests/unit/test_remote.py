@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmctl.errors import SlurmctlError
-from slurmctl.remote import UploadLimits, plan_upload
+from slurmctl.rundir.remote import UploadLimits, plan_upload
 from slurmctl.slurm.ssh import SSHRunner, SSHTarget
 
 

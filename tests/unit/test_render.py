@@ -4,8 +4,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from slurmctl.config.models import RunSpec
 from slurmctl.submit.render import render
-from slurmctl.submit.spec import RunSpec
 from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 GOLDEN = Path(__file__).parent / "golden" / "torchrun.sbatch"

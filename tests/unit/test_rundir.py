@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from slurmctl.config.models import RunSpec
 from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned, UnsafeFile
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, tail_jsonl, tail_text_lines, write_atomic
 from slurmctl.rundir import (
@@ -23,7 +24,6 @@ from slurmctl.rundir import (
     step_rate,
 )
 from slurmctl.runtime.checkpoint import CheckpointManager
-from slurmctl.submit.spec import RunSpec
 
 SPEC = RunSpec(name="demo", entrypoint="train.py", partition="l4-dev")
 OTHER_UID = 54321  # a caller that owns nothing here
@@ -100,7 +100,7 @@ def test_run_reads_the_recorded_checkpoint_dir_and_falls_back_for_old_runs(tmp_p
     run.meta_path.write_text(json.dumps({"checkpoint_dir": str(tmp_path / "elsewhere")}))
     assert run.checkpoint_dir == tmp_path / "elsewhere"  # run.json wins
     CheckpointManager(tmp_path / "elsewhere").save(7, lambda d: (d / "x").write_text("x"))
-    assert run.checkpoints().latest().step == 7
+    assert CheckpointManager(run.checkpoint_dir).latest().step == 7
     run.meta_path.write_text(json.dumps({"checkpoint_dir": "relative/is/ignored"}))
     assert run.checkpoint_dir == tmp_path / "work" / "ck"
 

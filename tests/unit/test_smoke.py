@@ -2,10 +2,10 @@
 
 import json
 
+from slurmctl.config.models import RunSpec
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.submit.smoke import code_config_hash, judge, smoke_passed, smoke_spec
-from slurmctl.submit.spec import RunSpec
 
 BIG = RunSpec(name="big", entrypoint="train.py", partition="h100-ondemand", nodes=4, gpus_per_node=8, gpu_type="h100",
               time_limit="2d", env={"A": "1"}, model={"params": "7b", "micro_batch": 8})

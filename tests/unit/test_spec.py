@@ -1,7 +1,8 @@
 import pytest
 
+from slurmctl.config.models import load_run_spec
+from slurmctl.durations import parse_duration, slurm_time
 from slurmctl.errors import SpecError
-from slurmctl.submit.spec import load_run_spec, parse_duration, slurm_time
 
 
 def write(tmp_path, text):

@@ -37,7 +37,7 @@ def test_ls_makes_a_constant_number_of_slurm_calls(tmp_path):
     by_job = {s.job_id: s for s in statuses}
     assert by_job[held].phase == "held" and by_job[completed].phase == "finished" and by_job[failed].phase == "failed"
     assert by_job[failed].diagnosis["category"] == "unknown"  # FAILED with an empty log: honest, not a guess
-    assert by_job[completed].gpus == 16 and by_job[completed].restarts_left == 3
+    assert by_job[completed].gpus == 16 and by_job[completed].requeues_left == 3
 
 
 def test_running_status_has_progress_throughput_and_stall_health(tmp_path):

@@ -139,7 +139,7 @@ def test_restart_in_allocation_is_the_default_needs_a_checkpoint_and_progress(tm
     assert attempt.restart_step(run.path, healthy, 3) == 1  # a drain (preemption, limit, cancel) goes to `end`
     assert not [e for e in run.events() if e["event"] == "node-lost"]
     status = build_status(run, Job(job_id=7, name="r", state="RUNNING"))
-    assert status.restarts_in_allocation == 1 and status.restarts_used == 0
+    assert status.restarts_in_allocation == 1 and status.requeues == 0
     assert "restarted in the allocation from checkpoint step 5" in status.history[0]
 
 

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from slurmctl.config.models import RunSpec
 from slurmctl.errors import SpecError
 from slurmctl.observe.sweep import ElementStatus, SweepStatus, best_value, ls_entries, sweep_for
 from slurmctl.rundir import Run, RunRegistry, sweep_element_id
+from slurmctl.rundir.sweep import create_sweep_dir, find_sweep
 from slurmctl.submit.render import render
-from slurmctl.submit.spec import RunSpec
 from slurmctl.submit.submission import TEMPLATE, sbatch_context
 from slurmctl.submit.sweep import element_spec, plan_sweep
-from slurmctl.sweepdir import create_sweep_dir, find_sweep
 
 
 def spec(**overrides) -> RunSpec:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.models import TEMPLATES, load_run_spec
 from slurmctl.errors import SpecError
 from slurmctl.submit.memory import estimate_memory, resolve_model
 from slurmctl.submit.preflight.cluster import check_memory
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.scaffold import init_run
-from slurmctl.submit.spec import TEMPLATES, load_run_spec
 
 from .test_render import context
 
@@ -88,7 +88,7 @@ def test_dry_run_memory_check_of_each_example(tmp_path, local_site, template, sh
 
 
 def _spec(tmp_path, template, **model):
-    from slurmctl.submit.spec import RunSpec
+    from slurmctl.config.models import RunSpec
 
     return RunSpec(name="big", entrypoint="train.py", partition="h100-ondemand", nodes=2, gpus_per_node=8,
                    template=template, model={"params": "7b", "seq_len": 4096, "hidden_size": 4096,
@@ -119,7 +119,7 @@ def test_explicit_sharding_wins_except_under_deepspeed(tmp_path):
 
 
 def test_lora_trainable_params_shrink_gradients_and_optimizer():
-    from slurmctl.submit.spec import ModelSpec
+    from slurmctl.config.models import ModelSpec
 
     full = estimate_memory(ModelSpec(params="7b"), "h100", data_parallel=1)
     lora = estimate_memory(ModelSpec(params="7b", trainable_params="40m"), "h100", data_parallel=1)
@@ -142,7 +142,8 @@ def test_bad_deepspeed_config_is_a_finding_naming_the_file(tmp_path, local_site,
 
 
 def test_merge_refuses_a_run_without_an_adapter_or_base(tmp_path):
-    from slurmctl.control.merge import MergeError, merge_adapter
+    from slurmctl.control.merge import merge_adapter
+    from slurmctl.errors import MergeError
     from slurmctl.rundir import Run
 
     run = Run("ft-20261130-abcd", tmp_path)

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from slurmctl.config.models import load_site_config
 from slurmctl.rundir import RunRegistry, new_run_id
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.submit.spec import load_site_config
 from slurmctl.web.app import WebApp
 from slurmctl.web.auth import COOKIE, Sessions
 from slurmctl.web.server import make_server

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import slurmctl
 from slurmctl.submit.render import render
-from slurmctl.submit.spec import load_run_spec, load_site_config
+from slurmctl.config.models import load_run_spec, load_site_config
 from slurmctl.submit.submission import TEMPLATE, resolve_workdir, sbatch_context
 
 spec_path = Path(sys.argv[1])

@@ -18,11 +18,9 @@ import signal
 import time
 from collections.abc import Callable
 
+from slurmctl.errors import AsUserError
+
 MAX_RESULT_BYTES = 1024 * 1024
-
-
-class AsUserError(Exception):
-    """The child did not answer in time, died, or raised; the message says which."""
 
 
 def user_gid(uid: int, env_gid: str | None = None) -> int | None:

@@ -15,12 +15,13 @@ import re
 import time
 from pathlib import Path
 
+from slurmctl.errors import AsUserError
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
 from slurmctl.ops.hooks.records import CostRecord, attempt_start, write_record
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
-from slurmctl.rundir import run_id_from_comment
+from slurmctl.rundir import run_dir_of_log, run_id_from_comment, run_path
 from slurmctl.slurm.scontrol import JobInfo
 
 USER_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
@@ -152,9 +153,9 @@ def run_dir_of(cfg: HookConfig, env, info: JobInfo | None, run_id: str) -> Path 
     user, finds run.json there naming this run id."""
     user = env.get("SLURM_JOB_USER") or ""
     if cfg.runs_root is not None and USER_RE.fullmatch(user) and user not in (".", ".."):
-        return cfg.runs_root / user / run_id
+        return run_path(cfg.runs_root, user, run_id)
     if info is not None and info.std_out.startswith("/"):
-        return Path(info.std_out).parent.parent
+        return run_dir_of_log(info.std_out)
     return None
 
 
@@ -163,20 +164,17 @@ def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filena
     whose run.json names `run_id` (rundir's readers: capped, non-blocking, no symlink followed).
     With `record`, the attempt's record completed by these facts is also left in the run dir for
     the user's own `slurmctl cost`; written as the user, it can harm nothing but the user's view."""
+    # why: only a run's job reads these, in the child (the parent preloads them); other jobs' epilogs skip them
     from slurmctl.fsutil import read_json
-    from slurmctl.rundir import Run
-    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
+    from slurmctl.rundir import Run  # why: as above
+    from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager  # why: as above
 
     run = Run(run_id, Path(run_dir))
     meta = run.meta
     if meta.get("run_id") != run_id:
         return {}
     facts = {"drain_requested": run.drain_requested(), "drain_acknowledged": run.drain_acked()}
-    # The checkpoint dir submit recorded in run.json; a run from before it was recorded gets the
-    # default rather than Run.checkpoint_dir's run.yaml fallback (no YAML parser in a node hook).
-    recorded = meta.get("checkpoint_dir")
-    ck_dir = Path(recorded) if isinstance(recorded, str) and os.path.isabs(recorded) else run.default_checkpoint_dir
-    ck = CheckpointManager(ck_dir).latest()
+    ck = CheckpointManager(run.checkpoint_dir).latest()
     if ck is not None:
         marker = read_json(ck.path / COMPLETE_MARKER, 64 * 1024)
         when = marker.get("time") if isinstance(marker, dict) else None
@@ -209,14 +207,14 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None,
         return {}, "run facts skipped: run directory or job gid unknown"
     # Import what the child needs here, as root: the child inherits the modules, and as the job's
     # user it could not write their bytecode cache (it would recompile them on every epilog).
-    import slurmctl.fsutil  # noqa: F401
-    import slurmctl.runtime.checkpoint  # noqa: F401
+    import slurmctl.fsutil  # noqa: F401  # why: preloaded for the child, see above
+    import slurmctl.runtime.checkpoint  # noqa: F401  # why: preloaded for the child, see above
 
     extra = (record.to_dict(), record.filename) if record is not None else ()
     try:
         facts = asuser.run_as(int(uid_text), gid, read_run_facts, str(run_dir), run_id, *extra,
                               timeout=cfg.user_read_timeout)
-    except asuser.AsUserError as exc:
+    except AsUserError as exc:
         return {}, f"run facts skipped: {exc}"
     return (facts if isinstance(facts, dict) else {}), None
 

@@ -12,6 +12,8 @@ import signal
 import time
 from dataclasses import dataclass
 
+from slurmctl.fsutil import pid_alive
+
 
 @dataclass(frozen=True)
 class Proc:
@@ -69,16 +71,6 @@ def job_processes(uid: int | None = None) -> list[Proc]:
         found.append(Proc(pid, owner, int(job) if job.isdigit() else None,
                           node.decode(errors="replace") if node else None, _comm(pid)))
     return found
-
-
-def pid_alive(pid: int) -> bool:
-    """Exists and is not a zombie (a killed child nobody reaped yet still answers kill -0)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def kill_all(pids: list[int], grace_seconds: float) -> list[int]:

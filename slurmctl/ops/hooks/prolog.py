@@ -13,15 +13,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmctl.errors import HealthError, UnsafeDirectory
 from slurmctl.ops.hooks import jobinfo, procs
 from slurmctl.ops.hooks.asuser import user_gid
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import mark_attempt_start
-from slurmctl.ops.hooks.rootfs import UnsafeDirectory, make_fresh_dir, open_trusted_dir, publish_file
-
-
-class HealthError(Exception):
-    """One-line reason why this node must not run jobs."""
+from slurmctl.ops.hooks.rootfs import make_fresh_dir, open_trusted_dir, publish_file
 
 
 @dataclass

@@ -14,18 +14,9 @@ import errno
 import os
 import stat
 
+from slurmctl.errors import UnsafeDirectory
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafeDirectory(OSError):
-    """A directory root was about to write into is a symlink, not a directory, or writable by others."""
-
-    def __init__(self, path: str | os.PathLike, why: str):
-        super().__init__(errno.EPERM, f"{os.fspath(path)} {why}; refusing to use it as root")
-        self.path, self.why = os.fspath(path), why
-
-    def __str__(self) -> str:
-        return self.strerror
 
 
 def open_trusted_dir(path: str | os.PathLike, *, create_mode: int | None = None, private: bool = False) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import getpass
 from pathlib import Path
 
+from slurmctl.config.models import RunSpec, SiteConfig
+from slurmctl.errors import PreflightFailed
 from slurmctl.submit.preflight.cluster import ClusterView, check_account, check_memory, check_shape, check_time_limit
 from slurmctl.submit.preflight.files import (
     check_config_files,
@@ -14,7 +16,7 @@ from slurmctl.submit.preflight.files import (
     check_imports,
     check_placeholders,
 )
-from slurmctl.submit.preflight.findings import CheckResult, Finding, PreflightFailed, PreflightReport, raise_on_errors
+from slurmctl.submit.preflight.findings import CheckResult, Finding, PreflightReport, raise_on_errors
 from slurmctl.submit.preflight.security import (
     check_env_credentials,
     check_image,
@@ -22,7 +24,6 @@ from slurmctl.submit.preflight.security import (
     check_secrets,
     secret_leaks,
 )
-from slurmctl.submit.spec import RunSpec, SiteConfig
 
 __all__ = ["CheckResult", "ClusterView", "Finding", "PreflightFailed", "PreflightReport", "raise_on_errors",
            "run_preflight", "secret_leaks"]

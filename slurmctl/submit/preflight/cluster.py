@@ -9,13 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmctl.config.models import RunSpec, SiteConfig
+from slurmctl.durations import slurm_time
 from slurmctl.errors import SlurmCommandError, SpecError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.slurm.client import Association, NodeInfo, PartitionInfo, SlurmClient
 from slurmctl.slurm.runner import LocalRunner
 from slurmctl.submit.memory import estimate_memory, parse_params, resolve_model
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
-from slurmctl.submit.spec import RunSpec, SiteConfig, slurm_time
 
 # The user's accounts change rarely and sacctmgr is the slowest query of a submit (~0.3 s), so they
 # come from a per-user cache this young; a check that fails on them asks sacctmgr again.

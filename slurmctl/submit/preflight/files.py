@@ -15,10 +15,11 @@ from pathlib import Path
 
 import yaml
 
+from slurmctl.config.models import RunSpec
+from slurmctl.errors import YAMLTooLarge
 from slurmctl.fsutil import read_capped, read_text_capped
-from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
+from slurmctl.safe_yaml import bounded_safe_load
 from slurmctl.submit.preflight.findings import CheckResult, error, warning
-from slurmctl.submit.spec import RunSpec
 
 # ${VAR}, ${VAR:-x} and $VAR: slurmctl never expands variables, so any left is a mistake.
 PLACEHOLDER_RE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from slurmctl.errors import PreflightError
+from slurmctl.errors import PreflightFailed
 
 # Findings `--force` cannot override: a credential written into job.sbatch and run.yaml stays
 # readable in the run directory after the run, whatever the user meant by forcing.
@@ -74,24 +74,6 @@ class PreflightReport:
 
     def to_dict(self) -> dict:
         return {"checks": [c.to_dict() for c in self.checks]}
-
-
-class PreflightFailed(PreflightError):
-    """Every error at once (not one per try); carries the checklist for display and --json."""
-
-    def __init__(self, report: PreflightReport):
-        errors = report.errors
-        super().__init__("nothing was submitted; preflight found "
-                         f"{len(errors)} problem{'s' if len(errors) != 1 else ''}: "
-                         + " ".join(f"({i}) {f.message}" for i, f in enumerate(errors, 1)),
-                         " ".join(f.hint for f in errors)
-                         + (" (`--force` does not override a credential in the job script.)" if report.unforceable
-                            else " (`--force` submits anyway and records that it did.)"))
-        self.report = report
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "findings": [f.to_dict() for f in self.report.findings],
-                "checks": self.report.to_dict()["checks"]}
 
 
 def raise_on_errors(report: PreflightReport) -> None:

@@ -7,10 +7,10 @@ import re
 import stat
 from pathlib import Path
 
+from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.errors import PreflightError
 from slurmctl.runtime.secrets import parse_secrets_file
 from slurmctl.submit.preflight.findings import CheckResult, Finding, error, warning
-from slurmctl.submit.spec import RunSpec, SiteConfig
 
 DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 _NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")

@@ -340,7 +340,7 @@ class RunMirror:
         run = Run(run_dir.name, run_dir)
         self._sync_checkpoints(run.checkpoint_dir)
         if rundir.WATCHDOG_DIR in present:
-            state = run.watchdog_dir / "state.json"
+            state = run.watchdog_state_path
             self.runner.fetch_if_changed(str(state), state)
         return 1
 

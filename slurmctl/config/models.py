@@ -14,10 +14,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from slurmctl.durations import parse_duration, slurm_time  # noqa: F401 - also imported from here
-from slurmctl.errors import ConfigError, SpecError
-from slurmctl.ops.pricing import Discounts
-from slurmctl.safe_yaml import MAX_YAML_BYTES, YAMLTooLarge, bounded_safe_load
+from slurmctl.config.locate import find_site_config
+from slurmctl.config.pricing import Discounts
+from slurmctl.durations import parse_duration
+from slurmctl.errors import ConfigError, SpecError, UnsafeFile, YAMLTooLarge
+from slurmctl.fsutil import read_capped
+from slurmctl.safe_yaml import MAX_YAML_BYTES, bounded_safe_load
 
 # Identifiers land unquoted on #SBATCH lines and in `export NAME=`, so they are checked with
 # fullmatch: `re.match` with a trailing `$` accepts "name\n", and that newline starts a new line
@@ -340,10 +342,6 @@ class SiteConfig(_Strict):
         return Path(os.path.expanduser(self.runs_root))
 
 
-# Where site.yaml is found: spec_view (the read path's pydantic-free view of these models) owns it.
-from slurmctl.submit.spec_view import SITE_CONFIG_ENV, SITE_CONFIG_PATHS, find_site_config  # noqa: E402,F401
-
-
 def format_validation_error(exc: ValidationError, source: str) -> str:
     """One readable paragraph: each bad field, the value given and what is expected."""
     parts = []
@@ -374,9 +372,6 @@ def _field_hint(model: type[BaseModel], exc: ValidationError) -> str:
 
 
 def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
-    from slurmctl.errors import UnsafeFile
-    from slurmctl.fsutil import read_capped
-
     try:
         # Non-blocking open, regular files only, capped: a FIFO or /dev/zero named as run.yaml
         # fails at once instead of hanging `submit`.

@@ -1,4 +1,4 @@
-"""spec_view: what the read path sees of site.yaml and run.yaml is what spec.py's models made of them,
+"""config.views: what the read path sees of site.yaml and run.yaml is what config.models made of them,
 read back from the user's private cache without pydantic."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slurmctl import usercache
+from slurmctl.config import views
+from slurmctl.config.models import RunSpec, SiteConfig, load_site_config
+from slurmctl.config.pricing import Discounts
+from slurmctl.config.views import View, run_spec_view, site_view
 from slurmctl.errors import ConfigError
-from slurmctl.ops.pricing import Discounts
 from slurmctl.rundir import Run
-from slurmctl.slurm import cache
-from slurmctl.submit import spec_view
-from slurmctl.submit.spec import RunSpec, SiteConfig, load_site_config
-from slurmctl.submit.spec_view import View, run_spec_view, site_view
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,7 @@ def test_changed_bytes_or_model_code_are_validated_again(tmp_path, monkeypatch):
         site_view(site)
     site.write_text(text)
     assert isinstance(site_view(site), View)
-    monkeypatch.setattr(spec_view, "_model_fingerprint", lambda: "other model code")
+    monkeypatch.setattr(views, "_model_fingerprint", lambda: "other model code")
     assert isinstance(site_view(site), SiteConfig)
 
 
@@ -96,7 +96,7 @@ def test_a_damaged_or_foreign_entry_is_not_used(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text((REPO / "deploy/local/site.yaml").read_text())
     site_view(site)
-    entry = next(cache.cache_dir().glob("site-*.json"))
+    entry = next(usercache.cache_dir().glob("site-*.json"))
     entry.write_text(entry.read_text().replace('"~model"', '"~other"'))
     assert isinstance(site_view(site), SiteConfig)
     assert isinstance(site_view(site), View)
@@ -105,11 +105,11 @@ def test_a_damaged_or_foreign_entry_is_not_used(tmp_path):
 
 
 def test_cache_refuses_a_directory_open_to_others(tmp_path):
-    assert cache.write_entry("x.json", {"a": 1}) and cache.read_entry("x.json") == {"a": 1}
-    os.chmod(cache.cache_dir(), 0o777)
-    assert cache.read_entry("x.json") is None and not cache.write_entry("y.json", {"a": 1})
+    assert usercache.write_entry("x.json", {"a": 1}) and usercache.read_entry("x.json") == {"a": 1}
+    os.chmod(usercache.cache_dir(), 0o777)
+    assert usercache.read_entry("x.json") is None and not usercache.write_entry("y.json", {"a": 1})
     with pytest.raises(ValueError):
-        cache.read_entry("../x.json")
+        usercache.read_entry("../x.json")
 
 
 def test_the_model_still_validates_discounts():

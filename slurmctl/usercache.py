@@ -10,7 +10,6 @@ when a check fails on it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -41,8 +40,13 @@ def cache_dir(create: bool = False) -> Path | None:
     return path
 
 
+def is_safe_name(name: str) -> bool:
+    """A plain file name for an entry: no path separator, not hidden, nothing a shell or a path would read."""
+    return bool(name) and not name.startswith(".") and set(name) <= _SAFE_NAME
+
+
 def _entry(name: str, create: bool = False) -> Path | None:
-    if not name or name.startswith(".") or not set(name) <= _SAFE_NAME:
+    if not is_safe_name(name):
         raise ValueError(f"cache entry name {name!r} must be a plain file name")
     directory = cache_dir(create)
     return directory / name if directory is not None else None
@@ -114,76 +118,3 @@ def prune(prefix: str, keep: int) -> None:
             os.unlink(entry.path)
     except OSError:
         pass
-
-
-# --- cluster facts ----------------------------------------------------------------------------
-# Nodes with their GRES, CPUs and memory, and partitions with their MaxTime change when an admin
-# changes the cluster: a submit takes them from the cache while this young, and asks sinfo again
-# when a check fails on them (see ClusterFacts.from_cache).
-FACTS_TTL_SECONDS = 300
-
-
-class ClusterFacts:
-    """A SlurmClient's answers about the cluster's shape (``nodes``, ``partitions``) from the
-    per-user cache while young, asked (and kept) otherwise; everything else goes to the client.
-    ``from_cache`` says whether an answer came from the cache, so a caller whose check fails on it
-    can ``forget`` and ask again."""
-
-    def __init__(self, client, cluster: str, max_age_seconds: float = FACTS_TTL_SECONDS):
-        self.client, self.runner = client, client.runner
-        self.max_age_seconds = max_age_seconds
-        self.from_cache = False
-        safe = bool(cluster) and set(cluster) <= _SAFE_NAME and not cluster.startswith(".")
-        self._names = {kind: f"{kind}-{cluster}.json" for kind in ("nodes", "partitions")} if safe else {}
-        self._key = f"{os.geteuid()}|{os.environ.get('SLURM_CONF', '')}"
-
-    def __getattr__(self, name: str):
-        return getattr(self.client, name)
-
-    def _cached(self, kind: str):
-        name = self._names.get(kind)
-        entry = read_entry(name, self.max_age_seconds) if name else None
-        if entry is None or entry.get("key") != self._key:
-            return None
-        return entry.get("facts")
-
-    def nodes(self):
-        from slurmctl.slurm.records import NodeInfo
-
-        cached = self._cached("nodes")
-        if isinstance(cached, list):
-            try:
-                nodes = [NodeInfo(**n) for n in cached]
-            except TypeError:
-                nodes = None  # another version's fields: ask
-            if nodes is not None:
-                self.from_cache = True
-                return nodes
-        nodes = self.client.nodes()
-        self._keep("nodes", [dataclasses.asdict(n) for n in nodes])
-        return nodes
-
-    def partitions(self):
-        from slurmctl.slurm.records import PartitionInfo
-
-        cached = self._cached("partitions")
-        if isinstance(cached, dict):
-            try:
-                partitions = {name: PartitionInfo(**p) for name, p in cached.items()}
-            except TypeError:
-                partitions = None
-            if partitions is not None:
-                self.from_cache = True
-                return partitions
-        partitions = self.client.partitions()
-        self._keep("partitions", {name: dataclasses.asdict(p) for name, p in partitions.items()})
-        return partitions
-
-    def _keep(self, kind: str, facts) -> None:
-        if kind in self._names:
-            write_entry(self._names[kind], {"key": self._key, "facts": facts})
-
-    def forget(self) -> None:
-        for name in self._names.values():
-            forget(name)
-        self.from_cache = False

@@ -41,12 +41,6 @@ def _model():
     return UserConfig
 
 
-def __getattr__(name: str):
-    if name == "UserConfig":
-        return _model()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def user_config_path() -> Path:
     return Path(os.environ.get(USER_CONFIG_ENV) or DEFAULT_USER_CONFIG).expanduser()
 
@@ -55,7 +49,7 @@ def load_user_config(path: Path | None = None) -> BaseModel:  # a UserConfig
     import yaml
     from pydantic import ValidationError
 
-    from slurmctl.submit.spec import format_validation_error
+    from slurmctl.config.models import format_validation_error  # why: pydantic only when a config file exists
 
     UserConfig = _model()  # noqa: N806 - the model class
     path = path or user_config_path()
@@ -71,17 +65,11 @@ def load_user_config(path: Path | None = None) -> BaseModel:  # a UserConfig
                           "Known keys: login_host, ssh_key, known_hosts, strict_host_key_checking.") from None
 
 
-def ssh_runner_for(host: str | None, config: BaseModel | None = None):
-    """An SSHRunner for `--host` (or the config's login_host); None means run locally."""
+def login_target(host: str | None, config: BaseModel | None = None) -> tuple[str, BaseModel] | None:
+    """The SSH login host to reach Slurm through (`--host`, else the config's login_host) with the
+    user's settings; None means run locally (and no config file means no pydantic import)."""
     if host is None and config is None and not user_config_path().exists():
         return None
     config = config or load_user_config()
     host = host or config.login_host
-    if not host:
-        return None
-    from slurmctl.slurm.ssh import SSHRunner, SSHTarget
-
-    return SSHRunner(SSHTarget.parse(host),
-                     key_filename=str(Path(config.ssh_key).expanduser()) if config.ssh_key else None,
-                     known_hosts=Path(config.known_hosts).expanduser(),
-                     strict_host_key=config.strict_host_key_checking)
+    return (host, config) if host else None

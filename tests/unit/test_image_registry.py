@@ -1,4 +1,4 @@
-"""registry.py: where a login is found (auth files, credential helpers, the site's robot account),
+"""image_registry.py: where a login is found (auth files, credential helpers, the site's robot account),
 what skopeo is handed (an in-memory auth file, never a secret in argv), and which error each
 registry refusal becomes. Real registries (Basic and Bearer): tests/integration/test_images.py."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurmctl.errors import ImageError
+from slurmctl.submit.image_registry import DOCKER_HUB, Credential, SkopeoRegistry, auth_files, find_credential
 from slurmctl.submit.images import ImageRef
-from slurmctl.submit.registry import DOCKER_HUB, Credential, SkopeoRegistry, auth_files, find_credential
 
 REG = "registry.example.com"
 

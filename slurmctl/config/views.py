@@ -1,10 +1,10 @@
-"""site.yaml and run.yaml as the read path sees them: validated by spec.py's models, read without pydantic.
+"""site.yaml and run.yaml as the read path sees them: validated by config.models, read without pydantic.
 
-spec.py owns both formats (every key, default, coercion and rule). A read command (ls, status)
+config/models.py owns both formats (every key, default, coercion and rule). A read command (ls, status)
 needs a few of their values: runs_root, a partition's price, the discounts, a run's GPUs and restarts.
 Importing pydantic and building the models costs ~100 ms, more than the Slurm query of the command.
 So a file is validated by its model the first time it is read, and what the model made of it is
-kept in the user's private cache (slurmctl.slurm.cache) under the hash of the file's bytes and of
+kept in the user's private cache (slurmctl.usercache) under the hash of the file's bytes and of
 the model code; later reads of the same bytes load that JSON. A changed file, or changed model
 code, misses the cache and is validated again, with the model's errors.
 
@@ -19,32 +19,16 @@ import os
 from datetime import time
 from pathlib import Path
 
-from slurmctl import __version__
-from slurmctl.errors import ConfigError
+from slurmctl import __version__, usercache
+from slurmctl.config.locate import find_site_config
+from slurmctl.config.pricing import Discounts
 from slurmctl.fsutil import read_capped
-from slurmctl.ops.pricing import Discounts
-from slurmctl.slurm import cache
 
-SITE_CONFIG_ENV = "SLURMCTL_SITE_CONFIG"
-SITE_CONFIG_PATHS = (Path("/etc/slurmctl/site.yaml"),)
 # Entries kept per kind: one per distinct run.yaml read, so the cache stays small.
 _KEEP = {"site": 16, "run": 2000}
 # The modules whose code decides what a file validates to: a change to any of them misses the cache.
-_MODEL_CODE = ("submit/spec.py", "ops/pricing.py", "durations.py", "safe_yaml.py")
+_MODEL_CODE = ("config/models.py", "config/pricing.py", "durations.py", "safe_yaml.py")
 _DATACLASSES = {"Discounts": Discounts}
-
-
-def find_site_config() -> Path:
-    env = os.environ.get(SITE_CONFIG_ENV)
-    if env:
-        return Path(env)
-    for candidate in SITE_CONFIG_PATHS:
-        if candidate.exists():
-            return candidate
-    raise ConfigError(
-        "no site configuration found (looked at $SLURMCTL_SITE_CONFIG and /etc/slurmctl/site.yaml).",
-        "Ask your cluster admin for site.yaml, or on the local dev cluster run deploy/local/up, which installs it.",
-    )
 
 
 class View:
@@ -135,7 +119,7 @@ def _decode(value):
 
 
 def _cached(name: str) -> View | None:
-    entry = cache.read_entry(name)
+    entry = usercache.read_entry(name)
     if entry is None or "snapshot" not in entry:
         return None
     try:
@@ -150,8 +134,8 @@ def _remember(kind: str, name: str, model) -> None:
         snapshot = _encode(model)
     except TypeError:
         return
-    if cache.write_entry(name, {"snapshot": snapshot}):
-        cache.prune(f"{kind}-", _KEEP[kind])
+    if usercache.write_entry(name, {"snapshot": snapshot}):
+        usercache.prune(f"{kind}-", _KEEP[kind])
 
 
 def _read_site(path: Path) -> bytes:
@@ -174,7 +158,7 @@ def site_view(path: Path | None = None):
     view = _cached(name) if name else None
     if view is not None:
         return view
-    from slurmctl.submit.spec import load_site_config
+    from slurmctl.config.models import load_site_config  # why: pydantic only when the cache misses
 
     model = load_site_config(path)
     if name and _read_site(path) == raw:  # the bytes that were validated
@@ -190,8 +174,8 @@ def run_spec_view(run):
     view = _cached(name)
     if view is not None:
         return view
-    from slurmctl.safe_yaml import bounded_safe_load
-    from slurmctl.submit.spec import RunSpec
+    from slurmctl.config.models import RunSpec  # why: pydantic and yaml only when the cache misses
+    from slurmctl.safe_yaml import bounded_safe_load  # why: yaml only when the cache misses
 
     model = RunSpec.model_validate(bounded_safe_load(raw.decode(errors="replace")))
     _remember("run", name, model)

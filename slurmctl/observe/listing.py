@@ -1,0 +1,50 @@
+"""The caller's runs as `ls` and the web's runs page list them: the newest run dirs plus every run
+with a job in the queue, however old, with their statuses from one squeue (and at most one sacct)."""
+
+from __future__ import annotations
+
+import os
+
+from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
+from slurmctl.observe.status import QUERY_SECONDS, RunStatus, runs_statuses, unreachable_statuses
+from slurmctl.observe.sweep import queued_sweep_runs
+from slurmctl.rundir import COMMENT_PREFIX, Run, RunRegistry, run_id_from_comment
+from slurmctl.slurm.client import QueueSnapshot, SlurmClient
+from slurmctl.slurm.runner import answer_within
+
+
+def with_queued(registry: RunRegistry, client: SlurmClient, runs: list[Run]) -> tuple[list[Run], QueueSnapshot | None]:
+    """`runs` plus every run of the caller with a job in the queue (one squeue), oldest first, and
+    the queue that squeue saw (to pass on to ``runs_statuses``); SlurmUnreachable when Slurm does
+    not answer within the read budget."""
+    shown = {r.run_id for r in runs}
+    runs = list(runs)
+    with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+        queued, snapshot = client.my_job_comments(containing=COMMENT_PREFIX)
+    for job in queued:
+        run_id = run_id_from_comment(job.comment)
+        if run_id and run_id not in shown and (elements := queued_sweep_runs(registry, run_id)) is not None:
+            runs += [r for r in elements if r.run_id not in shown]  # a sweep's tasks that have not started
+            shown.update([run_id, *(r.run_id for r in elements)])
+            continue
+        # only an existing run dir is looked up: a bare id never falls back to a scan of every run
+        if run_id and run_id not in shown and os.path.lexists(registry.path_of(run_id)):
+            try:
+                runs.append(registry.get(run_id))
+            except (RunNotFound, RunNotOwned):
+                continue  # not a run of the caller's (the comment is user-written text)
+            shown.add(run_id)
+    return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id)), snapshot
+
+
+def my_runs(registry: RunRegistry, client: SlurmClient, runs: list[Run], site=None,
+            with_queued_runs: bool = True) -> tuple[list[Run], list[RunStatus]]:
+    """The runs to list (`runs`, plus the queued ones unless `with_queued_runs` is False) and their
+    statuses; from the run dirs alone, marked UNREACHABLE, when squeue does not answer in time."""
+    snapshot = None
+    if with_queued_runs:
+        try:
+            runs, snapshot = with_queued(registry, client, runs)
+        except SlurmUnreachable:  # no second wait for the same outage
+            return runs, unreachable_statuses(runs, site=site)
+    return runs, runs_statuses(runs, client, site=site, queue=snapshot)
