@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from slurmctl.submit.scaffold import first_run_shape
-from slurmctl.submit.spec import TEMPLATES
+from slurmctl.config.models import TEMPLATES
 
 from .conftest import REPO, as_user
 
