@@ -28,9 +28,11 @@ from pathlib import Path
 from slurmctl.fsutil import read_json, tail_bytes
 
 CATEGORIES = (
-    "nccl_timeout", "nccl_error", "cuda_oom", "host_oom", "import_error", "arch_mismatch", "missing_config",
-    "data_shape", "rendezvous_failure", "time_limit", "preempted", "checkpoint_corrupt", "nan_loss", "disk_full",
+    "nccl_timeout", "nccl_error", "nccl_setup", "cuda_oom", "host_oom", "import_error", "arch_mismatch",
+    "driver_mismatch", "no_gpu", "missing_config", "permission_denied", "data_shape", "checkpoint_mismatch",
+    "checkpoint_corrupt", "rendezvous_failure", "time_limit", "preempted", "node_lost", "nan_loss", "disk_full",
     "gpu_hardware", "cuda_illegal_access", "unknown",
+    "success",  # not a failure: Slurm recorded COMPLETED exit 0, or the training finished before what failed
 )
 TAIL_BYTES = 512 * 1024
 
@@ -52,6 +54,11 @@ def _sig(category: str, pattern: str, summary: str, hint: str) -> Signature:
     return Signature(category, pattern, summary, hint)
 
 
+_NCCL_HINT = ("Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
+              "(env: in run.yaml) for details.")
+_HOST_OOM_HINT = ("Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, "
+                  "or ask for more memory per node.")
+
 # Highest priority first: a root cause outranks the errors it triggers on other ranks.
 SIGNATURES: tuple[Signature, ...] = (
     _sig("gpu_hardware",
@@ -63,10 +70,28 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
          "The job reached its time limit and Slurm stopped it.",
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
-    _sig("preempted", r"DUE TO PREEMPTION|DUE TO NODE FAIL|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
+    _sig("node_lost",
+         r"DUE TO NODE FAIL|srun: error: Node failure on|\bNODE_FAIL\b|Node \S+ not responding|"
+         r"has been marked dead because the detector has missed too many heartbeats|\bNodeDiedError\b|"
+         r"The node with node id \S+ .{0,80}has been marked dead",
+         "A node of the job died or stopped answering (Slurm's NODE_FAIL); the other ranks failed because a peer "
+         "was gone. This is not your code.",
+         "Resubmit: the run resumes from its last checkpoint on healthy nodes (Slurm marks the lost node DOWN). "
+         "Tell the platform team the node name if it repeats."),
+    _sig("preempted", r"DUE TO PREEMPTION|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
          r"this job is preempted|\bcluster is preempted\b",
-         "The scheduler or cloud took the nodes back (preemption or a node failure); this is not your code.",
+         "The scheduler or cloud took the nodes back (preemption); this is not your code.",
          "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
+    _sig("driver_mismatch",
+         r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver|"
+         r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|system has unsupported display driver / cuda driver combination|"
+         r"forward compatibility was attempted on non supported HW|Driver/library version mismatch|"
+         r"PTX was compiled with an unsupported toolchain|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|"
+         r"cudaErrorUnsupportedPtxVersion|driver version \S+ is (?:older|lower) than",
+         "The node's NVIDIA driver is too old for the CUDA runtime this software was built with.",
+         "Use a build for the nodes' CUDA version (`nvidia-smi` shows the highest CUDA the driver supports: pick "
+         "the torch wheel/image for it, e.g. cu118 on a 520-series driver), or ask the platform team to update the "
+         "driver. Rebuilding for another GPU architecture does not help."),
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
@@ -80,6 +105,23 @@ SIGNATURES: tuple[Signature, ...] = (
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
+    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b",
+         "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
+         "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
+         "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
+         "if /dev/shm or a shared path is not writable by you on the nodes."),
+    _sig("nccl_setup",
+         r"\bibv_\w+\b.{0,80}(?:fail|error|Cannot allocate memory)|(?:fail|error).{0,80}\bibv_\w+|"
+         r"\bmemlock\b|NET/IB\s*:.{0,80}(?:fail|No device found|Unable)|Bootstrap : no socket interface found|"
+         r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
+         r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
+         r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
+         r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
+         "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
+         "usable network interface), before any collective ran.",
+         "For `ibv_*`/memlock errors the nodes' locked-memory limit is too low (`ulimit -l` must be unlimited: "
+         "the platform team sets it for slurmd); for interface errors set NCCL_SOCKET_IFNAME to an interface the "
+         "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
     _sig("host_oom",
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
          r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit",
@@ -89,9 +131,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory",
-         "The node ran out of host (CPU) memory and the kernel killed a process.",
-         "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, "
-         "or ask for more memory per node."),
+         "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory",
          "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
@@ -113,14 +153,34 @@ SIGNATURES: tuple[Signature, ...] = (
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
+    _sig("checkpoint_mismatch",
+         r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
+         r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
+         r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
+         r"expects \d+ weight\(s\), but the saved weights have",
+         "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
+         "(a different config, vocabulary or architecture).",
+         "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
+         "at the right checkpoint, or load on purpose with `strict=False` / `ignore_mismatched_sizes=True` when "
+         "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
-         r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
-         r"cudaErrorNoKernelImageForDevice|PTX was compiled with an unsupported|"
-         r"Exec format error|GLIBC_\S+' not found",
-         "The software was built for a different GPU/CPU architecture or driver than this node has.",
-         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100) and the nodes' NVIDIA driver (a cu12x "
-         "wheel needs a driver of that CUDA version), or rebuild the image/extension for it."),
+         r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found",
+         "The software was built for a different GPU/CPU architecture than this node has.",
+         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
+         "for it (TORCH_CUDA_ARCH_LIST)."),
+    _sig("no_gpu",
+         r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
+         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\) is False|"
+         r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
+         r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
+         r"You requested gpu.{0,60}not available|No supported gpu backend found|"
+         r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU",
+         "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
+         "or short, no driver in the container, or a CPU-only torch build).",
+         "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
+         "it; run one process per allocated GPU; use a CUDA build of torch (`python -c 'import torch; "
+         "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through."),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
@@ -129,31 +189,45 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
-         r"ConfigCompositionException|InterpolationKeyError|Key '[^']+' (?:is )?not in (?:struct|'\w+')",
-         "A configuration file or setting is missing or misspelt (config file, or a hydra/omegaconf key).",
+         r"ConfigCompositionException|InterpolationKeyError|Key '[^']+' (?:is )?not in (?:struct|'\w+')|"
+         r"omegaconf\.errors\.\w+|hydra\.errors\.\w+|InterpolationResolutionError|UnsupportedInterpolationType|"
+         r"Environment variable '[^']+' not found|Could not override '[^']+'|Error merging override|"
+         r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
+         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
+         r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config",
+         "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
+         "(hydra, omegaconf, argparse).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
          "shared filesystem (list it under `config_files:` in run.yaml so submit checks it); for a hydra/omegaconf "
-         "key, compare the override in `args:` with the config's keys (full_key names it)."),
+         "key or interpolation, compare the override in `args:` with the config's keys (full_key names it) and set "
+         "the environment variables it reads; for argparse, compare `args:` with the script's --help."),
     _sig("data_shape",
-         r"stack expects each tensor to be equal size",
+         r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
+         r"Unable to create tensor, you should probably activate truncation and/or padding",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
          "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
-         "`collate_fn`; the two sizes in the message are two samples of the same batch."),
+         "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
+         "same batch."),
     _sig("data_shape",
          r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
          r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
-         r"Expected .* to have \d+ channels|Target size .* must be the same as input size",
-         "Tensor shapes do not match (data, model config or checkpoint disagree).",
-         "Check the model config against the data (sequence length, vocab, channels) and that the checkpoint "
-         "belongs to this model."),
+         r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
+         r"The expanded size of the tensor \(\d+\) must match|"
+         r"index out of range in self",
+         "Tensor shapes do not match (data and model config disagree).",
+         "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
+         "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
-         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?nan\b|loss is nan|nan loss|NaN or Inf found|non-finite loss|"
-         r"Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|Loss became infinite or NaN",
+         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
+         r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
+         r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
     _sig("nan_loss",
-         r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore",
+         r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore|"
+         r"reducing (?:loss )?scale to (?:0(?:\.0)?\b|1(?:\.0)?\b|0\.\d+|\d(?:\.\d+)?e-\d+)|"
+         r"Attempted loss scale: 1(?:\.0)?, reducing to",
          "fp16 training overflowed at every step until the dynamic loss scale hit its minimum "
          "(DeepSpeed/apex gave up).",
          "Train in bf16 instead of fp16 (`model.precision: bf16` in run.yaml, and the framework's bf16 switch), or "
@@ -168,9 +242,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl_error",
          r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
          r"NCCL WARN .*(?:failed|error)",
-         "NCCL (the GPU-to-GPU communication library) failed.",
-         "Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
-         "(env: in run.yaml) for details."),
+         "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
     _sig("nccl_timeout",
          r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
          r"ran for \d+ milliseconds before timing out|collective operation timeout",
@@ -178,29 +250,53 @@ SIGNATURES: tuple[Signature, ...] = (
          "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
          "the same collectives. Resubmit from the last checkpoint."),
     # The exception type alone wraps both NCCL errors and watchdog timeouts: only a fallback.
-    _sig("nccl_error", r"DistBackendError",
-         "NCCL (the GPU-to-GPU communication library) failed.",
-         "Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
-         "(env: in run.yaml) for details."),
+    _sig("nccl_error", r"DistBackendError", "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
 )
 _CATEGORY_RANK = {}  # category -> index of its first (highest-priority) signature
 for _i, _s in enumerate(SIGNATURES):
     _CATEGORY_RANK.setdefault(_s.category, _i)
 
 # Slurm's verdict outranks the log for causes outside the training.
-_SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL": "preempted",
+_SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL": "node_lost",
                  "OUT_OF_MEMORY": "host_oom"}
+# Errors a finished training's teardown prints (a peer's store closed, destroy_process_group on a gone
+# peer): after the training's last step they are not a failure of the training.
+_TEARDOWN_CATEGORIES = {"rendezvous_failure", "nccl_error", "nccl_timeout", "unknown"}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # torch >= 2.4 prefixes every line a rank writes with "[rankN]:", and a rank that re-logs its own output
 # doubles it ("[rank0]:[rank0]: ..."); some log collectors put the process id in front ("[80746] [rank0]:").
 _PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
+# A C++ exception that ended the process: "terminate called after throwing ..." then "  what():  <message>".
+_WHAT_LINE = re.compile(r"^\s*what\(\):\s+(.*)")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
+# Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
 # A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
 _LAUNCHER_FRAME = re.compile(r"torch/distributed/(?:run|launch)\.py|distributed/launcher/api\.py|"
                              r"elastic/multiprocessing|accelerate/commands/launch\.py|ChildFailedError")
+# torchrun's agents print these whenever one node's agent exits before the others: never a cause.
+_LAUNCHER_NOISE = re.compile(r"failed to shutdown the rendezvous|Sending process \d+ closing signal|"
+                             r"Received \w+ death signal, shutting down workers|"
+                             r"Failed to (?:check|get) whether the rendezvous is closed", re.IGNORECASE)
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 _ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|host|traceback)\s*:\s*(.*)$")
+# A training step reported (loss value, progress bar past zero): a group that trained had formed.
+_PROGRESS = re.compile(r"\bloss\b['\"]?\s*[:=]?\s*[-+]?\d|\b[1-9]\d*/\d+ \[\d+:\d+<|\b(?:iter|iteration|step)\s*"
+                       r"[:=]?\s*\d+\b.{0,40}\bloss", re.IGNORECASE)
+_FINISHED = re.compile(r"\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
+                       r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|['\"]?train_runtime['\"]?\s*[:=]",
+                       re.IGNORECASE)
+# Exit codes and signals said by srun, slurmstepd, the shell or the launcher.
+_EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit code (\d+)|Killed|Terminated)|"
+                        r"exited with (?:exit )?code (-?\d+)|exitcode\s*:\s*(-?\d+)|^(?:.*\s)?(Killed|Aborted|"
+                        r"Segmentation fault|Bus error)(?: \(core dumped\))?(?:\s+\S.*)?$|signal: (\w+)",
+                        re.IGNORECASE)
+_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?Killed(?:\s+.*)?$")
+_SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
+_KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
+_NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 
 
 @dataclass
@@ -264,25 +360,136 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True)
     return data.decode(errors="replace")
 
 
-def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
-    """The last Python traceback's head and its final exception line, or the log's last lines.
-
-    A launcher's own traceback (torchrun/accelerate raising ChildFailedError) says only that a rank
-    died; the rank's traceback above it is the one that explains why, so it wins when there is one."""
+def _traceback_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """(start line, lines up to and including its exception line) for every Python traceback."""
     starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
     blocks = []
     for n, start in enumerate(starts):
         block = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]
         end = next((i for i, line in enumerate(block) if i and _EXCEPTION_LINE.match(line)), len(block) - 1)
-        blocks.append(block[: end + 1])
-    own = [b for b in blocks if not any(_LAUNCHER_FRAME.search(line) for line in b)]
+        blocks.append((start, block[: end + 1]))
+    return blocks
+
+
+def _is_launcher_block(block: list[str]) -> bool:
+    return any(_LAUNCHER_FRAME.search(line) for line in block)
+
+
+def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
+    """The last Python traceback's head and its final exception line, or the log's last lines.
+
+    A launcher's own traceback (torchrun/accelerate raising ChildFailedError) says only that a rank
+    died; the rank's traceback above it is the one that explains why, so it wins when there is one."""
+    blocks = [b for _, b in _traceback_blocks(lines)]
+    own = [b for b in blocks if not _is_launcher_block(b)]
     if own or blocks:
         block = (own or blocks)[-1]
         return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
     return [line for line in lines if line.strip()][-limit:]
 
 
-def _unknown_summary(exit_code: str, root: dict | None) -> str:
+@dataclass
+class LogReading:
+    """The structure of a failure log: who failed first, with what, where, and what the launcher, Slurm and
+    the kernel said. Line numbers index the cleaned lines."""
+    root_rank: int | None = None
+    exception: str | None = None  # "Type: message" of the root error (Python or C++ what())
+    exception_line: int | None = None
+    user_frame: str | None = None  # 'file:line in func' of the deepest frame outside installed libraries
+    library_frame: str | None = None  # the frame that raised, when it is in a library
+    exit: str | None = None  # the failing rank's exit code or signal, in words
+    nccl_warn: list[str] = field(default_factory=list)
+    slurm: list[str] = field(default_factory=list)
+    kernel: list[str] = field(default_factory=list)
+    noise: set[int] = field(default_factory=set)  # launcher shutdown lines: never evidence
+    first_progress: int | None = None
+    last_progress: int | None = None
+    finished: int | None = None  # the training said it finished
+    bare_kill: int | None = None  # a "Killed" with no message (SIGKILL from outside the program)
+    failure_markers: int = 0  # tracebacks, exception lines, fatal launcher/Slurm lines
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("noise")
+        return {k: v for k, v in d.items() if v not in (None, [], 0)}
+
+
+def _frame_text(m: re.Match) -> str:
+    return f"{m[1]}:{m[2]}" + (f" in {m[3]}" if m[3] else "")
+
+
+def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
+    lines = [t for t, _ in cleaned]
+    r = LogReading()
+    root = launcher_root_cause(lines)
+    for i, line in enumerate(lines):
+        if _LAUNCHER_NOISE.search(line):
+            r.noise.add(i)
+            continue
+        if _PROGRESS.search(line):
+            r.first_progress = i if r.first_progress is None else r.first_progress
+            r.last_progress = i
+        if _FINISHED.search(line):
+            r.finished = i
+        if _NCCL_WARN.search(line) and len(r.nccl_warn) < 5:
+            r.nccl_warn.append(line.strip())
+        if _SLURMSTEPD.search(line) and len(r.slurm) < 5:
+            r.slurm.append(line.strip())
+        if _KERNEL.search(line) and len(r.kernel) < 5:
+            r.kernel.append(line.strip())
+        if _BARE_KILL.match(line.strip()):
+            r.bare_kill = i
+        if _EXCEPTION_LINE.match(line) or _WHAT_LINE.match(line) or _SLURMSTEPD.search(line):
+            r.failure_markers += 1
+    # The root error: the launcher's first-failed rank's own traceback, else the first rank traceback in the
+    # log (one rank's error makes the others fail after it), never the launcher's ChildFailedError.
+    blocks = [(s, b) for s, b in _traceback_blocks(lines) if not _is_launcher_block(b)]
+    r.failure_markers += len(blocks)
+    if root and root.get("rank") is not None:
+        r.root_rank = root["rank"]
+        own = [(s, b) for s, b in blocks if cleaned[s][1] == root["rank"]]
+        blocks = own or blocks
+    chosen = blocks[0] if blocks else None
+    if chosen is not None:
+        start, block = chosen
+        last = block[-1].strip()
+        if _EXCEPTION_LINE.match(last):
+            r.exception, r.exception_line = last, start + len(block) - 1
+        frames = [m for m in (_FRAME.match(line) for line in block) if m]
+        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        r.user_frame = _frame_text(users[-1]) if users else None
+        r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
+        if r.root_rank is None:
+            r.root_rank = cleaned[start][1]
+    if r.exception is None:  # no traceback header posted: the first exception or C++ what() line
+        for i, line in enumerate(lines):
+            m = _WHAT_LINE.match(line)
+            if (m or _EXCEPTION_LINE.match(line)) and i not in r.noise and not _LAUNCHER_FRAME.search(line):
+                r.exception, r.exception_line = (m[1] if m else line).strip(), i
+                r.root_rank = cleaned[i][1] if r.root_rank is None else r.root_rank
+                break
+    if root and (root.get("signal") or root.get("exitcode") is not None):
+        r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
+                  else f"exit code {root['exitcode']}")
+    else:
+        for line in lines:
+            m = _EXIT_LINE.search(line)
+            if m:
+                said = next((g for g in m.groups() if g), None) or m[0].strip()
+                r.exit = f"exit code {said}" if said.lstrip("-").isdigit() else said
+                break
+    return r
+
+
+def _where_to_look(reading: LogReading) -> str:
+    if reading.user_frame:
+        return f"the error was raised from your code at {reading.user_frame}: start there"
+    if reading.library_frame:
+        return f"it was raised inside a library ({reading.library_frame}): check what your code passed to it"
+    return "the log shows no traceback: rerun with the full output of every rank (`slurmctl logs RUN --rank N`)"
+
+
+def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading) -> str:
     summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
     if root and root.get("rank") is not None:
         how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
@@ -291,22 +498,58 @@ def _unknown_summary(exit_code: str, root: dict | None) -> str:
         elif root.get("signal"):
             how = root["signal"]
         summary += f"; torchrun reports rank {root['rank']} failed first, with {how}"
-    return summary + "; the last error in the log is shown below."
+    elif reading.bare_kill is not None and not reading.exception:
+        summary += ("; the process was killed without a message (SIGKILL from outside the program"
+                    + (", after normal training progress" if reading.last_progress is not None else "")
+                    + "): most often the kernel's out-of-memory killer, but the log does not say so: look at "
+                    "Slurm's record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory "
+                    "peak) or the node's kernel log before calling it host OOM")
+    if reading.exception:
+        on = f" on rank {reading.root_rank}" if reading.root_rank is not None else ""
+        summary += f"; the root error{on} is `{reading.exception[:300]}`; {_where_to_look(reading)}"
+    return summary + "."
+
+
+def _success(summary: str, evidence: list[str], source: str, reading: LogReading) -> Diagnosis:
+    return Diagnosis("success", summary, evidence,
+                     "Nothing to fix in the training. If the exit status matters to a pipeline, make the script "
+                     "exit 0 after the last step (e.g. call destroy_process_group() on every rank before exiting).",
+                     source=source, extra={"reading": reading.to_dict()})
 
 
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
     cleaned = [clean_line(line) for line in text.splitlines()]
     lines = [t for t, _ in cleaned]
+    reading = read_log(cleaned)
     hits: dict[int, list[int]] = {}  # signature index -> line numbers
     for i, line in enumerate(lines):
+        if i in reading.noise:
+            continue
         for n, sig in enumerate(SIGNATURES):
             if sig.pattern.search(line):
                 hits.setdefault(n, []).append(i)
+    # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
+    # away (torchrun's agents exit one by one), not the group failing to form.
+    cutoff = min(x for x in (reading.first_progress, reading.exception_line) if x is not None) \
+        if reading.first_progress is not None or reading.exception_line is not None else None
+    if cutoff is not None:
+        for n in [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]:
+            rendezvous_root = reading.exception_line is not None and SIGNATURES[n].pattern.search(
+                lines[reading.exception_line])
+            hits[n] = [i for i in hits[n] if i <= cutoff or rendezvous_root]
+            if not hits[n]:
+                del hits[n]
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
+    extra = {"reading": reading.to_dict()}
+    if root:
+        extra["root_cause"] = root
+    if state == "COMPLETED" and exit_code in ("", "0", "0:0"):
+        return _success("Slurm recorded the job COMPLETED with exit code 0: the training did not fail.",
+                        [f"Slurm state: COMPLETED, exit code {exit_code or '0:0'}"], "slurm", reading)
     from_slurm = _SLURM_STATES.get(state)
     hit_categories = {SIGNATURES[n].category for n in hits}
-    if from_slurm and not (from_slurm == "preempted" and "gpu_hardware" in hit_categories):
+    if from_slurm and not (from_slurm in ("preempted", "node_lost") and "gpu_hardware" in hit_categories):
         category, source = from_slurm, "slurm"
         own = [n for n in hits if SIGNATURES[n].category == category]
         sig = SIGNATURES[min(own)] if own else SIGNATURES[_CATEGORY_RANK[category]]
@@ -314,11 +557,18 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
         sig, source = SIGNATURES[min(hits)], "log"
         category = sig.category
     else:
+        category, sig, source = "unknown", None, "none"
+    if reading.finished is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
+            i > reading.finished for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx):
+        after = [lines[reading.exception_line].strip()] if reading.exception_line is not None else []
+        return _success("The training finished (it said so) before anything failed: what came after its last step "
+                        "is the launcher's or the process group's teardown, not a failure of the training.",
+                        [lines[reading.finished].strip(), *after], source, reading)
+    if sig is None:
         return Diagnosis(
-            "unknown", _unknown_summary(exit_code, root), last_traceback(lines),
-            "Read the traceback above; `slurmctl logs RUN --rank N` shows other ranks.",
-            rank=root.get("rank") if root else None, source="none", extra={"root_cause": root} if root else {},
-        )
+            "unknown", _unknown_summary(exit_code, root, reading), last_traceback(lines),
+            "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks.",
+            rank=reading.root_rank, source="none", extra=extra)
     found = sorted({i for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx})
     if root and root.get("rank") is not None:  # the launcher's first failure leads the evidence
         found.sort(key=lambda i: cleaned[i][1] != root["rank"])
@@ -333,8 +583,7 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     if source == "slurm" and not evidence:
         evidence = [f"Slurm state: {state}" + (f", exit code {exit_code}" if exit_code else "")]
     summary = sig.summary + (f" First seen on rank {rank}." if rank is not None else "")
-    return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source,
-                     extra={"root_cause": root} if root else {})
+    return Diagnosis(category, summary, evidence, sig.hint, rank=rank, source=source, extra=extra)
 
 
 def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nofollow: bool = True) -> Diagnosis:
