@@ -79,7 +79,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "Resubmit: the run resumes from its last checkpoint on healthy nodes (Slurm marks the lost node DOWN). "
          "Tell the platform team the node name if it repeats."),
     _sig("preempted", r"DUE TO PREEMPTION|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
-         r"this job is preempted|\bcluster is preempted\b",
+         r"this job is preempted|\bcluster is preempted\b|\bwas preempted\b|\bpreemption notice\b|"
+         r"\bspot (?:instance |VM )?(?:interruption|termination|reclaim)|termination is imminent",
          "The scheduler or cloud took the nodes back (preemption); this is not your code.",
          "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
     _sig("driver_mismatch",
@@ -94,13 +95,16 @@ SIGNATURES: tuple[Signature, ...] = (
          "driver. Rebuilding for another GPU architecture does not help."),
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
-         r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered",
+         r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
+         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR",
          "A CUDA kernel touched memory it should not (illegal access or a device-side assert).",
          "Rerun on a small config with CUDA_LAUNCH_BLOCKING=1 to find the op; check indices/labels are in range "
          "and custom kernels/extensions match this torch version."),
     _sig("cuda_oom",
          r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory",
+         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
+         r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+         r"MPS backend out of memory",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
@@ -130,7 +134,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
-         r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory",
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory",
@@ -147,9 +152,11 @@ SIGNATURES: tuple[Signature, ...] = (
          "Check free space and your quota where checkpoints go (`df -h`, `quota`), free space or lower "
          "`checkpoint.keep_last` in run.yaml; the newest checkpoint is incomplete."),
     _sig("checkpoint_corrupt",
-         r"PytorchStreamReader\b|failed finding central directory|UnpicklingError|invalid load key|"
+         r"PytorchStreamReader\b|failed finding central directory|UnpicklingError(?!: Weights only load failed)|"
+         r"invalid load key|"
          r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
-         r"unexpected EOF.*(?:checkpoint|\.pt)",
+         r"unexpected EOF.*(?:checkpoint|\.pt)|Unable to load weights from pytorch checkpoint file|HeaderTooLarge|"
+         r"invalid header or archive is corrupted",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
@@ -157,7 +164,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
          r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
-         r"expects \d+ weight\(s\), but the saved weights have",
+         r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
+         r"in the checkpoint but \S+ in the model",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -165,7 +173,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
-         r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found",
+         r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found|"
+         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function",
          "The software was built for a different GPU/CPU architecture than this node has.",
          "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
          "for it (TORCH_CUDA_ARCH_LIST)."),
@@ -175,14 +184,18 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
          r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
-         r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU",
+         r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
+         r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
+         r"your machine only has: \[\]",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
          "it; run one process per allocated GPU; use a CUDA build of torch (`python -c 'import torch; "
          "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through."),
     _sig("import_error",
-         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:",
+         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
+         r"Error locating target '|is not in the \w+ registry|GLIBCXX_\S+' not found|DLL load failed|"
+         r"CUDA Setup failed despite GPU being available",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first."),
@@ -194,7 +207,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Environment variable '[^']+' not found|Could not override '[^']+'|Error merging override|"
          r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
          r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
-         r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config",
+         r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config|"
+         r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|yaml\.(?:scanner|parser)\.\w+Error|"
+         r"Config file .{0,120}(?:not found|does not exist)",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
@@ -203,7 +218,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "the environment variables it reads; for argparse, compare `args:` with the script's --help."),
     _sig("data_shape",
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
-         r"Unable to create tensor, you should probably activate truncation and/or padding",
+         r"Unable to create tensor, you should probably activate truncation and/or padding|"
+         r"default_collate: batch must contain|too many dimensions 'str'",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
          "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
          "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
@@ -213,21 +229,26 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"
-         r"index out of range in self",
+         r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
+         r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
+         r"Dimension out of range|index \d+ is out of bounds for (?:axis|dimension)|"
+         r"num_samples should be a positive integer value, but got num_samples=0",
          "Tensor shapes do not match (data and model config disagree).",
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
          r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
+         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
-         r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b",
+         r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
+         r"grad_norm['\"]?\s*[:=]\s*nan\b",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
     _sig("nan_loss",
          r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore|"
          r"reducing (?:loss )?scale to (?:0(?:\.0)?\b|1(?:\.0)?\b|0\.\d+|\d(?:\.\d+)?e-\d+)|"
-         r"Attempted loss scale: 1(?:\.0)?, reducing to",
+         r"Attempted loss scale: 1(?:\.0)?, reducing to|setting loss scale to:?\s*(?:0\.\d+|\d(?:\.\d+)?e-\d+)",
          "fp16 training overflowed at every step until the dynamic loss scale hit its minimum "
          "(DeepSpeed/apex gave up).",
          "Train in bf16 instead of fp16 (`model.precision: bf16` in run.yaml, and the framework's bf16 switch), or "
@@ -235,7 +256,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous_failure",
          r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
          r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
-         r"Address already in use",
+         r"Address already in use|Timed out initializing process group in store based barrier|"
+         r"socket has failed to connect to",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node)."),
@@ -245,7 +267,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
     _sig("nccl_timeout",
          r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
-         r"ran for \d+ milliseconds before timing out|collective operation timeout",
+         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work",
          "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
          "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
          "the same collectives. Resubmit from the last checkpoint."),
@@ -270,7 +292,19 @@ _PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:ra
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
 # A C++ exception that ended the process: "terminate called after throwing ..." then "  what():  <message>".
 _WHAT_LINE = re.compile(r"^\s*what\(\):\s+(.*)")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (\S+))?')
+_ANY_FRAME = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\S+))?')
+# An exception pasted on one line with its frame ('File "u.py", line 3, in f x = y[0] IndexError: ...').
+_INLINE_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.*)$")
+# Where a data set's samples are read and batched: an index or key error raised there is the data's.
+_DATA_CODE = re.compile(r"__getitem__|getitem|pull_item|collate|annotation|get_random_data|load_data|read_data|"
+                        r"get_batch|_next_data|prepare_(?:train|test)_img|get_ann_info|load_image|/datasets?/|/data/|"
+                        r"dataset\w*\.py|data_?loader\w*\.py", re.IGNORECASE)
+_DATA_ERRORS = ("IndexError", "KeyError")
+# Where arguments and configuration are parsed and checked: a ValueError/KeyError raised there is a bad setting.
+_CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/omegaconf/|/hydra/|"
+                          r"parse_args|__post_init__|config(?:uration)?(?:_\w+)?\.py", re.IGNORECASE)
+_CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
 # Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
 # A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
@@ -397,6 +431,7 @@ class LogReading:
     exception_line: int | None = None
     user_frame: str | None = None  # 'file:line in func' of the deepest frame outside installed libraries
     library_frame: str | None = None  # the frame that raised, when it is in a library
+    raising_frame: str | None = None  # the deepest frame of the root traceback, library or not
     exit: str | None = None  # the failing rank's exit code or signal, in words
     nccl_warn: list[str] = field(default_factory=list)
     slurm: list[str] = field(default_factory=list)
@@ -459,6 +494,7 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
         r.user_frame = _frame_text(users[-1]) if users else None
         r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
+        r.raising_frame = _frame_text(frames[-1]) if frames else None
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
     if r.exception is None:  # no traceback header posted: the first exception or C++ what() line
@@ -468,6 +504,18 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
                 r.exception, r.exception_line = (m[1] if m else line).strip(), i
                 r.root_rank = cleaned[i][1] if r.root_rank is None else r.root_rank
                 break
+        else:
+            for i in range(len(lines) - 1, -1, -1):
+                m = _INLINE_EXCEPTION.search(lines[i])
+                if m and i not in r.noise:
+                    r.exception, r.exception_line = f"{m[1]}: {m[2]}".strip(), i
+                    break
+    if r.exception_line is not None and r.raising_frame is None:  # a traceback pasted without its header
+        frames = [m for line in lines[max(0, r.exception_line - 30):r.exception_line + 1]
+                  for m in _ANY_FRAME.finditer(line)]
+        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        r.user_frame = r.user_frame or (_frame_text(users[-1]) if users else None)
+        r.raising_frame = _frame_text(frames[-1]) if frames else None
     if root and (root.get("signal") or root.get("exitcode") is not None):
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
                   else f"exit code {root['exitcode']}")
@@ -479,6 +527,16 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
                 r.exit = f"exit code {said}" if said.lstrip("-").isdigit() else said
                 break
     return r
+
+
+def _raised_by_data_code(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_DATA_ERRORS)
+                and _DATA_CODE.search(reading.raising_frame))
+
+
+def _raised_by_config_code(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
+                and _CONFIG_CODE.search(reading.raising_frame))
 
 
 def _where_to_look(reading: LogReading) -> str:
@@ -564,6 +622,23 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
         return _success("The training finished (it said so) before anything failed: what came after its last step "
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
+    if sig is None and _raised_by_data_code(reading):
+        return Diagnosis(
+            "data_shape", f"An {reading.exception.split(':')[0]} was raised while reading or batching the data "
+            f"(at {reading.raising_frame}): a sample, annotation or label is not what the code expects.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Find the sample that fails (print the index in the dataset's __getitem__ / the annotation it reads): "
+            "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
+            "causes; filter or fix them in the data set.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and _raised_by_config_code(reading):
+        return Diagnosis(
+            "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
+            f"(at {reading.raising_frame}).",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
+            "file, and compare with the script's --help / the framework version the script was written for.",
+            rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
             "unknown", _unknown_summary(exit_code, root, reading), last_traceback(lines),

@@ -113,11 +113,21 @@ def test_doubled_rank_prefix_and_launcher_noise():
 
 def test_unknown_shows_the_ranks_traceback_not_the_launchers():
     log = _TORCHRUN_LOG.replace("RuntimeError: stack expects each tensor to be equal size, but got [7] at "
-                                "entry 0 and [9] at entry 1", "KeyError: 'labels'")
+                                "entry 0 and [9] at entry 1", "ZeroDivisionError: division by zero")
     result = diagnose_text(log)
-    assert result.category == "unknown" and result.evidence[-1] == "KeyError: 'labels'"
+    assert result.category == "unknown" and result.evidence[-1] == "ZeroDivisionError: division by zero"
     assert not any("ChildFailedError" in line for line in result.evidence)
     assert "rank 0 failed first, with exit code 1" in result.summary
+    # the root error, the rank and where to look are named even when the cause is not recognised
+    assert "root error on rank 0 is `ZeroDivisionError: division by zero`" in result.summary
+    assert "your code at /home/alice/proj/train.py:41" in result.summary
+
+
+def test_a_key_error_raised_in_the_data_loader_is_the_data():
+    log = _TORCHRUN_LOG.replace("RuntimeError: stack expects each tensor to be equal size, but got [7] at "
+                                "entry 0 and [9] at entry 1", "KeyError: 'labels'")
+    result = diagnose_text(log)
+    assert result.category == "data_shape" and result.evidence[0] == "KeyError: 'labels'"
 
 
 def test_launcher_reports_a_sigkill():
