@@ -119,6 +119,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bmemlock\b|NET/IB\s*:.{0,80}(?:fail|No device found|Unable)|Bootstrap : no socket interface found|"
          r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
          r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
+         r"no userspace device-specific driver found|"
          r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
          r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
          "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
@@ -128,7 +129,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
     _sig("host_oom",
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
-         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit",
+         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)",
+         # "Exceeded step memory limit at some point" is Slurm's warning that the step swapped, not a kill.
          "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
          "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
@@ -156,7 +158,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invalid load key|"
          r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
          r"unexpected EOF.*(?:checkpoint|\.pt)|Unable to load weights from pytorch checkpoint file|HeaderTooLarge|"
-         r"invalid header or archive is corrupted",
+         r"invalid header or archive is corrupted|The file might be corrupted|unexpected EOF, expected \d+ more bytes",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
@@ -186,7 +188,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
          r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
          r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
-         r"your machine only has: \[\]",
+         r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -209,7 +211,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
          r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config|"
          r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|yaml\.(?:scanner|parser)\.\w+Error|"
-         r"Config file .{0,120}(?:not found|does not exist)",
+         r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
+         r"Invalid generic resource \(gres\) specification|Invalid partition name specified",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
@@ -263,6 +266,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "(check MASTER_ADDR resolves on every node)."),
     _sig("nccl_error",
          r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
+         r"NCCL failure \S+ '|"
          r"NCCL WARN .*(?:failed|error)",
          "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
     _sig("nccl_timeout",
@@ -562,6 +566,10 @@ def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading) -> 
                     + "): most often the kernel's out-of-memory killer, but the log does not say so: look at "
                     "Slurm's record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory "
                     "peak) or the node's kernel log before calling it host OOM")
+    if any("memory limit at some point" in line for line in reading.slurm):
+        summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
+                    "swapped, nothing was killed for it): if the job failed, memory is the first suspect "
+                    "(`sacct -j JOB -o State,MaxRSS,ReqMem`)")
     if reading.exception:
         on = f" on rank {reading.root_rank}" if reading.root_rank is not None else ""
         summary += f"; the root error{on} is `{reading.exception[:300]}`; {_where_to_look(reading)}"
