@@ -43,6 +43,10 @@ class Signature:
     regex: str
     summary: str
     hint: str
+    unless: str = ""  # a line that also matches this is not evidence for the signature
+
+    def matches(self, line: str) -> bool:
+        return bool(self.pattern.search(line)) and not (self.unless and re.search(self.unless, line, re.IGNORECASE))
 
     @cached_property
     def pattern(self) -> re.Pattern:
@@ -50,8 +54,8 @@ class Signature:
         return re.compile(self.regex, re.IGNORECASE)
 
 
-def _sig(category: str, pattern: str, summary: str, hint: str) -> Signature:
-    return Signature(category, pattern, summary, hint)
+def _sig(category: str, pattern: str, summary: str, hint: str, unless: str = "") -> Signature:
+    return Signature(category, pattern, summary, hint, unless)
 
 
 _NCCL_HINT = ("Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
@@ -88,7 +92,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|system has unsupported display driver / cuda driver combination|"
          r"forward compatibility was attempted on non supported HW|Driver/library version mismatch|"
          r"PTX was compiled with an unsupported toolchain|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|"
-         r"cudaErrorUnsupportedPtxVersion|driver version \S+ is (?:older|lower) than",
+         r"cudaErrorUnsupportedPtxVersion|driver version \S+ is (?:older|lower) than|"
+         r"kernel version \S+ does not match DSO version",
          "The node's NVIDIA driver is too old for the CUDA runtime this software was built with.",
          "Use a build for the nodes' CUDA version (`nvidia-smi` shows the highest CUDA the driver supports: pick "
          "the torch wheel/image for it, e.g. cu118 on a 520-series driver), or ask the platform team to update the "
@@ -104,7 +109,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
          r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
-         r"MPS backend out of memory",
+         r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
@@ -140,10 +145,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Unable to allocate [\d.]+ [KMGT]i?B for an array",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
-         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory",
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
+         r"insufficient shared memory \(shm\)",
          "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
          "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
          "platform team for a larger /dev/shm on the nodes."),
+    _sig("host_oom", r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
+         "A data-loader worker process died without a Python error: it was almost certainly killed for memory "
+         "(host RAM or /dev/shm).", _HOST_OOM_HINT + " Set num_workers=0 once to see the worker's own error."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
@@ -158,7 +167,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invalid load key|"
          r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
          r"unexpected EOF.*(?:checkpoint|\.pt)|Unable to load weights from pytorch checkpoint file|HeaderTooLarge|"
-         r"invalid header or archive is corrupted|The file might be corrupted|unexpected EOF, expected \d+ more bytes",
+         r"invalid header or archive is corrupted|The file might be corrupted|unexpected EOF, expected \d+ more bytes|"
+         r"DataLossError|Checksum does not match: stored",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid."),
@@ -188,7 +198,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
          r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
          r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
-         r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable",
+         r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
+         r"Unable to find available GPUs: requested=\d+, available=0",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -197,10 +208,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
          r"Error locating target '|is not in the \w+ registry|GLIBCXX_\S+' not found|DLL load failed|"
-         r"CUDA Setup failed despite GPU being available",
+         r"CUDA Setup failed despite GPU being available|"
+         r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
-         "then resubmit; try `slurmctl submit --dry-run` first."),
+         "then resubmit; try `slurmctl submit --dry-run` first.",
+         # TensorFlow probing for optional GPU libraries: a warning it survives by running on the CPU
+         unless=r"Could not load dynamic library|dso_loader"),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -260,7 +274,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
          r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
          r"Address already in use|Timed out initializing process group in store based barrier|"
-         r"socket has failed to connect to",
+         r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node)."),
@@ -592,7 +606,7 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
         if i in reading.noise:
             continue
         for n, sig in enumerate(SIGNATURES):
-            if sig.pattern.search(line):
+            if sig.matches(line):
                 hits.setdefault(n, []).append(i)
     # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
     # away (torchrun's agents exit one by one), not the group failing to form.
@@ -600,7 +614,7 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
         if reading.first_progress is not None or reading.exception_line is not None else None
     if cutoff is not None:
         for n in [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]:
-            rendezvous_root = reading.exception_line is not None and SIGNATURES[n].pattern.search(
+            rendezvous_root = reading.exception_line is not None and SIGNATURES[n].matches(
                 lines[reading.exception_line])
             hits[n] = [i for i in hits[n] if i <= cutoff or rendezvous_root]
             if not hits[n]:
