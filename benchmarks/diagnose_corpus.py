@@ -192,4 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `| head`: a closed pipe is a normal end
+        sys.stderr.close()
+        sys.exit(0)

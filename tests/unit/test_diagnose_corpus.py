@@ -40,3 +40,29 @@ def test_accuracy_floor_and_few_confident_mistakes(split, floor):
     assert result["correct"] >= floor * result["n"], [(c["id"], c["category"], got)
                                                       for c, got in result["rows"] if got != c["category"]]
     assert result["confident_wrong"] <= 0.03 * result["n"]
+
+
+def test_first_sight_records_match_the_corpus_labels():
+    """Every blind batch scored at first sight is in the corpus under the collector's own label, and the
+    headline is computed from the frozen first-sight verdicts, not from today's rules."""
+    records = diagnose_corpus.first_sight_records()
+    by_id = {c["id"]: c for c in INDEX}
+    for record in records:
+        for case in record["cases"]:
+            assert case["id"] in by_id, (record["batch"], case["id"])
+            assert by_id[case["id"]]["category"] == case["category"], case
+            assert by_id[case["id"]]["batch"] == record["batch"], case
+            assert case["first_sight"] in CATEGORIES, case
+    headline = diagnose_corpus.cumulative_lines()[0]
+    if records:
+        n = sum(len(r["cases"]) for r in records)
+        right = sum(diagnose_corpus.is_correct(c["category"], c["first_sight"]) for r in records for c in r["cases"])
+        assert headline.startswith("FIRST SIGHT") and f"{n} cases: correct {right} " in headline
+
+
+def test_success_is_right_only_when_no_failure_is_named():
+    assert diagnose_corpus.is_correct("success", "unknown") and diagnose_corpus.is_correct("success", "success")
+    assert diagnose_corpus.is_confidently_wrong("success", "host_oom")
+    assert diagnose_corpus.is_confidently_wrong("host_oom", "success")
+    assert not diagnose_corpus.is_confidently_wrong("host_oom", "unknown")
+
