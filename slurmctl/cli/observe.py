@@ -61,10 +61,16 @@ def _print_status(s: RunStatus) -> None:
         for line in s.history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
+        from slurmctl.observe.diagnose import excerpt  # loaded already: status imports diagnose
+
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
-        for line in d["evidence"][:3]:
+        for line in excerpt(d):  # ends with the exception line itself, not only the traceback's head
             print_line(f"    {line}")
+        if d.get("failing_exit"):  # the rank that failed, not srun's 143/137 or the shutdown's 15
+            rank = f"rank {d['rank']}, " if d.get("rank") is not None else ""
+            print_line("  ", ("Failing rank:", "bold"),
+                       f" {rank}{d['failing_exit']} (Slurm recorded exit code {s.exit_code or '?'})")
         print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
     if s.watchdog:
         print_line(("Watchdog:", "bold"), " ", (s.watchdog["message"], "red"))
@@ -299,6 +305,9 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     out.print("[bold]Evidence:[/]")
     for line in result.evidence:
         out.print(f"    {line}", markup=False)
+    if result.failing_exit:
+        rank = f"rank {result.rank}, " if result.rank is not None else ""
+        out.print(f"[bold]Failing rank:[/] {escape(rank + result.failing_exit)}")
     out.print(f"[bold]Fix:[/] {escape(result.hint)}")
 
 

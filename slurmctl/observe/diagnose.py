@@ -361,9 +361,31 @@ class Diagnosis:
     source: str = "log"  # log | slurm | none
     extra: dict = field(default_factory=dict)
     watchdog: dict | None = None  # watchdog_report() of this job, when the watchdog warned or acted
+    error_line: str | None = None  # the root exception line itself ("Type: message"), when the log has one
+    failing_exit: str | None = None  # the failing rank's exit code or signal, not srun's or the shutdown's
+    attempt: dict | None = None  # which attempt of the job was read: {number, of, job_id, restart}
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def one_line_why(diagnosis: dict, width: int = 200) -> str:
+    """`status`'s one-line why of a failed attempt: the category and the line that shows it."""
+    said = diagnosis.get("error_line") or next(iter(diagnosis.get("evidence") or []), "")
+    if diagnosis.get("category") not in ("unknown", "success") and diagnosis.get("evidence"):
+        said = diagnosis["evidence"][0]
+    text = f"{diagnosis.get('category')}: {said}" if said else str(diagnosis.get("category"))
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def excerpt(diagnosis: dict, lines: int = 3) -> list[str]:
+    """The first evidence lines for a short view (status), always ending with the error line itself: a
+    traceback's head says where, its last line says what."""
+    evidence = list(diagnosis.get("evidence") or [])
+    error = diagnosis.get("error_line")
+    if not error or error in evidence[:lines]:
+        return evidence[:lines]
+    return [*evidence[:lines - 1], error]
 
 
 def clean_line(line: str) -> tuple[str, int | None]:
@@ -598,9 +620,18 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
 
 
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
+    """The cause of one failed attempt from its log text and, when known, Slurm's state and exit code."""
     cleaned = [clean_line(line) for line in text.splitlines()]
-    lines = [t for t, _ in cleaned]
     reading = read_log(cleaned)
+    result = _decide(cleaned, reading, slurm_state, exit_code)
+    result.error_line = reading.exception
+    result.failing_exit = reading.exit
+    return result
+
+
+def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
+            exit_code: str) -> Diagnosis:
+    lines = [t for t, _ in cleaned]
     hits: dict[int, list[int]] = {}  # signature index -> line numbers
     for i, line in enumerate(lines):
         if i in reading.noise:
@@ -610,13 +641,14 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
                 hits.setdefault(n, []).append(i)
     # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
     # away (torchrun's agents exit one by one), not the group failing to form.
-    cutoff = min(x for x in (reading.first_progress, reading.exception_line) if x is not None) \
-        if reading.first_progress is not None or reading.exception_line is not None else None
+    rendezvous = [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]
+    cutoff = reading.first_progress
+    if cutoff is None and reading.exception_line is not None and not any(
+            SIGNATURES[n].matches(lines[reading.exception_line]) for n in rendezvous):
+        cutoff = reading.exception_line
     if cutoff is not None:
-        for n in [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]:
-            rendezvous_root = reading.exception_line is not None and SIGNATURES[n].matches(
-                lines[reading.exception_line])
-            hits[n] = [i for i in hits[n] if i <= cutoff or rendezvous_root]
+        for n in rendezvous:
+            hits[n] = [i for i in hits[n] if i <= cutoff]
             if not hits[n]:
                 del hits[n]
     root = launcher_root_cause(lines)
@@ -687,22 +719,53 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
     """A run's job log (<run dir>/logs/<job>.out) also brings what the watchdog did to that job.
     `nofollow=False` for a path the user named (`diagnose --log`): a symlink is theirs to follow."""
     text = read_tail(path, nofollow=nofollow)
-    result = diagnose_text(text, slurm_state, exit_code)
     run_dir = path.parent.parent
-    if path.parent.name == "logs" and (run_dir / "run.json").is_file():
-        _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
-        _add_node_loss(result, run_dir, path.stem)
+    if not (path.parent.name == "logs" and (run_dir / "run.json").is_file()):
+        return diagnose_text(text, slurm_state, exit_code)
+    # A run's log holds every attempt of the job, appended: the newest one is what failed now.
+    attempt, text = newest_attempt(text, path.stem)
+    result = diagnose_text(text, slurm_state, exit_code)
+    _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
+    _add_node_loss(result, run_dir, path.stem, attempt)
+    if attempt is not None:
+        result.attempt = attempt
+        result.summary = f"{attempt['label']}: {result.summary}"
     return result
 
 
-def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str) -> None:
+_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)")
+_STEP_RESTART = re.compile(r"^slurmctl: training exited with code -?\d+; the allocation is healthy: restarting it")
+
+
+def newest_attempt(text: str, job_id: str) -> tuple[dict | None, str]:
+    """The newest attempt of a job's log (runtime.attempt writes a header for each; a step restarted in
+    the allocation starts after its 'restarting it here' line) and a description of which it is."""
+    lines = text.splitlines()
+    starts = [(i, int(m[1])) for i, line in enumerate(lines) if (m := _ATTEMPT_HEADER.match(line))]
+    if not starts:
+        return None, text
+    begin, number = starts[-1]
+    restarts = [i for i in range(begin, len(lines)) if _STEP_RESTART.match(lines[i])]
+    if restarts:
+        begin = restarts[-1] + 1
+    # attempts are numbered by Slurm's restart count (0 = the first), as `slurmctl logs --attempt` takes them
+    label = f"Read the newest attempt of job {job_id} (restart count {number}, attempt {len(starts)} in this log"
+    if restarts:
+        label += f", after {len(restarts)} restart(s) of the training inside the allocation"
+    label += ")" if len(starts) == 1 else f"; `slurmctl logs RUN --attempt {starts[0][1]}` shows the first)"
+    return ({"number": number, "of": len(starts), "job_id": job_id, "restarts_in_allocation": len(restarts),
+             "label": label}, "\n".join(lines[begin:]))
+
+
+def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None) -> None:
     """A node of this job's allocation lost (runtime.attempt's probe after the step failed): that is the
     cause, whatever the survivors' logs say (their collectives fail once a peer is gone)."""
     from slurmctl import rundir
     from slurmctl.fsutil import read_jsonl
 
     lost = [e for e in read_jsonl(run_dir / rundir.ATTEMPTS)
-            if e.get("event") == "node-lost" and str(e.get("job_id")) == job_id]
+            if e.get("event") == "node-lost" and str(e.get("job_id")) == job_id
+            and (attempt is None or e.get("restart_count") in (None, attempt["number"]))]
     if not lost:
         return
     last = lost[-1]

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.observe.diagnose import diagnose_file, watchdog_report
+from slurmctl.observe.diagnose import diagnose_file, one_line_why, watchdog_report
 from slurmctl.observe.explain import explain_reason, explain_state
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
@@ -214,6 +214,9 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
         if job.state in FAILED_STATES:
             status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
+            if status.diagnosis.get("failing_exit"):  # srun's 143/137 or the shutdown's 15 says only who was last
+                status.details.append(f"The failing rank ended with {status.diagnosis['failing_exit']}.")
+            status.why = status.why or one_line_why(status.diagnosis)
         if spec is not None and site is not None and status.elapsed_seconds:
             prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
             if prices:
