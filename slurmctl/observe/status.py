@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.observe.diagnose import diagnose_file, one_line_why, watchdog_report
-from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
     checkpoint_failure,
@@ -322,6 +322,11 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"
+        if quota.never_fits:  # no running job's end makes room: say so, with the limit and the fix
+            expl = explain_beyond_limit(quota.request, quota.limit, quota.unit, f"{quota.field} of {quota.scope} "
+                                        f"{quota.holder}")
+            status.headline, status.why, status.reason_kind = f"Blocked: {expl.headline}", expl.headline, expl.kind
+            status.action = expl.action
     return status
 
 
