@@ -345,7 +345,7 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
                         r"exited with (?:exit )?code (-?\d+)|exitcode\s*:\s*(-?\d+)|^(?:.*\s)?(Killed|Aborted|"
                         r"Segmentation fault|Bus error)(?: \(core dumped\))?(?:\s+\S.*)?$|signal: (\w+)",
                         re.IGNORECASE)
-_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?Killed(?:\s+.*)?$")
+_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?Killed(?:\s+.*)?$|^srun: error: \S+: tasks? [\d,-]+: Killed$")
 _SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
 _KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
@@ -587,21 +587,27 @@ def _where_to_look(reading: LogReading) -> str:
     return "the log shows no traceback: rerun with the full output of every rank (`slurmctl logs RUN --rank N`)"
 
 
-def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading) -> str:
+def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slurm_state: str = "") -> str:
     summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
+    killed = bool(root and root.get("signal") == "SIGKILL") or (reading.bare_kill is not None
+                                                                and not reading.exception)
     if root and root.get("rank") is not None:
         how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
-        if root.get("signal") == "SIGKILL":
-            how = "SIGKILL (often the out-of-memory killer; `slurmctl status RUN` shows memory)"
-        elif root.get("signal"):
+        if root.get("signal"):
             how = root["signal"]
         summary += f"; torchrun reports rank {root['rank']} failed first, with {how}"
-    elif reading.bare_kill is not None and not reading.exception:
+    if killed:
         summary += ("; the process was killed without a message (SIGKILL from outside the program"
-                    + (", after normal training progress" if reading.last_progress is not None else "")
-                    + "): most often the kernel's out-of-memory killer, but the log does not say so: look at "
-                    "Slurm's record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory "
-                    "peak) or the node's kernel log before calling it host OOM")
+                    + (", after normal training progress" if reading.last_progress is not None else "") + ")")
+        if slurm_state:
+            # Slurm's verdict is the record: OUT_OF_MEMORY would have been named host_oom before this point
+            summary += (f": Slurm recorded {slurm_state.split(' ')[0]}, not OUT_OF_MEMORY, so the job's memory limit "
+                        "did not kill it; look for who sent SIGKILL (the node's kernel log for the system OOM "
+                        "killer, a watchdog, a `kill -9`)")
+        else:
+            summary += (": often the kernel's out-of-memory killer, but the log does not say so: look at Slurm's "
+                        "record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory peak) "
+                        "or the node's kernel log before calling it host OOM")
     if any("memory limit at some point" in line for line in reading.slurm):
         summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
                     "swapped, nothing was killed for it): if the job failed, memory is the first suspect "
@@ -695,7 +701,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
-            "unknown", _unknown_summary(exit_code, root, reading), last_traceback(lines),
+            "unknown", _unknown_summary(exit_code, root, reading, slurm_state), last_traceback(lines),
             "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks.",
             rank=reading.root_rank, source="none", extra=extra)
     found = sorted({i for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx})

@@ -136,7 +136,11 @@ def test_launcher_reports_a_sigkill():
            "  traceback : Signal 9 (SIGKILL) received by PID 14750\n")
     result = diagnose_text(log)
     assert result.category == "unknown" and result.rank == 5
-    assert "SIGKILL (often the out-of-memory killer" in result.summary
+    assert "with SIGKILL" in result.summary and "killed without a message" in result.summary
+    assert "often the kernel's out-of-memory killer, but the log does not say so" in result.summary
+    # reading a run, Slurm's record decides: FAILED (not OUT_OF_MEMORY) means the memory limit did not kill it
+    failed = diagnose_text(log, slurm_state="FAILED", exit_code="1:0")
+    assert failed.category == "unknown" and "Slurm recorded FAILED, not OUT_OF_MEMORY" in failed.summary
 
 
 def test_slurm_cgroup_oom_is_named_as_such():
