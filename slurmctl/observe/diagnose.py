@@ -125,6 +125,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
          r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
          r"no userspace device-specific driver found|"
+         r"(?:Error while creating|Unable to allocate|failed to create) shared memory segment /dev/shm|"
          r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
          r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
          "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
@@ -142,7 +143,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
-         r"Unable to allocate [\d.]+ [KMGT]i?B for an array",
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
@@ -157,7 +158,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
-    _sig("disk_full", r"PytorchStreamWriter failed writing file",
+    _sig("disk_full", r"PytorchStreamWriter failed writing file|inline_container\.cc.{0,40}unexpected pos \d+ vs",
          "Writing a checkpoint failed part-way (torch.save's 'file write failed'): almost always a full disk or "
          "quota where it saves.",
          "Check free space and your quota where checkpoints go (`df -h`, `quota`), free space or lower "
@@ -177,7 +178,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
-         r"in the checkpoint but \S+ in the model",
+         r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
+         r"checkpoint being loaded used a DP world size of \d+ but the current world size",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -199,7 +201,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
          r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
          r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
-         r"Unable to find available GPUs: requested=\d+, available=0",
+         r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -214,7 +216,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
          # TensorFlow probing for optional GPU libraries: a warning it survives by running on the CPU
-         unless=r"Could not load dynamic library|dso_loader"),
+         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\("),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -307,21 +309,27 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # torch >= 2.4 prefixes every line a rank writes with "[rankN]:", and a rank that re-logs its own output
 # doubles it ("[rank0]:[rank0]: ..."); some log collectors put the process id in front ("[80746] [rank0]:").
 _PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
+# Ray puts the worker in front of each line it forwards: "(RayWorker pid=123, ip=10.0.0.2) ...", SkyPilot
+# "(head, rank=0, pid=4773) ...".
+_RAY_PREFIX = re.compile(r"^\s*\([^()]*\bpid=\d+[^()]*\)\s?")
+_RAY_RANK = re.compile(r"\brank=(\d+)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
 # A C++ exception that ended the process: "terminate called after throwing ..." then "  what():  <message>".
 _WHAT_LINE = re.compile(r"^\s*what\(\):\s+(.*)")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (\S+))?')
-_ANY_FRAME = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\S+))?')
+_ANY_FRAME = re.compile(r'(?:File ")?([^"\s]+\.py)", line (\d+)(?:, in (\S+))?')
 # An exception pasted on one line with its frame ('File "u.py", line 3, in f x = y[0] IndexError: ...').
 _INLINE_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.*)$")
-# Where a data set's samples are read and batched: an index or key error raised there is the data's.
+# Where a data set's samples are read and batched (a Dataset's __getitem__, a collate, the data loader's
+# _next_data every worker's error passes through): an index, key or value error raised there is the data's.
 _DATA_CODE = re.compile(r"__getitem__|getitem|pull_item|collate|annotation|get_random_data|load_data|read_data|"
-                        r"get_batch|_next_data|prepare_(?:train|test)_img|get_ann_info|load_image|/datasets?/|/data/|"
+                        r"get_batch|_next_data|prepare_(?:train|test)_img|get_ann_info|load_image|/datasets?/|"
                         r"dataset\w*\.py|data_?loader\w*\.py", re.IGNORECASE)
-_DATA_ERRORS = ("IndexError", "KeyError")
+_DATA_ERRORS = ("IndexError", "KeyError", "ValueError", "AssertionError", "NotImplementedError", "TypeError")
 # Where arguments and configuration are parsed and checked: a ValueError/KeyError raised there is a bad setting.
 _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/omegaconf/|/hydra/|"
-                          r"parse_args|__post_init__|config(?:uration)?(?:_\w+)?\.py", re.IGNORECASE)
+                          r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
+                          re.IGNORECASE)
 _CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
 # Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
@@ -392,6 +400,10 @@ def clean_line(line: str) -> tuple[str, int | None]:
     """Strip ANSI codes and launcher rank prefixes (repeated ones too); return (text, rank or None)."""
     text = _ANSI.sub("", line).rstrip()
     rank = None
+    if m := _RAY_PREFIX.match(text):
+        found = _RAY_RANK.search(m[0])
+        rank = int(found[1]) if found else None
+        text = text[m.end():]
     while m := _PREFIX.match(text):
         rank = int(m.group(1) or m.group(2)) if rank is None else rank
         text = text[m.end():]
@@ -472,6 +484,7 @@ class LogReading:
     user_frame: str | None = None  # 'file:line in func' of the deepest frame outside installed libraries
     library_frame: str | None = None  # the frame that raised, when it is in a library
     raising_frame: str | None = None  # the deepest frame of the root traceback, library or not
+    frames: list[str] = field(default_factory=list)  # every frame of the root traceback, outermost first
     exit: str | None = None  # the failing rank's exit code or signal, in words
     nccl_warn: list[str] = field(default_factory=list)
     slurm: list[str] = field(default_factory=list)
@@ -535,6 +548,7 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         r.user_frame = _frame_text(users[-1]) if users else None
         r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
         r.raising_frame = _frame_text(frames[-1]) if frames else None
+        r.frames = [_frame_text(m) for m in frames]
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
     if r.exception is None:  # no traceback header posted: the first exception or C++ what() line
@@ -556,6 +570,7 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
         r.user_frame = r.user_frame or (_frame_text(users[-1]) if users else None)
         r.raising_frame = _frame_text(frames[-1]) if frames else None
+        r.frames = [_frame_text(m) for m in frames]
     if root and (root.get("signal") or root.get("exitcode") is not None):
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
                   else f"exit code {root['exitcode']}")
@@ -570,8 +585,8 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
 
 
 def _raised_by_data_code(reading: LogReading) -> bool:
-    return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_DATA_ERRORS)
-                and _DATA_CODE.search(reading.raising_frame))
+    return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS)
+                and any(_DATA_CODE.search(frame) for frame in reading.frames))
 
 
 def _raised_by_config_code(reading: LogReading) -> bool:
@@ -682,6 +697,14 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         return _success("The training finished (it said so) before anything failed: what came after its last step "
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
+    if sig is None and _raised_by_config_code(reading):
+        return Diagnosis(
+            "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
+            f"(at {reading.raising_frame}).",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
+            "file, and compare with the script's --help / the framework version the script was written for.",
+            rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_by_data_code(reading):
         return Diagnosis(
             "data_shape", f"An {reading.exception.split(':')[0]} was raised while reading or batching the data "
@@ -690,14 +713,6 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Find the sample that fails (print the index in the dataset's __getitem__ / the annotation it reads): "
             "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
             "causes; filter or fix them in the data set.",
-            rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _raised_by_config_code(reading):
-        return Diagnosis(
-            "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
-            f"(at {reading.raising_frame}).",
-            [reading.exception, f"raised at {reading.raising_frame}"],
-            "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
-            "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(

@@ -43,13 +43,15 @@ def test_accuracy_floor_and_few_confident_mistakes(split, floor):
 
 
 def test_first_sight_records_match_the_corpus_labels():
-    """Every blind batch scored at first sight is in the corpus under the collector's own label, and the
-    headline is computed from the frozen first-sight verdicts, not from today's rules."""
+    """A blind batch, once studied and added to the corpus, keeps the collector's own label for every case
+    (a batch just scored at first sight is not in it yet), and the headline is computed from the frozen
+    first-sight verdicts, not from today's rules."""
     records = diagnose_corpus.first_sight_records()
     by_id = {c["id"]: c for c in INDEX}
     for record in records:
-        for case in record["cases"]:
-            assert case["id"] in by_id, (record["batch"], case["id"])
+        added = [case for case in record["cases"] if case["id"] in by_id]
+        assert not added or len(added) == len(record["cases"]), (record["batch"], "added in part")
+        for case in added:
             assert by_id[case["id"]]["category"] == case["category"], case
             assert by_id[case["id"]]["batch"] == record["batch"], case
             assert case["first_sight"] in CATEGORIES, case
