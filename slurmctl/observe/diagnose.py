@@ -67,7 +67,8 @@ _HOST_OOM_HINT = ("Use fewer data-loader workers or smaller prefetch, avoid load
 SIGNATURES: tuple[Signature, ...] = (
     _sig("gpu_hardware",
          r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
-         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error|Unable to determine the device handle for GPU",
+         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error|Unable to determine the device handle for GPU|"
+         r"CUDA error: (?:an )?ECC error|row remapping failure",
          "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
          "Resubmit (the platform drains the node); resume from the last checkpoint. "
          "Tell the platform team the node name."),
@@ -101,7 +102,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
-         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR",
+         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR|"
+         r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
          "A CUDA kernel touched memory it should not (illegal access or a device-side assert).",
          "Rerun on a small config with CUDA_LAUNCH_BLOCKING=1 to find the op; check indices/labels are in range "
          "and custom kernels/extensions match this torch version."),
@@ -109,7 +111,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
          r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
-         r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed",
+         r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
+         r"cudaMalloc.{0,40}out of memory",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
@@ -143,7 +146,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
-         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory",
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
@@ -154,7 +157,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom", r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
          "A data-loader worker process died without a Python error: it was almost certainly killed for memory "
          "(host RAM or /dev/shm).", _HOST_OOM_HINT + " Set num_workers=0 once to see the worker's own error."),
-    _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull",
+    _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
+         r"not enough (?:free )?disk space|insufficient disk space",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
@@ -179,7 +183,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
          r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
-         r"checkpoint being loaded used a DP world size of \d+ but the current world size",
+         r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
+         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -201,17 +206,24 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
          r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
          r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
-         r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found",
+         r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found|"
+         r"\bNo (?:CUDA )?GPUs? (?:is |are )?(?:available|found|detected)|device_count\(\) (?:is|returned|==) 0|"
+         r"Unable to initialize backend 'cuda'",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
          "it; run one process per allocated GPU; use a CUDA build of torch (`python -c 'import torch; "
-         "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through."),
+         "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through.",
+         # a program that says so and carries on without a GPU did not fail for it
+         unless=r"(?:using|use|running on|run on|fall(?:ing)? back to) (?:the )?CPU"),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
          r"Error locating target '|is not in the \w+ registry|GLIBCXX_\S+' not found|DLL load failed|"
          r"CUDA Setup failed despite GPU being available|"
-         r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found",
+         r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
+         r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
+         r"requires the \S+ library but it was not found in your environment|Error building extension|"
+         r"ninja: build stopped: subcommand failed",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
@@ -226,8 +238,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
          r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
          r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config|"
-         r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|yaml\.(?:scanner|parser)\.\w+Error|"
+         r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
+         r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
+         r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
          r"Invalid generic resource \(gres\) specification|Invalid partition name specified",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
@@ -238,7 +252,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("data_shape",
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
          r"Unable to create tensor, you should probably activate truncation and/or padding|"
-         r"default_collate: batch must contain|too many dimensions 'str'",
+         r"default_collate: batch must contain|too many dimensions 'str'|"
+         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
          "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
          "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
@@ -251,7 +266,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
          r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
          r"Dimension out of range|index \d+ is out of bounds for (?:axis|dimension)|"
-         r"num_samples should be a positive integer value, but got num_samples=0",
+         r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
+         r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
+         r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
+         r"is incompatible with the layer: expected",
          "Tensor shapes do not match (data and model config disagree).",
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
@@ -260,7 +278,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
-         r"grad_norm['\"]?\s*[:=]\s*nan\b",
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
@@ -276,7 +294,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
          r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
          r"Address already in use|Timed out initializing process group in store based barrier|"
-         r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out",
+         r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out|"
+         r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node)."),
