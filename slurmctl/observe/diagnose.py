@@ -350,6 +350,12 @@ _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/ome
                           r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
                           re.IGNORECASE)
 _CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
+# Where a checkpoint is loaded into the model: a key, shape or size complaint raised there is a checkpoint that
+# does not fit (a corrupt file has its own signatures above).
+_CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state_dict|load_model|resume|"
+                              r"from_pretrained|checkpoint\w*\.py|/checkpoint(?:ing)?/", re.IGNORECASE)
+_CHECKPOINT_ERRORS = ("KeyError", "RuntimeError", "ValueError", "AssertionError")
+_CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpected|world size", re.IGNORECASE)
 # Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
 # A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
@@ -603,6 +609,12 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
     return r
 
 
+def _raised_loading_a_checkpoint(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.exception.startswith(_CHECKPOINT_ERRORS)
+                and (reading.exception.startswith("KeyError") or _CHECKPOINT_WORDS.search(reading.exception))
+                and any(_CHECKPOINT_CODE.search(frame) for frame in reading.frames[-3:]))
+
+
 def _raised_by_data_code(reading: LogReading) -> bool:
     return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS)
                 and any(_DATA_CODE.search(frame) for frame in reading.frames))
@@ -723,6 +735,19 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             [reading.exception, f"raised at {reading.raising_frame}"],
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and _raised_loading_a_checkpoint(reading):
+        return Diagnosis(
+            "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "
+            "or shapes are not the model's.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            SIGNATURES[_CATEGORY_RANK["checkpoint_mismatch"]].hint,
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and reading.nccl_warn and reading.failure_markers:
+        # NCCL said what went wrong in its own words before the job failed: the NCCL failure is the lead
+        return Diagnosis(
+            "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
+            f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], _NCCL_HINT,
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_by_data_code(reading):
         return Diagnosis(

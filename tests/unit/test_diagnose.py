@@ -270,3 +270,25 @@ def test_diagnose_run_reads_the_newest_attempt(tmp_path):
     assert result.category == "cuda_oom"
     assert result.attempt["number"] == 1 and result.attempt["of"] == 2
     assert result.summary.startswith("Read the newest attempt of job 55 (restart count 1")
+
+
+def test_structure_decides_when_no_wording_is_known():
+    checkpoint = ("Traceback (most recent call last):\n"
+                  '  File "/home/a/train.py", line 80, in <module>\n    trainer.resume(path)\n'
+                  '  File "/home/a/lib/trainer.py", line 210, in load_checkpoint\n    w = state["model"]["embed"]\n'
+                  "KeyError: 'embed'\n")
+    assert diagnose_text(checkpoint).category == "checkpoint_mismatch"
+    config = ("Traceback (most recent call last):\n"
+              '  File "/opt/megatron/training/arguments.py", line 561, in validate_args\n    assert n % pp == 0\n'
+              "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size\n")
+    assert diagnose_text(config).category == "missing_config"
+    data = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 733, in _next_data\n'
+            '    data = self._dataset_fetcher.fetch(index)\n'
+            '  File "/home/a/data/rl_dataset.py", line 191, in __getitem__\n    ids = tokenize(prompt)\n'
+            "ValueError: sequence_length=1081 is larger than max_length=1024\n")
+    assert diagnose_text(data).category == "data_shape"
+    nccl = ("n1:12:34 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0\n"
+            "RuntimeError: something went wrong\n")
+    assert diagnose_text(nccl).category == "nccl_error"
+    assert diagnose_text("n1:12:34 [0] NCCL WARN Could not find NET with id 0\nstep 5 loss 1.2\n").category == "unknown"
