@@ -515,6 +515,7 @@ class LogReading:
     slurm: list[str] = field(default_factory=list)
     kernel: list[str] = field(default_factory=list)
     noise: set[int] = field(default_factory=set)  # launcher shutdown lines: never evidence
+    code: set[int] = field(default_factory=set)  # source lines a traceback quotes under a frame: shown last
     first_progress: int | None = None
     last_progress: int | None = None
     finished: int | None = None  # the training said it finished
@@ -539,6 +540,8 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         if _LAUNCHER_NOISE.search(line):
             r.noise.add(i)
             continue
+        if i and _FRAME.match(lines[i - 1]) and not _FRAME.match(line) and not _EXCEPTION_LINE.match(line):
+            r.code.add(i)
         if _PROGRESS.search(line):
             r.first_progress = i if r.first_progress is None else r.first_progress
             r.last_progress = i
@@ -623,6 +626,32 @@ def _raised_by_data_code(reading: LogReading) -> bool:
 def _raised_by_config_code(reading: LogReading) -> bool:
     return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
                 and _CONFIG_CODE.search(reading.raising_frame))
+
+
+def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
+    """The rank's own traceback; without one (a kill, a signal), what the log does say: the last training
+    progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
+    blocks = [b for _, b in _traceback_blocks(lines) if not _is_launcher_block(b)]
+    if blocks or reading.exception:
+        return last_traceback(lines)
+    said = [lines[reading.last_progress].strip()] if reading.last_progress is not None else []
+    for i, line in enumerate(lines):
+        if _ROOT_CAUSE.search(line):
+            said += [f.strip() for f in lines[i + 1:i + 10] if _ROOT_FIELD.match(f)]
+    said += reading.slurm + reading.kernel
+    if reading.bare_kill is not None:
+        said.append(lines[reading.bare_kill].strip())
+    return list(dict.fromkeys(said))[:10] or last_traceback(lines)
+
+
+def _unknown_hint(reading: LogReading, root: dict | None) -> str:
+    if reading.exception:
+        return "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks."
+    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None:
+        return ("Compare the memory peak with the limit (`slurmctl status RUN`; `sacct -j JOB -o State,MaxRSS,ReqMem`) "
+                "and ask the platform team for the node's kernel log at that time; if it was memory, use fewer "
+                "data-loader workers or ask for more memory per node.")
+    return "The log shows no error of its own: read every rank's output with `slurmctl logs RUN --rank all`."
 
 
 def _where_to_look(reading: LogReading) -> str:
@@ -760,12 +789,13 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
-            "unknown", _unknown_summary(exit_code, root, reading, slurm_state), last_traceback(lines),
-            "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks.",
+            "unknown", _unknown_summary(exit_code, root, reading, slurm_state), _unknown_evidence(lines, reading),
+            _unknown_hint(reading, root),
             rank=reading.root_rank, source="none", extra=extra)
     found = sorted({i for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx})
-    if root and root.get("rank") is not None:  # the launcher's first failure leads the evidence
-        found.sort(key=lambda i: cleaned[i][1] != root["rank"])
+    # the message itself before the source line that raised it; the launcher's first failure leads
+    found.sort(key=lambda i: (bool(root and root.get("rank") is not None and cleaned[i][1] != root["rank"]),
+                              i in reading.code))
     evidence: list[str] = []
     rank = None
     for i in found:
@@ -814,7 +844,7 @@ def newest_attempt(text: str, job_id: str) -> tuple[dict | None, str]:
     if restarts:
         begin = restarts[-1] + 1
     # attempts are numbered by Slurm's restart count (0 = the first), as `slurmctl logs --attempt` takes them
-    label = f"Read the newest attempt of job {job_id} (restart count {number}, attempt {len(starts)} in this log"
+    label = f"Job {job_id}, attempt {len(starts)} of {len(starts)} (the newest; restart count {number}"
     if restarts:
         label += f", after {len(restarts)} restart(s) of the training inside the allocation"
     label += ")" if len(starts) == 1 else f"; `slurmctl logs RUN --attempt {starts[0][1]}` shows the first)"

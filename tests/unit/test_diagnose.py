@@ -269,7 +269,7 @@ def test_diagnose_run_reads_the_newest_attempt(tmp_path):
     result = diagnose_file(log, "FAILED", "1:0")
     assert result.category == "cuda_oom"
     assert result.attempt["number"] == 1 and result.attempt["of"] == 2
-    assert result.summary.startswith("Read the newest attempt of job 55 (restart count 1")
+    assert result.summary.startswith("Job 55, attempt 2 of 2 (the newest; restart count 1")
 
 
 def test_structure_decides_when_no_wording_is_known():
