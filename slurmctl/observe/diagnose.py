@@ -1,15 +1,20 @@
 """Name the cause of a failed attempt from the tail of its log and Slurm's own verdict.
 
 Real logs are messy: ranks interleave, lines carry timestamps, ANSI colours and launcher prefixes
-(``[rank3]:``, srun ``--label``'s ``3:``, torchrun ``[default3]:``), and the root cause is often
-buried under the launcher's own traceback. We strip the decoration, look for known signatures in
-a fixed priority (root causes before their consequences: one rank's CUDA OOM makes every other
-rank's NCCL watchdog time out), and fall back to ``unknown`` plus the last traceback rather than
-guess. A category may have several signatures, each with its own words (Slurm's cgroup OOM kill and
-a data-loader worker out of shared memory are both ``host_oom``). torchrun's ChildFailedError report
-only says that a rank died: its traceback is never the evidence, and its "Root Cause" section gives
-the rank, exit code and signal. The category vocabulary is a public contract (``slurmctl diagnose
---json``); the rules are scored on real logs from public issue threads by
+(``[rank3]:``, srun ``--label``'s ``3:``, torchrun ``[default3]:``, Ray's ``(pid=…)``), and the root cause is
+often buried under the launcher's own traceback. ``read_log`` first reads the log's structure: the rank that
+failed first (torchrun's "Root Cause" summary, else the first rank's own traceback), its exception line, the
+frame in the user's code and the frame that raised it, the failing rank's exit code or signal, NCCL WARN,
+slurmstepd/srun and kernel lines, training progress and a training that said it finished. Launcher shutdown
+noise (torchrun's "failed to shutdown the rendezvous", a store that closed after training steps ran) is never
+evidence. The category is then decided from that structure: known wordings in a fixed priority (root causes
+before their consequences: one rank's CUDA OOM makes every other rank's NCCL watchdog time out), then where
+the root error was raised (loading a checkpoint, parsing arguments, reading the data), else ``unknown`` with
+the root error, its rank, the user's frame and where to look: a wrong category costs more than none. A job
+Slurm recorded COMPLETED with exit code 0, or a training that finished before what failed, is ``success``.
+
+The category vocabulary is a public contract (``slurmctl diagnose --json``). The rules are scored at first
+sight on blind batches of real logs from public issue threads, then kept as a regression corpus, by
 ``benchmarks/diagnose_corpus.py`` (tests/fixtures/diagnose_corpus/).
 
 What the progress watchdog (slurmctl.runtime.watchdog) did is read from ``<run dir>/watchdog/``: its
