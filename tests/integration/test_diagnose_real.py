@@ -113,11 +113,11 @@ def test_failures_provoked_on_cpu_are_named(workdir, category):
         diagnosed = slurmctl_json("diagnose", run_id)
         assert diagnosed["category"] == category, diagnosed
         assert any(evidence in line for line in diagnosed["evidence"]), diagnosed
-    finally:
-        slurmctl("cancel", run_id, check=False)
         assert diagnosed["source"] == "log", diagnosed
         human = slurmctl("diagnose", run_id).stdout
         assert f"Cause: {category}" in human, human
+    finally:
+        slurmctl("cancel", run_id, check=False)
 
 
 KILLED = """\
