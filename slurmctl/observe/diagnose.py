@@ -822,39 +822,59 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
     run_dir = path.parent.parent
     if not (path.parent.name == "logs" and (run_dir / "run.json").is_file()):
         return diagnose_text(text, slurm_state, exit_code)
-    # A run's log holds every attempt of the job, appended: the newest one is what failed now.
-    attempt, text = newest_attempt(text, path.stem)
-    result = diagnose_text(text, slurm_state, exit_code)
-    _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
-    _add_node_loss(result, run_dir, path.stem, attempt)
-    if attempt is not None:
-        result.attempt = attempt
-        result.summary = f"{attempt['label']}: {result.summary}"
+    # A run's log holds every attempt of the job, appended. The newest attempt is read first; while it runs
+    # (or shows no failure), the newest attempt that failed is what explains the run.
+    attempts = attempts_newest_first(text, path.stem)
+    if not attempts:
+        result = diagnose_text(text, slurm_state, exit_code)
+        _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
+        _add_node_loss(result, run_dir, path.stem)
+        return result
+    chosen = None
+    for n, (attempt, part) in enumerate(attempts):
+        # Slurm's state and exit code are the newest attempt's
+        result = diagnose_text(part, slurm_state, exit_code) if n == 0 else diagnose_text(part)
+        _add_node_loss(result, run_dir, path.stem, attempt)
+        if chosen is None:
+            chosen = (attempt, part, result)
+        if result.category != "unknown" or result.error_line or result.failing_exit \
+                or slurm_state.split(" ")[0].upper() in _ENDED_BADLY:
+            chosen = (attempt, part, result)
+            break
+    attempt, part, result = chosen
+    _add_watchdog(result, watchdog_report(run_dir, path.stem), part)
+    result.attempt = attempt
+    result.summary = f"{result.summary.rstrip()} ({attempt['label']}.)"
     return result
 
 
+# Slurm states of a job whose newest attempt itself failed: it is what `diagnose` explains, even when its
+# log says nothing (an older attempt's preemption must not stand in for it).
+_ENDED_BADLY = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"}
 _ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)")
 _STEP_RESTART = re.compile(r"^slurmctl: training exited with code -?\d+; the allocation is healthy: restarting it")
 
 
-def newest_attempt(text: str, job_id: str) -> tuple[dict | None, str]:
-    """The newest attempt of a job's log (runtime.attempt writes a header for each; a step restarted in
-    the allocation starts after its 'restarting it here' line) and a description of which it is."""
+def attempts_newest_first(text: str, job_id: str) -> list[tuple[dict, str]]:
+    """Each attempt of a job's log, newest first, with a description of which it is (runtime.attempt writes a
+    header per attempt; a training restarted inside the allocation starts after its 'restarting it here' line,
+    and only its newest run is the attempt's own)."""
     lines = text.splitlines()
     starts = [(i, int(m[1])) for i, line in enumerate(lines) if (m := _ATTEMPT_HEADER.match(line))]
-    if not starts:
-        return None, text
-    begin, number = starts[-1]
-    restarts = [i for i in range(begin, len(lines)) if _STEP_RESTART.match(lines[i])]
-    if restarts:
-        begin = restarts[-1] + 1
-    # attempts are numbered by Slurm's restart count (0 = the first), as `slurmctl logs --attempt` takes them
-    label = f"Job {job_id}, attempt {len(starts)} of {len(starts)} (the newest; restart count {number}"
-    if restarts:
-        label += f", after {len(restarts)} restart(s) of the training inside the allocation"
-    label += ")" if len(starts) == 1 else f"; `slurmctl logs RUN --attempt {starts[0][1]}` shows the first)"
-    return ({"number": number, "of": len(starts), "job_id": job_id, "restarts_in_allocation": len(restarts),
-             "label": label}, "\n".join(lines[begin:]))
+    found = []
+    for k, (begin, number) in enumerate(starts):
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(lines)
+        restarts = [i for i in range(begin, end) if _STEP_RESTART.match(lines[i])]
+        # attempts are numbered by Slurm's restart count (0 = the first), as `slurmctl logs --attempt` takes them
+        label = (f"read from job {job_id}'s attempt {k + 1} of {len(starts)}"
+                 + (", the newest" if k + 1 == len(starts) else ", the newest that failed")
+                 + f"; restart count {number}, `slurmctl logs RUN --attempt {number}`")
+        if restarts:
+            label += f"; after {len(restarts)} restart(s) of the training inside the allocation"
+        found.append(({"number": number, "index": k + 1, "of": len(starts), "job_id": job_id,
+                       "restarts_in_allocation": len(restarts), "label": label},
+                      "\n".join(lines[(restarts[-1] + 1) if restarts else begin:end])))
+    return found[::-1]
 
 
 def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None) -> None:

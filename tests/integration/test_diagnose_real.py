@@ -142,7 +142,7 @@ def test_a_kill_without_a_message_is_read_against_slurms_record(workdir):
         assert "killed without a message" in diagnosed["summary"], diagnosed
         assert "not OUT_OF_MEMORY" in diagnosed["summary"] and "SIGKILL" in diagnosed["summary"], diagnosed
         assert "after normal training progress" in diagnosed["summary"], diagnosed
-        assert diagnosed["attempt"]["number"] == 0 and "attempt 1 of 1 (the newest" in diagnosed["summary"], diagnosed
+        assert diagnosed["attempt"]["number"] == 0 and "attempt 1 of 1, the newest" in diagnosed["summary"], diagnosed
     finally:
         slurmctl("cancel", run_id, check=False)
 

@@ -269,7 +269,16 @@ def test_diagnose_run_reads_the_newest_attempt(tmp_path):
     result = diagnose_file(log, "FAILED", "1:0")
     assert result.category == "cuda_oom"
     assert result.attempt["number"] == 1 and result.attempt["of"] == 2
-    assert result.summary.startswith("Job 55, attempt 2 of 2 (the newest; restart count 1")
+    assert "(read from job 55's attempt 2 of 2, the newest; restart count 1" in result.summary
+    # while the newest attempt runs, the newest attempt that failed explains the run (and says so)
+    running = diagnose_file(log, "RUNNING", "")
+    assert running.category == "cuda_oom" and running.attempt["index"] == 2
+    log.write_text(log.read_text() + "slurmctl: attempt 2 of job 55 starting on n3\nstep 11 loss 1.9\n")
+    running = diagnose_file(log, "RUNNING", "")
+    assert running.category == "cuda_oom" and running.attempt["index"] == 2 and running.attempt["of"] == 3
+    assert "the newest that failed" in running.summary
+    # a newest attempt that failed without a word is still the one explained, not the older preemption
+    assert diagnose_file(log, "FAILED", "0:9").category == "unknown"
 
 
 def test_structure_decides_when_no_wording_is_known():
