@@ -1,11 +1,20 @@
-"""Score `slurmctl diagnose` on the corpus of real failure logs (tests/fixtures/diagnose_corpus/).
+"""Score `slurmctl diagnose` on real failure logs from public issue threads.
 
-Each case is a log tail copied from a public issue thread (index.json names the URL and the category a
-human gives it). The corpus is split once, by source repository, into `tune` (rules may be fitted to
-it) and `heldout` (never used to write rules). A wrong specific category is counted separately from
-`unknown`: naming the wrong cause is worse than saying "don't know" and showing the traceback.
+The headline is FIRST SIGHT: each blind batch of new cases (collected by someone who has not read the
+rules, labelled by what the thread concluded) is scored by the rules of that moment, before anyone reads
+its logs or changes a rule. Those verdicts are frozen in benchmarks/results/diagnose_firstsight_<batch>.json
+(written by `--batch DIR`) and summed here over all batches; they are the honest estimate of how the rules
+do on logs nobody tuned them on.
 
-    .venv/bin/python benchmarks/diagnose_corpus.py [--split tune|heldout|all] [--cases]
+The corpus (tests/fixtures/diagnose_corpus/) is a regression guard only: split once by source repository
+into `tune` (rules may be fitted to it) and `heldout`. A wrong specific category is counted apart from
+`unknown`: naming the wrong cause is worse than saying "don't know" and showing the root error.
+A case labelled `success` (the job did not fail of its training) is right when no failure is named.
+
+    .venv/bin/python benchmarks/diagnose_corpus.py                   first-sight cumulative + corpus splits
+    .venv/bin/python benchmarks/diagnose_corpus.py --batch DIR       score a new batch at first sight
+    .venv/bin/python benchmarks/diagnose_corpus.py --batch DIR --after   rescore it after rule changes
+    .venv/bin/python benchmarks/diagnose_corpus.py --split tune --cases
 """
 
 from __future__ import annotations
@@ -13,12 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from slurmctl.observe.diagnose import diagnose_text
 
-CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "diagnose_corpus"
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "fixtures" / "diagnose_corpus"
+RESULTS = ROOT / "benchmarks" / "results"
+NOT_A_FAILURE = {"unknown", "success"}  # verdicts that name no failure category
 
 
 def load(split: str = "all") -> list[dict]:
@@ -26,46 +39,152 @@ def load(split: str = "all") -> list[dict]:
     return [c for c in cases if split == "all" or c["split"] == split]
 
 
-def score(cases: list[dict]) -> dict:
-    """correct, confidently wrong (a specific category that is not the label), unknown where a cause exists."""
+def is_correct(label: str, said: str) -> bool:
+    return said == label or (label == "success" and said in NOT_A_FAILURE)
+
+
+def is_confidently_wrong(label: str, said: str) -> bool:
+    """A named cause that is not the label: a failure category, or `success` for a real failure."""
+    return not is_correct(label, said) and said != "unknown"
+
+
+def tally(rows: list[tuple[str, str]]) -> dict:
+    """rows: (label, said). correct, confidently wrong, unknown although a cause is known."""
+    return {"n": len(rows), "correct": sum(is_correct(a, b) for a, b in rows),
+            "confident_wrong": sum(is_confidently_wrong(a, b) for a, b in rows),
+            "unknown_missed": sum(b == "unknown" and a not in NOT_A_FAILURE for a, b in rows)}
+
+
+def score(cases: list[dict], folder: Path = CORPUS) -> dict:
     rows = []
     for case in cases:
-        text = (CORPUS / f"{case['id']}.log").read_text(encoding="utf-8")
-        got = diagnose_text(text).category
-        rows.append((case, got))
-    correct = sum(got == c["category"] for c, got in rows)
-    wrong = sum(got != c["category"] and got != "unknown" for c, got in rows)
-    missed = sum(got == "unknown" and c["category"] != "unknown" for c, got in rows)
-    return {"n": len(rows), "correct": correct, "confident_wrong": wrong, "unknown_missed": missed, "rows": rows}
+        text = (folder / f"{case['id']}.log").read_text(encoding="utf-8", errors="replace")
+        rows.append((case, diagnose_text(text).category))
+    return {**tally([(c["category"], got) for c, got in rows]), "rows": rows}
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f}%" if n else "-"
+
+
+def table(rows: list[tuple[str, str]], indent: str = "  ") -> list[str]:
+    """Per-category n, recall, precision and the confusions (label -> said)."""
+    t = tally(rows)
+    out = [f"{t['n']} cases: correct {t['correct']} ({_pct(t['correct'], t['n'])}), confidently wrong "
+           f"{t['confident_wrong']} ({_pct(t['confident_wrong'], t['n'])}), unknown although a cause is known "
+           f"{t['unknown_missed']}"]
+    truth = Counter(a for a, _ in rows)
+    said = Counter(b for _, b in rows)
+    hits = Counter(a for a, b in rows if is_correct(a, b))
+    wrong = Counter(a for a, b in rows if is_confidently_wrong(a, b))
+    out.append(f"{indent}{'category':20} {'n':>3} {'right':>5} {'recall':>6} {'said':>4} {'precision':>9} "
+               f"{'conf.wrong':>10}")
+    for cat in sorted(set(truth) | set(said)):
+        right_said = sum(1 for a, b in rows if b == cat and is_correct(a, b))
+        precision = f"{right_said / said[cat]:.2f}" if said[cat] else "-"
+        recall = f"{hits[cat] / truth[cat]:.2f}" if truth[cat] else "-"
+        out.append(f"{indent}{cat:20} {truth[cat]:>3} {hits[cat]:>5} {recall:>6} {said[cat]:>4} {precision:>9} "
+                   f"{wrong[cat]:>10}")
+    confusion = Counter((a, b) for a, b in rows if not is_correct(a, b))
+    if confusion:
+        out.append(f"{indent}confusions (label -> said): "
+                   + ", ".join(f"{a}->{b} x{k}" for (a, b), k in sorted(confusion.items())))
+    return out
 
 
 def report(split: str, result: dict, *, per_case: bool) -> None:
-    n = result["n"] or 1
-    print(f"[{split}] {result['n']} cases: correct {result['correct']} ({100 * result['correct'] / n:.1f}%), "
-          f"confidently wrong {result['confident_wrong']} ({100 * result['confident_wrong'] / n:.1f}%), "
-          f"unknown although a cause is known {result['unknown_missed']}")
-    truth = Counter(c["category"] for c, _ in result["rows"])
-    said = Counter(got for _, got in result["rows"])
-    hits = Counter(c["category"] for c, got in result["rows"] if got == c["category"])
-    print(f"  {'category':20} {'n':>3} {'precision':>9} {'recall':>6}")
-    for cat in sorted(set(truth) | set(said)):
-        precision = f"{hits[cat] / said[cat]:.2f}" if said[cat] else "-"
-        recall = f"{hits[cat] / truth[cat]:.2f}" if truth[cat] else "-"
-        print(f"  {cat:20} {truth[cat]:>3} {precision:>9} {recall:>6}")
-    confusion = Counter((c["category"], got) for c, got in result["rows"] if got != c["category"])
-    if confusion:
-        print("  confusions (label -> said):", ", ".join(f"{a}->{b} x{k}" for (a, b), k in sorted(confusion.items())))
+    rows = [(c["category"], got) for c, got in result["rows"]]
+    lines = table(rows)
+    print(f"[{split}] {lines[0]}")
+    print("\n".join(lines[1:]))
     if per_case:
         for case, got in result["rows"]:
-            mark = "ok " if got == case["category"] else "BAD"
+            mark = "ok " if is_correct(case["category"], got) else "BAD"
             print(f"  {mark} {case['id']:60} {case['category']:20} {got}")
+
+
+# --- first sight -----------------------------------------------------------------------------------
+def first_sight_records() -> list[dict]:
+    """Every batch's frozen first-sight verdicts, oldest batch first."""
+    records = []
+    for path in sorted(RESULTS.glob("diagnose_firstsight_batch-*.json"),
+                       key=lambda p: int(p.stem.rsplit("-", 1)[1])):
+        records.append(json.loads(path.read_text(encoding="utf-8")))
+    return records
+
+
+def cumulative_lines() -> list[str]:
+    records = first_sight_records()
+    if not records:
+        return ["first sight: no batch scored yet"]
+    rows = [(c["category"], c["first_sight"]) for r in records for c in r["cases"]]
+    out = [f"FIRST SIGHT, cumulative over {len(records)} blind batches "
+           f"({', '.join(r['batch'] for r in records)}): " + table(rows)[0]]
+    out.append(f"  {'batch':10} {'n':>3} {'right':>5} {'first sight':>11} {'conf.wrong':>10}   after rule changes")
+    for r in records:
+        t = tally([(c["category"], c["first_sight"]) for c in r["cases"]])
+        after = r.get("after")
+        after_text = (f"{after['correct']}/{after['n']} ({_pct(after['correct'], after['n'])}), confidently "
+                      f"wrong {after['confident_wrong']}" if after else "-")
+        out.append(f"  {r['batch']:10} {t['n']:>3} {t['correct']:>5} {_pct(t['correct'], t['n']):>11} "
+                   f"{t['confident_wrong']:>10}   {after_text}")
+    out.append("  per category (first sight):")
+    out.extend(table(rows, indent="    ")[1:])
+    small = [(cat, n) for cat, n in Counter(a for a, _ in rows).items() if n >= 5]
+    weak = [f"{cat} {sum(is_correct(a, b) for a, b in rows if a == cat)}/{n}" for cat, n in sorted(small)
+            if sum(is_correct(a, b) for a, b in rows if a == cat) < 0.7 * n]
+    out.append("  categories with >= 5 cases below 70% recall: " + (", ".join(weak) if weak else "none"))
+    return out
+
+
+def score_batch(folder: Path, *, after: bool) -> int:
+    """Score a collector's batch directory (index.json + <id>.log) and record it under benchmarks/results/.
+
+    Without --after this is the first-sight score and refuses to overwrite one already recorded."""
+    batch = folder.resolve().name
+    cases = json.loads((folder / "index.json").read_text(encoding="utf-8"))["cases"]
+    result = score(cases, folder)
+    json_path, txt_path = RESULTS / f"diagnose_firstsight_{batch}.json", RESULTS / f"diagnose_firstsight_{batch}.txt"
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows = [(c["category"], got) for c, got in result["rows"]]
+    per_case = [f"  {'ok ' if is_correct(c['category'], got) else 'BAD'} {c['id']:60} {c['category']:20} {got}"
+                for c, got in result["rows"]]
+    if not after:
+        if json_path.exists():
+            print(f"{json_path} exists: first sight is scored once; use --after to rescore", file=sys.stderr)
+            return 2
+        json_path.write_text(json.dumps({"batch": batch, "scored_at": now, "cases": [
+            {"id": c["id"], "category": c["category"], "first_sight": got} for c, got in result["rows"]]},
+            indent=1) + "\n", encoding="utf-8")
+        text = [f"# {batch}: FIRST SIGHT, scored {now} by the rules as committed then, before any of the batch's "
+                "logs were read", "first sight: " + table(rows)[0], *table(rows)[1:], "per case (label, said):",
+                *per_case]
+        txt_path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    else:
+        record = json.loads(json_path.read_text(encoding="utf-8"))
+        record["after"] = {**tally(rows), "scored_at": now}
+        json_path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        old = txt_path.read_text(encoding="utf-8").split("\n# AFTER")[0].rstrip("\n")
+        text = [old, "", f"# AFTER rule changes, rescored {now} (the batch's logs read and studied)",
+                "after: " + table(rows)[0], *table(rows)[1:], "per case (label, said):", *per_case]
+        txt_path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    (RESULTS / "diagnose_firstsight.txt").write_text("\n".join(cumulative_lines()) + "\n", encoding="utf-8")
+    print(txt_path)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=["tune", "heldout", "all"], default="all")
     parser.add_argument("--cases", action="store_true", help="one line per case (use on tune only while tuning)")
+    parser.add_argument("--batch", type=Path, help="a collector's batch directory (index.json + <id>.log)")
+    parser.add_argument("--after", action="store_true", help="with --batch: rescore after rule changes")
     args = parser.parse_args(argv)
+    if args.batch:
+        return score_batch(args.batch, after=args.after)
+    print("\n".join(cumulative_lines()))
+    print()
+    print("Regression guard (the corpus; rules were written by people who had read it):")
     splits = ["tune", "heldout"] if args.split == "all" else [args.split]
     for split in splits:
         report(split, score(load(split)), per_case=args.cases)
@@ -73,4 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `| head`: a closed pipe is a normal end
+        sys.stderr.close()
+        sys.exit(0)

@@ -65,10 +65,16 @@ def _print_status(s: RunStatus) -> None:
         for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
+        from slurmctl.observe.diagnose import excerpt  # loaded already: status imports diagnose
+
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
-        for line in [e for e in d["evidence"] if e.strip()][:3]:
+        for line in [e for e in excerpt(d) if e.strip()]:  # ends with the exception line itself
             print_line(f"    {line}")
+        if d.get("failing_exit"):  # the rank that failed, not srun's 143/137 or the shutdown's 15
+            rank = f"rank {d['rank']}, " if d.get("rank") is not None else ""
+            print_line("  ", ("Failing rank:", "bold"),
+                       f" {rank}{d['failing_exit']} (Slurm recorded exit code {s.exit_code or '?'})")
         if (d.get("hint") or "").strip():
             print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
     if s.watchdog and (s.watchdog.get("message") or "").strip():
@@ -270,6 +276,9 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     out.print("[bold]Evidence:[/]")
     for line in result.evidence:
         out.print(f"    {line}", markup=False)
+    if result.failing_exit:
+        rank = f"rank {result.rank}, " if result.rank is not None else ""
+        out.print(f"[bold]Failing rank:[/] {escape(rank + result.failing_exit)}")
     out.print(f"[bold]Fix:[/] {escape(result.hint)}")
 
 

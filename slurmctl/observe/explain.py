@@ -214,6 +214,15 @@ class LimitFamily:
         return _e(f"A maximum on {counted} of {who} holds the job.", _ASK_QUOTA, "wait")
 
 
+def explain_beyond_limit(asked: float, limit: float, unit: str, limit_name: str) -> Explanation:
+    """A pending job that alone asks for more than a limit allows: no amount of waiting starts it."""
+    return _e(f"The job asks for {asked:g} {unit}, more than the limit allows at all ({limit_name}: {limit:g} {unit}): "
+              "it can never start as submitted, however long it waits.",
+              f"Cancel it (`slurmctl cancel RUN`) and submit it asking for at most {limit:g} {unit} (fewer nodes or GPUs "
+              "per node in run.yaml; keep the global batch with gradient accumulation), or ask the platform team for "
+              "a QOS or account with a higher limit.", "blocked")
+
+
 def parse_limit_family(reason: str) -> LimitFamily | None:
     m = _FAMILY_RE.match(reason)
     if not m:

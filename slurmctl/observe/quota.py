@@ -31,13 +31,23 @@ class Quota:
     limit: float | None
     usage: float | None
     counted: str  # whose usage: "your running jobs", "account ml-research", ...
+    request: float | None = None  # what this job alone asks for of the resource
+
+    @property
+    def unit(self) -> str:
+        return {"gres/gpu": "GPUs", "cpu": "CPUs", "mem": "MB memory", "node": "nodes", "jobs": "jobs"}.get(
+            self.resource, self.resource)
+
+    @property
+    def never_fits(self) -> bool:
+        """The job alone asks for more than the limit: it waits forever, however much room frees up."""
+        return self.limit is not None and self.request is not None and self.request > self.limit
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def sentence(self) -> str:
-        unit = {"gres/gpu": "GPUs", "cpu": "CPUs", "mem": "MB memory", "node": "nodes", "jobs": "jobs"}.get(
-            self.resource, self.resource)
+        unit = self.unit
         limit = "not found" if self.limit is None else f"{self.limit:g} {unit}"
         used = "" if self.usage is None else f"; {self.counted} use {self.usage:g} now"
         return f"limit {self.field} of {self.scope} {self.holder}: {limit}{used}"
@@ -103,6 +113,7 @@ def _measure(reason: str, family: LimitFamily, field: str, holder: str, raw: str
     limit = parse_tres(raw).get(tres)
     if family.per in {"Job", "Node"} or family.minutes:
         # a per-job/per-node or minutes limit: the job's own request is what counts
-        return Quota(reason, family.scope, holder, field, tres, limit, parse_tres(me.tres).get(tres), "this job would")
+        asked = parse_tres(me.tres).get(tres)
+        return Quota(reason, family.scope, holder, field, tres, limit, asked, "this job would", asked)
     usage = sum(parse_tres(j.tres).get(tres, 0.0) for j in same if j.state == "RUNNING")
-    return Quota(reason, family.scope, holder, field, tres, limit, usage, counted)
+    return Quota(reason, family.scope, holder, field, tres, limit, usage, counted, parse_tres(me.tres).get(tres))

@@ -18,8 +18,8 @@ from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.observe.diagnose import diagnose_file, watchdog_report
-from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.diagnose import diagnose_file, one_line_why, watchdog_report
+from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
@@ -232,6 +232,9 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES:
         status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
+        if status.diagnosis.get("failing_exit"):  # srun's 143/137 or the shutdown's 15 says only who was last
+            status.details.append(f"The failing rank ended with {status.diagnosis['failing_exit']}.")
+        status.why = status.why or one_line_why(status.diagnosis)
     return status
 
 
@@ -357,6 +360,11 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"
+        if quota.never_fits:  # no running job's end makes room: say so, with the limit and the fix
+            expl = explain_beyond_limit(quota.request, quota.limit, quota.unit, f"{quota.field} of {quota.scope} "
+                                        f"{quota.holder}")
+            status.headline, status.why, status.reason_kind = f"Blocked: {expl.headline}", expl.headline, expl.kind
+            status.action = expl.action
     return status
 
 

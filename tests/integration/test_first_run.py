@@ -11,8 +11,8 @@ import json
 import pytest
 import yaml
 
-from slurmctl.submit.scaffold import first_run_shape
 from slurmctl.config.models import TEMPLATES
+from slurmctl.submit.scaffold import first_run_shape
 
 from .conftest import REPO, as_user
 

@@ -44,3 +44,32 @@ def test_qos_gpu_limit_shows_limit_and_usage(workdir):
             slurmctl("cancel", run_id, "--now", check=False)
         subprocess.run(["sacctmgr", "-i", "modify", "user", "alice", "set", f"qos-={qos}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "qos", qos], capture_output=True)
+
+
+def test_a_job_asking_more_than_the_qos_allows_is_told_it_can_never_start(workdir):
+    qos = f"t4never{os.getpid()}"
+    run_id = None
+    sacctmgr("add", "qos", qos, "MaxTRESPerUser=gres/gpu=1")
+    try:
+        sacctmgr("modify", "user", "alice", "set", f"qos+={qos}")
+        spec = write_run(workdir / "too-big", {"name": "quota-too-big", "entrypoint": "train.py",
+                                               "partition": "h100-ondemand", "gpu_type": "h100", "gpus_per_node": 2,
+                                               "time_limit": "5m"}, {"train.py": "print('never runs')\n"})
+        run_id = slurmctl_json("submit", spec, "--", f"--qos={qos}")["run_id"]
+        status = wait_for_state(run_id, {"PENDING"}, timeout=30)
+        for _ in range(20):  # the reason is set by the scheduler's next pass
+            if status["reason"] == "QOSMaxGRESPerUser":
+                break
+            subprocess.run(["sleep", "1"])
+            status = slurmctl_json("status", run_id)
+        assert status["reason"] == "QOSMaxGRESPerUser", status
+        assert status["quota"]["limit"] == 1 and status["quota"]["request"] == 2, status["quota"]
+        assert status["reason_kind"] == "blocked" and "can never start" in status["why"], status
+        human = slurmctl("status", run_id).stdout
+        assert "asks for 2 GPUs, more than the limit allows at all (MaxTRESPU of QOS" in human, human
+        assert "at most 1 GPUs" in human, human
+    finally:
+        if run_id:
+            slurmctl("cancel", run_id, "--now", check=False)
+        subprocess.run(["sacctmgr", "-i", "modify", "user", "alice", "set", f"qos-={qos}"], capture_output=True)
+        subprocess.run(["sacctmgr", "-i", "delete", "qos", qos], capture_output=True)

@@ -113,11 +113,21 @@ def test_doubled_rank_prefix_and_launcher_noise():
 
 def test_unknown_shows_the_ranks_traceback_not_the_launchers():
     log = _TORCHRUN_LOG.replace("RuntimeError: stack expects each tensor to be equal size, but got [7] at "
-                                "entry 0 and [9] at entry 1", "KeyError: 'labels'")
+                                "entry 0 and [9] at entry 1", "ZeroDivisionError: division by zero")
     result = diagnose_text(log)
-    assert result.category == "unknown" and result.evidence[-1] == "KeyError: 'labels'"
+    assert result.category == "unknown" and result.evidence[-1] == "ZeroDivisionError: division by zero"
     assert not any("ChildFailedError" in line for line in result.evidence)
     assert "rank 0 failed first, with exit code 1" in result.summary
+    # the root error, the rank and where to look are named even when the cause is not recognised
+    assert "root error on rank 0 is `ZeroDivisionError: division by zero`" in result.summary
+    assert "your code at /home/alice/proj/train.py:41" in result.summary
+
+
+def test_a_key_error_raised_in_the_data_loader_is_the_data():
+    log = _TORCHRUN_LOG.replace("RuntimeError: stack expects each tensor to be equal size, but got [7] at "
+                                "entry 0 and [9] at entry 1", "KeyError: 'labels'")
+    result = diagnose_text(log)
+    assert result.category == "data_shape" and result.evidence[0] == "KeyError: 'labels'"
 
 
 def test_launcher_reports_a_sigkill():
@@ -126,7 +136,11 @@ def test_launcher_reports_a_sigkill():
            "  traceback : Signal 9 (SIGKILL) received by PID 14750\n")
     result = diagnose_text(log)
     assert result.category == "unknown" and result.rank == 5
-    assert "SIGKILL (often the out-of-memory killer" in result.summary
+    assert "with SIGKILL" in result.summary and "killed without a message" in result.summary
+    assert "often the kernel's out-of-memory killer, but the log does not say so" in result.summary
+    # reading a run, Slurm's record decides: FAILED (not OUT_OF_MEMORY) means the memory limit did not kill it
+    failed = diagnose_text(log, slurm_state="FAILED", exit_code="1:0")
+    assert failed.category == "unknown" and "Slurm recorded FAILED, not OUT_OF_MEMORY" in failed.summary
 
 
 def test_slurm_cgroup_oom_is_named_as_such():
@@ -154,3 +168,136 @@ def test_a_watchdog_timeout_wrapped_in_dist_backend_error_is_a_timeout():
 ])
 def test_new_signatures(line, category):
     assert diagnose_text(line + "\n").category == category
+
+
+# The misfires and everyday failures a new user met (each line in the wording the library prints).
+@pytest.mark.parametrize("log, category", [
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
+     "driver", "driver_mismatch"),
+    ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version", "driver_mismatch"),
+    ("RuntimeError: Error(s) in loading state_dict for GPT:\n\tsize mismatch for lm_head.weight: copying a param "
+     "with shape torch.Size([50304, 768]) from checkpoint, the shape in current model is torch.Size([50257, 768]).",
+     "checkpoint_mismatch"),
+    ("n1:123:456 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory\n"
+     "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+     "nccl_setup"),
+    ("omegaconf.errors.InterpolationResolutionError: Environment variable 'USER' not found\n"
+     "    full_key: paths.output_dir", "missing_config"),
+    ("ValueError: expected sequence of length 27 at dim 1 (got 26)", "data_shape"),
+    ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.0001\n"
+     "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.", "nan_loss"),
+    ("n1:1:1 [0] NCCL WARN Error: failed to open /dev/shm/nccl-Ab12Cd : Permission denied\n"
+     "torch.distributed.DistBackendError: NCCL error: unhandled system error", "permission_denied"),
+    ("  File \"/usr/lib/python3/dist-packages/torch/cuda/__init__.py\", line 293, in _lazy_init\n"
+     "    torch._C._cuda_init()\nRuntimeError: No CUDA GPUs are available", "no_gpu"),
+    ("srun: error: node3: task 0: Killed\nslurmstepd: error: *** JOB 77 ON node3 CANCELLED AT 2026-12-01T10:00:00 "
+     "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_lost"),
+])
+def test_new_categories(log, category):
+    result = diagnose_text(log + "\n")
+    assert result.category == category, result
+    assert result.evidence and result.hint
+
+
+def test_a_bare_kill_after_progress_is_not_called_host_oom_without_a_record():
+    log = "step 100 loss 2.31\nstep 110 loss 2.29\nKilled\n"
+    result = diagnose_text(log)
+    assert result.category == "unknown"
+    assert "killed without a message" in result.summary and "sacct" in result.summary
+    # Slurm's record decides when reading a run
+    assert diagnose_text(log, slurm_state="OUT_OF_MEMORY", exit_code="0:125").category == "host_oom"
+
+
+def test_launcher_shutdown_noise_is_never_evidence():
+    log = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/home/alice/nanoGPT/train.py", line 207, in <module>',
+        "[rank0]:     torch.cuda.set_per_process_memory_fraction(0.9)",
+        "[rank0]: AttributeError: module 'torch.cuda' has no attribute 'set_per_process_memory_fraction'",
+        "W1201 10:00:05.000 123 torch/distributed/elastic/agent/server/api.py:704] Received Signals.SIGTERM death "
+        "signal, shutting down workers",
+        "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'n2_1234_0' has failed to shutdown "
+        "the rendezvous 'job' due to an error of type RendezvousConnectionError.",
+        "torch.distributed.DistNetworkError: Connection reset by peer", ""])
+    result = diagnose_text(log)
+    assert result.category == "unknown" and result.rank == 0
+    assert result.error_line.startswith("AttributeError: module 'torch.cuda'")
+    assert "/home/alice/nanoGPT/train.py:207" in result.summary
+
+
+def test_a_rendezvous_error_after_training_steps_is_a_peer_going_away():
+    log = "iter 100: loss 2.1\niter 110: loss 2.0\ntorch.distributed.DistNetworkError: Connection reset by peer\n"
+    assert diagnose_text(log).category == "unknown"
+    start = ("torch.distributed.DistNetworkError: The client socket has timed out after 900s while trying to "
+             "connect to (n1, 29500).\n")
+    assert diagnose_text(start).category == "rendezvous_failure"
+
+
+def test_completed_or_finished_training_is_never_a_failure():
+    assert diagnose_text("NCCL WARN something failed\n", slurm_state="COMPLETED", exit_code="0:0").category == "success"
+    log = ("{'train_runtime': 812.4, 'train_samples_per_second': 9.8, 'train_loss': 1.23, 'epoch': 3.0}\n"
+           "[W socket.cpp:601] [c10d] The client socket has failed to connect to [n1]:29500\n"
+           "torch.distributed.DistNetworkError: Connection reset by peer\n")
+    result = diagnose_text(log)
+    assert result.category == "success" and "train_runtime" in result.evidence[0]
+    # a real cause after the end (the final save hit a full disk) is still named
+    assert diagnose_text(log + "OSError: [Errno 28] No space left on device\n").category == "disk_full"
+
+
+def test_status_excerpt_ends_with_the_exception_line():
+    from slurmctl.observe.diagnose import excerpt, one_line_why
+
+    log = ("Traceback (most recent call last):\n" + "".join(f'  File "/home/a/m{i}.py", line {i}, in f{i}\n    g()\n'
+                                                            for i in range(6)) + "KeyError: 'step'\n"
+           "srun: error: n1: task 0: Exited with exit code 1\n")
+    d = diagnose_text(log, slurm_state="FAILED", exit_code="143:0").to_dict()
+    assert excerpt(d)[-1] == "KeyError: 'step'" and excerpt(d)[0].startswith("Traceback")
+    assert d["failing_exit"] == "exit code 1"
+    assert one_line_why(d) == "unknown: KeyError: 'step'"
+
+
+def test_diagnose_run_reads_the_newest_attempt(tmp_path):
+    run_dir = tmp_path / "r-20261201-abcd"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    log = run_dir / "logs" / "55.out"
+    log.write_text(
+        "slurmctl: attempt 0 of job 55 starting on n1\nstep 10 loss 2.0\n"
+        "slurmstepd: error: *** JOB 55 ON n1 CANCELLED AT 2026-12-01T10:00:00 DUE TO PREEMPTION ***\n"
+        "slurmctl: attempt 1 of job 55 starting on n2, resuming from checkpoint step 10\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    result = diagnose_file(log, "FAILED", "1:0")
+    assert result.category == "cuda_oom"
+    assert result.attempt["number"] == 1 and result.attempt["of"] == 2
+    assert "(read from job 55's attempt 2 of 2, the newest; restart count 1" in result.summary
+    # while the newest attempt runs, the newest attempt that failed explains the run (and says so)
+    running = diagnose_file(log, "RUNNING", "")
+    assert running.category == "cuda_oom" and running.attempt["index"] == 2
+    log.write_text(log.read_text() + "slurmctl: attempt 2 of job 55 starting on n3\nstep 11 loss 1.9\n")
+    running = diagnose_file(log, "RUNNING", "")
+    assert running.category == "cuda_oom" and running.attempt["index"] == 2 and running.attempt["of"] == 3
+    assert "the newest that failed" in running.summary
+    # a newest attempt that failed without a word is still the one explained, not the older preemption
+    assert diagnose_file(log, "FAILED", "0:9").category == "unknown"
+
+
+def test_structure_decides_when_no_wording_is_known():
+    checkpoint = ("Traceback (most recent call last):\n"
+                  '  File "/home/a/train.py", line 80, in <module>\n    trainer.resume(path)\n'
+                  '  File "/home/a/lib/trainer.py", line 210, in load_checkpoint\n    w = state["model"]["embed"]\n'
+                  "KeyError: 'embed'\n")
+    assert diagnose_text(checkpoint).category == "checkpoint_mismatch"
+    config = ("Traceback (most recent call last):\n"
+              '  File "/opt/megatron/training/arguments.py", line 561, in validate_args\n    assert n % pp == 0\n'
+              "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size\n")
+    assert diagnose_text(config).category == "missing_config"
+    data = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 733, in _next_data\n'
+            '    data = self._dataset_fetcher.fetch(index)\n'
+            '  File "/home/a/data/rl_dataset.py", line 191, in __getitem__\n    ids = tokenize(prompt)\n'
+            "ValueError: sequence_length=1081 is larger than max_length=1024\n")
+    assert diagnose_text(data).category == "data_shape"
+    nccl = ("n1:12:34 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0\n"
+            "RuntimeError: something went wrong\n")
+    assert diagnose_text(nccl).category == "nccl_error"
+    assert diagnose_text("n1:12:34 [0] NCCL WARN Could not find NET with id 0\nstep 5 loss 1.2\n").category == "unknown"

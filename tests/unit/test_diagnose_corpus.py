@@ -40,3 +40,31 @@ def test_accuracy_floor_and_few_confident_mistakes(split, floor):
     assert result["correct"] >= floor * result["n"], [(c["id"], c["category"], got)
                                                       for c, got in result["rows"] if got != c["category"]]
     assert result["confident_wrong"] <= 0.03 * result["n"]
+
+
+def test_first_sight_records_match_the_corpus_labels():
+    """A blind batch, once studied and added to the corpus, keeps the collector's own label for every case
+    (a batch just scored at first sight is not in it yet), and the headline is computed from the frozen
+    first-sight verdicts, not from today's rules."""
+    records = diagnose_corpus.first_sight_records()
+    by_id = {c["id"]: c for c in INDEX}
+    for record in records:
+        added = [case for case in record["cases"] if case["id"] in by_id]
+        assert not added or len(added) == len(record["cases"]), (record["batch"], "added in part")
+        for case in added:
+            assert by_id[case["id"]]["category"] == case["category"], case
+            assert by_id[case["id"]]["batch"] == record["batch"], case
+            assert case["first_sight"] in CATEGORIES, case
+    headline = diagnose_corpus.cumulative_lines()[0]
+    if records:
+        n = sum(len(r["cases"]) for r in records)
+        right = sum(diagnose_corpus.is_correct(c["category"], c["first_sight"]) for r in records for c in r["cases"])
+        assert headline.startswith("FIRST SIGHT") and f"{n} cases: correct {right} " in headline
+
+
+def test_success_is_right_only_when_no_failure_is_named():
+    assert diagnose_corpus.is_correct("success", "unknown") and diagnose_corpus.is_correct("success", "success")
+    assert diagnose_corpus.is_confidently_wrong("success", "host_oom")
+    assert diagnose_corpus.is_confidently_wrong("host_oom", "success")
+    assert not diagnose_corpus.is_confidently_wrong("host_oom", "unknown")
+

@@ -16,10 +16,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from slurmctl.submit.scaffold import first_run_shape
-
 # The run.yaml model, found through this one import (when the model moves, change this line only).
 from slurmctl.config.models import RunSpec
+from slurmctl.submit.scaffold import first_run_shape
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

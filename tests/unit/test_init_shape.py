@@ -5,11 +5,11 @@ tests/integration/test_templates_real.py."""
 
 import pytest
 
+from slurmctl.config.models import TEMPLATES, load_run_spec
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.preflight import ClusterView
 from slurmctl.submit.preflight.cluster import check_memory, check_shape, check_time_limit
 from slurmctl.submit.scaffold import EXAMPLE_GPUS, FirstRun, first_run_shape, init_run
-from slurmctl.config.models import TEMPLATES, load_run_spec
 
 from .fakes import ReplayRunner
 from .test_preflight import VIEW

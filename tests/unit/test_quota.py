@@ -54,3 +54,21 @@ def test_other_reasons_cost_no_slurm_call():
     runner = ReplayRunner({})
     assert quota_for(Job(1, "x", "PENDING", reason="Resources"), SlurmClient(runner)) is None
     assert runner.calls == []
+
+
+def test_a_job_asking_more_than_the_limit_is_told_it_can_never_start():
+    from slurmctl.observe.explain import explain_beyond_limit
+
+    big = ("16580", "PENDING", "root", "ml-research", "gpu1", "cpu=24,node=3,gres/gpu=24")
+    queue = QUEUE + SEP.join(big) + SEP + "\n"
+    runner = ReplayRunner({"squeue": queue, "sacctmgr": "gpu1|gres/gpu=16\n"})
+    quota = quota_for(Job(16580, "big", "PENDING", reason="QOSMaxGRESPerUser", user="root"), SlurmClient(runner))
+    assert (quota.limit, quota.request, quota.never_fits) == (16, 24, True)
+    expl = explain_beyond_limit(quota.request, quota.limit, quota.unit, f"{quota.field} of QOS {quota.holder}")
+    assert expl.kind == "blocked" and "can never start" in expl.headline
+    assert "MaxTRESPU of QOS gpu1: 16 GPUs" in expl.headline
+    assert "at most 16 GPUs" in expl.action
+    # a job that fits the limit alone only waits for room
+    small = quota_for(Job(16576, "quota-second", "PENDING", reason="QOSMaxGRESPerUser", user="root"),
+                      SlurmClient(ReplayRunner({"squeue": QUEUE, "sacctmgr": "gpu1|gres/gpu=16\n"})))
+    assert small.request == 1 and not small.never_fits
