@@ -88,8 +88,8 @@ COVERED = {
     "'prologScripts.slurmctl\\.sh'=deploy/slurm/hooks/prolog.sh --set-file "
     "'epilogScripts.slurmctl\\.sh'=deploy/slurm/hooks/epilog.sh --set-file "
     "loginsets.login.rootSshAuthorizedKeys=admin_keys.pub": "test_the_slurm_chart_runs_our_slurm_conf_parts_and_images",
-    'kubectl -n slurm exec -i statefulset/slurm-controller -- env SLURMCTL_USERS="$(cat users.txt)" bash -s < '
-    "deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
+    'kubectl -n slurm exec -i statefulset/slurm-controller -c reconfigure -- env SLURMCTL_USERS="$(cat users.txt)" '
+    "bash -s < deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
 }
 SELF_BLOCK = ".venv/bin/pytest"  # the block that runs these tests is not run from inside them
 
@@ -384,3 +384,19 @@ def test_kubectl_objects_are_valid(runbook):
     assert exec_call[exec_call.index("--") + 1:] == ["env", "SLURMCTL_USERS=alice ml-research\nbob ml-applied",
                                                       "bash", "-s"]
     assert (runbook["log"] / "exec-stdin").read_text() == (REPO / "deploy" / "slurm" / "accounting.sh").read_text()
+    # not the default container (slurmctld: crash-looping on a fresh database until this step has run)
+    # but the reconfigure sidecar, which runs all the time with slurmctld's image (scontrol's client
+    # package has sacctmgr) and /etc/slurm (slurm-operator 1.1.2 controllerbuilder.reconfigureContainer)
+    assert exec_call[exec_call.index("-c") + 1] == "reconfigure", exec_call
+    if "slurm" not in {m.split("=")[0] for m in _missing_charts(runbook)}:
+        [controller] = [d for d in _rendered(runbook, "slurm") if d["kind"] == "Controller"]
+        image = controller["spec"]["reconfigure"]["image"]
+        assert image.split(":")[0] == controller["spec"]["slurmctld"]["image"].split(":")[0], image
+
+
+def test_files_that_cite_a_runbook_step_cite_the_step_that_uses_them():
+    runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    steps = {m.group(1): m.group(0)
+             for m in re.finditer(r"^(\d+)\. \*\*.*?(?=^\d+\. \*\*|^## )", runbook, re.M | re.S)}
+    cited = re.findall(r"RUNBOOK step (\d+)", (REPO / "deploy" / "gke" / "k8s" / "checkpoints.yaml").read_text())
+    assert cited and all("deploy/gke/k8s/checkpoints.yaml" in steps[n] for n in cited), cited
