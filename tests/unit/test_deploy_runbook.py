@@ -81,7 +81,8 @@ COVERED = {
     'sed "s/CHECKPOINT_BUCKET/$PROJECT-ml-checkpoints/" deploy/gke/k8s/checkpoints.yaml | kubectl apply -f -':
         "test_kubectl_objects_are_valid",
     "helm install slurmctl deploy/chart -n slurm -f build/images/chart-images.yaml --set "
-    "gcpServiceAccount=$(terraform -chdir=deploy/gke output -raw workload_service_account) --set-file site=site.yaml "
+    "gcpServiceAccount=$(terraform -chdir=deploy/gke output -raw workload_service_account) "
+    "--set-file site=deploy/slinky/site.yaml "
     "--set 'network.ldapCIDRs={10.20.0.5/32}'": RENDERS,
     "helm install slurm oci://ghcr.io/slinkyproject/charts/slurm --version 1.1.2 -n slurm -f deploy/slinky/values.yaml "
     "-f build/images/slinky-images.yaml --set-file controller.extraConf=deploy/slurm/scheduling.conf --set-file "
@@ -143,8 +144,7 @@ def _scratch_checkout(dest: Path) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "runbook test"], cwd=dest, check=True)
     (dest / ".venv").symlink_to(sys.prefix)
-    # the inputs the RUNBOOK names: site config, the platform team's key, users, SSSD config
-    shutil.copy(REPO / "deploy" / "local" / "site.yaml", dest / "site.yaml")
+    # the inputs the RUNBOOK names: the platform team's key, users, SSSD config
     (dest / "admin_keys.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm admin@example.org\n")
     (dest / "users.txt").write_text("alice ml-research\nbob ml-applied\n")
     return dest
