@@ -63,7 +63,7 @@ COVERED = {
         RENDERS,
     "helm repo add kedacore https://kedacore.github.io/charts": RENDERS,
     "helm install cert-manager jetstack/cert-manager --version v1.18.2 -n cert-manager --create-namespace "
-    "--set crds.enabled=true": RENDERS,
+    "--set crds.enabled=true --wait --timeout 5m": RENDERS,
     "helm install prometheus prometheus-community/kube-prometheus-stack --version 65.5.0 -n monitoring "
     "--create-namespace -f deploy/chart/prometheus-values.yaml": RENDERS,
     "helm install keda kedacore/keda --version 2.20.2 -n keda --create-namespace":
@@ -367,7 +367,33 @@ def test_the_slurm_chart_runs_our_slurm_conf_parts_and_images(runbook):
     assert images and {re.sub(r":[^:@/]+@", "@", i) for i in images} <= digests, images
     [login] = [d for d in docs if d["kind"] == "LoginSet"]
     assert login["spec"]["service"]["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+    # reachable from a VPN gateway in any region of the VPC, not only the cluster's
+    assert login["spec"]["service"]["metadata"]["annotations"][
+        "networking.gke.io/internal-load-balancer-allow-global-access"] == "true"
 
+
+
+def test_an_interactive_srun_on_the_login_pods_gets_its_calls_back_and_ssh_keeps_client_addresses(runbook):
+    """RUNBOOK step 10 (`slurmctl dev`: srun --pty on a login pod). slurmctld and the slurmstepds
+    connect back to srun on a port of SrunPortRange: the login pods' NetworkPolicy must admit that
+    range from the Slurm pods. And the SSH rule's VPN range sees client addresses only if the load
+    balancer hands connections over unSNATed (externalTrafficPolicy Local; Cluster SNATs them)."""
+    slurm, ours = _rendered(runbook, "slurm"), _rendered(runbook, "slurmctl")
+    [controller] = [d for d in slurm if d["kind"] == "Controller"]
+    [srun_ports] = re.findall(r"^SrunPortRange=(\d+)-(\d+)$", controller["spec"]["extraConf"], re.M)
+    low, high = map(int, srun_ports)
+    [login] = [d for d in slurm if d["kind"] == "LoginSet"]
+    service = login["spec"]["service"]["spec"]
+    assert service["type"] == "LoadBalancer" and service["externalTrafficPolicy"] == "Local", service
+    [policy] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-login-ssh"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "login"}}
+    rules = {json.dumps(r["from"], sort_keys=True): r["ports"] for r in policy["spec"]["ingress"]}
+    ssh = [ports for peers, ports in rules.items() if "ipBlock" in peers]
+    assert ssh == [[{"protocol": "TCP", "port": 22}]], rules
+    assert rules[json.dumps([{"podSelector": {}}])] == [{"protocol": "TCP", "port": low, "endPort": high}], rules
+    # and the Slurm pods may send there (egress inside the namespace is open)
+    [egress] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-egress"]
+    assert {"to": [{"podSelector": {}}]} in egress["spec"]["egress"]
 
 # --- steps 5, 6, 9: kubectl ---------------------------------------------------------------------------------------
 def test_kubectl_objects_are_valid(runbook):
