@@ -7,6 +7,12 @@ throwaway_slurm.py; the shared cluster is not touched), with real jobs submitted
 - h100-ondemand: no tier preempts a job there. preempt/qos ignores the partition's PreemptMode=OFF
   (preempt_qos.c takes the QOS's mode or the cluster's), so the partition admits only QOS that do
   not preempt each other; every tier is tried, and the accepted jobs are never signalled.
+- h100-ondemand admits only production: the other tiers are refused at submit by alice's
+  association for the partition (accounting.sh); an operator's burst job pends for good (AllowQos).
+- Jobs sent to a partition with no node, or bigger than the nodes present, are accepted and pend
+  (EnforcePartLimits=NO): KEDA scales partitions up from zero on them.
+- RUNBOOK order on a fresh database: slurmctld's first start exits (no QOS yet); step 9's block, run
+  exactly as written, creates the QOS while slurmctld is down; then slurmctld starts.
 - slurmctld logs no error line on the operator's lines + ours (no key declared twice).
 
 What differs on this machine's Slurm 22.05 from production's 25.11 (each substitution below says
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_deploy_runbook import runbook_blocks
 from tests.unit.test_deploy_slurmctld import error_lines
 
 from .throwaway_slurm import ThrowawayCluster
@@ -64,6 +71,27 @@ def ours_on_22_05() -> str:
     return "\n".join(lines) + "\n"
 
 
+def runbook_step_9(c: ThrowawayCluster) -> subprocess.CompletedProcess:
+    """RUNBOOK step 9's block exactly as written, from a folder with users.txt and the repository's
+    deploy/; its `kubectl exec ... -c reconfigure -- CMD` runs CMD here, where slurmctld is down as
+    in the controller pod's crash loop and only slurmdbd answers, as to the reconfigure container."""
+    [block] = [b for b in runbook_blocks() if "deploy/slurm/accounting.sh" in b and "kubectl" in b]
+    work = c.dir / "step9"
+    (work / "bin").mkdir(parents=True, exist_ok=True)
+    (work / "users.txt").write_text(f"{USER} ml-research\n")
+    if not (work / "deploy").exists():
+        (work / "deploy").symlink_to(REPO / "deploy")
+    (work / "bin" / "kubectl").write_text(
+        '#!/bin/bash\n'
+        'want="-n slurm exec -i statefulset/slurm-controller -c reconfigure --"\n'
+        '[[ "$*" == "$want "* ]] || { echo "kubectl: not the reconfigure container: $*" >&2; exit 2; }\n'
+        'shift 8\n'
+        'exec "$@"\n')
+    (work / "bin" / "kubectl").chmod(0o755)
+    return c.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, timeout=90,
+                 env={"PATH": f"{work}/bin:{os.environ['PATH']}", "GRACE_TIME": str(GRACE)})
+
+
 @pytest.fixture(scope="module")
 def cluster():
     if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("mariadbd"):
@@ -83,11 +111,10 @@ def cluster():
         code, first = c.first_start()
         assert code not in (None, 0), first  # it stopped: accounting.sh below runs with no slurmctld
         c.first_start_log = first
-        acct = c.run(["bash", str(SLURM_PARTS / "accounting.sh")],
-                     env={"SLURMCTL_USERS": f"{USER} ml-research", "GRACE_TIME": str(GRACE)}, timeout=60)
+        assert "is DOWN" in c.run(["scontrol", "ping"]).stdout
+        acct = runbook_step_9(c)
         assert acct.returncode == 0, acct.stdout + acct.stderr
-        again = c.run(["bash", str(SLURM_PARTS / "accounting.sh")],
-                      env={"SLURMCTL_USERS": f"{USER} ml-research", "GRACE_TIME": str(GRACE)}, timeout=60)
+        again = runbook_step_9(c)
         assert again.returncode == 0, again.stdout + again.stderr  # idempotent: people change, it re-runs
         # root (an operator) may use burst: its jobs get past the association check, AllowQos stays
         assert c.run(["sacctmgr", "-i", "modify", "user", "root", "set", "QOS+=burst"]).returncode == 0
