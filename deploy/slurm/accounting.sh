@@ -59,10 +59,36 @@ for team in $TEAMS; do
     QOS=production,experiments,burst,dev DefaultQOS=experiments
 done
 
-# Users: the association that lets them submit (new ones added, existing ones kept).
+# Partitions that take only some QOS: "<partition>:<QOS allowed>:<default QOS>", as partitions.conf's
+# AllowQos. A user's association for that partition holds exactly these QOS, so any other QOS is
+# refused at submit ("Invalid qos specification"; associations and qos are enforced) and a job sent
+# there without --qos gets the default. scheduling.conf's EnforcePartLimits=NO cannot refuse it: it
+# must let jobs pend on partitions scaled to zero. h100-ondemand: production only, the one tier
+# there, so nothing preempts an on-demand job.
+PARTITION_QOS="h100-ondemand:production:production l4-dev:dev,experiments:experiments"
+
+# Users: the associations that let them submit (new ones added, existing ones kept): one for the
+# account (every partition) and one per partition of PARTITION_QOS.
 while read -r user account; do
   [[ -z $user ]] && continue
   "${SACCTMGR[@]}" add user "$user" Account="$account" DefaultAccount="$account" >/dev/null 2>&1 || true
+  for rule in $PARTITION_QOS; do
+    IFS=: read -r partition qos default <<< "$rule"
+    "${SACCTMGR[@]}" add user "$user" Account="$account" Partition="$partition" >/dev/null 2>&1 || true
+    # the default first (the new association inherits the account's QOS, which hold it; sacctmgr
+    # refuses a QOS list without the association's current default), then the QOS list
+    "${SACCTMGR[@]}" modify user where name="$user" account="$account" partition="$partition" \
+      set DefaultQOS="$default" >/dev/null 2>&1 || true
+    "${SACCTMGR[@]}" modify user where name="$user" account="$account" partition="$partition" \
+      set QOS="$qos" >/dev/null 2>&1 || true
+    have=$(sacctmgr --noheader --parsable2 show assoc where user="$user" account="$account" \
+             partition="$partition" format=qos,defaultqos)
+    if [[ $have != "$qos|$default" ]]; then
+      echo "accounting.sh: $user's association in $account for $partition has QOS '$have'," \
+           "want '$qos|$default'" >&2
+      exit 1
+    fi
+  done
   if ! sacctmgr --noheader --parsable2 show assoc where user="$user" account="$account" format=user \
        | grep -qx "$user"; then
     echo "accounting.sh: no association for $user in $account after adding it" >&2

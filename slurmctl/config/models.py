@@ -260,6 +260,9 @@ class PartitionConfig(_Strict):
     fabric: Literal["ethernet", "infiniband", "roce", "efa", "tcpx", "tcpxo"] | None = Field(
         None, description="the nodes' GPU network: ethernet, infiniband, roce, efa, tcpx or tcpxo; status warns when "
         "NCCL falls back to sockets on a faster one")
+    qos: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,64}$", description="the Slurm QOS of jobs on this partition (#SBATCH --qos), "
+        "for a partition that admits only some QOS, e.g. production on h100-ondemand; unset: the user's default")
 
 
 class ContainersConfig(_Strict):

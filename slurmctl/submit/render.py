@@ -27,14 +27,15 @@ _FIELD_NAMES = {
     "run_id": "the run id (made from `name`)", "run_dir": "the run directory (site.yaml `runs_root`)",
     "job_log": "the run directory (site.yaml `runs_root`)",
     "workdir": "`workdir` (default: the folder that holds run.yaml)", "partitions": "`partition` (or --where)",
-    "account": "site.yaml `account`", "gpu_type": "`gpu_type`", "python": "`python`",
+    "account": "site.yaml `account`", "qos": "site.yaml `partitions: ... qos`", "gpu_type": "`gpu_type`",
+    "python": "`python`",
     "entrypoint": "`entrypoint`", "args": "`args`", "env": "`env`", "nccl_env": "site.yaml `nccl_env`",
     "tracking": "`tracking`", "secrets": "`secrets`", "secrets_file": "site.yaml `secrets_file`",
     "checkpoint_dir": "`checkpoint.dir`", "image": "`image`",
 }
 # Written unquoted after `#SBATCH --option=`: sbatch splits those lines at whitespace and treats
 # quotes and backslashes itself, so these values must be single plain words.
-_SBATCH_WORDS = ("run_id", "run_dir", "job_log", "workdir", "partitions", "account", "gpu_type")
+_SBATCH_WORDS = ("run_id", "run_dir", "job_log", "workdir", "partitions", "account", "qos", "gpu_type")
 _NOT_A_WORD = re.compile(r"[\s'\"\\]")
 
 

@@ -93,6 +93,8 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "workdir": str(workdir),
         "partitions": partitions,
         "account": site.account,
+        # one --qos per job: set when the partitions it may go to name one (the same) QOS
+        "qos": _one({site.partitions[p].qos if p in site.partitions else None for p in partitions}),
         "nodes": spec.nodes,
         "gpus_per_node": spec.gpus_per_node,
         "gpu_type": gpu_type,
@@ -115,6 +117,10 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "umask": "027" if site.share_runs_with_group else "077",
         **container_context(site, spec, image, run_dir, checkpoint_dir),
     }
+
+
+def _one(values: set[str | None]) -> str | None:
+    return next(iter(values)) if len(values) == 1 else None
 
 
 def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: SubmitOptions | None = None,

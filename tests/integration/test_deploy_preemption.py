@@ -7,6 +7,12 @@ throwaway_slurm.py; the shared cluster is not touched), with real jobs submitted
 - h100-ondemand: no tier preempts a job there. preempt/qos ignores the partition's PreemptMode=OFF
   (preempt_qos.c takes the QOS's mode or the cluster's), so the partition admits only QOS that do
   not preempt each other; every tier is tried, and the accepted jobs are never signalled.
+- h100-ondemand admits only production: the other tiers are refused at submit by alice's
+  association for the partition (accounting.sh); an operator's burst job pends for good (AllowQos).
+- Jobs sent to a partition with no node, or bigger than the nodes present, are accepted and pend
+  (EnforcePartLimits=NO): KEDA scales partitions up from zero on them.
+- RUNBOOK order on a fresh database: slurmctld's first start exits (no QOS yet); step 9's block, run
+  exactly as written, creates the QOS while slurmctld is down; then slurmctld starts.
 - slurmctld logs no error line on the operator's lines + ours (no key declared twice).
 
 What differs on this machine's Slurm 22.05 from production's 25.11 (each substitution below says
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_deploy_runbook import runbook_blocks
 from tests.unit.test_deploy_slurmctld import error_lines
 
 from .throwaway_slurm import ThrowawayCluster
@@ -64,6 +71,27 @@ def ours_on_22_05() -> str:
     return "\n".join(lines) + "\n"
 
 
+def runbook_step_9(c: ThrowawayCluster) -> subprocess.CompletedProcess:
+    """RUNBOOK step 9's block exactly as written, from a folder with users.txt and the repository's
+    deploy/; its `kubectl exec ... -c reconfigure -- CMD` runs CMD here, where slurmctld is down as
+    in the controller pod's crash loop and only slurmdbd answers, as to the reconfigure container."""
+    [block] = [b for b in runbook_blocks() if "deploy/slurm/accounting.sh" in b and "kubectl" in b]
+    work = c.dir / "step9"
+    (work / "bin").mkdir(parents=True, exist_ok=True)
+    (work / "users.txt").write_text(f"{USER} ml-research\n")
+    if not (work / "deploy").exists():
+        (work / "deploy").symlink_to(REPO / "deploy")
+    (work / "bin" / "kubectl").write_text(
+        '#!/bin/bash\n'
+        'want="-n slurm exec -i statefulset/slurm-controller -c reconfigure --"\n'
+        '[[ "$*" == "$want "* ]] || { echo "kubectl: not the reconfigure container: $*" >&2; exit 2; }\n'
+        'shift 8\n'
+        'exec "$@"\n')
+    (work / "bin" / "kubectl").chmod(0o755)
+    return c.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=work, timeout=90,
+                 env={"PATH": f"{work}/bin:{os.environ['PATH']}", "GRACE_TIME": str(GRACE)})
+
+
 @pytest.fixture(scope="module")
 def cluster():
     if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("mariadbd"):
@@ -81,10 +109,15 @@ def cluster():
         # TRES in the database (accounting.sh's caps need it), then exits: l4-dev's partition QOS
         # does not exist yet (a fatal in 25.11's read_config.c too).
         code, first = c.first_start()
+        assert code not in (None, 0), first  # it stopped: accounting.sh below runs with no slurmctld
         c.first_start_log = first
-        acct = c.run(["bash", str(SLURM_PARTS / "accounting.sh")],
-                     env={"SLURMCTL_USERS": f"{USER} ml-research", "GRACE_TIME": str(GRACE)}, timeout=60)
+        assert "is DOWN" in c.run(["scontrol", "ping"]).stdout
+        acct = runbook_step_9(c)
         assert acct.returncode == 0, acct.stdout + acct.stderr
+        again = runbook_step_9(c)
+        assert again.returncode == 0, again.stdout + again.stderr  # idempotent: people change, it re-runs
+        # root (an operator) may use burst: its jobs get past the association check, AllowQos stays
+        assert c.run(["sacctmgr", "-i", "modify", "user", "root", "set", "QOS+=burst"]).returncode == 0
         c.start_slurm()
         c.restart_slurmctld()  # what every later start runs on: QOS and saved state exist
         c.started_in = time.monotonic() - started
@@ -95,10 +128,11 @@ def cluster():
         c.close()
 
 
-def submit(c: ThrowawayCluster, name: str, partition: str, qos: str | None) -> tuple[str | None, str]:
+def submit(c: ThrowawayCluster, name: str, partition: str, qos: str | None,
+           extra: list[str] | None = None) -> tuple[str | None, str]:
     """(job id or None, sbatch's message) of a job submitted by alice."""
     argv = ["sbatch", "--parsable", "-J", name, "-p", partition, "-t", "10", "--signal=B:USR1@60", "--requeue",
-            "-o", f"{c.dir}/jobs/{name}.out", *([f"--qos={qos}"] if qos else []),
+            "-o", f"{c.dir}/jobs/{name}.out", *([f"--qos={qos}"] if qos else []), *(extra or []),
             str(c.dir / "job.sh"), f"{c.dir}/jobs/{name}.log"]
     out = subprocess.run(["runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"SLURM_CONF={c.conf}",
                           *argv], capture_output=True, text=True, timeout=30)
@@ -132,11 +166,10 @@ def observed(cluster):
     spot_low, msg = submit(c, "spot-experiments", "h100-spot", "experiments")
     assert spot_low, msg
     accepted, refused = {}, {}
-    # every tier on h100-ondemand, the lower ones first so that one of them holds the node when a
-    # production job comes (the one tier that could preempt there)
-    for qos in (None, "burst", "experiments", "dev", "production"):  # None: the account's default QOS
-        if qos == "production" and accepted:
-            break
+    # every tier on h100-ondemand, the lower ones first so that one of them would hold the node when a
+    # production job comes (the one tier that could preempt there); None: no --qos, the default QOS
+    # of alice's association for h100-ondemand (accounting.sh PARTITION_QOS)
+    for qos in ("burst", "experiments", "dev", None):
         name = f"od-{qos or 'default'}"
         job_id, msg = submit(c, name, "h100-ondemand", qos)
         (accepted if job_id else refused)[name] = job_id or msg
@@ -180,9 +213,12 @@ def test_no_tier_preempts_an_on_demand_job(observed):
         assert [e for e, _ in events(c, name)] == ["start"], (name, events(c, name))  # no signal, no requeue
         assert job(c, job_id)["JobState"] == "RUNNING" and job(c, job_id)["Restarts"] == "0"
     assert job(c, observed["od_high"])["JobState"] == "PENDING"  # waits for the node instead of taking it
-    # only tiers that do not preempt each other are admitted (preempt/qos ignores PreemptMode=OFF)
-    assert set(observed["accepted"]) == {"od-production"}, observed["accepted"]
-    assert all("qos" in msg.lower() for msg in observed["refused"].values()), observed["refused"]
+    # only production is admitted, at submit, by alice's association for the partition (preempt/qos
+    # ignores PreemptMode=OFF, and EnforcePartLimits=NO leaves AllowQos to the scheduler)
+    assert set(observed["accepted"]) == {"od-default"}, observed["accepted"]
+    assert job(c, observed["accepted"]["od-default"])["QOS"] == "production"  # no --qos: production
+    assert set(observed["refused"]) == {"od-burst", "od-experiments", "od-dev"}, observed["refused"]
+    assert all("Invalid qos specification" in msg for msg in observed["refused"].values()), observed["refused"]
 
 
 def test_the_first_start_creates_the_tres_and_stops_until_the_qos_exist(cluster):
@@ -191,4 +227,44 @@ def test_the_first_start_creates_the_tres_and_stops_until_the_qos_exist(cluster)
 
 
 def test_slurmctld_logs_no_error_on_the_operators_lines_plus_ours(observed):
-    assert error_lines(observed["c"].log("slurmctld.out") + observed["c"].log("slurmctld.log")) == []
+    # the refused submits log their reason as an error ("This association ... does not have access to qos")
+    refusals = re.compile(r"error: This association .* does not have access to qos")
+    log = observed["c"].log("slurmctld.out") + observed["c"].log("slurmctld.log")
+    assert [line for line in error_lines(log) if not refusals.search(line)] == []
+
+
+def test_jobs_pend_on_a_partition_scaled_to_zero_and_for_nodes_not_there_yet(observed):
+    """KEDA adds nodes for pending jobs: a job sent to a partition with no node, or bigger than the
+    nodes present, must be accepted and pend (EnforcePartLimits=ALL refused them all at submit)."""
+    c = observed["c"]
+    wanted = {"flex-production": ("h100-flex", "production", []),   # no node in h100-flex
+              "flex-default": ("h100-flex", None, []),
+              "dev-default": ("l4-dev", None, []),                   # no node in l4-dev
+              "spot-2-nodes": ("h100-spot", "burst", ["-N", "2"]),   # one node present
+              "spot-or-flex": ("h100-spot,h100-flex", "burst", [])}
+    ids, refused = {}, {}
+    for name, (partition, qos, extra) in wanted.items():
+        job_id, msg = submit(c, name, partition, qos, extra)
+        (ids if job_id else refused)[name] = job_id or msg
+    assert refused == {}, refused
+    time.sleep(6)  # two scheduler passes (sched_min_interval 2 s, PriorityCalcPeriod 5 s)
+    states = {name: (job(c, j)["JobState"], job(c, j)["Reason"]) for name, j in ids.items()}
+    print(f"\njobs sent where no node (or not enough) is: {states}")
+    assert all(state == "PENDING" for state, _ in states.values()), states
+    assert states["spot-2-nodes"][1] in ("PartitionConfig", "PartitionNodeLimit", "Resources", "Priority"), states
+    assert job(c, ids["dev-default"])["QOS"] == "experiments"  # l4-dev's default (accounting.sh)
+
+
+def test_a_qos_on_demand_does_not_admit_never_starts_there_even_past_the_association(observed):
+    """The second line: with EnforcePartLimits=NO, AllowQos is the scheduler's check. A burst job that
+    an operator (whose association has burst) sends to h100-ondemand pends for good, with its reason."""
+    c = observed["c"]
+    out = c.run(["sbatch", "--parsable", "-J", "od-root-burst", "-p", "h100-ondemand", "-t", "10", "--qos=burst",
+                 "-o", "/dev/null", "--wrap", "sleep 300"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    time.sleep(6)  # scheduler passes
+    state = job(c, job_id)
+    print(f"\nroot's burst job on h100-ondemand: {state['JobState']} {state['Reason']}")
+    assert state["JobState"] == "PENDING", state
+    assert "not permitted to use this partition" in c.run(["squeue", "-h", "-j", job_id, "-o", "%r"]).stdout

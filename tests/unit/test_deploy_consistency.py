@@ -327,3 +327,37 @@ def test_the_consistency_check_catches_drift(broken, monkeypatch):
     monkeypatch.setitem(globals(), "_values", lambda: values)
     with pytest.raises(AssertionError):
         test_helm_nodesets_and_partitions_match_the_pools()
+
+
+# --- slurmctl's production site config ------------------------------------------------------------
+def _partition_qos_rules() -> dict[str, tuple[set[str], str]]:
+    """accounting.sh PARTITION_QOS: {partition: (QOS of users' association there, default QOS)}."""
+    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
+    [rules] = re.findall(r'^PARTITION_QOS="([^"]+)"$', script, re.M)
+    return {p: (set(q.split(",")), d) for p, q, d in (rule.split(":") for rule in rules.split())}
+
+
+def test_the_production_site_config_loads_and_sends_each_partition_a_qos_it_admits():
+    from slurmctl.submit.spec import load_site_config
+
+    site = load_site_config(DEPLOY / "slinky" / "site.yaml")  # slurmctl's own loader: what the login pods read
+    assert set(site.partitions) == PRODUCTION_PARTITIONS
+    pools = _gpu_pools()
+    for name, part in site.partitions.items():
+        assert part.gpus_per_node == pools[name]["gpus_per_node"], name
+        assert part.gpu_type == ACCELERATOR_GPU_TYPE[pools[name]["accelerator_type"]], name
+        assert part.preemptible == pools[name]["spot"], name
+    assert site.cluster == yaml.safe_load((DEPLOY / "slinky" / "values.yaml").read_text())["clusterName"]
+    shared, rules = _shared_partitions(), _partition_qos_rules()
+    account_default = re.search(r"DefaultQOS=(\w+)", (DEPLOY / "slurm" / "accounting.sh").read_text()).group(1)
+    for name, part in site.partitions.items():
+        allowed = set(shared[name]["AllowQos"].split(","))
+        sent = part.qos or (rules[name][1] if name in rules else account_default)
+        # the QOS a plain `slurmctl submit` there runs under is one the partition admits ...
+        assert sent in allowed, (name, sent, allowed)
+        # ... and one the user's association for that partition has (else "Invalid qos specification")
+        assert sent in (rules[name][0] if name in rules else {"production", "experiments", "burst", "dev"}), name
+    assert site.partitions["h100-ondemand"].qos == "production"
+    assert rules["h100-ondemand"] == ({"production"}, "production")
+    assert {name: set(q) for name, (q, _) in rules.items()} == {
+        name: set(shared[name]["AllowQos"].split(",")) for name in rules}

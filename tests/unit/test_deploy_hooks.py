@@ -88,8 +88,12 @@ def run_accounting(tmp_path: Path, users: str) -> tuple[subprocess.CompletedProc
     (bin_dir / "sacctmgr").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        # `show assoc where user=U ...`: the association exists once added
-        'case "$*" in *"show assoc"*) echo "$*" | sed -n "s/.*user=\\([^ ]*\\).*/\\1/p";; esac\n')
+        # `show assoc where user=U ...`: the association exists once added, with the QOS it was given
+        'case "$*" in\n'
+        '  *"show assoc"*"partition=h100-ondemand"*) echo "production|production";;\n'
+        '  *"show assoc"*"partition=l4-dev"*) echo "dev,experiments|experiments";;\n'
+        '  *"show assoc"*) echo "$*" | sed -n "s/.*user=\\([^ ]*\\).*/\\1/p";;\n'
+        'esac\n')
     (bin_dir / "sacctmgr").chmod(0o755)
     out = subprocess.run(["bash", str(REPO / "deploy" / "slurm" / "accounting.sh")], capture_output=True, text=True,
                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMCTL_USERS": users}, timeout=30)
@@ -101,6 +105,13 @@ def test_accounting_creates_each_user_with_a_default_account(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "--immediate add user alice Account=ml-research DefaultAccount=ml-research" in calls
     assert "--immediate add user bob Account=ml-applied DefaultAccount=ml-applied" in calls
+    # an association per partition that takes only some QOS: the default first, then the QOS list
+    ondemand = [c for c in calls if "name=alice" in c and "partition=h100-ondemand" in c]
+    assert ondemand == ["--immediate modify user where name=alice account=ml-research partition=h100-ondemand set "
+                        "DefaultQOS=production",
+                        "--immediate modify user where name=alice account=ml-research partition=h100-ondemand set "
+                        "QOS=production"]
+    assert "--immediate add user alice Account=ml-research Partition=h100-ondemand" in calls
 
 
 @pytest.mark.parametrize("users", ["", "alice", "alice nlp", "al;ce ml-research", "alice ml-research extra"])

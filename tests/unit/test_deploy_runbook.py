@@ -63,7 +63,7 @@ COVERED = {
         RENDERS,
     "helm repo add kedacore https://kedacore.github.io/charts": RENDERS,
     "helm install cert-manager jetstack/cert-manager --version v1.18.2 -n cert-manager --create-namespace "
-    "--set crds.enabled=true": RENDERS,
+    "--set crds.enabled=true --wait --timeout 5m": RENDERS,
     "helm install prometheus prometheus-community/kube-prometheus-stack --version 65.5.0 -n monitoring "
     "--create-namespace -f deploy/chart/prometheus-values.yaml": RENDERS,
     "helm install keda kedacore/keda --version 2.20.2 -n keda --create-namespace":
@@ -81,15 +81,16 @@ COVERED = {
     'sed "s/CHECKPOINT_BUCKET/$PROJECT-ml-checkpoints/" deploy/gke/k8s/checkpoints.yaml | kubectl apply -f -':
         "test_kubectl_objects_are_valid",
     "helm install slurmctl deploy/chart -n slurm -f build/images/chart-images.yaml --set "
-    "gcpServiceAccount=$(terraform -chdir=deploy/gke output -raw workload_service_account) --set-file site=site.yaml "
+    "gcpServiceAccount=$(terraform -chdir=deploy/gke output -raw workload_service_account) "
+    "--set-file site=deploy/slinky/site.yaml "
     "--set 'network.ldapCIDRs={10.20.0.5/32}'": RENDERS,
     "helm install slurm oci://ghcr.io/slinkyproject/charts/slurm --version 1.1.2 -n slurm -f deploy/slinky/values.yaml "
     "-f build/images/slinky-images.yaml --set-file controller.extraConf=deploy/slurm/scheduling.conf --set-file "
     "'prologScripts.slurmctl\\.sh'=deploy/slurm/hooks/prolog.sh --set-file "
     "'epilogScripts.slurmctl\\.sh'=deploy/slurm/hooks/epilog.sh --set-file "
     "loginsets.login.rootSshAuthorizedKeys=admin_keys.pub": "test_the_slurm_chart_runs_our_slurm_conf_parts_and_images",
-    'kubectl -n slurm exec -i statefulset/slurm-controller -- env SLURMCTL_USERS="$(cat users.txt)" bash -s < '
-    "deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
+    'kubectl -n slurm exec -i statefulset/slurm-controller -c reconfigure -- env SLURMCTL_USERS="$(cat users.txt)" '
+    "bash -s < deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
 }
 SELF_BLOCK = ".venv/bin/pytest"  # the block that runs these tests is not run from inside them
 
@@ -143,8 +144,7 @@ def _scratch_checkout(dest: Path) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "runbook test"], cwd=dest, check=True)
     (dest / ".venv").symlink_to(sys.prefix)
-    # the inputs the RUNBOOK names: site config, the platform team's key, users, SSSD config
-    shutil.copy(REPO / "deploy" / "local" / "site.yaml", dest / "site.yaml")
+    # the inputs the RUNBOOK names: the platform team's key, users, SSSD config
     (dest / "admin_keys.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBm admin@example.org\n")
     (dest / "users.txt").write_text("alice ml-research\nbob ml-applied\n")
     return dest
@@ -367,7 +367,37 @@ def test_the_slurm_chart_runs_our_slurm_conf_parts_and_images(runbook):
     assert images and {re.sub(r":[^:@/]+@", "@", i) for i in images} <= digests, images
     [login] = [d for d in docs if d["kind"] == "LoginSet"]
     assert login["spec"]["service"]["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] == "Internal"
+    # reachable from a VPN gateway in any region of the VPC, not only the cluster's
+    assert login["spec"]["service"]["metadata"]["annotations"][
+        "networking.gke.io/internal-load-balancer-allow-global-access"] == "true"
 
+
+
+def test_an_interactive_srun_on_the_login_pods_gets_its_calls_back_and_ssh_keeps_client_addresses(runbook):
+    """RUNBOOK step 10 (`slurmctl dev`: srun --pty on a login pod). slurmctld and the slurmstepds
+    connect back to srun on a port of SrunPortRange: the login pods' NetworkPolicy must admit that
+    range from the Slurm pods. And the SSH rule's VPN range sees client addresses only if the load
+    balancer hands connections over unSNATed (externalTrafficPolicy Local; Cluster SNATs them)."""
+    slurm, ours = _rendered(runbook, "slurm"), _rendered(runbook, "slurmctl")
+    [controller] = [d for d in slurm if d["kind"] == "Controller"]
+    [srun_ports] = re.findall(r"^SrunPortRange=(\d+)-(\d+)$", controller["spec"]["extraConf"], re.M)
+    low, high = map(int, srun_ports)
+    [login] = [d for d in slurm if d["kind"] == "LoginSet"]
+    service = login["spec"]["service"]["spec"]
+    assert service["type"] == "LoadBalancer" and service["externalTrafficPolicy"] == "Local", service
+    [policy] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-login-ssh"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "login"}}
+    rules = {json.dumps(r["from"], sort_keys=True): r["ports"] for r in policy["spec"]["ingress"]}
+    ssh = [ports for peers, ports in rules.items() if "ipBlock" in peers]
+    assert ssh == [[{"protocol": "TCP", "port": 22}]], rules
+    from_slurm_pods = rules[json.dumps([{"podSelector": {}}])]
+    # every port of the range: a rule without a port admits all of them (no endPort: see the template)
+    assert from_slurm_pods == [{"protocol": "TCP"}] or any(
+        p.get("port", 0) <= low and high <= p.get("endPort", p.get("port", 0)) for p in from_slurm_pods), rules
+    assert low < high
+    # and the Slurm pods may send there (egress inside the namespace is open)
+    [egress] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-egress"]
+    assert {"to": [{"podSelector": {}}]} in egress["spec"]["egress"]
 
 # --- steps 5, 6, 9: kubectl ---------------------------------------------------------------------------------------
 def test_kubectl_objects_are_valid(runbook):
@@ -384,3 +414,19 @@ def test_kubectl_objects_are_valid(runbook):
     assert exec_call[exec_call.index("--") + 1:] == ["env", "SLURMCTL_USERS=alice ml-research\nbob ml-applied",
                                                       "bash", "-s"]
     assert (runbook["log"] / "exec-stdin").read_text() == (REPO / "deploy" / "slurm" / "accounting.sh").read_text()
+    # not the default container (slurmctld: crash-looping on a fresh database until this step has run)
+    # but the reconfigure sidecar, which runs all the time with slurmctld's image (scontrol's client
+    # package has sacctmgr) and /etc/slurm (slurm-operator 1.1.2 controllerbuilder.reconfigureContainer)
+    assert exec_call[exec_call.index("-c") + 1] == "reconfigure", exec_call
+    if "slurm" not in {m.split("=")[0] for m in _missing_charts(runbook)}:
+        [controller] = [d for d in _rendered(runbook, "slurm") if d["kind"] == "Controller"]
+        image = controller["spec"]["reconfigure"]["image"]
+        assert image.split(":")[0] == controller["spec"]["slurmctld"]["image"].split(":")[0], image
+
+
+def test_files_that_cite_a_runbook_step_cite_the_step_that_uses_them():
+    runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    steps = {m.group(1): m.group(0)
+             for m in re.finditer(r"^(\d+)\. \*\*.*?(?=^\d+\. \*\*|^## )", runbook, re.M | re.S)}
+    cited = re.findall(r"RUNBOOK step (\d+)", (REPO / "deploy" / "gke" / "k8s" / "checkpoints.yaml").read_text())
+    assert cited and all("deploy/gke/k8s/checkpoints.yaml" in steps[n] for n in cited), cited

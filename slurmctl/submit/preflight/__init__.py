@@ -45,7 +45,7 @@ def run_preflight(spec: RunSpec, site: SiteConfig, view: ClusterView, workdir: P
         check_image(spec, allow_mutable_image),
         check_shape(spec, site, view),
         check_time_limit(spec, view),
-        check_account(site, view, user),
+        check_account(site, view, user, spec.partitions),
         check_memory(spec, site, smoke=smoke, workdir=workdir),
         check_nccl_overrides(spec, site),
     ):

@@ -159,7 +159,7 @@ def check_time_limit(spec: RunSpec, view: ClusterView) -> CheckResult:
     return result
 
 
-def check_account(site: SiteConfig, view: ClusterView, user: str) -> CheckResult:
+def check_account(site: SiteConfig, view: ClusterView, user: str, partitions: list[str]) -> CheckResult:
     result = CheckResult("account", "you may submit to the account")
     if not site.account:
         result.note = "no account set (cluster default)"
@@ -168,13 +168,22 @@ def check_account(site: SiteConfig, view: ClusterView, user: str) -> CheckResult
         result.findings.append(warning("cannot-verify-account", f"sacctmgr did not answer; account '{site.account}' "
                                        "not checked.", "If sbatch refuses the account, ask your admin for access."))
         return result
-    allowed = {a.account: a.qos for a in view.associations}
+    allowed: dict[str, list[str]] = {}  # an account's QOS over all its associations (one per partition too)
+    for a in view.associations:
+        allowed.setdefault(a.account, []).extend(q for q in a.qos if q not in allowed.get(a.account, []))
     if site.account not in allowed:
         result.findings.append(error(
             "account-not-allowed", f"user {user} has no association with account '{site.account}'.",
             f"Your accounts: {', '.join(sorted(allowed)) or 'none'}; ask your admin to add you to '{site.account}'."))
-    else:
-        result.note = f"{site.account} (QOS {', '.join(allowed[site.account]) or 'default'})"
+        return result
+    result.note = f"{site.account} (QOS {', '.join(allowed[site.account]) or 'default'})"
+    for name in partitions:
+        qos = site.partitions[name].qos if name in site.partitions else None
+        if qos and allowed[site.account] and qos not in allowed[site.account]:
+            result.findings.append(error(
+                "qos-not-allowed", f"partition {name} runs jobs under QOS '{qos}' (site.yaml), which account "
+                f"'{site.account}' does not have for user {user} (it has: {', '.join(allowed[site.account])}).",
+                f"Ask your admin to give '{site.account}' the QOS '{qos}', or use another partition (--where)."))
     return result
 
 
