@@ -30,7 +30,12 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
             err.print(f"  waiting for the drain acknowledgement: {waited:.0f}/{drain_timeout:.0f} s"
                       + (f", training at step {escape(str(step))}" if step is not None else ""), end="\r")
 
-    result = cancel_run(ctx.registry.get(run), ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    from slurmctl.cli.plain_job import PlainJob, cancel_plain, resolve_ref
+
+    target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
+    if isinstance(target, PlainJob):
+        return cancel_plain(ctx, target, as_json)
+    result = cancel_run(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
     if as_json:
         print_json(result.to_dict())
     else:

@@ -32,8 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 SLURMCTL = [sys.executable, "-m", "slurmctl.cli"]
 USERS = {"alice": "vision", "bob": "vision", "carol": "nlp"}  # user -> Slurm account (deploy/local/up)
 DEFAULT_USER = "alice"
-# Passed from the test process into the user's clean environment when set (they select the cluster).
-PASS_ENV = ("SLURM_CONF", "SLURMCTL_SITE_CONFIG", "SLURMCTL_LOCAL_DIR")
+# Passed from the test process into the user's clean environment when set (they select the cluster;
+# PYTHONPATH selects the checkout under test).
+PASS_ENV = ("SLURM_CONF", "SLURMCTL_SITE_CONFIG", "SLURMCTL_LOCAL_DIR", "PYTHONPATH")
 TEST_DIR_NAME = "slurmctl-tests"  # under each user's home
 
 
