@@ -10,6 +10,7 @@ import click
 from slurmctl.cli.context import Context, out, print_json, print_line
 from slurmctl.durations import human_duration
 from slurmctl.observe.plain_job import PlainJob, plain_job_diagnosis, plain_job_status, resolve
+from slurmctl.slurm.owned import owned_job
 
 __all__ = ["PlainJob", "cancel_plain", "cost_plain", "plain_job_diagnosis", "print_plain_logs", "print_plain_status",
            "resolve_ref"]
@@ -86,7 +87,7 @@ def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: flo
         ctx.client.cancel(plain.job_id)
     state = job.state if job else "UNKNOWN"
     while time.monotonic() - began < wait_seconds:
-        now = ctx.client.jobs([plain.job_id]).get(plain.job_id)
+        now = owned_job(ctx.client, plain.job_id, ctx.registry.uid)
         state = now.state if now else "CANCELLED"
         if now is None or not now.active:
             break
@@ -106,10 +107,8 @@ def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: flo
 def explain_job(ctx: Context, job_id: int, as_json: bool) -> int | None:
     """`explain JOBID`: the state (and, while it waits, the reason) of one of the caller's jobs."""
     from slurmctl.observe.explain import explain_reason, explain_state
-    from slurmctl.slurm.owned import owned_job_id
 
-    owned_job_id(ctx.client, job_id, ctx.registry.uid)
-    job = ctx.client.jobs([job_id]).get(job_id)
+    job = owned_job(ctx.client, job_id, ctx.registry.uid)
     if job is None:
         print_line(f"job {job_id}: Slurm no longer knows it.")
         return 1

@@ -19,7 +19,7 @@ from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.explain import explain_reason, explain_state
 from slurmctl.rundir import Run, RunRegistry, is_run_id
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.slurm.owned import owned_job_id
+from slurmctl.slurm.owned import owned_job
 
 _JOB_REF_RE = re.compile(r"\d{1,12}")
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
@@ -68,10 +68,9 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
         return registry.get(ref)
     job_id = int(ref)
     try:
-        owned_job_id(client, job_id, registry.uid)
+        job = owned_job(client, job_id, registry.uid)
     except RunNotFound:
         return registry.get(ref)  # a run named with digits only
-    job = client.jobs([job_id]).get(job_id)
     run_id = job.run_id if job is not None else None
     if run_id and is_run_id(run_id):
         try:
@@ -87,11 +86,15 @@ def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Pat
     info = client.job_info(job_id)
     if info is not None and info.std_out:
         return Path(_expand(info.std_out, job_id, job)), info.work_dir
-    result = client._run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "JobIDRaw,WorkDir"], check=False)
-    for line in result.stdout.splitlines():
-        jid, _, work_dir = line.partition("|")
-        if jid == str(job_id) and work_dir.startswith("/"):
-            return Path(work_dir) / f"slurm-{job_id}.out", work_dir
+    # the newest job of that id that is the caller's (ids restart when a cluster is rebuilt)
+    result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", "-j", str(job_id), "-o",
+                          "JobIDRaw,UID,Submit,WorkDir"], check=False)
+    rows = [line.split("|", 3) for line in result.stdout.splitlines()]
+    mine = [r for r in rows if len(r) == 4 and r[0] == str(job_id) and r[1] == str(os.geteuid())
+            and r[3].startswith("/")]
+    if mine:
+        work_dir = max(mine, key=lambda r: r[2])[3]
+        return Path(work_dir) / f"slurm-{job_id}.out", work_dir
     return None, ""
 
 

@@ -12,9 +12,10 @@ import os
 import re
 from dataclasses import dataclass
 
+from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
 from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.slurm.parsing import SEP
-from slurmctl.slurm.records import RUN_COMMENT_PREFIX
+from slurmctl.slurm.records import RUN_COMMENT_PREFIX, Job
 
 _UID_RE = re.compile(r"[^()]*\((\d+)\)")
 
@@ -88,3 +89,57 @@ def my_plain_jobs(client, uid: int | None = None) -> list[PlainJobRow]:
             continue
         rows.append(PlainJobRow(job_id, state, partition, int(nodes) if nodes.isdigit() else 0, elapsed, name))
     return rows
+
+
+_HISTORY_FIELDS = ["JobIDRaw", "UID", "Submit", "Start", "End", "State", "Reason", "Partition", "NNodes", "NodeList",
+                   "ElapsedRaw", "TimelimitRaw", "ExitCode", "AllocTRES", "Comment", "JobName"]
+
+
+def _null(text: str | None) -> str:
+    return "" if text in {None, "None", "(null)", "Unknown", "N/A"} else text
+
+
+def _count(text: str) -> int:
+    """NumNodes as scontrol prints it: '2', or a range '1-2' while pending."""
+    first = text.split("-")[0]
+    return int(first) if first.isdigit() else 0
+
+
+def owned_job(client, job_id: int, uid: int | None = None) -> Job | None:
+    """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's):
+    from the controller (`scontrol show job`, which refuses a line with a key twice) while it knows
+    the job, else from accounting, the newest job of that id (ids restart when a cluster is rebuilt,
+    and accounting keeps the older jobs). Only this job's own line is read, never the whole queue."""
+    uid = os.geteuid() if uid is None else uid
+    owned_job_id(client, job_id, uid)
+    info = client.job_info(job_id)
+    if info is not None:
+        f = info.raw
+        submit, start = parse_slurm_timestamp(f.get("SubmitTime", "")), parse_slurm_timestamp(f.get("StartTime", ""))
+        return Job(job_id=job_id, name=f.get("JobName", ""), state=f.get("JobState", ""),
+                   reason=_null(f.get("Reason")), partition=f.get("Partition", ""),
+                   num_nodes=_count(f.get("NumNodes", "")), nodelist=_null(f.get("NodeList")),
+                   elapsed_seconds=parse_slurm_duration(f.get("RunTime", "")),
+                   time_limit_seconds=parse_slurm_duration(f.get("TimeLimit", "")),
+                   submit_time=submit, start_time=start if info.start_time else None,
+                   end_time=parse_slurm_timestamp(f.get("EndTime", "")) if info.end_time else None,
+                   exit_code=f.get("ExitCode", ""), comment=_null(f.get("Comment")),
+                   user=str(uid), tres=f.get("TRES", ""), source="scontrol")
+    result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", f"--delimiter={SEP}", "-j", str(job_id),
+                          "-o", ",".join(_HISTORY_FIELDS)], check=False)
+    rows = []
+    for line in result.stdout.splitlines() if result.returncode == 0 else []:
+        values = line.split(SEP, len(_HISTORY_FIELDS) - 1)
+        if len(values) == len(_HISTORY_FIELDS) and values[0] == str(job_id) and values[1] == str(uid):
+            rows.append(values)
+    if not rows:
+        return None
+    (_, _, submit, start, end, state, reason, partition, nodes, nodelist, elapsed, limit, exit_code, tres, comment,
+     name) = max(rows, key=lambda r: r[2])
+    return Job(job_id=job_id, name=name, state=state.split(" ")[0], reason=_null(reason), partition=partition,
+               num_nodes=_count(nodes), nodelist=_null(nodelist),
+               elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
+               time_limit_seconds=int(limit) * 60 if limit.isdigit() else None,
+               submit_time=parse_slurm_timestamp(submit), start_time=parse_slurm_timestamp(start),
+               end_time=parse_slurm_timestamp(end), exit_code=exit_code, comment=comment, user=str(uid),
+               tres=tres, source="sacct")
