@@ -16,9 +16,15 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Show what was understood and the job that would run; submit nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask to confirm a cost above the site threshold.")
+@click.option("--framework", help="How the program checkpoints: lightning, hf-trainer, pytorch or none "
+              "(default: detected from the program's imports).")
+@click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: the current directory).")
+@click.option("--signal", "program_signal", help="The signal the program saves on (default: the framework's).")
+@click.option("--step-pattern", help="Regex with a group named step for the program's progress lines.")
 @json_option
 @pass_ctx
-def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: bool, yes: bool, as_json: bool):
+def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: bool, yes: bool, framework: str | None,
+          checkpoint_dir: str | None, program_signal: str | None, step_pattern: str | None, as_json: bool):
     """Run an existing sbatch SCRIPT as written, with run dir, logs, status, cost and drain around it.
 
     The platform gives it a run id and run dir, logs per attempt, status, diagnose, cost, the drain signal.
@@ -33,7 +39,8 @@ def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: boo
 
     interactive = not as_json and sys.stdin.isatty()
     plan = do_adopt(script, list(sbatch_args), ctx.site, ctx.client, dry_run=dry_run, yes=yes,
-                    confirm=confirm if interactive else None)
+                    confirm=confirm if interactive else None, framework=framework, checkpoint_dir=checkpoint_dir,
+                    signal=program_signal, step_pattern=step_pattern)
     if as_json:
         print_json(plan.to_dict())
         return

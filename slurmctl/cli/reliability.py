@@ -35,7 +35,10 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
         return cancel_plain(ctx, target, as_json)
-    result = cancel_run(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    from slurmctl.control.adopted import cancel_adopted, is_adopted
+
+    stop = cancel_adopted if is_adopted(target) else cancel_run  # adopted: the program's own signal and save
+    result = stop(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
     if as_json:
         print_json(result.to_dict())
     else:
@@ -58,9 +61,11 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 @pass_ctx
 def resume(ctx: Context, run: str, as_json: bool) -> None:
     """Start a new job for an ended RUN from its newest valid checkpoint (same run id)."""
+    from slurmctl.control.adopted import is_adopted, resume_adopted
     from slurmctl.control.resume import resume_run
 
-    result = resume_run(ctx.registry.get(run), ctx.client)
+    the_run = ctx.registry.get(run)
+    result = (resume_adopted if is_adopted(the_run) else resume_run)(the_run, ctx.client)
     if as_json:
         print_json(result.to_dict())
         return

@@ -271,6 +271,10 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     from slurmctl.observe.health import apply_live_health  # standard library only, small
 
     apply_live_health(status, run, job, site, now)
+    if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints
+        from slurmctl.observe.adopted import apply_adopted
+
+        apply_adopted(status, run, job, now)
     return status
 
 

@@ -167,3 +167,25 @@ def test_control_characters_and_bad_lines_are_refused(workdir, alice):
     no_shebang = _write(workdir, "plain.txt", "echo hi\n", alice)
     refused = slurmctl("adopt", "--dry-run", no_shebang, check=False, cwd=workdir)
     assert refused.returncode == 2 and "#!" in refused.stderr
+
+
+def test_cancel_of_a_program_that_cannot_save_says_so_at_once(workdir, alice):
+    script = _write(workdir, "sleeper.sbatch", "#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n"
+                    "for i in $(seq 1 300); do echo \"step $i\"; sleep 1; done\n", alice)
+    run = slurmctl_json("adopt", "--yes", script, cwd=workdir)
+    try:
+        deadline = time.monotonic() + 60
+        while slurmctl_json("status", run["run_id"])["state"] != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        assert slurmctl_json("status", run["run_id"])["phase"] == "training"  # no heartbeat expected of it
+        began = time.monotonic()
+        refused = slurmctl("cancel", run["run_id"], check=False)
+        took = time.monotonic() - began
+        print(f"cancel of an adopted program with no save signal answered in {took:.2f} s")
+        assert refused.returncode == 1 and "cannot be asked to save" in refused.stderr and "--now" in refused.stderr
+        assert took < 10
+        stopped = slurmctl_json("cancel", run["run_id"], "--now")
+        assert stopped["drain"] == "skipped" and stopped["final_state"] == "CANCELLED"
+    finally:
+        slurmctl("cancel", run["run_id"], "--now", check=False)

@@ -25,6 +25,7 @@ from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RunRegistry, current_user, new_run_id
+from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
 from slurmctl.submit.adopt.body import BodyReading, read_body
@@ -78,6 +79,7 @@ class AdoptPlan:
     platform_args: list[str] = field(default_factory=list)
     cost: dict = field(default_factory=dict)
     ignored_lines: list[dict] = field(default_factory=list)
+    resilience: dict | None = None  # the adopt block (runtime.adapters.Resilience) and how it was found
     job_id: int | None = None
     dry_run: bool = True
     wrapper: str = ""
@@ -150,8 +152,13 @@ def _same(option: str, ours: str | None, slurms: str) -> bool:
         return parse_slurm_duration(ours) == parse_slurm_duration(slurms)
     if option == "gres":
         return ours.removeprefix("gres:") == slurms.removeprefix("gres:")
-    if option == "signal":
-        return slurms == ours.split("@")[0] or slurms.startswith(ours)
+    if option == "signal":  # sbatch -v prints 'B:USR1' for B:SIGUSR1@60, 'USR1@90' for SIGUSR1@90
+        def parts(text: str) -> tuple[bool, str, str]:
+            batch = text.startswith("B:")
+            name, _, when = text.removeprefix("B:").partition("@")
+            return batch, name.removeprefix("SIG"), when
+        (b1, n1, w1), (b2, n2, w2) = parts(ours), parts(slurms)
+        return b1 == b2 and n1 == n2 and (w1 == w2 or not w2)
     if option in {"output", "error", "input", "chdir"}:
         return slurms == ours or slurms.endswith("/" + ours.lstrip("./")) or Path(slurms).name == Path(ours).name
     return ours == slurms
@@ -281,8 +288,46 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
     return notes
 
 
+def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
+                signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
+    """The adopt block: given, or detected from the program the script launches (its imports)."""
+    how = "given"
+    if framework is None:
+        for launch in body.launches:
+            program = Path(launch.program) if launch.program else None
+            try:
+                text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
+            except OSError:
+                text = ""
+            framework = detect(text)
+            if framework:
+                how = f"detected: {program} imports it"
+                break
+    if framework in {None, "none"}:
+        return None, "none"
+    if framework not in ADAPTERS:
+        raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
+                        f"Use one of: {', '.join(ADAPTERS)} (or none).")
+    adapter = ADAPTERS[framework]
+    if step_pattern:
+        try:
+            if "step" not in re.compile(step_pattern).groupindex:
+                raise re.error("it has no group named step")
+        except re.error as exc:
+            raise SpecError(f"--step-pattern {step_pattern!r}: {exc}.",
+                            "Give a regex with a named group, e.g. 'iter (?P<step>\\d+)'.") from None
+    program_signal = signal or adapter.SIGNAL
+    if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
+        program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+    signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
+    block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
+                       program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
+    return block, how
+
+
 def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient,
-               registry: RunRegistry) -> tuple[AdoptPlan, SbatchScript]:
+               registry: RunRegistry, *, framework: str | None = None, checkpoint_dir: str | None = None,
+               signal: str | None = None, step_pattern: str | None = None) -> tuple[AdoptPlan, SbatchScript]:
     script = parse_script(script_path, sbatch_args)
     for d in script.directives:
         if d.line is None and _CONTROL_RE.search(d.raw):
@@ -302,6 +347,16 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         platform_args=_platform_args(run_id, run_dir, add_signal, margin),
         cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
+    block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
+    plan.resilience = {**block.to_dict(), "how": how} if block else None
+    if block and block.signal:
+        plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
+                          f"{'srun tasks' if block.signal_to == 'steps' else 'batch shell'}; the program saves "
+                          f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
+    elif block:
+        plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
+                          "listed and used by resume; it saves on no signal, so cancel stops it at once "
+                          "(give --signal if it does).")
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
                                   "027" if site.share_runs_with_group else "077")
     return plan, script
@@ -329,9 +384,10 @@ def check_wrapper(plan: AdoptPlan, client: SlurmClient, wrapper_path: Path, sbat
 
 
 def adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient, *, dry_run: bool = False,
-          yes: bool = False, confirm=None) -> AdoptPlan:
+          yes: bool = False, confirm=None, **resilience) -> AdoptPlan:
+    """`resilience`: framework, checkpoint_dir, signal, step_pattern (the adopt block's options)."""
     registry = RunRegistry(site.runs_root_path)
-    plan, script = plan_adopt(script_path, sbatch_args, site, client, registry)
+    plan, script = plan_adopt(script_path, sbatch_args, site, client, registry, **resilience)
     if dry_run:
         return plan
     if not plan.slurm_original.get("ok"):
@@ -343,7 +399,7 @@ def adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient, 
         raise CostNotConfirmed(f"worst case ${plan.cost['max_usd']:,.2f} is above this site's confirmation "
                                f"threshold ${threshold:,.2f}; nothing was submitted.",
                                "Confirm at the prompt, or pass --yes, or lower --time / the GPUs.")
-    run = _create_run_dir(registry, site, plan)
+    run = _create_run_dir(registry, site, plan, sbatch_args)
     try:
         shutil.copyfile(script_path, run.path / ADOPTED_SCRIPT)
         os.chmod(run.path / ADOPTED_SCRIPT, 0o700)
@@ -364,14 +420,14 @@ def adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient, 
     return plan
 
 
-def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan):
+def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan, sbatch_args: list[str]):
     class _Named:  # RunRegistry.create takes a spec for its name only
         name = plan.run_id.rsplit("-", 2)[0]
 
     run = registry.create(_Named, share_with_group=site.share_runs_with_group, run_id=plan.run_id)
     meta = {"run_id": run.run_id, "name": _Named.name, "created": time.time(), "user": current_user(),
             "cluster": site.cluster, "partition": plan.slurm_original.get("partition"),
-            "adopted": {"script": plan.script, "platform_args": plan.platform_args,
-                        "shape": asdict(plan.shape)}}
+            "adopted": {"script": plan.script, "platform_args": plan.platform_args, "cwd": os.getcwd(),
+                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience}}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
     return run
