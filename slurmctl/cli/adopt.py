@@ -16,6 +16,8 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Show what was understood and the job that would run; submit nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask to confirm a cost above the site threshold.")
+@click.option("--convert", "convert_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Instead: write DIR/run.yaml, the job script it renders and a line-by-line MAPPING.txt.")
 @click.option("--framework", help="How the program checkpoints: lightning, hf-trainer, pytorch or none "
               "(default: detected from the program's imports).")
 @click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: the current directory).")
@@ -24,7 +26,8 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
 @json_option
 @pass_ctx
 def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: bool, yes: bool, framework: str | None,
-          checkpoint_dir: str | None, program_signal: str | None, step_pattern: str | None, as_json: bool):
+          checkpoint_dir: str | None, program_signal: str | None, step_pattern: str | None, as_json: bool,
+          convert_dir: Path | None = None):
     """Run an existing sbatch SCRIPT as written, with run dir, logs, status, cost and drain around it.
 
     The platform gives it a run id and run dir, logs per attempt, status, diagnose, cost, the drain signal.
@@ -32,6 +35,18 @@ def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: boo
     Every #SBATCH line is kept; extra sbatch options go after `--`, e.g.
     `slurmctl adopt train.sbatch -- --time=2:00:00`.
     """
+    if convert_dir is not None:
+        from slurmctl.submit.adopt.convert import write_conversion
+
+        written = write_conversion(script, list(sbatch_args), ctx.site, convert_dir)
+        if as_json:
+            print_json(written)
+            return
+        for line in written["mapping"]:
+            print_line(f"  {line}")
+        print_line(("wrote", "bold"), f" {written['run_yaml']}, {written['job_script']}, {written['mapping_file']}")
+        print_line(("next:", "bold"), f" {written['submit']}")
+        return
     from slurmctl.submit.adopt import adopt as do_adopt
 
     def confirm(plan) -> bool:

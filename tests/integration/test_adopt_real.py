@@ -189,3 +189,26 @@ def test_cancel_of_a_program_that_cannot_save_says_so_at_once(workdir, alice):
         assert stopped["drain"] == "skipped" and stopped["final_state"] == "CANCELLED"
     finally:
         slurmctl("cancel", run["run_id"], "--now", check=False)
+
+
+def test_convert_writes_run_yaml_job_script_and_a_line_by_line_mapping(workdir, alice):
+    script = _write(workdir, "ddp.sbatch", MULTI_NODE, alice)
+    _write(workdir, "train.py", "print('training')\n", alice)
+    out = workdir / "converted"
+    written = slurmctl_json("adopt", script, "--convert", str(out), cwd=workdir)
+    spec = written["spec"]
+    assert (spec["entrypoint"], spec["nodes"], spec["gpus_per_node"], spec["gpu_type"], spec["partition"],
+            spec["time_limit"], spec["args"], spec["env"]) == ("train.py", 2, 2, "h100", "h100-spot", "00:30:00",
+                                                               ["--epochs", "3"], {"MASTER_PORT": "29500"})
+    mapped = "\n".join(written["mapping"])
+    for number in (*range(2, 13), 13, 14, 15, 16, 17, 18, 19, 20):  # every #SBATCH line and body command
+        assert f"line {number}:" in mapped, number
+    assert written["sbatch_args"] == ["--mail-type=END,FAIL"] and written["submit"].endswith("-- --mail-type=END,FAIL")
+    assert [line for line in (out / "MAPPING.txt").read_text().splitlines() if line.startswith("line ")] == \
+        written["mapping"]
+    job = (out / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in job and "#SBATCH --gres=gpu:h100:2" in job and "train.py --epochs 3" in job
+    dry = slurmctl_json("submit", written["run_yaml"], "--dry-run", "--", "--mail-type=END,FAIL", cwd=workdir)
+    assert dry["dry_run"] and "#SBATCH --nodes=2" in dry["script"]
+    refused = slurmctl("adopt", script, "--convert", str(out), check=False, cwd=workdir)
+    assert refused.returncode == 2 and "never overwrites" in refused.stderr

@@ -47,6 +47,7 @@ class BodyReading:
     launches: list[Launch] = field(default_factory=list)
     environment: list[tuple[int, str, str]] = field(default_factory=list)  # (line, kind, text)
     traps: list[tuple[int, str]] = field(default_factory=list)  # the body's own signal handling
+    other: list[tuple[int, str]] = field(default_factory=list)  # every other command, as written
 
     @property
     def under_srun(self) -> bool:
@@ -55,7 +56,8 @@ class BodyReading:
     def to_dict(self) -> dict:
         return {"launches": [asdict(launch) for launch in self.launches],
                 "environment": [{"line": n, "kind": k, "text": t} for n, k, t in self.environment],
-                "traps": [{"line": n, "text": t} for n, t in self.traps], "under_srun": self.under_srun}
+                "traps": [{"line": n, "text": t} for n, t in self.traps],
+                "other": [{"line": n, "text": t} for n, t in self.other], "under_srun": self.under_srun}
 
 
 def _step_options(text: str) -> dict[str, str]:
@@ -93,10 +95,9 @@ def read_body(body: list[tuple[int, str]]) -> BodyReading:
         text = " ".join(line.split())
         if not text or text.startswith("#"):
             continue
-        for kind, pattern in ENVIRONMENT:
-            if pattern.search(text):
-                reading.environment.append((number, kind, text))
-                break
+        kind = next((kind for kind, pattern in ENVIRONMENT if pattern.search(text)), None)
+        if kind:
+            reading.environment.append((number, kind, text))
         if re.match(r"trap\s", text):
             reading.traps.append((number, text))
             continue
@@ -105,4 +106,6 @@ def read_body(body: list[tuple[int, str]]) -> BodyReading:
             program = _PY_SCRIPT.search(text)
             reading.launches.append(Launch(number, text, used, program.group(1) if program else None,
                                            _step_options(text)))
+        elif not kind:
+            reading.other.append((number, text))
     return reading
