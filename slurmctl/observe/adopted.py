@@ -33,6 +33,10 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
     step = block.last_step(lines)
     if step is not None:
         status.last_step = step
+        try:  # the output's last write stands in for a heartbeat
+            status.heartbeat_age_seconds = max(0.0, now - run.log_path(status.job_id).stat().st_mtime)
+        except OSError:
+            pass
         status.details.append(f"Last progress in its output: step {step}.")
     latest = block.latest()
     if latest is not None:
