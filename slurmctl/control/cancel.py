@@ -17,8 +17,10 @@ from slurmctl.slurm.client import SlurmClient
 
 # drain: not-needed (job not running) | skipped (--now) | acknowledged | unacknowledged
 ACKED_EXIT_GRACE_SECONDS = 30.0
-# A running training with no heartbeat after this long never will: the drain cannot be acknowledged.
-NO_HEARTBEAT_SECONDS = 60
+# A running training without one heartbeat after this long (the default drain timeout) either does
+# not use slurmctl.runtime or is still loading: a drain is acknowledged from a step, so waiting
+# another drain timeout for it is said at once instead.
+NO_HEARTBEAT_SECONDS = 300
 ProgressFn = Callable[[float, dict | None], None]
 
 
@@ -95,7 +97,8 @@ def _refuse_if_never_heartbeat(run: Run, job) -> None:
     run.record("drain-impossible", job_id=job.job_id, reason="no heartbeat")
     raise SlurmctlError(
         f"run {run.run_id} has run {job.elapsed_seconds} s without a single heartbeat: its program does not use "
-        "slurmctl.runtime, so it cannot save and acknowledge a drain. Nothing was cancelled.",
+        "slurmctl.runtime (or has not reached its first step), so it cannot save and acknowledge a drain now. "
+        "Nothing was cancelled.",
         f"Stop it now with `slurmctl cancel {run.run_id} --now` (work since its last checkpoint is lost); for next "
         "time, add the README's Runtime lines, or run it with `slurmctl adopt` and its framework's own save.")
 
