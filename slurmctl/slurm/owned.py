@@ -69,7 +69,7 @@ class PlainJobRow:
     name: str
 
     def to_dict(self) -> dict:
-        return {"kind": "sbatch", **self.__dict__}
+        return {"kind": "sbatch", "run_id": None, **self.__dict__}
 
 
 def my_plain_jobs(client, uid: int | None = None) -> list[PlainJobRow]:
