@@ -16,6 +16,9 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Show what was understood and the job that would run; submit nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask to confirm a cost above the site threshold.")
+@click.option("--smoke", "smoke_minutes", type=click.IntRange(1, 60), default=None, metavar="MINUTES",
+              help="Run it for at most MINUTES and judge it by its own success signal (exit 0, or steps advancing "
+              "and, with a checkpoint adapter, a checkpoint of its own); stopped as soon as that is seen.")
 @click.option("--convert", "convert_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Instead: write DIR/run.yaml, the job script it renders and a line-by-line MAPPING.txt.")
 @click.option("--framework", help="How the program checkpoints: lightning, hf-trainer, pytorch or none "
@@ -27,7 +30,7 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
 @pass_ctx
 def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: bool, yes: bool, framework: str | None,
           checkpoint_dir: str | None, program_signal: str | None, step_pattern: str | None, as_json: bool,
-          convert_dir: Path | None = None):
+          convert_dir: Path | None = None, smoke_minutes: int | None = None):
     """Run an existing sbatch SCRIPT as written, with run dir, logs, status, cost and drain around it.
 
     The platform gives it a run id and run dir, logs per attempt, status, diagnose, cost, the drain signal.
@@ -53,12 +56,22 @@ def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: boo
         return click.confirm(f"Worst case ${plan.cost['max_usd']:,.2f} Submit?", default=False, err=True)
 
     interactive = not as_json and sys.stdin.isatty()
+    if smoke_minutes is not None:  # the command line wins over the script's own --time
+        sbatch_args = (*sbatch_args, f"--time={smoke_minutes}")
     plan = do_adopt(script, list(sbatch_args), ctx.site, ctx.client, dry_run=dry_run, yes=yes,
                     confirm=confirm if interactive else None, framework=framework, checkpoint_dir=checkpoint_dir,
                     signal=program_signal, step_pattern=step_pattern)
+    if smoke_minutes is not None and not dry_run:
+        from slurmctl.rundir import Run
+        from slurmctl.runtime.adapters import Resilience
+        from slurmctl.submit.adopt.smoke import judge
+
+        verdict = judge(Run(plan.run_id, Path(plan.run_dir)), ctx.client, plan.job_id,
+                        Resilience.from_dict(plan.resilience), smoke_minutes * 60 + 120)
+        plan.smoke = verdict.to_dict()
     if as_json:
         print_json(plan.to_dict())
-        return
+        return (1 if plan.smoke and not plan.smoke["passed"] else None)
     _print_plan(plan)
     if dry_run:
         print_line(("dry run:", "bold"), " nothing submitted. The job that would run:", to_stderr=True)
@@ -67,6 +80,12 @@ def adopt(ctx: Context, script: Path, sbatch_args: tuple[str, ...], dry_run: boo
     out.print(f"adopted {plan.script} as run {plan.run_id}, Slurm job {plan.job_id}", markup=False)
     out.print(f"  run dir: {plan.run_dir}", markup=False)
     out.print(f"  next: slurmctl status {plan.run_id}   |   slurmctl logs {plan.run_id}", markup=False)
+    if plan.smoke:
+        word = "PASSED" if plan.smoke["passed"] else "FAILED"
+        out.print(f"smoke test {word} in {plan.smoke['seconds']:.0f} s: {plan.smoke['why']}", markup=False)
+        if plan.smoke["diagnosis"]:
+            out.print(f"  {plan.smoke['diagnosis']['category']}: {plan.smoke['diagnosis']['summary']}", markup=False)
+        return None if plan.smoke["passed"] else 1
 
 
 def _print_plan(plan) -> None:

@@ -2,6 +2,7 @@
 what adopt reads equals Slurm's own reading (`sbatch -v --test-only`), every directive is listed, a
 hostile script never reaches a shell, and an adopted script runs as written with status, logs and cost."""
 
+import json
 import os
 import re
 import time
@@ -212,3 +213,19 @@ def test_convert_writes_run_yaml_job_script_and_a_line_by_line_mapping(workdir, 
     assert dry["dry_run"] and "#SBATCH --nodes=2" in dry["script"]
     refused = slurmctl("adopt", script, "--convert", str(out), check=False, cwd=workdir)
     assert refused.returncode == 2 and "never overwrites" in refused.stderr
+
+
+def test_smoke_judges_a_program_by_its_own_success_signal(workdir, alice):
+    good = _write(workdir, "good.sbatch", "#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 30\n"
+                  "for i in $(seq 1 600); do echo \"step $i loss 0.5\"; sleep 1; done\n", alice)
+    began = time.monotonic()
+    passed = slurmctl_json("adopt", "--yes", "--smoke", "2", good, "--framework", "none", cwd=workdir)
+    took = time.monotonic() - began
+    print(f"adopt --smoke of a stepping program: verdict after {took:.1f} s")
+    assert passed["smoke"]["passed"] and "steps advanced" in passed["smoke"]["why"], passed["smoke"]
+    assert passed["shape"]["time_seconds"] == 120 and took < 90  # --smoke's limit wins; stopped once seen
+    bad = _write(workdir, "bad.sbatch", "#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n"
+                 "python3 -c 'import definitely_not_installed_pkg'\n", alice)
+    failed = slurmctl("adopt", "--yes", "--smoke", "2", "--json", bad, check=False, cwd=workdir)
+    verdict = json.loads(failed.stdout)["smoke"]
+    assert failed.returncode == 1 and not verdict["passed"] and verdict["diagnosis"]["category"] == "import_error"

@@ -81,6 +81,7 @@ class AdoptPlan:
     ignored_lines: list[dict] = field(default_factory=list)
     resilience: dict | None = None  # the adopt block (runtime.adapters.Resilience) and how it was found
     job_id: int | None = None
+    smoke: dict | None = None  # adopt --smoke: the verdict (submit/adopt/smoke.py)
     dry_run: bool = True
     wrapper: str = ""
 
