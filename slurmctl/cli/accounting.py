@@ -26,7 +26,12 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
     if (swept := sweep_for(registry, run)) is not None:  # a sweep: the sum of its elements
         family, names = [r for _, r in element_runs(swept, registry)], [swept.sweep_id]
     else:
-        family, names = lineage.family(registry.list(), registry.get(run).run_id), []
+        from slurmctl.cli.plain_job import PlainJob, cost_plain, resolve_ref
+
+        target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
+        if isinstance(target, PlainJob):
+            return cost_plain(ctx, target, as_json)
+        family, names = lineage.family(registry.list(), target.run_id), []
     job_ids = [j for r in family for j in r.job_ids()]
     result = run_cost(names + [r.run_id for r in family], job_ids, ctx.site, ctx.client,
                       [r.cost_records_dir for r in family])

@@ -21,6 +21,8 @@ from slurmctl.errors import EXIT_CLOSED_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, E
 _COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("slurmctl.cli.submit:submit",
                 "Check RUN_SPEC (run.yaml) before any GPU is spent, pick the partition that starts it"),
+    "adopt": ("slurmctl.cli.adopt:adopt",
+              "Run an existing sbatch SCRIPT as written, with run dir, logs, status, cost and drain around it."),
     "sweep": ("slurmctl.cli.sweep:sweep",
                "Submit RUN_SPEC once per combination of grid values, as ONE Slurm array."),
     "status": ("slurmctl.cli.observe:status",

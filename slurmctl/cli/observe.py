@@ -102,7 +102,12 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
         return print_sweep_status(ctx, swept, as_json)
 
-    result = run_status(ctx.registry.get(run), ctx.client, site=ctx.site_view)
+    from slurmctl.cli.plain_job import PlainJob, print_plain_status, resolve_ref
+
+    target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
+    if isinstance(target, PlainJob):
+        return print_plain_status(target, as_json)
+    result = run_status(target, ctx.client, site=ctx.site_view)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
@@ -145,13 +150,16 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         runs = ctx.registry.recent(wanted, since=after)
         runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all)
         users = []
+    # no squeue --me for plain jobs when squeue already did not answer within the read budget
+    slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
+    plain = [] if all_users or slurm_down else _plain_jobs(ctx)
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
             row["user"] = user
-        print_json(rows)
+        print_json(rows + [p.to_dict() for p in plain])
         return _unreachable_exit(statuses)
-    if not statuses:
+    if not statuses and not plain:
         where = ctx.registry.runs_root if all_users else ctx.registry.root
         out.print(f"no runs under {where}; start one with `slurmctl init NAME`", markup=False)
         return
@@ -169,8 +177,25 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
                f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
         table.append((users[i], *row) if all_users else row)
+    for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
+        table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", "-", p.elapsed, "-",
+                      f"plain sbatch job, not a run: `slurmctl status {p.job_id.split('_')[0]}`"))
     print_table(("USER", *columns) if all_users else columns, table)
     return _unreachable_exit(statuses)
+
+
+def _plain_jobs(ctx: Context) -> list:
+    """The caller's queued and running jobs that are no run (one squeue --me); none when Slurm is slow."""
+    from slurmctl.errors import SlurmUnreachable
+    from slurmctl.observe.status import QUERY_SECONDS
+    from slurmctl.slurm.owned import my_plain_jobs
+    from slurmctl.slurm.runner import answer_within
+
+    try:
+        with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
+            return my_plain_jobs(ctx.client, ctx.registry.uid)
+    except SlurmUnreachable:
+        return []
 
 
 def _unreachable_exit(statuses: list) -> int | None:
@@ -205,7 +230,11 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
 
         raise SpecError(f"--rank {rank!r} is not a rank.", "Pass a rank number (0, 1, ...) or --rank all.")
     wanted_rank = None if rank == "all" else int(rank)
-    the_run = ctx.registry.get(run)
+    from slurmctl.cli.plain_job import PlainJob, print_plain_logs, resolve_ref
+
+    the_run = resolve_ref(ctx, run)
+    if isinstance(the_run, PlainJob):
+        return print_plain_logs(the_run, lines, as_json)
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(
             "\n".join(training_lines(text.split("\n"), wanted_rank)), nl=False))
@@ -231,11 +260,16 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
 @click.command()
 @click.argument("word", nargs=-1, required=True)
 @json_option
-def explain(word: tuple[str, ...], as_json: bool) -> None:
+@pass_ctx
+def explain(ctx: Context, word: tuple[str, ...], as_json: bool) -> None:
     """Explain any Slurm state or reason (PD, Resources, QOSMaxGRESPerUser, ...) in plain words."""
     from slurmctl.observe.explain import explain_word
 
     text = " ".join(word)
+    if text.isdigit():  # one of the caller's jobs: its state and reason now
+        from slurmctl.cli.plain_job import explain_job
+
+        return explain_job(ctx, int(text), as_json)
     kind, expl = explain_word(text)
     if as_json:
         print_json({"word": text, "type": kind, **expl.to_dict()})
@@ -264,7 +298,12 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     if log_path:
         result = diagnose_file(log_path, nofollow=False)  # a FIFO or /dev/zero is refused, not read
     else:
-        the_run = ctx.registry.get(run)
+        from slurmctl.cli.plain_job import PlainJob, plain_job_diagnosis, resolve_ref
+
+        the_run = resolve_ref(ctx, run)
+    if run and isinstance(the_run, PlainJob):
+        result = plain_job_diagnosis(the_run)
+    elif run:
         job_id = the_run.latest_job_id()
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
         from slurmctl.observe.logs import log_file

@@ -30,7 +30,15 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
             err.print(f"  waiting for the drain acknowledgement: {waited:.0f}/{drain_timeout:.0f} s"
                       + (f", training at step {escape(str(step))}" if step is not None else ""), end="\r")
 
-    result = cancel_run(ctx.registry.get(run), ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    from slurmctl.cli.plain_job import PlainJob, cancel_plain, resolve_ref
+
+    target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
+    if isinstance(target, PlainJob):
+        return cancel_plain(ctx, target, as_json)
+    from slurmctl.control.adopted import cancel_adopted, is_adopted
+
+    stop = cancel_adopted if is_adopted(target) else cancel_run  # adopted: the program's own signal and save
+    result = stop(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
     if as_json:
         print_json(result.to_dict())
     else:
@@ -53,9 +61,11 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 @pass_ctx
 def resume(ctx: Context, run: str, as_json: bool) -> None:
     """Start a new job for an ended RUN from its newest valid checkpoint (same run id)."""
+    from slurmctl.control.adopted import is_adopted, resume_adopted
     from slurmctl.control.resume import resume_run
 
-    result = resume_run(ctx.registry.get(run), ctx.client)
+    the_run = ctx.registry.get(run)
+    result = (resume_adopted if is_adopted(the_run) else resume_run)(the_run, ctx.client)
     if as_json:
         print_json(result.to_dict())
         return

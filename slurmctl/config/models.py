@@ -28,6 +28,7 @@ NAME_RE = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,47}\Z")
 ENV_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 PARTITION_RE = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 GPU_TYPE_RE = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
+MEM_RE = re.compile(r"[1-9][0-9]{0,8}[KMGT]?")
 
 
 def control_character(text: str) -> str | None:
@@ -138,6 +139,11 @@ class RunSpec(_Strict):
     gpu_type: str | None = Field(None, description="GPU model, e.g. h100; default: the partition's")
     procs_per_node: int | None = Field(None, ge=1, description="torchrun processes per node; default: gpus_per_node")
     cpus_per_gpu: int | None = Field(None, ge=1, description="CPU cores per GPU; default from site config")
+    cpus_per_proc: int | None = Field(None, ge=1, le=1024,
+                                      description="CPU cores per process of a CPU-only run (gpus_per_node: 0); "
+                                      "default 1. The job gets procs_per_node x cpus_per_proc CPUs per node")
+    mem: str | None = Field(None, description="memory per node in Slurm's syntax ('16G', '512M'); default: the "
+                            "cluster's DefMemPerCPU for every CPU")
     partition: str | list[str] = Field(description="a partition, or a list of acceptable ones")
     time_limit: str = Field("01:00:00", description="wall-clock limit: '2h', '90m' or '01:30:00'")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables (strings)")
@@ -188,6 +194,13 @@ class RunSpec(_Strict):
         for p in names:
             if not isinstance(p, str) or not PARTITION_RE.fullmatch(p):
                 raise ValueError(f"{p!r} is not a partition name (letters, digits, '.', '_' or '-')")
+        return v
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None and not MEM_RE.fullmatch(v):
+            raise ValueError("write memory as Slurm does: a number with K, M, G or T, e.g. 16G")
         return v
 
     @field_validator("gpu_type")
@@ -255,6 +268,8 @@ class PartitionConfig(_Strict):
     gpu_type: str = Field(description="GPU model in this partition, e.g. h100")
     gpus_per_node: int = Field(ge=0)
     price_per_gpu_hour: float = Field(ge=0, description="$ per GPU-hour")
+    price_per_cpu_hour: float = Field(0.0, ge=0, description="$ per CPU-hour: what a job without GPUs costs "
+                                      "(CPU-only runs), so it shows in cost and showback")
     preemptible: bool = False
     arch: Literal["amd64", "arm64"] = Field("amd64", description="CPU architecture of the nodes (images must match)")
     fabric: Literal["ethernet", "infiniband", "roce", "efa", "tcpx", "tcpxo"] | None = Field(

@@ -9,13 +9,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from slurmctl.errors import RunNotFound, SlurmCommandError
+from slurmctl.errors import RunNotFound, SlurmCommandError, SlurmctlError
 from slurmctl.rundir import Run
 from slurmctl.runtime import write_drain_request
 from slurmctl.slurm.client import Job, SlurmClient
 
 # drain: not-needed (job not running) | skipped (--now) | acknowledged | unacknowledged
 ACKED_EXIT_GRACE_SECONDS = 30.0
+# A running training without one heartbeat after this long (the default drain timeout) either does
+# not use slurmctl.runtime or is still loading: a drain is acknowledged from a step, so waiting
+# another drain timeout for it is said at once instead.
+NO_HEARTBEAT_SECONDS = 300
 ProgressFn = Callable[[float, dict | None], None]
 
 
@@ -74,6 +78,7 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
         return CancelResult(run.run_id, job_id, job.state, True, 0.0)
     result = CancelResult(run.run_id, job_id, "", False, 0.0)
     if job is not None and job.state == "RUNNING" and not now:
+        _refuse_if_never_heartbeat(run, job)
         _drain(run, client, job_id, result, drain_timeout, poll, progress)
     elif now:
         result.drain = "skipped"
@@ -95,6 +100,21 @@ def cancel_run(run: Run, client: SlurmClient, *, now: bool = False, drain_timeou
     raise SlurmCommandError(
         f"job {job_id} is still {job.state if job else 'unknown'} {wait_seconds:.0f} s after scancel.",
         "Slurm may be cleaning up a stuck node; check again with `slurmctl status`, then tell the platform team.")
+
+
+def _refuse_if_never_heartbeat(run: Run, job) -> None:
+    """A training that has run NO_HEARTBEAT_SECONDS without one heartbeat does not use slurmctl.runtime:
+    it can never acknowledge a drain. Say so at once instead of waiting the whole drain timeout."""
+    beat = run.heartbeat()
+    if (beat and str(beat.get("job_id")) == str(job.job_id)) or (job.elapsed_seconds or 0) < NO_HEARTBEAT_SECONDS:
+        return
+    run.record("drain-impossible", job_id=job.job_id, reason="no heartbeat")
+    raise SlurmctlError(
+        f"run {run.run_id} has run {job.elapsed_seconds} s without a single heartbeat: its program does not use "
+        "slurmctl.runtime (or has not reached its first step), so it cannot save and acknowledge a drain now. "
+        "Nothing was cancelled.",
+        f"Stop it now with `slurmctl cancel {run.run_id} --now` (work since its last checkpoint is lost); for next "
+        "time, add the README's Runtime lines, or run it with `slurmctl adopt` and its framework's own save.")
 
 
 def _cancel_array_task(run: Run, client: SlurmClient, task: tuple[int, int], started: float, wait_seconds: float,

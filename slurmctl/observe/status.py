@@ -195,6 +195,12 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         _watchdog(status)
     node_loss(status, events)
     apply_live_health(status, run, job, site, now)
+    if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints
+        from slurmctl.observe.adopted import (
+            apply_adopted,  # why: read only for adopted runs; status is on every command's path
+        )
+
+        apply_adopted(status, run, job, now)
     return status
 
 

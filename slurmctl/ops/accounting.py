@@ -100,14 +100,28 @@ def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = 
     eligible = submit if eligible_s in _NO_TIME else datetime.fromisoformat(eligible_s)
     elapsed = max(0, int((end - start).total_seconds()))
     part = site.partitions.get(partition)
+    if gpus:
+        cost = allocation_cost(gpus, start, end, part.price_per_gpu_hour if part else 0.0, discounts)
+    else:  # a job without GPUs is priced by its CPUs (a CPU-only run), at the partition's CPU price
+        cpu_price = getattr(part, "price_per_cpu_hour", 0.0) if part else 0.0
+        cost = allocation_cost(_cpus(tres), start, end, cpu_price, discounts) if cpu_price else 0.0
     return Attempt(
         site.cluster, int(job_id.split("_")[0].split(".")[0]), start_s, end_s, submit_s,
         comment[9:] if comment.startswith("slurmctl:") else "", name, user, account, partition,
         model or (part.gpu_type if part else ""), gpus, int(nnodes or 0), elapsed, _time_limit(limit), state,
         exit_code, max(0, int((start - max(submit, eligible)).total_seconds())),
         gpu_hours=gpus * elapsed / 3600,
-        cost_usd=allocation_cost(gpus, start, end, part.price_per_gpu_hour if part else 0.0, discounts),
+        cost_usd=cost,
     )
+
+
+def _cpus(tres: str) -> int:
+    """cpu=N of an AllocTRES string ('billing=2,cpu=2,mem=2000M,node=1')."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "cpu" and value.isdigit():
+            return int(value)
+    return 0
 
 
 def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:

@@ -29,6 +29,7 @@ from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
+from slurmctl.runtime.adapters import Resilience
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.policy import REQUEUE, STOP, Decision, decide
 from slurmctl.slurm.client import SlurmClient, job_ref_from_env
@@ -67,6 +68,18 @@ def _max_restarts(run_dir: Path) -> int:
         return 3
 
 
+def _program_checkpoint_step(run_dir: Path) -> int | None:
+    """An adopted program (`slurmctl adopt`) resumes from its own newest checkpoint: its step, read
+    through the program's checkpoint adapter (run.json's adopt block)."""
+    if os.environ.get("SLURMCTL_ADOPTED") != "1":
+        return None
+    meta = read_json(run_dir / rundir.RUN_JSON, 1024 * 1024)
+    adopted = meta.get("adopted") if isinstance(meta, dict) else None
+    block = Resilience.from_dict(adopted.get("resilience") if isinstance(adopted, dict) else None)
+    latest = block.latest() if block else None
+    return latest.step if latest else None
+
+
 def _base_record(event: str) -> dict:
     return {
         "event": event,
@@ -84,9 +97,11 @@ def start(run_dir: Path) -> int:
     for name in (DRAIN_REQUEST, DRAIN_ACK):
         (run_dir / name).unlink(missing_ok=True)
     ck = _checkpoints(run_dir).latest()
-    record["resume_step"] = ck.step if ck else None
+    record["resume_step"] = ck.step if ck else _program_checkpoint_step(run_dir)
+    step = record["resume_step"]
     print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} starting on "
-          f"{record['nodes']}" + (f", resuming from checkpoint step {ck.step}" if ck else ""), file=sys.stderr)
+          f"{record['nodes']}" + (f", resuming from checkpoint step {step}" if step is not None else ""),
+          file=sys.stderr)
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
     return 0
 

@@ -22,12 +22,18 @@ class CostEstimate:
     usd_per_hour: float = 0.0
     capacity: str = ""
     preemptible: bool = False
+    cpus: int = 0  # a CPU-only run's CPUs (priced by price_per_cpu_hour)
+    price_per_cpu_hour: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def sentence(self) -> str:
         spot = ", preemptible" if self.preemptible else ""
+        if self.cpus and not self.gpus:
+            return (f"{self.cpus} CPU(s) x ${self.price_per_cpu_hour:.3f}/CPU-hour on {self.partition} "
+                    f"({self.capacity}{spot}) = ${self.usd_per_hour:,.2f}/hour; worst case ${self.max_usd:,.2f} "
+                    f"if it runs its whole {self.hours:.2f} h time limit (no GPUs).")
         return (f"{self.gpus} GPU(s) x ${self.price_per_gpu_hour:.2f}/GPU-hour on {self.partition} "
                 f"({self.capacity}{spot}) = ${self.usd_per_hour:,.2f}/hour; worst case ${self.max_usd:,.2f} "
                 f"if it runs its whole {self.hours:.2f} h time limit ({self.gpu_hours:.2f} GPU-hours).")
@@ -45,6 +51,12 @@ def estimate(spec: RunSpec, site: SiteConfig, partition: str | None = None) -> C
     price = config.price_per_gpu_hour if config else 0.0
     gpus = spec.nodes * spec.gpus_per_node
     hours = spec.time_limit_seconds / 3600
+    if gpus == 0:  # a CPU-only run: priced by its CPUs (price_per_cpu_hour)
+        cpus = spec.nodes * spec.nprocs_per_node * (spec.cpus_per_proc or 1)
+        cpu_price = config.price_per_cpu_hour if config else 0.0
+        return CostEstimate(0, hours, 0.0, 0.0, round(cpus * hours * cpu_price, 2), partition,
+                            usd_per_hour=round(cpus * cpu_price, 2), capacity=config.capacity if config else "unknown",
+                            preemptible=bool(config and config.preemptible), cpus=cpus, price_per_cpu_hour=cpu_price)
     return CostEstimate(gpus, hours, gpus * hours, price, round(gpus * hours * price, 2), partition,
                         usd_per_hour=round(gpus * price, 2), capacity=config.capacity if config else "unknown",
                         preemptible=bool(config and config.preemptible))

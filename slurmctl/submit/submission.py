@@ -98,7 +98,10 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "nodes": spec.nodes,
         "gpus_per_node": spec.gpus_per_node,
         "gpu_type": gpu_type,
-        "cpus_per_task": (spec.cpus_per_gpu or site.cpus_per_gpu) * max(spec.gpus_per_node, 1),
+        # a CPU-only run: every process its cores (one task per node runs torchrun and its processes)
+        "cpus_per_task": ((spec.cpus_per_gpu or site.cpus_per_gpu) * spec.gpus_per_node if spec.gpus_per_node
+                          else spec.nprocs_per_node * (spec.cpus_per_proc or 1)),
+        "mem": spec.mem,
         "time_limit": slurm_time(spec.time_limit_seconds),
         "drain_margin": site.drain_margin_seconds,
         "python": spec.python or site.python,

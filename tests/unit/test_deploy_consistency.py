@@ -338,7 +338,7 @@ def _partition_qos_rules() -> dict[str, tuple[set[str], str]]:
 
 
 def test_the_production_site_config_loads_and_sends_each_partition_a_qos_it_admits():
-    from slurmctl.submit.spec import load_site_config
+    from slurmctl.config.models import load_site_config
 
     site = load_site_config(DEPLOY / "slinky" / "site.yaml")  # slurmctl's own loader: what the login pods read
     assert set(site.partitions) == PRODUCTION_PARTITIONS

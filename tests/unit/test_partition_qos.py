@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from slurmctl.config.models import RunSpec, load_site_config
 from slurmctl.errors import ConfigError
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 from slurmctl.submit.placement import place
 from slurmctl.submit.preflight.cluster import ClusterView, check_account
 from slurmctl.submit.render import render
-from slurmctl.submit.spec import RunSpec, load_site_config
 from slurmctl.submit.submission import TEMPLATE, sbatch_context
 
 from .fakes import ReplayRunner

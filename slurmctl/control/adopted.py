@@ -1,0 +1,140 @@
+"""cancel and resume for adopted programs (`slurmctl adopt`): they have no heartbeat and no drain
+acknowledgement of ours, so the program's own signal and its own checkpoints stand in for them
+(slurmctl.runtime.adapters): cancel sends the signal the program saves on and waits for a new
+complete checkpoint of its own; resume submits the same job again, under the same run id, and the
+program resumes itself from its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+
+from slurmctl.control.cancel import CancelResult, ProgressFn
+from slurmctl.control.resume import ResumeResult
+from slurmctl.errors import ResumeError, RunNotFound, SlurmctlError
+from slurmctl.rundir import Run
+from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
+from slurmctl.slurm.client import ACTIVE_STATES, SlurmClient
+
+ADOPTED_SCRIPT = "adopted.sh"
+WRAPPER_SCRIPT = "job.sbatch"
+
+
+def is_adopted(run: Run) -> bool:
+    return isinstance(run.meta.get("adopted"), dict)
+
+
+def resilience_of(run: Run) -> Resilience | None:
+    return Resilience.from_dict((run.meta.get("adopted") or {}).get("resilience"))
+
+
+def _live_state(client: SlurmClient, job_id: int) -> str | None:
+    """The job's state while the controller has it (`scontrol show job`); None once it is gone, which
+    an active job never is. Accounting is not asked: its newest row of a job cancelled while it
+    waited after a requeue still says REQUEUED."""
+    info = client.job_info(job_id)
+    return info.state if info is not None else None
+
+
+def _active(state: str | None) -> bool:
+    return state is not None and state in ACTIVE_STATES
+
+
+def _newer(ck: ProgramCheckpoint | None, than: ProgramCheckpoint | None) -> bool:
+    return ck is not None and (than is None or ck.mtime > than.mtime or ck.path != than.path)
+
+
+def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_timeout: float = 300.0,
+                   wait_seconds: float = 60.0, poll: float = 0.5, progress: ProgressFn | None = None) -> CancelResult:
+    job_id = run.latest_job_id()
+    if job_id is None:
+        raise RunNotFound(f"run {run.run_id} was never submitted; nothing to cancel.", "`slurmctl ls` lists your runs.")
+    started = time.monotonic()
+    state = _live_state(client, job_id)
+    if not _active(state):
+        return CancelResult(run.run_id, job_id, state or "ENDED", True, 0.0)
+    result = CancelResult(run.run_id, job_id, "", False, 0.0)
+    block = resilience_of(run)
+    if state == "RUNNING" and not now:
+        if block is None or not block.signal:
+            latest = block.latest() if block else None
+            kept = f"its newest own checkpoint is {latest.path} (step {latest.step})" if latest else \
+                "it has no checkpoint slurmctl can see"
+            raise SlurmctlError(
+                f"run {run.run_id} runs an adopted program that cannot be asked to save: it sends no heartbeat and "
+                f"slurmctl knows no signal it saves on; {kept}. Nothing was cancelled.",
+                f"Stop it now with `slurmctl cancel {run.run_id} --now` (work since that checkpoint is lost), "
+                "or adopt it again with --framework/--signal if the program saves on a signal.")
+        _drain(run, client, job_id, block, result, drain_timeout, poll, progress)
+    elif now:
+        result.drain = "skipped"
+    if _active(_live_state(client, job_id)):
+        client.cancel(job_id)
+    run.record("cancel-requested", job_id=job_id, drain=result.drain, ack_step=result.ack_step)
+    requeued_cancelled = False
+    while time.monotonic() - started < drain_timeout + wait_seconds:
+        state = _live_state(client, job_id)
+        if not _active(state):
+            result.final_state = state or "CANCELLED"
+            result.verified, result.seconds = True, time.monotonic() - started
+            return result
+        if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and not requeued_cancelled:
+            # the program requeued itself after its save (Lightning does) while the first scancel
+            # met the ending attempt: the requeued job is cancelled as soon as it waits
+            client.cancel(job_id)
+            requeued_cancelled = True
+        time.sleep(poll)
+    raise SlurmctlError(f"job {job_id} is still {state} {wait_seconds:.0f} s after scancel.",
+                        "Check again with `slurmctl status`, then tell the platform team.")
+
+
+def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result: CancelResult, timeout: float,
+           poll: float, progress: ProgressFn | None) -> None:
+    """The program's own signal, then its own new complete checkpoint as the acknowledgement."""
+    before = block.latest()
+    run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=block.signal,
+               signal_to=block.signal_to)
+    client.cancel(job_id, signal=block.signal, batch_only=block.signal_to == "batch")
+    began = time.monotonic()
+    while (waited := time.monotonic() - began) < timeout:
+        latest = block.latest()
+        if _newer(latest, before):
+            result.drain, result.drain_seconds = "acknowledged", waited
+            result.ack_step, result.ack_checkpoint = latest.step, str(latest.path)
+            run.record("drain-acknowledged", job_id=job_id, step=latest.step, checkpoint=str(latest.path),
+                       by="the program's own checkpoint")
+            return
+        if not _active(_live_state(client, job_id)):
+            break
+        if progress:
+            progress(waited, None)
+        time.sleep(poll)
+    result.drain, result.drain_seconds = "unacknowledged", time.monotonic() - began
+    run.record("drain-unacknowledged", job_id=job_id, waited_seconds=round(result.drain_seconds, 1))
+
+
+def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
+    """The same job again under the same run id; the program restores its newest checkpoint itself."""
+    from slurmctl.submit.adopt.script import parse_script  # why: only a resume of an adopted run reads its script
+
+    job_id = run.latest_job_id()
+    state = _live_state(client, job_id) if job_id is not None else None
+    if _active(state):
+        raise ResumeError(f"run {run.run_id} is still {state.lower()} (job {job_id}); it cannot be resumed now.",
+                          f"Wait for it to end, or stop it with `slurmctl cancel {run.run_id}` first.")
+    block = resilience_of(run)
+    latest = block.latest() if block else None
+    if latest is None:
+        where = f" in {block.checkpoint_dir}" if block else " (no --framework was given when it was adopted)"
+        raise ResumeError(f"run {run.run_id} has no complete checkpoint of the program's own{where}.",
+                          "Adopt the script again to start from the beginning.")
+    adopted = run.meta["adopted"]
+    sbatch_args = [str(a) for a in adopted.get("sbatch_args") or []]
+    script = parse_script(run.path / ADOPTED_SCRIPT, sbatch_args)
+    chdir = [] if script.has("chdir") else [f"--chdir={adopted.get('cwd')}"]
+    run.use_umask()
+    new_job = client.submit(run.path / WRAPPER_SCRIPT, [*chdir, *sbatch_args, *adopted.get("platform_args", [])])
+    run.record("submitted", job_id=new_job, resumed_from_step=latest.step, resumed_from=str(latest.path),
+               sbatch_args=sbatch_args, adopted=True)
+    return ResumeResult(run.run_id, str(run.path), new_job, latest.step if latest.step is not None else -1,
+                        run.run_id)

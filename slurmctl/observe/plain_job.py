@@ -1,0 +1,162 @@
+"""Jobs the platform did not submit (plain `sbatch`): status, log and diagnosis by Slurm job id.
+
+A numeric reference is a Slurm job id. It is one of the caller's runs when its comment names a run
+the caller owns (then the run's own story is told), else a plain job: what Slurm says of it, its
+output file and the diagnosis of that file. Only the caller's own jobs are answered for
+(slurmctl.slurm.owned decides on the uid Slurm records).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurmctl.durations import human_duration
+from slurmctl.errors import RunNotFound, RunNotOwned
+from slurmctl.observe.diagnose import diagnose_file
+from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.rundir import Run, RunRegistry, is_run_id
+from slurmctl.slurm.client import Job, SlurmClient
+from slurmctl.slurm.owned import owned_job
+
+_JOB_REF_RE = re.compile(r"\d{1,12}")
+FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
+
+
+@dataclass
+class PlainJob:
+    """One of the caller's Slurm jobs that is no run of the platform."""
+
+    job_id: int
+    job: Job | None  # Slurm's view now (squeue, else sacct)
+    log_path: Path | None  # its output file, when Slurm still says where it is
+    work_dir: str = ""
+
+
+@dataclass
+class PlainJobStatus:
+    job_id: int
+    name: str
+    state: str
+    phase: str
+    headline: str
+    action: str
+    kind: str = "sbatch"
+    partition: str = ""
+    nodes: str = ""
+    num_nodes: int = 0
+    gpus: int = 0
+    elapsed_seconds: int | None = None
+    time_limit_seconds: int | None = None
+    exit_code: str = ""
+    reason: str = ""
+    log_path: str | None = None
+    diagnosis: dict | None = None
+    details: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | PlainJob:
+    """RUN as the commands take it: a run (id, name, path) or, for a number, one of the caller's Slurm
+    jobs (the run it is an attempt of, when it is one). A number Slurm does not know is looked up as
+    a run name last."""
+    if not _JOB_REF_RE.fullmatch(ref):
+        return registry.get(ref)
+    job_id = int(ref)
+    try:
+        job = owned_job(client, job_id, registry.uid)
+    except RunNotFound:
+        return registry.get(ref)  # a run named with digits only
+    run_id = job.run_id if job is not None else None
+    if run_id and is_run_id(run_id):
+        try:
+            return registry.get(run_id)
+        except (RunNotFound, RunNotOwned):
+            pass  # its comment names no run of the caller's: a plain job with a run-like comment
+    return PlainJob(job_id, job, *_output_file(client, job_id, job))
+
+
+def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Path | None, str]:
+    """Where the job writes its output: StdOut from `scontrol show job` while the controller knows the
+    job, else Slurm's default `slurm-<id>.out` in the work dir sacct recorded."""
+    info = client.job_info(job_id)
+    if info is not None and info.std_out:
+        return Path(_expand(info.std_out, job_id, job)), info.work_dir
+    # the newest job of that id that is the caller's (ids restart when a cluster is rebuilt)
+    result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", "-j", str(job_id), "-o",
+                          "JobIDRaw,UID,Submit,WorkDir"], check=False)
+    rows = [line.split("|", 3) for line in result.stdout.splitlines()]
+    mine = [r for r in rows if len(r) == 4 and r[0] == str(job_id) and r[1] == str(os.geteuid())
+            and r[3].startswith("/")]
+    if mine:
+        work_dir = max(mine, key=lambda r: r[2])[3]
+        return Path(work_dir) / f"slurm-{job_id}.out", work_dir
+    return None, ""
+
+
+def _expand(pattern: str, job_id: int, job: Job | None) -> str:
+    """The filename patterns scontrol may leave in StdOut (%j, %A, %a, %x, %u, %%)."""
+    if "%" not in pattern:
+        return pattern
+    values = {"j": str(job_id), "A": str(job_id), "a": "", "x": job.name if job else "", "u": job.user if job else "",
+              "%": "%"}
+    return re.sub(r"%(\d*)([jAaxu%])", lambda m: values[m.group(2)].zfill(int(m.group(1) or 0)), pattern)
+
+
+def _phase(job: Job | None) -> str:
+    if job is None:
+        return "unknown"
+    state = job.state
+    if state in {"PENDING", "REQUEUED"}:
+        return "held" if job.held else "queued"
+    if state in {"REQUEUE_HOLD", "SPECIAL_EXIT"}:
+        return "held"
+    if state in {"RUNNING", "CONFIGURING", "SIGNALING"}:
+        return "running"
+    return {"COMPLETING": "finishing", "COMPLETED": "finished", "CANCELLED": "cancelled",
+            "TIMEOUT": "stopped", "PREEMPTED": "stopped", "NODE_FAIL": "stopped"}.get(state, "failed")
+
+
+def plain_job_status(plain: PlainJob) -> PlainJobStatus:
+    job = plain.job
+    if job is None:
+        return PlainJobStatus(plain.job_id, "", "UNKNOWN", "unknown",
+                              f"Slurm no longer knows job {plain.job_id}.", "Nothing to do.")
+    expl = explain_state(job.state)
+    headline, action = expl.headline, expl.action
+    reason = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    if reason:
+        headline, action = f"Waiting: {reason.headline}", reason.action
+    action = action.replace("JOBID", str(plain.job_id)).replace("RUN", str(plain.job_id))
+    status = PlainJobStatus(
+        plain.job_id, job.name, job.state, _phase(job), headline, action,
+        partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus,
+        elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds, exit_code=job.exit_code,
+        reason=job.reason, log_path=str(plain.log_path) if plain.log_path else None)
+    if job.state == "RUNNING":
+        status.details.append(f"Running on {job.nodelist} ({job.partition}) for "
+                              f"{human_duration(job.elapsed_seconds)} of {human_duration(job.time_limit_seconds)}.")
+    elif not job.active and job.elapsed_seconds is not None:
+        status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
+    if job.state in FAILED_STATES and plain.log_path is not None and _readable(plain.log_path):
+        status.diagnosis = diagnose_file(plain.log_path, job.state, job.exit_code).to_dict()
+    status.details.append("Submitted with plain sbatch: no heartbeat, checkpoints or drain. "
+                          "`slurmctl adopt SCRIPT` runs the same script with them.")
+    return status
+
+
+def plain_job_diagnosis(plain: PlainJob):
+    """diagnose's answer for a plain job: its output file, with Slurm's state and exit code."""
+    if plain.log_path is None:
+        raise RunNotFound(f"Slurm no longer says where job {plain.job_id} wrote its output.",
+                          "Give the file: `slurmctl diagnose --log PATH`.")
+    job = plain.job
+    return diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
+
+
+def _readable(path: Path) -> bool:
+    return os.path.isfile(path) and os.access(path, os.R_OK)

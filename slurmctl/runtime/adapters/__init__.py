@@ -1,0 +1,84 @@
+"""How programs that do not use slurmctl.runtime checkpoint, resume and report progress: one small
+module per framework, one table (``ADAPTERS``) that lists them. Standard library only: the batch
+shell, status, cancel and resume all read the program's own checkpoints through these.
+
+An adapter says
+  signal        the signal the program saves on by itself (None: it cannot save on request)
+  signal_to     "steps" (srun tasks: Slurm's --signal without B:) or "batch" (the batch shell)
+  step_pattern  a regex with a group `step` for its progress lines in the log
+  checkpoints(dir) -> the program's COMPLETE checkpoints in `dir`, oldest first, each with its step
+                when the file says it — validity is the adapter's (a loadable archive, the Trainer's
+                state), never a guess from a file name alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurmctl.runtime.adapters import hf_trainer, lightning, pytorch
+
+
+@dataclass(frozen=True)
+class ProgramCheckpoint:
+    path: Path
+    step: int | None
+    mtime: float
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "path": str(self.path)}
+
+
+ADAPTERS = {module.NAME: module for module in (lightning, hf_trainer, pytorch)}
+
+
+@dataclass
+class Resilience:
+    """The adopt block: how this program checkpoints and resumes (recorded in run.json)."""
+
+    framework: str
+    checkpoint_dir: str  # absolute
+    signal: str | None = None
+    signal_to: str = "steps"
+    step_pattern: str | None = None
+
+    @property
+    def adapter(self):
+        return ADAPTERS[self.framework]
+
+    def checkpoints(self) -> list[ProgramCheckpoint]:
+        found = self.adapter.checkpoints(Path(self.checkpoint_dir))
+        return [ProgramCheckpoint(path, step, mtime) for path, step, mtime in found]
+
+    def latest(self) -> ProgramCheckpoint | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def last_step(self, log_lines: list[str]) -> int | None:
+        pattern = re.compile(self.step_pattern or self.adapter.STEP_PATTERN)
+        for line in reversed(log_lines):
+            m = pattern.search(line)
+            if m:
+                found = [v for v in m.groupdict().values() if v is not None]
+                if found:
+                    return int(found[0])
+        return None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Resilience | None:
+        if not isinstance(data, dict) or data.get("framework") not in ADAPTERS:
+            return None
+        return cls(**{k: data.get(k) for k in ("framework", "checkpoint_dir", "signal", "signal_to", "step_pattern")
+                      if k in data})
+
+
+def detect(program_text: str) -> str | None:
+    """The framework a training program uses, from its imports (the first adapter that claims it)."""
+    for name, module in ADAPTERS.items():
+        if module.IMPORTS.search(program_text):
+            return name
+    return None

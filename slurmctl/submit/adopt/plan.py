@@ -1,0 +1,435 @@
+"""`slurmctl adopt SCRIPT [-- sbatch options]`: run an existing sbatch script as written, inside the
+platform.
+
+The plan: read the script (script.py) and its body (body.py), ask Slurm for its own reading of the
+original (`sbatch -v --test-only`) and compare every option with ours, then build the job that
+runs: a small wrapper whose #SBATCH lines are the original's, verbatim, and whose body runs the
+original file (copied into the run directory) as its own process, with the platform around it —
+the run id as job name and comment, one log per job in the run dir (attempts appended), the attempt
+records, the drain signal and the epilog's cost record. Slurm's reading of the wrapper must equal its
+reading of the original in every option the platform does not set (checked before submitting).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurmctl.durations import parse_slurm_duration
+from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
+from slurmctl.fsutil import write_atomic
+from slurmctl.rundir import COMMENT_PREFIX, RunRegistry, current_user, job_log_path, new_run_id
+from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
+from slurmctl.submit.adopt.body import BodyReading, read_body
+from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
+
+ADOPTED_SCRIPT = "adopted.sh"  # the original, byte for byte, in the run dir
+WRAPPER_SCRIPT = "job.sbatch"
+_NAME_RE = re.compile(r"[^a-z0-9._-]+")
+# control characters that would end or hide a line in the wrapper (bash splits lines on \n only)
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+@dataclass
+class Shape:
+    nodes: str | None = None
+    ntasks: str | None = None
+    ntasks_per_node: str | None = None
+    cpus_per_task: str | None = None
+    gres: str | None = None
+    gpus: str | None = None
+    gpus_per_node: str | None = None
+    gpu_type: str | None = None
+    gpus_total: int | None = None  # for the cost estimate
+    mem: str | None = None
+    time: str | None = None
+    time_seconds: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    array: str | None = None
+    array_tasks: int | None = None
+    array_throttle: int | None = None
+    dependency: str | None = None
+    signal: str | None = None
+    requeue: bool | None = None
+
+
+@dataclass
+class AdoptPlan:
+    script: str
+    run_id: str
+    run_dir: str
+    shape: Shape
+    directives: list[dict]
+    body: dict
+    slurm_original: dict
+    slurm_wrapped: dict | None = None
+    differences: list[str] = field(default_factory=list)  # ours vs Slurm's reading of the original
+    wrapper_differences: list[str] = field(default_factory=list)  # Slurm: wrapper vs original
+    notes: list[str] = field(default_factory=list)
+    platform_args: list[str] = field(default_factory=list)
+    cost: dict = field(default_factory=dict)
+    ignored_lines: list[dict] = field(default_factory=list)
+    resilience: dict | None = None  # the adopt block (runtime.adapters.Resilience) and how it was found
+    job_id: int | None = None
+    smoke: dict | None = None  # adopt --smoke: the verdict (control/adopted_smoke.py)
+    dry_run: bool = True
+    wrapper: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gpu_count(value: str | None, gres: bool = False) -> tuple[int | None, str | None]:
+    """--gres 'gpu:h100:2' / 'gres:gpu:2' (another gres, e.g. 'shard:1', is no GPU), or --gpus* 'h100:2' /
+    '2' -> (count, type or None); (None, None) when no GPU is named."""
+    if not value:
+        return None, None
+    for part in value.split(","):
+        fields = part.removeprefix("gres:").split(":")
+        if fields[0] == "gpu":
+            fields = fields[1:]
+        elif gres or len(fields) > 2:
+            continue
+        count = fields[-1].split("(")[0] if fields else "1"
+        gpu_type = fields[0] if len(fields) == 2 else None
+        if count.isdigit():
+            return int(count), gpu_type
+    return None, None
+
+
+def _array_size(spec: str | None) -> tuple[int | None, int | None]:
+    """'0-7%2' -> (8, 2); '1,3,5' -> (3, None); '0-15:4' -> (4, None)."""
+    if not spec:
+        return None, None
+    indexes, _, throttle = spec.partition("%")
+    count = 0
+    for part in indexes.split(","):
+        rng, _, step = part.partition(":")
+        low, _, high = rng.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return None, int(throttle) if throttle.isdigit() else None
+        count += (int(high) - int(low)) // int(step or 1) + 1 if high else 1
+    return count, int(throttle) if throttle.isdigit() else None
+
+
+def read_shape(script: SbatchScript) -> Shape:
+    v = script.value
+    shape = Shape(nodes=v("nodes"), ntasks=v("ntasks"), ntasks_per_node=v("ntasks-per-node"),
+                  cpus_per_task=v("cpus-per-task"), gres=v("gres"), gpus=v("gpus"), gpus_per_node=v("gpus-per-node"),
+                  mem=v("mem") or v("mem-per-cpu") or v("mem-per-gpu"), time=v("time"),
+                  partition=v("partition"), account=v("account"), qos=v("qos"), array=v("array"),
+                  dependency=v("dependency"), signal=v("signal"))
+    shape.time_seconds = parse_slurm_duration(shape.time) if shape.time else None
+    if script.has("requeue") or script.has("no-requeue"):
+        shape.requeue = [d.option for d in script.directives if d.option in {"requeue", "no-requeue"}][-1] == "requeue"
+    shape.array_tasks, shape.array_throttle = _array_size(shape.array)
+    nodes = int(shape.nodes.split("-")[0]) if shape.nodes and shape.nodes.split("-")[0].isdigit() else 1
+    per_node, gpu_type = _gpu_count(shape.gres, gres=True)
+    if per_node is None:
+        per_node, gpu_type = _gpu_count(shape.gpus_per_node)
+    if per_node is not None:
+        shape.gpus_total = per_node * nodes
+    else:
+        total, gpu_type = _gpu_count(shape.gpus)
+        shape.gpus_total = total if total is not None else 0
+    shape.gpu_type = gpu_type
+    return shape
+
+
+def _same(option: str, ours: str | None, slurms: str) -> bool:
+    if ours is None:  # a flag: sbatch prints the flag's name (or "set")
+        return True
+    if option == "time":
+        return parse_slurm_duration(ours) == parse_slurm_duration(slurms)
+    if option == "gres":
+        return ours.removeprefix("gres:") == slurms.removeprefix("gres:")
+    if option == "signal":  # sbatch -v prints 'B:USR1' for B:SIGUSR1@60, 'USR1@90' for SIGUSR1@90
+        def parts(text: str) -> tuple[bool, str, str]:
+            batch = text.startswith("B:")
+            name, _, when = text.removeprefix("B:").partition("@")
+            return batch, name.removeprefix("SIG"), when
+        (b1, n1, w1), (b2, n2, w2) = parts(ours), parts(slurms)
+        return b1 == b2 and n1 == n2 and (w1 == w2 or not w2)
+    if option in {"output", "error", "input", "chdir"}:
+        return slurms == ours or slurms.endswith("/" + ours.lstrip("./")) or Path(slurms).name == Path(ours).name
+    return ours == slurms
+
+
+def compare_with_slurm(script: SbatchScript, reading: SbatchReading) -> list[str]:
+    """Every difference between our reading and Slurm's (empty when they agree on every option)."""
+    differences = []
+    ours = {d.option for d in script.directives}
+    for option, value in reading.options.items():
+        if option not in ours:
+            differences.append(f"Slurm read --{option}={value} where slurmctl read nothing")
+        elif not _same(option, script.value(option), value):
+            differences.append(f"--{option}: slurmctl read {script.value(option)!r}, Slurm read {value!r}")
+    for option in sorted(ours - reading.options.keys()):
+        differences.append(f"slurmctl read --{option} where Slurm's verbose listing shows nothing "
+                           "(Slurm may print it under another name)")
+    return differences
+
+
+def _safe_line(text: str, what: str) -> str:
+    if _CONTROL_RE.search(text.rstrip("\r")):
+        raise SpecError(f"{what} holds a control character: {text!r}.",
+                        "Remove it; a job script line must be plain text.")
+    return text.rstrip("\r")
+
+
+def _run_name(script: SbatchScript) -> str:
+    name = _NAME_RE.sub("-", (script.value("job-name") or script.path.stem).lower()).strip("-._")
+    return (name or "adopted")[:40]
+
+
+def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str, drain_margin: int,
+                   add_drain_signal: bool, umask: str) -> str:
+    """The job that runs: the original's #SBATCH lines verbatim, then the platform around the original
+    file, run as its own process (its #SBATCH lines are comments to it)."""
+    header = [_safe_line(text, f"{script.path} line {number}") for number, text in _header_lines(script)]
+    signal = script.value("signal") or ""
+    batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# slurmctl adopt: run {run_id} runs {ADOPTED_SCRIPT} (a copy of the original) as written.",
+        "# The original's #SBATCH lines, verbatim; job name, comment and output come from the command line.",
+        *header,
+        f"umask {umask}",
+        f"export SLURMCTL_RUN_ID={q(run_id)}",
+        f"export SLURMCTL_RUN_DIR={q(str(run_dir))}",
+        f"export SLURMCTL_DRAIN_MARGIN={int(drain_margin)}",
+        "export SLURMCTL_ADOPTED=1",
+        f"PY={q(python)}",
+        "trap 'early_drain=1' USR1" if add_drain_signal else "",
+        '"$PY" -m slurmctl.runtime.attempt start',
+        f"{q(str(run_dir / ADOPTED_SCRIPT))} &",
+        "body_pid=$!",
+    ]
+    if batch_signal:
+        # the original asked for a signal to its batch shell: the body is that shell now, it gets it
+        lines.append(f"trap 'kill -{batch_signal} \"$body_pid\" 2>/dev/null; "
+                     f"\"$PY\" -m slurmctl.runtime.attempt drain-signal' {batch_signal}")
+    if add_drain_signal:
+        lines += ["trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal' USR1",
+                  'if [ -n "${early_drain:-}" ]; then "$PY" -m slurmctl.runtime.attempt drain-signal; fi']
+    lines += [
+        "# A trapped signal interrupts `wait`; keep waiting until the original script has exited.",
+        'while :; do wait "$body_pid"; rc=$?; kill -0 "$body_pid" 2>/dev/null || break; done',
+        '"$PY" -m slurmctl.runtime.attempt end --exit-code "$rc"',
+        "exit $?",
+    ]
+    return "\n".join(line for line in lines if line != "") + "\n"
+
+
+def _header_lines(script: SbatchScript) -> list[tuple[int, str]]:
+    lines = script.text.split("\n")
+    return [(d.line, lines[d.line - 1]) for d in _unique_lines(script)]
+
+
+def _unique_lines(script: SbatchScript):
+    seen, found = set(), []
+    for d in script.directives:
+        if d.line is not None and d.line not in seen:
+            seen.add(d.line)
+            found.append(d)
+    return found
+
+
+def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int) -> list[str]:
+    log = job_log_path(run_dir, "%j")  # every attempt of the job appended to one log, as for runs
+    args = [f"--job-name={run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
+            f"--error={log}", "--open-mode=append"]
+    if add_drain_signal:
+        args.append(f"--signal=B:USR1@{int(drain_margin)}")
+    return args
+
+
+def _cost(shape: Shape, site, partition: str | None) -> dict:
+    config = site.partitions.get(partition or "") if partition else None
+    price = config.price_per_gpu_hour if config else 0.0
+    hours = (shape.time_seconds or 0) / 3600
+    copies = shape.array_tasks or 1
+    gpus = (shape.gpus_total or 0) * copies
+    return {"partition": partition, "gpus": gpus, "hours": round(hours, 3), "price_per_gpu_hour": price,
+            "max_usd": round(gpus * hours * price, 2), "array_tasks": copies,
+            "note": "" if config else f"partition {partition!r} has no price in the site config"}
+
+
+def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_signal: bool, margin: int) -> list[str]:
+    notes = []
+    if add_drain_signal:
+        notes.append(f"drain: the script asks for no signal; slurmctl adds --signal=B:USR1@{margin} and records "
+                     "the drain request, but the program is not told (give it an adapter to save on it).")
+    elif shape.signal and shape.signal.startswith("B:"):
+        notes.append(f"drain: the script asks for {shape.signal}; the batch shell's signal is passed on to the "
+                     "original script (its own trap gets it) and recorded as a drain request.")
+    elif shape.signal:
+        notes.append(f"drain: --signal={shape.signal} goes to the job's srun steps, as the script asks.")
+    if shape.requeue is None:
+        notes.append("requeue: the script says nothing; the cluster's default applies (JobRequeue).")
+    else:
+        notes.append("requeue: " + ("--requeue (Slurm requeues it after preemption or node failure)"
+                                   if shape.requeue else "--no-requeue (it is never requeued)"))
+    if body.launches and not body.under_srun:
+        notes.append("the program is started without srun: at preemption only srun steps get Slurm's early "
+                     "SIGTERM; the batch shell's processes get nothing until the grace time ends.")
+    for number, text in script.ignored:
+        notes.append(f"line {number}: {text.strip()!r} comes after the first command; sbatch ignores it "
+                     "(as it would for the original).")
+    return notes
+
+
+def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
+                signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
+    """The adopt block: given, or detected from the program the script launches (its imports)."""
+    how = "given"
+    if framework is None:
+        for launch in body.launches:
+            program = Path(launch.program) if launch.program else None
+            try:
+                text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
+            except OSError:
+                text = ""
+            framework = detect(text)
+            if framework:
+                how = f"detected: {program} imports it"
+                break
+    if framework in {None, "none"}:
+        return None, "none"
+    if framework not in ADAPTERS:
+        raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
+                        f"Use one of: {', '.join(ADAPTERS)} (or none).")
+    adapter = ADAPTERS[framework]
+    if step_pattern:
+        try:
+            if "step" not in re.compile(step_pattern).groupindex:
+                raise re.error("it has no group named step")
+        except re.error as exc:
+            raise SpecError(f"--step-pattern {step_pattern!r}: {exc}.",
+                            "Give a regex with a named group, e.g. 'iter (?P<step>\\d+)'.") from None
+    program_signal = signal or adapter.SIGNAL
+    if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
+        program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+    signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
+    block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
+                       program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
+    return block, how
+
+
+def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient,
+               registry: RunRegistry, *, framework: str | None = None, checkpoint_dir: str | None = None,
+               signal: str | None = None, step_pattern: str | None = None) -> tuple[AdoptPlan, SbatchScript]:
+    script = parse_script(script_path, sbatch_args)
+    for d in script.directives:
+        if d.line is None and _CONTROL_RE.search(d.raw):
+            raise SpecError(f"the sbatch option {d.raw!r} holds a control character.", "Remove it.")
+    body = read_body(script.body)
+    shape = read_shape(script)
+    original = sbatch_reading(client, script_path, sbatch_args)
+    run_id = new_run_id(_run_name(script))
+    run_dir = registry.root / run_id
+    add_signal = not script.has("signal")
+    margin = site.drain_margin_seconds
+    plan = AdoptPlan(
+        script=str(script_path.resolve()), run_id=run_id, run_dir=str(run_dir), shape=shape,
+        directives=[{**d.to_dict(), "status": _status(d)} for d in script.directives], body=body.to_dict(),
+        slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
+        notes=_notes(script, shape, body, add_signal, margin),
+        platform_args=_platform_args(run_id, run_dir, add_signal, margin),
+        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None),
+        ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
+    block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
+    plan.resilience = {**block.to_dict(), "how": how} if block else None
+    if block and block.signal:
+        plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
+                          f"{'srun tasks' if block.signal_to == 'steps' else 'batch shell'}; the program saves "
+                          f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
+    elif block:
+        plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
+                          "listed and used by resume; it saves on no signal, so cancel stops it at once "
+                          "(give --signal if it does).")
+    plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
+                                  "027" if site.share_runs_with_group else "077")
+    return plan, script
+
+
+def _status(d) -> str:
+    if d.option in PLATFORM:
+        return "set by slurmctl (original shown)"
+    return "read, passed through unchanged" if d.kind != "passed-through" else "passed through unchanged"
+
+
+def check_wrapper(plan: AdoptPlan, client: SlurmClient, wrapper_path: Path, sbatch_args: list[str]) -> None:
+    """Slurm's reading of the wrapper (with the platform's options) against its reading of the original:
+    equal in every option the platform does not set."""
+    wrapped = sbatch_reading(client, wrapper_path, [*sbatch_args, *plan.platform_args])
+    plan.slurm_wrapped = wrapped.to_dict()
+    original = plan.slurm_original["options"]
+    ours = {a.split("=", 1)[0].lstrip("-") for a in plan.platform_args}
+    for option in sorted(set(original) | set(wrapped.options)):
+        if option in ours or option in PLATFORM:
+            continue
+        if original.get(option) != wrapped.options.get(option):
+            plan.wrapper_differences.append(
+                f"--{option}: original {original.get(option)!r}, adopted {wrapped.options.get(option)!r}")
+
+
+def adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient, *, dry_run: bool = False,
+          yes: bool = False, confirm=None, **resilience) -> AdoptPlan:
+    """`resilience`: framework, checkpoint_dir, signal, step_pattern (the adopt block's options)."""
+    registry = RunRegistry(site.runs_root_path)
+    plan, script = plan_adopt(script_path, sbatch_args, site, client, registry, **resilience)
+    if dry_run:
+        return plan
+    if not plan.slurm_original.get("ok"):
+        raise SpecError(f"Slurm would not run the original script: {plan.slurm_original.get('message')}.",
+                        "Fix the script (or the options after --) so that `sbatch --test-only` accepts it.",
+                        code="preflight-failed")
+    threshold = getattr(site, "cost_confirm_threshold", None)
+    if threshold is not None and plan.cost["max_usd"] > threshold and not yes and not (confirm and confirm(plan)):
+        raise CostNotConfirmed(f"worst case ${plan.cost['max_usd']:,.2f} is above this site's confirmation "
+                               f"threshold ${threshold:,.2f}; nothing was submitted.",
+                               "Confirm at the prompt, or pass --yes, or lower --time / the GPUs.")
+    run = _create_run_dir(registry, site, plan, sbatch_args)
+    try:
+        shutil.copyfile(script_path, run.path / ADOPTED_SCRIPT)
+        os.chmod(run.path / ADOPTED_SCRIPT, 0o700)
+        write_atomic(run.path / WRAPPER_SCRIPT, plan.wrapper, mode=0o700)
+        check_wrapper(plan, client, run.path / WRAPPER_SCRIPT, sbatch_args)
+        if plan.wrapper_differences:
+            raise SlurmctlError("Slurm reads the adopted job differently from the original: "
+                                + "; ".join(plan.wrapper_differences) + ". Nothing was submitted.",
+                                "This is a slurmctl bug; submit the original with sbatch and tell the platform team.")
+        # sbatch runs in this directory, as for the original: it is the job's working directory
+        plan.job_id = client.submit(run.path / WRAPPER_SCRIPT, [*sbatch_args, *plan.platform_args])
+    except (SlurmctlError, OSError):
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    plan.dry_run = False
+    run.record("submitted", job_id=plan.job_id, sbatch_args=list(sbatch_args), adopted=True,
+               partition=plan.slurm_original.get("partition"))
+    return plan
+
+
+def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan, sbatch_args: list[str]):
+    class _Named:  # RunRegistry.create takes a spec for its name only
+        name = plan.run_id.rsplit("-", 2)[0]
+
+    run = registry.create(_Named, share_with_group=site.share_runs_with_group, run_id=plan.run_id)
+    meta = {"run_id": run.run_id, "name": _Named.name, "created": time.time(), "user": current_user(),
+            "cluster": site.cluster, "partition": plan.slurm_original.get("partition"),
+            "adopted": {"script": plan.script, "platform_args": plan.platform_args, "cwd": os.getcwd(),
+                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience}}
+    write_atomic(run.meta_path, json.dumps(meta, indent=2))
+    return run

@@ -1,0 +1,65 @@
+"""On the real cluster: jobs submitted with plain `sbatch` (no run) are seen by id, as alice; another
+user's job id is refused by every command."""
+
+import os
+import time
+
+from .conftest import as_user, slurmctl, slurmctl_json
+
+PLAIN_SCRIPT = """#!/bin/bash
+#SBATCH -p l4-dev
+#SBATCH -t 5
+#SBATCH -J plain-oom
+echo "step 1 loss 2.5"
+echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+exit 1
+"""
+
+
+def _wait_ended(user, job_id: int, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = user.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).stdout.strip()
+        if state and state.split()[0] not in {"PENDING", "RUNNING", "COMPLETING", "REQUEUED"}:
+            return state.split()[0]
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not end within {timeout} s")
+
+
+def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
+    script = workdir / "job.sh"
+    script.write_text(PLAIN_SCRIPT)
+    os.chown(script, alice.uid, alice.gid)
+    failed = alice.sbatch(f"--chdir={workdir}", str(script))
+    held = alice.sbatch("--hold", "-p", "l4-dev", "-J", "plain-held", "-o", "/dev/null", "--wrap", "true")
+    bobs = bob.sbatch("--hold", "-p", "l4-dev", "-J", "bobs-job", "-o", "/dev/null", "--wrap", "true")
+    try:
+        assert _wait_ended(alice, failed) == "FAILED"
+        status = slurmctl_json("status", str(failed))
+        assert status["kind"] == "sbatch" and status["phase"] == "failed" and status["name"] == "plain-oom"
+        assert status["log_path"] == str(workdir / f"slurm-{failed}.out")
+        assert status["diagnosis"]["category"] == "cuda_oom"
+        assert "plain sbatch job" in slurmctl("status", str(failed)).stdout
+        assert "CUDA out of memory" in slurmctl("logs", str(failed)).stdout
+        assert slurmctl_json("diagnose", str(failed))["category"] == "cuda_oom"
+        cost = slurmctl_json("cost", str(failed))
+        assert cost["kind"] == "sbatch" and [a["job_id"] for a in cost["attempts"]] == [failed]
+        assert "failed" in slurmctl("explain", str(failed)).stdout
+
+        listed = [r for r in slurmctl_json("ls") if r.get("kind") == "sbatch"]
+        assert [r["job_id"] for r in listed if r["name"] == "plain-held"] == [str(held)]
+        assert not any(r["name"] == "bobs-job" for r in listed)
+        human = slurmctl("ls").stdout
+        assert "plain-held (sbatch)" in human and "bobs-job" not in human
+
+        for command in ("status", "logs", "diagnose", "cost", "cancel", "explain"):
+            refused = slurmctl(command, str(bobs), check=False)
+            assert refused.returncode == 5, (command, refused.stdout, refused.stderr)
+            assert "not yours" in refused.stderr, (command, refused.stderr)
+        assert "bobs-job" in bob.squeue("-h", "-j", str(bobs), "-o", "%j")  # untouched
+
+        cancelled = slurmctl_json("cancel", str(held))
+        assert cancelled["verified"] and cancelled["final_state"] == "CANCELLED"
+    finally:
+        alice.scancel(held)
+        as_user("bob").scancel(bobs)

@@ -1,0 +1,88 @@
+"""adopt's reading of sbatch scripts (offline): options as sbatch names them, the body's launchers and
+environment lines, the shape, and the wrapper that runs the original."""
+
+import subprocess
+
+import pytest
+
+from slurmctl.errors import SpecError
+from slurmctl.submit.adopt.body import read_body
+from slurmctl.submit.adopt.plan import _array_size, _gpu_count, read_shape, render_wrapper
+from slurmctl.submit.adopt.script import parse_script
+
+SCRIPT = """#!/bin/bash -l
+# a comment before the options
+#SBATCH -N 2 --ntasks-per-node 4   # trailing comment
+#SBATCH -J "my job"
+#SBATCH --gres=gpu:a100:4
+#SBATCH --time=1-00:00:00
+#SBATCH --requeue
+#SBATCH -a 1-5%1
+
+module load cuda
+python -m torch.distributed.run --nproc_per_node 4 \\
+   train.py --init_from=resume
+#SBATCH --qos=late
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "job.sbatch"
+    path.write_text(SCRIPT)
+    return parse_script(path, ["-t", "30", "--no-requeue"])
+
+
+def test_options_by_long_name_and_the_command_line_wins(script):
+    assert [(d.option, d.value, d.where) for d in script.directives] == [
+        ("nodes", "2", "line 3"), ("ntasks-per-node", "4", "line 3"), ("job-name", "my job", "line 4"),
+        ("gres", "gpu:a100:4", "line 5"), ("time", "1-00:00:00", "line 6"), ("requeue", None, "line 7"),
+        ("array", "1-5%1", "line 8"), ("time", "30", "command line"), ("no-requeue", None, "command line")]
+    assert script.value("time") == "30"
+    assert [n for n, _ in script.ignored] == [13]  # after the first command: sbatch ignores it
+
+
+def test_shape(script):
+    shape = read_shape(script)
+    assert (shape.gpus_total, shape.gpu_type, shape.time_seconds, shape.requeue) == (8, "a100", 1800, False)
+    assert (shape.array_tasks, shape.array_throttle) == (5, 1)
+
+
+def test_body_launchers_with_continuations(script):
+    body = read_body(script.body)
+    assert [(e[0], e[1]) for e in body.environment] == [(10, "module")]
+    (launch,) = body.launches
+    assert launch.line == 11 and launch.launchers == ["torchrun", "python"] and launch.program == "train.py"
+    assert launch.options == {"--nproc_per_node": "4"} and not body.under_srun
+
+
+@pytest.mark.parametrize("value, expected", [("gpu:h100:2", (2, "h100")), ("gres:gpu:2", (2, None)),
+                                             ("l4:1", (1, "l4")), ("3", (3, None)), ("shard:1", (None, None))])
+def test_gpu_count(value, expected):
+    assert _gpu_count(value, gres=value.startswith(("gpu", "gres", "shard"))) == expected
+
+
+def test_array_size():
+    assert _array_size("0-9%2") == (10, 2) and _array_size("1,3,5") == (3, None) and _array_size("0-15:4") == (4, None)
+
+
+@pytest.mark.parametrize("text", ["#!/bin/bash\n#SBATCH -J a\x1bb\n", "#!/bin/bash\n#SBATCH -J 'open\n",
+                                  "echo no shebang\n", "#!/bin/bash\n#SBATCH notanoption\n"])
+def test_bad_scripts_are_spec_errors(tmp_path, text):
+    path = tmp_path / "bad.sbatch"
+    path.write_text(text)
+    with pytest.raises(SpecError):
+        parse_script(path)
+
+
+def test_wrapper_keeps_the_header_and_runs_under_bash_with_hostile_values(tmp_path):
+    path = tmp_path / "job.sbatch"
+    path.write_text("#!/bin/bash\n#SBATCH -J '$(touch pwned)'\n#SBATCH --signal=B:USR1@60\necho hi\n")
+    script = parse_script(path)
+    run_dir = tmp_path / "run-20261201-abcd"
+    wrapper = render_wrapper(script, "run-20261201-abcd", run_dir, "py'thon $(touch pwned2)", 60, False, "077")
+    assert "#SBATCH -J '$(touch pwned)'" in wrapper.splitlines()[3:5]
+    assert "trap 'kill -USR1 \"$body_pid\"" in wrapper
+    check = subprocess.run(["bash", "-n", "-c", wrapper], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert not (tmp_path / "pwned").exists()

@@ -1,0 +1,71 @@
+"""The checkpoint adapters read a program's own checkpoints: complete ones only, with their step, and
+without torch or running any of the archive's code."""
+
+import json
+import pickle
+import zipfile
+
+from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
+
+
+def _torch_like_archive(path, state: dict) -> None:
+    """A zip laid out as torch.save writes it: <name>/data.pkl (tensors would be persistent ids)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{path.stem}/data.pkl", pickle.dumps(state, protocol=2))
+        archive.writestr(f"{path.stem}/version", "3\n")
+
+
+class Boom:
+    def __reduce__(self):
+        return (exec, ("open('/tmp/adapter-pwned', 'w')",))
+
+
+def test_lightning_checkpoints_complete_only_with_global_step(tmp_path):
+    out = tmp_path / "lightning_out"
+    (out / "checkpoints").mkdir(parents=True)
+    _torch_like_archive(out / "hpc_ckpt_1.ckpt", {"global_step": 117, "epoch": 7, "state_dict": {}})
+    _torch_like_archive(out / "checkpoints" / "epoch=0-step=50.ckpt", {"global_step": 50, "state_dict": {}})
+    (out / "hpc_ckpt_2.ckpt").write_bytes(b"PK\x03\x04 a save cut short")
+    block = Resilience("lightning", str(tmp_path), "USR1")
+    assert sorted(c.step for c in block.checkpoints()) == [50, 117]
+
+
+def test_no_code_of_the_archive_runs(tmp_path):
+    _torch_like_archive(tmp_path / "evil.ckpt", {"global_step": 3, "x": Boom()})
+    (found,) = Resilience("lightning", str(tmp_path)).checkpoints()
+    assert found.step == 3
+    import os
+    assert not os.path.exists("/tmp/adapter-pwned")
+
+
+def test_hf_trainer_checkpoint_dirs(tmp_path):
+    for step, state in ((200, {"global_step": 200}), (400, {"global_step": 400}), (600, None)):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if state:
+            (d / "trainer_state.json").write_text(json.dumps(state))
+    assert [c.step for c in Resilience("hf-trainer", str(tmp_path)).checkpoints()] == [200, 400]
+
+
+def test_nanogpt_ckpt_pt(tmp_path):
+    _torch_like_archive(tmp_path / "ckpt.pt", {"iter_num": 13300, "model": {}})
+    (ck,) = Resilience("pytorch", str(tmp_path)).checkpoints()
+    assert ck.step == 13300 and ck.path.name == "ckpt.pt"
+
+
+def test_progress_from_the_programs_output():
+    block = Resilience("pytorch", "/nowhere")
+    assert block.last_step(["iter 100: loss 2.3", "iter 110: loss 2.2", "saving checkpoint"]) == 110
+    hf = Resilience("hf-trainer", "/nowhere")
+    assert hf.last_step([" 45%|####      | 270/600 [01:10<01:20,  4.1it/s]"]) == 270
+    custom = Resilience("lightning", "/nowhere", step_pattern=r"it=(?P<step>\d+)")
+    assert custom.last_step(["it=7", "it=8 done"]) == 8
+
+
+def test_detect_from_imports():
+    assert detect("import lightning as L\n") == "lightning"
+    assert detect("from pytorch_lightning import Trainer\n") == "lightning"
+    assert detect("from transformers import AutoModel, Trainer, TrainingArguments\n") == "hf-trainer"
+    assert detect("import torch\nfrom model import GPT\n") == "pytorch"
+    assert detect("print('hi')\n") is None
+    assert set(ADAPTERS) == {"lightning", "hf-trainer", "pytorch"}
