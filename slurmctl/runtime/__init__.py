@@ -40,6 +40,7 @@ from slurmctl import rundir
 from slurmctl.fsutil import append_jsonl, write_atomic
 from slurmctl.runtime.checkpoint import CheckpointManager, CheckpointSaveFailed
 from slurmctl.runtime.health import RankHealth
+from slurmctl.runtime.tracking import TrackerBridge
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
@@ -104,6 +105,8 @@ class Runtime:
     checkpoints: CheckpointManager | None = None
     signalled: bool = False  # SIGTERM seen by this process (preemption / scancel of the step)
     health: RankHealth | None = None  # this rank's live-health record (made on first use)
+    tracker: TrackerBridge | None = None  # rank 0: the run's MLflow / W&B run (runtime/tracking.py)
+    _tracker_checked: bool = False
 
     @classmethod
     def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run",
@@ -158,12 +161,17 @@ class Runtime:
         self.rank_health().tick()
         if not self.is_main:
             return
+        if not self._tracker_checked:  # before this step reaches metrics.jsonl: it reads the steps logged so far
+            self._tracker_checked = True
+            self.tracker = TrackerBridge.from_env(self.run_dir)
         now = time.time()
         record = {"step": step, "time": now, **{k: float(v) for k, v in metrics.items()}}
         append_jsonl(self.run_dir / rundir.METRICS, record)
         heartbeat = {"step": step, "time": now, "job_id": os.environ.get("SLURM_JOB_ID"),
                      "world_size": self.world_size, "metrics": record}
         write_atomic(self.run_dir / rundir.HEARTBEAT, json.dumps(heartbeat))
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
         if self.smoke:  # `submit --smoke` stops after one step via the normal drain path
             write_drain_request(self.run_dir, "smoke")
 

@@ -56,8 +56,11 @@ from slurmctl.submit.submission import (
     _stop_unless_forced,
     _templates_dir,
     resolve_workdir,
+    run_meta_extras,
     sbatch_context,
+    start_pending_watcher,
 )
+from slurmctl.submit.tracking import create_tracked_run, forget_tracked_run, tracked_run
 from slurmctl.sweepdir import MAX_ELEMENTS, create_sweep_dir
 
 # A grid key is an option name (--lr, --warmup-steps) or an environment variable name.
@@ -277,9 +280,9 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     _stop_unless_forced(report, opts)
     image = resolve_run_image(base, site, workdir, build=opts.build, allow_mutable=True)
 
-    def element_script(spec: RunSpec, run_id: str, partition: str) -> str:
-        return render(template, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image),
-                      templates)
+    def element_script(spec: RunSpec, run_id: str, partition: str, tracked: dict | None = None) -> str:
+        return render(template, sbatch_context(spec, site, run_id, registry.root / run_id, workdir, partition, image,
+                                               tracked), templates)
 
     placement = place(first, site, client, lambda partition: element_script(first, elements[0][0], partition))
     per_element = estimate(first, site, placement.chosen)
@@ -313,6 +316,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
             "Confirm at the prompt, or pass --yes (scripts), or shrink the grid / time_limit.")
 
     created: list[Path] = []
+    made_tracked: list[dict] = []
     try:
         sweep_dir = None
         for _ in range(_ID_ATTEMPTS):
@@ -330,10 +334,19 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
             raise SpecError(f"could not find a free sweep id for `{base.name}` in {_ID_ATTEMPTS} tries.",
                             "Try again, or rename the sweep.")
         run_ids = [rid for rid, _ in elements]
-        for index, (run, (_rid, spec), script) in enumerate(zip(runs, elements, scripts, strict=True)):
+        # One tracked run per element, filed under a parent run named after the sweep.
+        parent = create_tracked_run(base, site, sweep_id, sweep_id=sweep_id, user=user)
+        if parent:
+            made_tracked.append(parent)
+        for index, (run, (rid, spec), script) in enumerate(zip(runs, elements, scripts, strict=True)):
+            tracked = tracked_run(spec, site, rid, parent=parent, sweep_id=sweep_id, user=user)
+            if tracked and tracked.get("backend") == "mlflow":
+                made_tracked.append(tracked)
+                script = element_script(spec, rid, placement.chosen, tracked)
             _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
                     code_hash=code_hash, smoke=False,
-                    extra_meta={"sweep_id": sweep_id, "array_index": index, "sweep_values": plan.combinations[index]})
+                    extra_meta={"sweep_id": sweep_id, "array_index": index, "sweep_values": plan.combinations[index],
+                                **run_meta_extras(spec, site, tracked)})
             record_image(run.path, image)
             write_atomic(run.script_path, script)
         script = array_script(sweep_id, run_ids)
@@ -342,6 +355,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
                 "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
                 "grid": plan.grid, "array": plan.array, "max_parallel": plan.max_parallel, "metric": plan.metric,
                 "goal": plan.goal, "code_hash": code_hash, "forced": forced,
+                **({"tracking": parent} if parent else {}),
                 "elements": [{"index": i, "run_id": rid, "values": plan.combinations[i]}
                              for i, rid in enumerate(run_ids)]}
         write_atomic(sweep_dir.meta_path, json.dumps(meta, indent=2))
@@ -351,12 +365,15 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     except SlurmctlError:
         for path in created:  # nothing ran; the user's run.yaml is untouched
             shutil.rmtree(path, ignore_errors=True)
+        for record in made_tracked:
+            forget_tracked_run(record)
         raise
     meta["array_job_id"] = job_id
     write_atomic(sweep_dir.meta_path, json.dumps(meta, indent=2))
     for index, run in enumerate(runs):
         run.record("submitted", job_id=job_id, array_task_id=index, sweep_id=sweep_id, partition=placement.chosen,
                    sbatch_args=list(opts.extra_sbatch_args), **({"forced": forced} if forced else {}))
+        start_pending_watcher(run, job_id, run.meta.get("notify"))
     return SweepResult(sweep_id, str(sweep_dir.path), plan, run_ids, per_element, script, job_id=job_id,
                        report=report, placement=placement, forced=forced, image=image)
 
