@@ -5,7 +5,8 @@ value there is the destination URL, read at send time, as the user (runtime/secr
 the file must be the caller's own and unreadable by others). Nothing else ever sees the URL: the
 journal (notifications.jsonl), status and the web page show the key and the kind only.
 
-* ``mailto://`` / ``mailtos://`` -- email through SMTP (apprise's email plugin).
+* ``mailto://`` / ``mailtos://`` -- email through SMTP (apprise's email plugin); every message of a
+  run carries the same In-Reply-To/References, so it is one thread.
 * ``https://hooks.slack.com/services/...``, ``slack://``, ``mmost://`` (Mattermost's Slack-compatible
   incoming webhooks), ``json://``, and every other apprise scheme -- through apprise.
 * ``signed+http://`` / ``signed+https://HOST/PATH?secret=S`` -- a generic webhook: the message as
@@ -115,18 +116,27 @@ def _send_apprise(url: str, title: str, body: str) -> None:
         raise OSError("apprise could not deliver it (see the channel's own error above)")
 
 
-def send(channel: Channel, title: str, body: str, payload: dict) -> str | None:
-    """Deliver one message; None when it went, else why not (without the URL)."""
+def email_thread(url: str, thread: str) -> str:
+    """The email URL with In-Reply-To/References naming the run (apprise's `+Header=` arguments): mail
+    clients then show every message about one run as one thread."""
+    reference = urllib.parse.quote(f"<{thread}@slurmctl>")
+    return f"{url}{'&' if '?' in url else '?'}+In-Reply-To={reference}&+References={reference}"
+
+
+def send(channel: Channel, title: str, body: str, payload: dict, thread: str = "") -> str | None:
+    """Deliver one message; None when it went, else why not (without the URL). `thread`: the run id
+    that groups the messages where the channel has threads (email)."""
     try:
         if channel.kind == "signed-webhook":
             _send_signed(channel.url, payload)
         else:
-            _send_apprise(channel.url, title, body)
+            url = email_thread(channel.url, thread) if channel.kind == "email" and thread else channel.url
+            _send_apprise(url, title, body)
     except ImportError:
         return "apprise is not installed (pip install 'slurmctl[notify]')"
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code}"
     except Exception as exc:  # noqa: BLE001 - one channel failing must not stop the others
-        text = str(exc).replace(channel.url, "<url>")
+        text = str(exc).replace(channel.url, "<url>")  # apprise may echo the URL, credentials and all
         return f"{type(exc).__name__}: {text}"[:300]
     return None

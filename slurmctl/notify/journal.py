@@ -64,8 +64,9 @@ def deliver(run_dir: Path, run_id: str, settings: dict, message: Message, secret
             append_jsonl(path, record)
             return record
         channels, problems = resolve_channels(list(settings.get("channels", ())), secrets_file)
-        results = [{"channel": c.key, "kind": c.kind, "error": send(c, message.title, message.body,
-                                                                     message.payload(run_id))} for c in channels]
+        results = [{"channel": c.key, "kind": c.kind,
+                    "error": send(c, message.title, message.body, message.payload(run_id), thread=run_id)}
+                   for c in channels]
         results += [{"channel": None, "kind": None, "error": p} for p in problems]
         record.update(sent=any(r["error"] is None for r in results), channels=results)
         append_jsonl(path, record)

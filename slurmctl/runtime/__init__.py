@@ -211,6 +211,14 @@ class Runtime:
 
     def should_stop(self) -> bool:
         """True on every rank once any rank sees drain.request (one tiny all-reduce)."""
+        stop = self._should_stop()
+        if stop and self.tracker is not None:
+            # Close the tracked run now, while the checkpoint is written: at a preemption or requeue Slurm
+            # kills whatever is left of the step KillWait/GraceTime after its SIGTERM, W&B's writer included.
+            self.tracker.close()
+        return stop
+
+    def _should_stop(self) -> bool:
         flag = self.drain_requested()
         try:
             import torch

@@ -139,8 +139,11 @@ class TrackerBridge:
                   f"attempt: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self._wandb_run is not None:
+        """Finish the W&B run (its offline file is complete only then); nothing more is logged after."""
+        self.failed = True
+        run, self._wandb_run = self._wandb_run, None
+        if run is not None:
             try:
-                self._wandb_run.finish()
-            except Exception:  # noqa: BLE001 - best effort at exit
+                run.finish()
+            except Exception:  # noqa: BLE001 - best effort: a drain or exit goes on regardless
                 pass

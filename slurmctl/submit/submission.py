@@ -126,8 +126,8 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     spec = load_run_spec(spec_path)
     workdir = resolve_workdir(spec, spec_path)
     code_hash = code_config_hash(spec, workdir)  # of what the researcher wrote, so smoke and full match
-    if opts.smoke:
-        spec = smoke_spec(spec, site, code_hash)
+    if opts.smoke:  # a few minutes on the smoke partition: its verdict is printed, nobody is messaged
+        spec = smoke_spec(spec, site, code_hash).model_copy(update={"notify": False})
     elif opts.where:
         spec = spec.with_partition(opts.where, site)
 

@@ -34,16 +34,16 @@ from slurmctl.runtime import Runtime
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=24)
 p.add_argument("--sleep", type=float, default=0.3)
-p.add_argument("--crash-at", type=int, default=-1)
+p.add_argument("--crash-at", type=int, nargs="*", default=[])
 a = p.parse_args()
 rt = Runtime.from_env()
 ck = rt.checkpoints.latest()
-marker = rt.run_dir / "crashed-once"
 save = lambda s: rt.checkpoints.save(s, lambda d: (d / "state.json").write_text(json.dumps({"step": s})))
 for step in range(ck.step + 1 if ck else 0, a.steps):
     time.sleep(a.sleep)
     rt.log(step, loss=1.0 / (step + 1) + float(os.environ.get("SEED", "0")))
-    if step == a.crash_at and not marker.exists():
+    marker = rt.run_dir / f"crashed-at-{step}"
+    if step in a.crash_at and not marker.exists():
         marker.write_text("")
         print(f"crashing at step {step}", flush=True)
         sys.exit(3)
@@ -151,17 +151,36 @@ def test_requeued_twice_restarted_once_is_one_mlflow_run(workdir, tracking_site)
 
 
 def test_requeued_twice_restarted_once_is_one_wandb_run(workdir, tracking_site):
+    """Two crashes, each requeued by the job itself (Slurm requeues, restarts in the allocation turned
+    off). W&B's writer (wandb-core) dies at once on the SIGTERM Slurm sends a step at a preemption or
+    `scontrol requeue` and loses what it had not written yet, so the requeues here come from failures,
+    where the training ends by itself (the limitation is in the README's tracking section); the
+    in-allocation restart is the MLflow test's (the labelling does not depend on the backend)."""
     site_path, _ = tracking_site
-    run = crash_restart_requeue_twice(workdir, site_path, "trk-wandb", {"backend": "wandb", "project": "trk"},
-                                      {"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    spec = {"name": "trk-wandb", "entrypoint": "train.py", "args": ["--crash-at", "7", "12"],
+            "partition": "h100-ondemand", "gpus_per_node": 1, "time_limit": "10m",
+            "checkpoint": {"interval_steps": 5}, "tracking": {"backend": "wandb", "project": "trk"},
+            "env": {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "SLURMCTL_RESTART_IN_ALLOCATION": "0"}}
+    path = write_run(workdir / "trk-wandb", spec, {"train.py": TRAIN_PY})
+    run = slurmctl_json("submit", path, env=as_alice_env(site_path))
+    for count in (1, 2):  # each crash: `end` requeues from the newest checkpoint
+        wait_until(lambda count=count: len([e for e in events(run["run_dir"], "end") if e["action"] == "requeue"])
+                   >= count, f"requeue {count}", timeout=240)
+        start_requeued_now(run["job_id"])
+    assert wait_job_state(run["job_id"], ENDED, timeout=240) == "COMPLETED"
+    launches = len(events(run["run_dir"], "start")) + len(events(run["run_dir"], "step-restart"))
     offline = wandb_runs(Path(run["run_dir"]))
-    assert len(offline) == 4, [o["file"] for o in offline]  # one offline run directory per launch
+    assert len(offline) == launches, [o["file"] for o in offline]  # one offline run directory per launch
     assert {o["run_id"] for o in offline} == {run["run_id"]}, "every attempt continues ONE W&B run id"
     rows = [row for o in offline for row in o["history"]]
     fresh = [row["slurmctl/step"] for row in rows if "loss" in row]
     assert fresh == list(range(24)), "W&B's own axis slurmctl/step: each step once under `loss`, in order"
-    assert [row["slurmctl/step"] for row in rows if "loss/resumed-attempt-2" in row] == [5, 6, 7]
-    assert sorted(row["slurmctl/attempt"] for row in rows if "slurmctl/attempt" in row) == [1, 2, 3, 4]
+    resumed = sorted((k, row["slurmctl/step"]) for row in rows for k in row if k.startswith("loss/resumed"))
+    assert resumed == [("loss/resumed-attempt-2", 5), ("loss/resumed-attempt-2", 6), ("loss/resumed-attempt-2", 7),
+                       ("loss/resumed-attempt-3", 10), ("loss/resumed-attempt-3", 11), ("loss/resumed-attempt-3", 12)]
+    assert sorted(row["slurmctl/attempt"] for row in rows if "slurmctl/attempt" in row) == \
+        list(range(1, launches + 1))
+    print(f"W&B: {launches} launches, one run id, resumed {resumed}")
 
 
 def test_sweep_of_four_is_four_mlflow_runs_under_one_parent(workdir, tracking_site):
