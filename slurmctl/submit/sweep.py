@@ -373,7 +373,8 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     for index, run in enumerate(runs):
         run.record("submitted", job_id=job_id, array_task_id=index, sweep_id=sweep_id, partition=placement.chosen,
                    sbatch_args=list(opts.extra_sbatch_args), **({"forced": forced} if forced else {}))
-        start_pending_watcher(run, job_id, run.meta.get("notify"))
+        if index == 0:  # one watcher for the array (not one process per element): its first task
+            start_pending_watcher(run, job_id, run.meta.get("notify"))
     return SweepResult(sweep_id, str(sweep_dir.path), plan, run_ids, per_element, script, job_id=job_id,
                        report=report, placement=placement, forced=forced, image=image)
 

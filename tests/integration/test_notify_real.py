@@ -6,7 +6,8 @@ names the keys. Every scenario checks the exact messages each channel got: a Pyt
 host memory error fail with the diagnosis category (within 60 s of the job's end), a preempted spot
 run that recovers sends `recovered` once and `finished` once and no failure, a cancel sends nothing
 beyond `started`, a held job sends one `pending`, `notify: false` sends nothing even with a user
-default, and every signed webhook verifies (and fails with another secret).
+default, a training the watchdog finds stalled sends `stalled` then `failed`, and every signed webhook
+verifies (and fails with another secret).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from slurmctl.runtime import Runtime
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=10)
 p.add_argument("--sleep", type=float, default=0.2)
-p.add_argument("--fail", choices=["shape", "memory"])
+p.add_argument("--fail", choices=["shape", "memory", "hang"])
 p.add_argument("--fail-at", type=int, default=1)
 a = p.parse_args()
 rt = Runtime.from_env()
@@ -49,6 +50,8 @@ for step in range(ck.step + 1 if ck else 0, a.steps):
         size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size + 256 * 2**20, resource.RLIM_INFINITY))
         hoard = [bytearray(32 * 2**20) for _ in range(10**6)]  # the host's memory runs out: MemoryError
+    if step == a.fail_at and a.fail == "hang":
+        time.sleep(3600)  # stuck: no step, no answer to the watchdog's drain request
     if rt.should_stop():
         rt.ack_drain(step, save(step).path)
         sys.exit(0)
@@ -168,6 +171,17 @@ def test_failure_message_carries_the_diagnosis_within_a_minute(workdir, channels
     assert "mailto" not in json.dumps(journal) and HOOK_SECRET not in json.dumps(journal)
     shown = slurmctl_json("status", run["run_id"], env=alice_env(channels))
     assert [n["event"] for n in shown["notifications"]] == ["started", "failed"], shown["notifications"]
+
+
+def test_a_stalled_training_sends_stalled_then_failed(workdir, channels):
+    watchdog = {"SLURMCTL_WATCHDOG_CHECK": "0.5s", "SLURMCTL_WATCHDOG_STALL": "10s",
+                "SLURMCTL_WATCHDOG_DRAIN_TIMEOUT": "3s"}
+    run = submit(workdir, channels, "ntf-stall", ["--fail", "hang", "--fail-at", "3"], notify=NOTIFY,
+                 env=watchdog, checkpoint={"interval_steps": 100})
+    assert wait_job_state(run["job_id"], ENDED, timeout=180) == "FAILED"
+    wait_messages(channels, run["run_id"], ["started", "stalled", "failed"])
+    (stalled,) = [p["json"] for p in signed_posts(channels, run["run_id"]) if p["json"]["event"] == "stalled"]
+    assert "no progress" in stalled["detail"], stalled
 
 
 def test_preempted_run_recovers_with_one_message_and_finishes(workdir, channels):
