@@ -28,6 +28,7 @@ the run tracks with them (rank 0 only).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -43,6 +44,35 @@ ATTEMPT_METRIC = "slurmctl/attempt"
 STEP_METRIC = "slurmctl/step"  # W&B's x axis (its own _step must only grow)
 RESUMED = "{name}/resumed-attempt-{attempt}"
 _HIGH_WATER_RECORDS = 2000  # metrics.jsonl records read for the highest step logged so far
+
+
+REST_TIMEOUT_SECONDS = 15
+
+
+class MlflowError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"HTTP {status} {code}: {message}")
+        self.status, self.code = status, code
+
+
+def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, query: dict | None = None) -> dict:
+    """One MLflow REST call; the JSON answer, or MlflowError with MLflow's error_code."""
+    import urllib.error  # here: read commands import this package; urllib.request costs ~50 ms
+    import urllib.parse
+    import urllib.request
+
+    url = f"{uri.rstrip('/')}/api/2.0/mlflow/{endpoint}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=REST_TIMEOUT_SECONDS) as response:  # noqa: S310 - site's URI
+            return json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            error = json.loads(exc.read() or b"{}")
+        except ValueError:
+            error = {}
+        raise MlflowError(exc.code, error.get("error_code", ""), error.get("message", exc.reason)) from None
 
 
 def attempt_number(run_dir: Path) -> int:
@@ -147,3 +177,42 @@ class TrackerBridge:
                 run.finish()
             except Exception:  # noqa: BLE001 - best effort: a drain or exit goes on regardless
                 pass
+
+
+# How a stopped run's last `end` (attempts.jsonl) ends its MLflow run.
+_MLFLOW_STATUS = {"completed": "FINISHED", "cancelled": "KILLED", "idle": "KILLED"}
+
+
+def end_mlflow_run(run_dir: Path, env=None) -> str | None:
+    """The job script, after `attempt end` decided to stop: mark the MLflow run FINISHED, KILLED or
+    FAILED (a requeue never gets here: the next attempt continues the run). The status set, or None."""
+    env = os.environ if env is None else env
+    uri, run_id = env.get("MLFLOW_TRACKING_URI"), env.get("MLFLOW_RUN_ID")
+    ends = [e for e in read_jsonl(Path(run_dir) / rundir.ATTEMPTS) if e.get("event") == "end"]
+    if not uri or not run_id or not ends or ends[-1].get("action") != "stop":
+        return None
+    status = _MLFLOW_STATUS.get(ends[-1].get("outcome"), "FAILED")
+    mlflow_call(uri, "POST", "runs/update", {"run_id": run_id, "status": status,
+                                             "end_time": int(float(ends[-1].get("time") or time.time()) * 1000)})
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m slurmctl.runtime.tracking end`: see end_mlflow_run. Never fails the job."""
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = os.environ.get("SLURMCTL_RUN_DIR")
+    if args != ["end"] or not run_dir:
+        print("usage: python -m slurmctl.runtime.tracking end (inside a slurmctl job)", file=sys.stderr)
+        return 0
+    try:
+        status = end_mlflow_run(Path(run_dir))
+    except (OSError, ValueError, MlflowError) as exc:
+        print(f"slurmctl: could not mark the MLflow run ended: {exc}", file=sys.stderr)
+        return 0
+    if status:
+        print(f"slurmctl: MLflow run {os.environ.get('MLFLOW_RUN_ID')} marked {status}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

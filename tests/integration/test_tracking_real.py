@@ -145,6 +145,7 @@ def test_requeued_twice_restarted_once_is_one_mlflow_run(workdir, tracking_site)
     attempts = client.get_metric_history(tracked["run_id"], "slurmctl/attempt")
     assert sorted(m.value for m in attempts) == [1, 2, 3, 4]
     assert mlflow_run.data.tags["slurmctl.attempt"] == "4"
+    assert mlflow_run.info.status == "FINISHED", "the job's end marks the MLflow run"
     assert mlflow_run.data.tags["slurmctl.attempt.2.highest_step_before"] == "7"
     print(f"MLflow run {tracked['run_id']}: {len(loss)} loss points, resumed {[m.step for m in resumed]}, "
           f"attempts {sorted(m.value for m in attempts)}")

@@ -65,6 +65,7 @@ def test_job_script_exports_the_tracked_run_and_sends_as_the_user(tmp_path):
     assert "export MLFLOW_RUN_ID=0123abcd\n" in script
     assert "export MLFLOW_TRACKING_URI=http://127.0.0.1:5050\n" in script
     assert "export MLFLOW_EXPERIMENT_NAME='exp one'\n" in script
+    assert '"$PY" -m slurmctl.runtime.tracking end\n' in script
     assert '"$PY" -m slurmctl.notify started &' in script and 'timeout 60 "$PY" -m slurmctl.notify ended' in script
     (tmp_path / "job.sbatch").write_text(script)
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
@@ -180,3 +181,17 @@ def test_a_cancel_sends_no_end_message(tmp_path):
         {"event": "submitted", "job_id": 3}, {"event": "start", "job_id": 3, "restart_count": 0, "time": 1.0},
         {"event": "end", "job_id": 3, "restart_count": 0, "outcome": "cancelled", "action": "stop", "time": 2.0}])
     assert events.ended_message(run) is None
+
+
+def test_a_stopped_job_marks_its_mlflow_run_and_a_requeue_does_not(tmp_path, receiver):
+    from slurmctl.runtime.tracking import end_mlflow_run
+
+    port, posts = receiver
+    env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}", "MLFLOW_RUN_ID": "r1"}
+    _jsonl(tmp_path / "attempts.jsonl", [{"event": "end", "action": "requeue", "outcome": "preemption", "time": 5}])
+    assert end_mlflow_run(tmp_path, env) is None and posts == []
+    _jsonl(tmp_path / "attempts.jsonl", [{"event": "end", "action": "stop", "outcome": "failed", "time": 7}])
+    assert end_mlflow_run(tmp_path, env) == "FAILED"
+    path, _headers, body = posts[0]
+    assert path == "/api/2.0/mlflow/runs/update"
+    assert json.loads(body) == {"run_id": "r1", "status": "FAILED", "end_time": 7000}
