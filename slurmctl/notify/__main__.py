@@ -36,10 +36,19 @@ def _deliver(run, message) -> None:
           + (f"; {record['suppressed']}" if record.get("suppressed") else ""), file=sys.stderr, flush=True)
 
 
-def _pending(run, job_id: int, after: float) -> None:
-    time.sleep(after)
-    if any(e.get("event") == "start" for e in events.since_submit(run.events())):
-        return  # it started (a sweep element's start carries a job id of its own)
+def _started(run) -> bool:
+    return any(e.get("event") == "start" for e in events.since_submit(run.events()))
+
+
+def _pending(run, job_id: int, after: float, poll: float = 15.0) -> None:
+    """Wait `after` s, leaving as soon as the job starts (its run dir says so: no Slurm query)."""
+    deadline = time.monotonic() + after
+    while (left := deadline - time.monotonic()) > 0:
+        if _started(run):
+            return  # it started (a sweep element's start carries a job id of its own)
+        time.sleep(min(poll, left))
+    if _started(run):
+        return
     from slurmctl.observe.explain import explain_reason
     from slurmctl.slurm.client import SlurmClient
 
