@@ -79,6 +79,13 @@ def _print_status(s: RunStatus) -> None:
             print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
     if s.watchdog and (s.watchdog.get("message") or "").strip():
         print_line(("Watchdog:", "bold"), " ", (s.watchdog["message"], "red"))
+    if s.tracked_run:
+        t = s.tracked_run
+        print_line(("Tracked run:", "bold"), f" {t.get('backend')} {t.get('url') or t.get('run_id')}")
+    for n in s.notifications[-6:]:
+        went = ", ".join(n["to"]) or "nowhere"
+        print_line(("Message:", "bold"), f" {n['event']} -> {went}"
+                   + (f" (failed: {'; '.join(n['failed'])})" if n["failed"] else ""))
     for note in s.health_notes:  # network, data wait, idle, efficiency (slurmctl/observe/health.py)
         if note.strip():
             print_line(("Health:", "bold"), f" {note}")

@@ -84,6 +84,38 @@ class TrackingSpec(_Strict):
     project: str | None = Field(None, description="W&B project / MLflow experiment name")
 
 
+NOTIFY_EVENTS = ("started", "failed", "recovered", "finished", "stalled", "pending")
+
+
+class NotifySpec(_Strict):
+    """Messages about the run, sent as the user (slurmctl/notify). A channel is the NAME of a key in the
+    user's 0600 secrets file whose value is the destination URL (apprise's mailto://, Slack's
+    https://hooks.slack.com/..., mmost://, or signed+https://...?secret=... for an HMAC-signed webhook):
+    no address or credential is ever written in run.yaml, the job script or the logs."""
+
+    channels: list[str] = Field(default_factory=list, description="secrets-file keys naming where messages go")
+    events: list[Literal[NOTIFY_EVENTS]] = Field(list(NOTIFY_EVENTS), description="which events send a message: "
+                                                 + ", ".join(NOTIFY_EVENTS))
+    pending_after: str = Field("30m", description="a job still pending this long sends one `pending` message")
+    max_per_hour: int = Field(12, ge=1, le=1000, description="at most this many messages per run and hour")
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: list[str]) -> list[str]:
+        for key in v:
+            if not ENV_NAME_RE.fullmatch(key):
+                raise ValueError(f"{key!r} is not a secrets-file key (use an environment-variable name such as "
+                                 "SLACK_WEBHOOK); the URL itself goes in the secrets file")
+        return v
+
+    @field_validator("pending_after", mode="before")
+    @classmethod
+    def _pending_after(cls, v: Any) -> str:
+        if parse_duration(v) < 1:
+            raise ValueError("must be at least one second, e.g. '30m'")
+        return str(v)
+
+
 class BuildSpec(_Strict):
     """Build the run's image at submit: pushed to the site registry and pinned by digest."""
 
@@ -152,6 +184,8 @@ class RunSpec(_Strict):
                                description="names of keys read from the secrets file at job start")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    notify: NotifySpec | bool | None = Field(None, description="where messages about the run go (see NotifySpec); "
+                                             "false: none; unset: the user's default (~/.config/slurmctl/config.yaml)")
     python: str | None = Field(None, description="python on the compute nodes; default from site config")
     max_restarts: int = Field(3, ge=0, le=100, description="automatic restarts after failures (preemptions and "
                               "time-limit drains do not count)")
@@ -304,6 +338,13 @@ class AccountingConfig(_Strict):
     discounts: Discounts = Field(default_factory=Discounts)
 
 
+class SiteTrackingConfig(_Strict):
+    """The site's experiment tracker."""
+
+    mlflow_uri: str | None = Field(None, description="MLflow tracking server (http://host:port): submit creates "
+                                   "each run's MLflow run there once, and every attempt continues it")
+
+
 class SiteConfig(_Strict):
     """site.yaml: what an admin writes once per cluster."""
 
@@ -319,6 +360,7 @@ class SiteConfig(_Strict):
     nccl_env: dict[str, str] = Field(default_factory=dict)
     sbatch_templates_dir: str | None = None
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)
+    tracking: SiteTrackingConfig = Field(default_factory=SiteTrackingConfig)
     containers: ContainersConfig = Field(default_factory=ContainersConfig)
     cost_confirm_threshold: float | None = Field(
         None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")

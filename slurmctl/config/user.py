@@ -6,6 +6,12 @@ Today: how to reach the cluster from a laptop through its SSH login node.
     ssh_key: ~/.ssh/id_ed25519               # default: ssh-agent, then ~/.ssh/id_*
     known_hosts: ~/.ssh/known_hosts
     strict_host_key_checking: true           # false only for throwaway test clusters
+
+and where messages about every run go unless its run.yaml says otherwise (slurmctl/notify):
+
+    notify:
+      channels: [SLACK_WEBHOOK, EMAIL]       # keys of the 0600 secrets file, whose values are the URLs
+      pending_after: 30m
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ def _model():
     asks for one (the read commands then never import pydantic for it)."""
     from pydantic import BaseModel, ConfigDict
 
+    from slurmctl.config.models import NotifySpec  # why: the same reason, pydantic models
+
     class UserConfig(BaseModel):
         model_config = ConfigDict(extra="forbid")
 
@@ -37,6 +45,7 @@ def _model():
         ssh_key: str | None = None
         known_hosts: str = "~/.ssh/known_hosts"
         strict_host_key_checking: bool = True
+        notify: NotifySpec | None = None
 
     return UserConfig
 
@@ -62,7 +71,7 @@ def load_user_config(path: Path | None = None) -> BaseModel:  # a UserConfig
         raise ConfigError(f"{path} is not valid YAML: {exc}.", "Fix the file or remove it.") from None
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, str(path)),
-                          "Known keys: login_host, ssh_key, known_hosts, strict_host_key_checking.") from None
+                          "Known keys: login_host, ssh_key, known_hosts, strict_host_key_checking, notify.") from None
 
 
 def login_target(host: str | None, config: BaseModel | None = None) -> tuple[str, BaseModel] | None:

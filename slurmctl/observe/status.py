@@ -99,6 +99,10 @@ class RunStatus:
     history: list[str] = field(default_factory=list)  # one line per attempt: how it started and ended
     health_notes: list[str] = field(default_factory=list)  # live health, end-of-run efficiency (observe/health.py)
     live_health: dict | None = None  # the numbers behind them: transport per rank, data wait, idle
+    tracked_run: dict | None = None  # run.json's tracked run: backend, run id, url (MLflow)
+    notifications: list[dict] = field(default_factory=list)  # messages sent: event, time, delivered to, failed
+    notified: str = ""  # one line for ls: how many messages, to which channels
+
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -194,6 +198,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     if status.watchdog:
         _watchdog(status)
     node_loss(status, events)
+    _tracking(status, run)
     apply_live_health(status, run, job, site, now)
     if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints
         from slurmctl.observe.adopted import (
@@ -317,6 +322,30 @@ def _watchdog(status: RunStatus) -> None:
     if status.watchdog["state"] in {"drain-requested", "killed"}:
         status.health = "hung: " + ("the watchdog ended the step" if status.watchdog["state"] == "killed"
                                     else "the watchdog asked it to drain")
+
+
+def _tracking(status: RunStatus, run: Run) -> None:
+    """The tracked run (MLflow, W&B) and where the run's notifications went."""
+    tracked = run.meta.get("tracking")
+    status.tracked_run = tracked if isinstance(tracked, dict) else None
+    status.notifications = notification_summary(run.notifications())
+    if status.notifications:
+        channels = sorted({c for n in status.notifications for c in n["to"]})
+        status.notified = f"{len(status.notifications)} message(s) to {', '.join(channels) or 'no channel'}"
+
+
+def notification_summary(records: list[dict]) -> list[dict]:
+    """notifications.jsonl in words: per message its event, time, the channels it reached and what failed."""
+    summary = []
+    for r in records[-50:]:
+        channels = r.get("channels") if isinstance(r.get("channels"), list) else []
+        summary.append({"event": str(r.get("event")), "time": r.get("time"), "title": str(r.get("title") or ""),
+                        "to": [f"{c.get('channel')} ({c.get('kind')})" for c in channels
+                               if isinstance(c, dict) and c.get("error") is None],
+                        "failed": [f"{c.get('channel') or 'settings'}: {c.get('error')}" for c in channels
+                                   if isinstance(c, dict) and c.get("error") is not None]
+                        + ([str(r["suppressed"])] if r.get("suppressed") else [])})
+    return summary
 
 
 def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:

@@ -11,6 +11,7 @@ Layout: ``<runs_root>/<user>/<run id>/``
     logs/<job id>.out  every attempt of a job, appended
     heartbeat.json   the training's last step (rewritten atomically)
     metrics.jsonl    one line per logged step (grows forever: read its tail)
+    notifications.jsonl  messages sent about the run: event, channel key/kind, delivered or why not
     drain.request / drain.ack   the drain handshake
     checkpoints/     the default checkpoint dir (see ``resolve_checkpoint_dir``)
     watchdog/        the progress watchdog's state.json and its scenes (<job>-<time>/: stacks, log tail, GPUs)
@@ -46,6 +47,7 @@ from slurmctl.rundir.layout import (
     JOB_SCRIPT,
     LOGS_DIR,
     METRICS,
+    NOTIFICATIONS,
     PREFLIGHT_JSON,
     RUN_ID_RE,
     RUN_JSON,
@@ -76,7 +78,8 @@ from slurmctl.rundir.registry import RunRegistry, check_owned_dir
 __all__ = [
     "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK",
     "DRAIN_REQUEST", "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_LOG", "JOB_SCRIPT", "LOGS_DIR",
-    "METRICS", "PREFLIGHT_JSON", "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "SCENE_GPUS", "SCENE_LOG_TAIL", "SCENE_STACKS",
+    "METRICS", "NOTIFICATIONS", "PREFLIGHT_JSON", "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "SCENE_GPUS",
+    "SCENE_LOG_TAIL", "SCENE_STACKS",
     "WATCHDOG_DIR", "WATCHDOG_STATE", "Run", "RunRegistry", "check_owned_dir", "current_user", "is_health_rank_file",
     "is_run_id", "job_log_path", "new_run_id", "resolve_checkpoint_dir", "run_dir_of_log", "run_id_from_comment",
     "run_path", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir", "watchdog_state_path",

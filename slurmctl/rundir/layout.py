@@ -41,6 +41,8 @@ COST_RECORDS_DIR = "cost-records"
 # What a training leaves for after the run besides checkpoints (hf-lora: adapter/, base-model/,
 # and merged/ from `slurmctl merge`).
 ARTIFACTS_DIR = "artifacts"
+# Messages sent about the run (slurmctl/notify): event, channel key and kind, delivered or why not.
+NOTIFICATIONS = "notifications.jsonl"
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
@@ -233,6 +235,14 @@ class Run:
     @property
     def cost_records_dir(self) -> Path:
         return self.path / COST_RECORDS_DIR
+
+    @property
+    def notifications_path(self) -> Path:
+        return self.path / NOTIFICATIONS
+
+    def notifications(self) -> list[dict]:
+        """The messages sent about this run, oldest first (slurmctl/notify/journal.py writes them)."""
+        return read_jsonl(self.notifications_path, 4 * 1024 * 1024)
 
     def log_path(self, job_id: int) -> Path:
         return job_log_path(self.path, int(job_id))

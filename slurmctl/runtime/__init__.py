@@ -41,6 +41,7 @@ from slurmctl.errors import CheckpointSaveFailed
 from slurmctl.fsutil import append_jsonl, write_atomic
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.health import RankHealth
+from slurmctl.runtime.tracking import TrackerBridge
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
@@ -105,6 +106,8 @@ class Runtime:
     checkpoints: CheckpointManager | None = None
     signalled: bool = False  # SIGTERM seen by this process (preemption / scancel of the step)
     health: RankHealth | None = None  # this rank's live-health record (made on first use)
+    tracker: TrackerBridge | None = None  # rank 0: the run's MLflow / W&B run (runtime/tracking.py)
+    _tracker_checked: bool = False
 
     @classmethod
     def from_env(cls, default_run_dir: str | os.PathLike = "slurmctl-run",
@@ -159,12 +162,17 @@ class Runtime:
         self.rank_health().tick()
         if not self.is_main:
             return
+        if not self._tracker_checked:  # before this step reaches metrics.jsonl: it reads the steps logged so far
+            self._tracker_checked = True
+            self.tracker = TrackerBridge.from_env(self.run_dir)
         now = time.time()
         record = {"step": step, "time": now, **{k: float(v) for k, v in metrics.items()}}
         append_jsonl(self.run_dir / rundir.METRICS, record)
         heartbeat = {"step": step, "time": now, "job_id": os.environ.get("SLURM_JOB_ID"),
                      "world_size": self.world_size, "metrics": record}
         write_atomic(self.run_dir / rundir.HEARTBEAT, json.dumps(heartbeat))
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
         if self.smoke:  # `submit --smoke` stops after one step via the normal drain path
             write_drain_request(self.run_dir, "smoke")
 
@@ -204,6 +212,14 @@ class Runtime:
 
     def should_stop(self) -> bool:
         """True on every rank once any rank sees drain.request (one tiny all-reduce)."""
+        stop = self._should_stop()
+        if stop and self.tracker is not None:
+            # Close the tracked run now, while the checkpoint is written: at a preemption or requeue Slurm
+            # kills whatever is left of the step KillWait/GraceTime after its SIGTERM, W&B's writer included.
+            self.tracker.close()
+        return stop
+
+    def _should_stop(self) -> bool:
         flag = self.drain_requested()
         try:
             import torch

@@ -228,6 +228,9 @@ class Watchdog:
         log(f"asked the training to drain; ending the step in {self.s.drain_timeout_seconds:.0f} s "
             "unless it acknowledges or moves")
         self.drain_since = now
+        if os.environ.get("SLURMCTL_NOTIFY") == "1":  # the run sends messages: `stalled`, as the user, aside
+            subprocess.Popen([sys.executable, "-m", "slurmctl.notify", "stalled", "--run-dir", str(self.s.run_dir),
+                              "--detail", diagnosis["summary"]], stdin=subprocess.DEVNULL)
 
     def _while_draining(self, now: float) -> str | None:
         if (self.s.run_dir / rundir.DRAIN_ACK).exists():

@@ -50,7 +50,10 @@ class LocalRunner:
         if self.bin_dir and "/" not in argv[0]:
             argv = [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self.env)
+            # errors="replace": job names and comments are user-written and may hold any byte; one such
+            # job must not make every other user's squeue unreadable.
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+                                  check=False, env=self.env)
         except FileNotFoundError:
             raise SlurmUnreachable(
                 f"`{argv[0]}` is not installed on this machine, so Slurm cannot be reached.",

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
-from slurmctl.durations import slurm_time
+from slurmctl.durations import parse_duration, slurm_time
 from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
@@ -29,6 +29,7 @@ from slurmctl.submit.preflight.cluster import associations_cache
 from slurmctl.submit.preflight.findings import CheckResult, error
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.smoke import SmokeVerdict, code_config_hash, smoke_passed, smoke_spec, wait_and_judge
+from slurmctl.submit.tracking import forget_tracked_run, tracked_run
 
 TEMPLATE = "torchrun.sbatch.j2"
 SMOKE_WAIT_MARGIN_SECONDS = 120  # queueing + Slurm's kill delay beyond the smoke time limit
@@ -81,8 +82,9 @@ def resolve_workdir(spec: RunSpec, spec_path: Path) -> Path:
 
 
 def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, workdir: Path,
-                   partition: str | None = None, image: PinnedImage | None = None) -> dict:
-    """`partition`: the placement's choice; otherwise every acceptable partition (Slurm picks)."""
+                   partition: str | None = None, image: PinnedImage | None = None, tracked: dict | None = None) -> dict:
+    """`partition`: the placement's choice; otherwise every acceptable partition (Slurm picks).
+    `tracked`: the run's tracked run (submit/tracking.py), once created."""
     partitions = [partition] if partition else spec.partitions
     gpu_type = spec.gpu_type or site.partitions[partitions[0]].gpu_type
     checkpoint_dir = str(resolve_checkpoint_dir(spec.checkpoint.dir, workdir, run_dir))
@@ -111,6 +113,9 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "env": spec.env,
         "nccl_env": site.nccl_env,
         "tracking": spec.tracking,
+        "notify": effective_notify(spec) is not None,
+        "tracking_uri": site.tracking.mlflow_uri or "",
+        "tracked_run_id": (tracked or {}).get("run_id", "") if (tracked or {}).get("backend") == "mlflow" else "",
         "secrets": spec.secrets,
         "secrets_file": str(Path(site.secrets_file).expanduser()),
         "checkpoint_dir": checkpoint_dir,
@@ -132,8 +137,8 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     spec = load_run_spec(spec_path)
     workdir = resolve_workdir(spec, spec_path)
     code_hash = code_config_hash(spec, workdir)  # of what the researcher wrote, so smoke and full match
-    if opts.smoke:
-        spec = smoke_spec(spec, site, code_hash)
+    if opts.smoke:  # a few minutes on the smoke partition: its verdict is printed, nobody is messaged
+        spec = smoke_spec(spec, site, code_hash).model_copy(update={"notify": False})
     elif opts.where:
         spec = spec.with_partition(opts.where, site)
 
@@ -185,19 +190,25 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
             "Confirm at the prompt, or pass --yes (scripts), or shorten `time_limit` / use fewer GPUs.")
 
     run = registry.create(spec, share_with_group=site.share_runs_with_group)
+    tracked = None
     try:
-        script = script_for(placement.chosen, run.run_id, run.path)
+        tracked = tracked_run(spec, site, run.run_id, user=user)
+        script = render(template_file(spec.template),
+                        sbatch_context(spec, site, run.run_id, run.path, workdir, placement.chosen, image, tracked),
+                        _templates_dir(site))
         _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
-                code_hash=code_hash, smoke=opts.smoke)
+                code_hash=code_hash, smoke=opts.smoke, extra_meta=run_meta_extras(spec, site, tracked))
         record_image(run.path, image)
         script_path = run.script_path
         write_atomic(script_path, script)
         job_id = client.submit(script_path, opts.extra_sbatch_args)
     except SlurmctlError:
         shutil.rmtree(run.path, ignore_errors=True)  # nothing ran; the user's run.yaml is untouched
+        forget_tracked_run(tracked)
         raise
     run.record("submitted", job_id=job_id, sbatch_args=list(opts.extra_sbatch_args), partition=placement.chosen,
                **({"forced": forced} if forced else {}))
+    start_pending_watcher(run, job_id, run.meta.get("notify"))
     result = SubmitResult(run.run_id, str(run.path), script, cost, job_id=job_id, report=report,
                           placement=placement, forced=forced, code_hash=code_hash, image=image)
     if opts.smoke:
@@ -231,6 +242,47 @@ def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path, client: Slurm
 
 def _templates_dir(site: SiteConfig) -> Path | None:
     return Path(site.sbatch_templates_dir).expanduser() if site.sbatch_templates_dir else None
+
+
+def effective_notify(spec: RunSpec) -> dict | None:
+    """run.yaml's `notify:`, else the user's default (~/.config/slurmctl/config.yaml `notify:`); None when
+    it is off (`notify: false`) or names no channel. Frozen into run.json: the job reads it there."""
+    if spec.notify is False:
+        return None
+    chosen = spec.notify if not isinstance(spec.notify, bool) else None
+    if chosen is None:
+        from slurmctl.config.user import load_user_config  # why: only a run without its own notify: reads it
+
+        chosen = load_user_config().notify
+    if chosen is None or not chosen.channels:
+        return None
+    return chosen.model_dump(mode="json")
+
+
+def run_meta_extras(spec: RunSpec, site: SiteConfig, tracked: dict | None) -> dict:
+    """run.json's record of the tracked run and of where messages go (channel names only: the URLs stay
+    in the secrets file, read at send time)."""
+    extras = {}
+    if tracked:
+        extras["tracking"] = tracked
+    notify = effective_notify(spec)
+    if notify:
+        extras["notify"] = {**notify, "secrets_file": str(Path(site.secrets_file).expanduser())}
+    return extras
+
+
+def start_pending_watcher(run: Run, job_id: int, notify: dict | None) -> None:
+    """One look at the job `pending_after` from now, as the user, detached from this command: a job still
+    pending then sends one `pending` message (slurmctl/notify/__main__.py)."""
+    if not notify or "pending" not in notify.get("events", ()):
+        return
+    import subprocess
+    import sys
+
+    after = parse_duration(notify.get("pending_after", "30m"))
+    subprocess.Popen([sys.executable, "-m", "slurmctl.notify", "pending", "--run-dir", str(run.path),
+                      "--job-id", str(job_id), "--after", str(after)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _freeze(run: Run, spec: RunSpec, spec_path: Path, workdir: Path, site: SiteConfig, *, report: PreflightReport,

@@ -57,8 +57,11 @@ from slurmctl.submit.submission import (
     _stop_unless_forced,
     _templates_dir,
     resolve_workdir,
+    run_meta_extras,
     sbatch_context,
+    start_pending_watcher,
 )
+from slurmctl.submit.tracking import create_tracked_run, forget_tracked_run, tracked_run
 
 # A grid key is an option name (--lr, --warmup-steps) or an environment variable name.
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
@@ -274,6 +277,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     _confirm_cost(per_element, len(elements), site, opts)
 
     created: list[Path] = []
+    made_tracked: list[dict] = []
     try:
         sweep_dir = None
         for _ in range(_ID_ATTEMPTS):
@@ -291,10 +295,20 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
             raise SpecError(f"could not find a free sweep id for `{base.name}` in {_ID_ATTEMPTS} tries.",
                             "Try again, or rename the sweep.")
         run_ids = [rid for rid, _ in elements]
-        for index, (run, (_rid, spec), script) in enumerate(zip(runs, elements, rendered, strict=True)):
+        # One tracked run per element, filed under a parent run named after the sweep.
+        user = current_user()
+        parent = create_tracked_run(base, site, sweep_id, sweep_id=sweep_id, user=user)
+        if parent:
+            made_tracked.append(parent)
+        for index, (run, (rid, spec), script) in enumerate(zip(runs, elements, rendered, strict=True)):
+            tracked = tracked_run(spec, site, rid, parent=parent, sweep_id=sweep_id, user=user)
+            if tracked and tracked.get("backend") == "mlflow":
+                made_tracked.append(tracked)
+                script = scripts.element(spec, rid, placement.chosen, tracked)
             _freeze(run, spec, spec_path, workdir, site, report=report, placement=placement, forced=forced,
                     code_hash=code_hash, smoke=False,
-                    extra_meta={"sweep_id": sweep_id, "array_index": index, "sweep_values": plan.combinations[index]})
+                    extra_meta={"sweep_id": sweep_id, "array_index": index, "sweep_values": plan.combinations[index],
+                                **run_meta_extras(spec, site, tracked)})
             record_image(run.path, image)
             write_atomic(run.script_path, script)
         script = scripts.array(first, plan, placement.chosen, sweep_id, run_ids)
@@ -303,6 +317,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
                 "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
                 "grid": plan.grid, "array": plan.array, "max_parallel": plan.max_parallel, "metric": plan.metric,
                 "goal": plan.goal, "code_hash": code_hash, "forced": forced,
+                **({"tracking": parent} if parent else {}),
                 "elements": [{"index": i, "run_id": rid, "values": plan.combinations[i]}
                              for i, rid in enumerate(run_ids)]}
         write_atomic(sweep_dir.meta_path, json.dumps(meta, indent=2))
@@ -312,12 +327,16 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
     except SlurmctlError:
         for path in created:  # nothing ran; the user's run.yaml is untouched
             shutil.rmtree(path, ignore_errors=True)
+        for record in made_tracked:
+            forget_tracked_run(record)
         raise
     meta["array_job_id"] = job_id
     write_atomic(sweep_dir.meta_path, json.dumps(meta, indent=2))
     for index, run in enumerate(runs):
         run.record("submitted", job_id=job_id, array_task_id=index, sweep_id=sweep_id, partition=placement.chosen,
                    sbatch_args=list(opts.extra_sbatch_args), **({"forced": forced} if forced else {}))
+        if index == 0:  # one watcher for the array (not one process per element): its first task
+            start_pending_watcher(run, job_id, run.meta.get("notify"))
     return SweepResult(sweep_id, str(sweep_dir.path), plan, run_ids, per_element, script, job_id=job_id,
                        report=report, placement=placement, forced=forced, image=image)
 
@@ -370,9 +389,9 @@ class _Scripts:
     template: str  # fsdp, hf-lora, deepspeed extend torchrun's array block
     templates: Path | None
 
-    def element(self, spec: RunSpec, run_id: str, partition: str) -> str:
+    def element(self, spec: RunSpec, run_id: str, partition: str, tracked: dict | None = None) -> str:
         context = sbatch_context(spec, self.site, run_id, self.registry.path_of(run_id), self.workdir, partition,
-                                 self.image)
+                                 self.image, tracked)
         return render(self.template, context, self.templates)
 
     def array(self, first: RunSpec, plan: SweepPlan, partition: str, sweep_id: str, run_ids: list[str]) -> str:

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from slurmctl.submit.spec_view import find_site_config
+from slurmctl.config.locate import find_site_config
 
 from .conftest import slurmctl_json, write_run
 

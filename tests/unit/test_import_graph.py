@@ -27,6 +27,7 @@ LAYERS = (
     "runtime",  # inside the job, standard library only
     "submit",
     "observe",
+    "notify",   # messages about a run (they carry its diagnosis), sent as the user
     "control",
     "ops",
     "web",

@@ -267,3 +267,22 @@ def test_runs_and_queue_pages_ask_slurm_exactly_what_ls_and_queue_ask(tmp_path):
     web_ls, cli_ls = calls(page("/?n=20")), calls(cli(list_runs, ["-n", "20"]))
     assert web_ls == cli_ls and [c[0] for c in web_ls] == ["squeue", "squeue", "sacct"]
     assert calls(page("/queue")) == calls(cli(queue, [])) == [calls(cli(queue, []))[0]]
+
+
+def test_run_page_links_the_tracked_run_and_lists_where_messages_went(web):
+    run_id = make_run(web.registry, "tracked", 78)
+    path = web.registry.root / run_id
+    meta = json.loads((path / "run.json").read_text())
+    meta["tracking"] = {"backend": "mlflow", "run_id": "abc123", "url": "http://127.0.0.1:5050/#/experiments/1/runs/abc123"}
+    (path / "run.json").write_text(json.dumps(meta))
+    (path / "notifications.jsonl").write_text(json.dumps({
+        "event": "failed", "time": 1.0, "key": "failed:78:0", "title": HOSTILE, "sent": True,
+        "channels": [{"channel": "EMAIL", "kind": "email", "error": None},
+                     {"channel": "HOOK", "kind": "signed-webhook", "error": "HTTP 500 " + HOSTILE}]}) + "\n")
+    text = web.get(f"/run/{run_id}").body.decode()
+    assert '<a href="http://127.0.0.1:5050/#/experiments/1/runs/abc123" rel="noopener">abc123</a>' in text
+    assert "failed: sent to EMAIL (email)" in text and "HOOK: HTTP 500 &lt;script&gt;" in text
+    assert HOSTILE not in text
+    meta["tracking"]["url"] = "javascript:alert(1)"  # only http(s) becomes a link
+    (path / "run.json").write_text(json.dumps(meta))
+    assert "javascript:" not in web.get(f"/run/{run_id}").body.decode()
