@@ -120,6 +120,7 @@ def main() -> None:
     import yaml
 
     from slurmctl.slurm.client import QUEUE
+    from slurmctl.slurm.parsing import new_seal
     from slurmctl.submit.spec import find_site_config
 
     tag = f"bench17-{os.getpid()}"
@@ -162,7 +163,7 @@ def main() -> None:
                                        "gpus_per_node: 1\ntime_limit: 5m\n")
         submitit_script = tmp / "submitit_submit.py"
         submitit_script.write_text(SUBMITIT_SCRIPT)
-        squeue = ["squeue", "-h", *QUEUE.format_argv()]
+        squeue = ["squeue", "-h", *QUEUE.format_argv(new_seal())]
         status_run = recent[-1][0]
         rows = [
             {"name": "--help", "goal": 2.5, "commands": {

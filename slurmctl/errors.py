@@ -43,7 +43,7 @@ CODES: dict[str, int] = {
     "slurm-unreachable": 3, "slurm-busy": 3, "ssh-failed": 3, "ssh-auth-failed": 3,
     "ssh-host-key-refused": 3, "ssh-upload-failed": 3, "ssh-mirror-failed": 3,
     # Slurm refused (4)
-    "slurm-command-failed": 4, "dev-failed": 4, "dev-timeout": 4,
+    "slurm-command-failed": 4, "slurm-output-forged": 4, "dev-failed": 4, "dev-timeout": 4,
     # runs (5, 6)
     "run-not-found": 5, "run-not-yours": 5, "cannot-resume": 6,
     # files (7)
@@ -131,6 +131,12 @@ class SlurmCommandError(SlurmctlError):
     """A Slurm command ran and refused the request."""
 
     code = "slurm-command-failed"
+
+
+class ForgedSlurmOutput(SlurmCommandError):
+    """Slurm's answer lists one job twice: a user-written field carried a forged record."""
+
+    code = "slurm-output-forged"
 
 
 class RunNotFound(SlurmctlError):

@@ -3,7 +3,9 @@
 Ingestion is incremental from a high-water mark and idempotent (an attempt's key is
 cluster + job id + start time; re-ingesting the same window replaces rows with equal rows).
 Two ingesters at once are serialised by an exclusive lock on a file next to the ledger.
-sacct output is streamed line by line, never loaded whole.
+sacct output is streamed record by record, never loaded whole, and sealed per call
+(slurmctl.slurm.parsing.new_seal): a job name or comment cannot forge a record, and a row already
+in the ledger is never replaced by a record that names another user for the same attempt.
 """
 
 from __future__ import annotations
@@ -18,19 +20,19 @@ from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
 
+from slurmctl.errors import ForgedSlurmOutput
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.ops.pricing import Discounts, allocation_cost
-from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
+from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
 from slurmctl.slurm.parsing import tres_gpus as parse_gpus  # cached: one call per sacct row
 from slurmctl.submit.spec import SiteConfig
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 
-# The two fields users write (job name, comment) come last: a separator or a newline in them cannot
-# shift the fields that price the attempt, nor make it vanish from the ledger.
+# The two fields users write (job name, comment) are sealed in like the others (see all_attempts).
 SACCT_FIELDS = ["JobIDRaw", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit", "Eligible", "Start",
                 "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "JobName", "Comment"]
-_FIXED_FIELDS = len(SACCT_FIELDS) - 2
+_START = SACCT_FIELDS.index("Start")
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "DEADLINE", "BOOT_FAIL", "REQUEUED"}
 # States where the work done since the last valid checkpoint is lost.
@@ -77,19 +79,16 @@ class Attempt:
 _NO_TIME = frozenset({"Unknown", "None", ""})
 
 
-def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = None) -> Attempt | None:
-    """One `sacct -P --delimiter=\\x1f` line -> an ended, allocated, priced Attempt (or None).
+def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts | None = None) -> Attempt | None:
+    """One sacct record (the SACCT_FIELDS values, as SlurmClient.all_attempts yields them) -> an
+    ended, allocated, priced Attempt (or None).
 
     Written for speed (a report may read a million of these): plain unpacking, each timestamp
     parsed once."""
-    values = line.rstrip("\n").split(SEP, _FIXED_FIELDS)
-    if len(values) != _FIXED_FIELDS + 1 or not values[0].split("_")[0].split(".")[0].isdigit():
-        return None  # e.g. the rest of a job name after a newline: its attempt's own line was costed
+    if len(values) != len(SACCT_FIELDS) or not values[0].split("_")[0].split(".")[0].isdigit():
+        return None
     (job_id, user, account, partition, tres, nnodes, submit_s, eligible_s, start_s, end_s, _elapsed,
-     limit, state, exit_code, free) = values
-    name, sep, comment = free.partition(SEP)
-    if not sep or SEP in comment:  # a separator or newline inside the name: cost it, attribute it to no run
-        name, comment = "", ""
+     limit, state, exit_code, name, comment) = values
     state = state.split(" ", 1)[0]  # "CANCELLED by 0" -> CANCELLED
     if state not in ENDED_STATES or start_s in _NO_TIME or end_s in _NO_TIME:
         return None
@@ -155,12 +154,26 @@ def read_epilog_records(spool: Path | None, run_copies: Iterable[Path] = ()) -> 
     return out
 
 
-def stream_sacct(client: SlurmClient, start: datetime, end: datetime, job_ids: Iterable[int] = ()) -> Iterator[str]:
-    """All attempts (--duplicates) of all users' allocations in the window, as raw lines."""
-    yield from client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids)
+def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
+                 job_ids: Iterable[int] = ()) -> Iterator[list[str]]:
+    """All attempts (--duplicates) of all users' allocations in the window, as sealed records.
+
+    An attempt (job id, start) that one answer lists twice is a forged record: which copy Slurm
+    wrote cannot be told, so ForgedSlurmOutput ends the ingest and nothing of it is committed."""
+    seen: set[tuple[str, str]] = set()
+    for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
+        key = (values[0], values[_START])
+        if key in seen:
+            client.rejects.add("all_attempts:duplicate", values[0])
+            raise ForgedSlurmOutput(
+                f"sacct listed attempt {values[_START]} of job {values[0]} twice: a job name or comment "
+                "carries a forged record, so this answer is not used.",
+                f"`sacct -j {values[0]} --duplicates -o JobIDRaw,User,Start` shows whose job it is.")
+        seen.add(key)
+        yield values
 
 
-def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[str]:
+def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[list[str]]:
     """One sacct call per day of the window, so memory is bounded by a day of jobs, not the window.
     A job spanning windows appears twice; the ledger's upsert makes that harmless."""
     at = start
@@ -170,11 +183,11 @@ def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Itera
         at = nxt
 
 
-def attempts_from_lines(lines: Iterable[str], site: SiteConfig, records: dict) -> Iterator[Attempt]:
+def attempts_from_records(sacct_records: Iterable[list[str]], site: SiteConfig, records: dict) -> Iterator[Attempt]:
     current_job, index = None, -1
     discounts = site.accounting.discounts
-    for line in lines:
-        attempt = parse_sacct_line(line, site, discounts)
+    for values in sacct_records:
+        attempt = parse_sacct_record(values, site, discounts)
         if attempt is None:
             continue
         # sacct --duplicates lists a job's attempts together, oldest first: their order is the restart
@@ -189,6 +202,7 @@ def attempts_from_lines(lines: Iterable[str], site: SiteConfig, records: dict) -
 
 _COLUMNS = [f.name for f in fields(Attempt)]
 _AS_ROW = attrgetter(*_COLUMNS)
+_KEY = ("cluster", "job_id", "start")
 
 
 class Ledger:
@@ -199,7 +213,7 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")  # readers (reports) never block the cron ingester
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"CREATE TABLE IF NOT EXISTS attempts ({', '.join(_COLUMNS)}, "
-                        "PRIMARY KEY (cluster, job_id, start))")
+                        f"PRIMARY KEY ({', '.join(_KEY)}))")
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.db.commit()
 
@@ -218,14 +232,22 @@ class Ledger:
         return datetime.fromisoformat(row[0]) if row else None
 
     def upsert(self, attempts: Iterable[Attempt], batch: int = 5000) -> int:
-        sql = f"INSERT OR REPLACE INTO attempts VALUES ({', '.join('?' * len(_COLUMNS))})"
+        """Insert attempts; re-ingesting one replaces its row only when the row names the same user:
+        a record for someone else's attempt (cluster, job, start) never overwrites it. All or nothing."""
+        updates = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in _KEY)
+        sql = (f"INSERT INTO attempts VALUES ({', '.join('?' * len(_COLUMNS))}) "
+               f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET {updates} WHERE attempts.user = excluded.user")
         count, rows = 0, []
-        for attempt in attempts:
-            rows.append(_AS_ROW(attempt))
-            if len(rows) >= batch:
-                self.db.executemany(sql, rows)
-                count, rows = count + len(rows), []
-        self.db.executemany(sql, rows)
+        try:
+            for attempt in attempts:
+                rows.append(_AS_ROW(attempt))
+                if len(rows) >= batch:
+                    self.db.executemany(sql, rows)
+                    count, rows = count + len(rows), []
+            self.db.executemany(sql, rows)
+        except BaseException:
+            self.db.rollback()
+            raise
         self.db.commit()
         return count + len(rows)
 
@@ -251,19 +273,19 @@ OVERLAP = timedelta(hours=2)
 
 
 def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = None, now: datetime | None = None,
-           spool: Path | None = None, lines: Iterable[str] | None = None) -> IngestResult:
+           spool: Path | None = None, rows: Iterable[list[str]] | None = None) -> IngestResult:
     ledger = Ledger(Path(site.accounting.ledger_path))
     now = now or datetime.now().replace(microsecond=0)
     with ledger.exclusive():
         hwm = ledger.high_water_mark()
         start = since or ((hwm - OVERLAP) if hwm else now - timedelta(days=30))
         records = read_epilog_records(spool)
-        source = lines if lines is not None else _daily_windows(client, start, now)
+        source = rows if rows is not None else _daily_windows(client, start, now)
         missing = 0
 
         def counted():
             nonlocal missing
-            for attempt in attempts_from_lines(source, site, records):
+            for attempt in attempts_from_records(source, site, records):
                 missing += attempt.missing_epilog
                 yield attempt
 
@@ -282,7 +304,7 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
-    for attempt in attempts_from_lines(stream_sacct(client, now, now, job_ids), site, records):
+    for attempt in attempts_from_records(stream_sacct(client, now, now, job_ids), site, records):
         if attempt.job_id in wanted and (attempt.job_id, attempt.start) not in seen:
             seen.add((attempt.job_id, attempt.start))
             attempts.append(attempt)

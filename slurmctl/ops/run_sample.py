@@ -91,6 +91,16 @@ def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, flo
     return ck_time, save_seconds, in_progress
 
 
+def _within(path: Path, run_dir: Path) -> bool:
+    """`path`, symlinks resolved, is `run_dir` or below it. A checkpoint dir elsewhere (a scratch
+    disk the run.yaml names) is the user's to read: the exporter runs as root and does not follow a
+    path a user's file names, so such a run has no checkpoint series."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(run_dir))
+    except (OSError, ValueError):
+        return False
+
+
 def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
     """One active run's sample, read through slurmctl.rundir (capped, non-blocking, no symlinks)."""
     price = site.partitions[job.partitions[0]].price_per_gpu_hour if job.partitions and \
@@ -125,10 +135,11 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
     elif isinstance(metrics.get("batch_size"), (int, float)) and sample.step_seconds:
         sample.samples_per_second = metrics["batch_size"] / sample.step_seconds
     ckpt_root = run.checkpoint_dir
-    latest = CheckpointManager(ckpt_root).latest()
-    sample.checkpoint_step = latest.step if latest else None
-    sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
-        _save_timing(ckpt_root, latest, now)
+    if _within(ckpt_root, run.path):  # run.json is the user's: root never follows it elsewhere
+        latest = CheckpointManager(ckpt_root).latest()
+        sample.checkpoint_step = latest.step if latest else None
+        sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
+            _save_timing(ckpt_root, latest, now)
     if running:
         since = max(t for t in (sample.checkpoint_time, sample.attempt_start, 0.0) if t is not None)
         sample.checkpoint_age_seconds = now - since if since else None
