@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from slurmctl.fsutil import read_json, read_text_capped
+from slurmctl.ops.hooks import asuser
 from slurmctl.rundir import Run, run_id_from_comment, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.safe_yaml import YAMLTooLarge, bounded_safe_load
@@ -91,14 +92,29 @@ def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, flo
     return ck_time, save_seconds, in_progress
 
 
-def _within(path: Path, run_dir: Path) -> bool:
-    """`path`, symlinks resolved, is `run_dir` or below it. A checkpoint dir elsewhere (a scratch
-    disk the run.yaml names) is the user's to read: the exporter runs as root and does not follow a
-    path a user's file names, so such a run has no checkpoint series."""
+def _checkpoint_facts(ckpt_root: str, now: float) -> list:
+    """[newest valid step, its time, its save duration, seconds the save in progress has run]."""
+    latest = CheckpointManager(Path(ckpt_root)).latest()
+    return [latest.step if latest else None, *_save_timing(Path(ckpt_root), latest, now)]
+
+
+def _checkpoint_facts_of(run: Run, now: float) -> list:
+    """The run's checkpoint facts. The checkpoint dir is named by run.json, a file the user writes:
+    inside the run dir root reads it (no symlinks followed out of it); anywhere else (a scratch disk,
+    a relative `checkpoint.dir`) only as the run's owner, in a child with the owner's uid and a
+    deadline, so a run.json naming another user's directory reads nothing of it."""
+    ckpt_root = run.checkpoint_dir
     try:
-        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(run_dir))
-    except (OSError, ValueError):
-        return False
+        inside = Path(os.path.realpath(ckpt_root)).is_relative_to(os.path.realpath(run.path))
+        if inside:
+            return _checkpoint_facts(str(ckpt_root), now)
+        owner = os.lstat(run.path).st_uid
+        gid = asuser.user_gid(owner)
+        if gid is None:
+            return [None, None, None, 0.0]
+        return asuser.run_as(owner, gid, _checkpoint_facts, str(ckpt_root), now, timeout=2.0)
+    except (OSError, ValueError, asuser.AsUserError):
+        return [None, None, None, 0.0]
 
 
 def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
@@ -134,12 +150,8 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
         sample.samples_per_second = float(metrics["samples_per_second"])
     elif isinstance(metrics.get("batch_size"), (int, float)) and sample.step_seconds:
         sample.samples_per_second = metrics["batch_size"] / sample.step_seconds
-    ckpt_root = run.checkpoint_dir
-    if _within(ckpt_root, run.path):  # run.json is the user's: root never follows it elsewhere
-        latest = CheckpointManager(ckpt_root).latest()
-        sample.checkpoint_step = latest.step if latest else None
-        sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
-            _save_timing(ckpt_root, latest, now)
+    (sample.checkpoint_step, sample.checkpoint_time, sample.checkpoint_save_seconds,
+     sample.checkpoint_save_in_progress_seconds) = _checkpoint_facts_of(run, now)
     if running:
         since = max(t for t in (sample.checkpoint_time, sample.attempt_start, 0.0) if t is not None)
         sample.checkpoint_age_seconds = now - since if since else None

@@ -180,3 +180,14 @@ def test_the_ledger_never_replaces_an_attempt_with_a_record_of_another_user(site
            **when)  # the same user's fresher record of the same attempt still updates it
     rows = Ledger(Path(site.accounting.ledger_path)).db.execute("SELECT user, gpus, end FROM attempts").fetchall()
     assert rows == [("alice", 4, "2026-11-27T12:00:00")]
+
+
+def test_showback_by_run_keeps_two_users_runs_of_the_same_id_apart(site):
+    same = "slurmctl:shared-20261127-0001"
+    rows = [line(70, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00", user="alice", comment=same),
+            line(71, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:00:00", user="bob", comment=same)]
+    ingest(site, None, rows=rows, since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    report = build_report(Ledger(Path(site.accounting.ledger_path)), "run", datetime(2026, 11, 20),
+                          datetime(2026, 11, 30))
+    assert {g.group: g.gpu_hours for g in report.groups} == {"alice/shared-20261127-0001": 4.0,
+                                                            "bob/shared-20261127-0001": 8.0}
