@@ -30,7 +30,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70,
 
 # Every error code, with the exit code it ends the command with. Subclass defaults first.
 CODES: dict[str, int] = {
-    "error": 1,
+    "error": 1, "operators-only": 1,
     # bad input (2)
     "invalid-spec": 2, "invalid-duration": 2, "invalid-date": 2, "invalid-login-host": 2, "init-exists": 2,
     "site-config": 2, "preflight-failed": 2, "cost-not-confirmed": 2, "no-placement": 2,

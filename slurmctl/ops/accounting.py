@@ -11,7 +11,10 @@ in the ledger is never replaced by a record that names another user for the same
 from __future__ import annotations
 
 import fcntl
+import grp
+import os
 import sqlite3
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -200,16 +203,34 @@ def attempts_from_records(sacct_records: Iterable[list[str]], site: SiteConfig, 
         yield attempt
 
 
+def _restrict_to_operators(path: Path, group: str | None, made_dir: bool) -> None:
+    """The ledger file (and its directory, when the ledger made it) root's and the group's only."""
+    gid = grp.getgrnam(group).gr_gid if group else 0
+    targets = [(path, 0o640 if group else 0o600)]
+    if made_dir:
+        targets.append((path.parent, 0o750 if group else 0o700))
+    for target, mode in targets:
+        os.chown(target, 0, gid, follow_symlinks=False)
+        os.chmod(target, mode)
+
+
 _COLUMNS = [f.name for f in fields(Attempt)]
 _AS_ROW = attrgetter(*_COLUMNS)
 _KEY = ("cluster", "job_id", "start")
 
 
 class Ledger:
-    def __init__(self, path: Path):
+    """The attempts of every user, priced: the operators' (root's, and the site's operators_group's
+    when it names one), never the users'. A ledger root makes gets a 0700 (0750) directory and a
+    0600 (0640) file: every user's spend is in it."""
+
+    def __init__(self, path: Path, operators_group: str | None = None):
         self.path = path.expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        made_dir = not self.path.parent.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.db = sqlite3.connect(self.path)
+        if os.geteuid() == 0:
+            _restrict_to_operators(self.path, operators_group, made_dir)
         self.db.execute("PRAGMA journal_mode=WAL")  # readers (reports) never block the cron ingester
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"CREATE TABLE IF NOT EXISTS attempts ({', '.join(_COLUMNS)}, "
@@ -274,7 +295,7 @@ OVERLAP = timedelta(hours=2)
 
 def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = None, now: datetime | None = None,
            spool: Path | None = None, rows: Iterable[list[str]] | None = None) -> IngestResult:
-    ledger = Ledger(Path(site.accounting.ledger_path))
+    ledger = Ledger(Path(site.accounting.ledger_path), site.accounting.operators_group)
     now = now or datetime.now().replace(microsecond=0)
     with ledger.exclusive():
         hwm = ledger.high_water_mark()
@@ -292,6 +313,32 @@ def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = No
         count = ledger.upsert(counted())
         ledger.set_high_water_mark(max(now, hwm) if hwm else now)
     return IngestResult(start.isoformat(timespec="seconds"), now.isoformat(timespec="seconds"), count, missing)
+
+
+def may_write_ledger(site: SiteConfig) -> bool:
+    """Whether this process may ingest into the site's ledger (root, or an operator it lets write)."""
+    path = Path(site.accounting.ledger_path).expanduser()
+    if os.geteuid() == 0:
+        return True
+    return os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK)
+
+
+@contextmanager
+def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start: datetime, end: datetime):
+    """A private, temporary ledger of `user`'s own attempts in the window, priced from sacct as the
+    site's ledger prices them: a researcher's showback where the site allows it (the site's ledger
+    holds every user's spend and is the operators')."""
+    with tempfile.TemporaryDirectory(prefix="slurmctl-showback-") as tmp:
+        private = site.model_copy(update={"accounting": site.accounting.model_copy(
+            update={"ledger_path": str(Path(tmp) / "ledger.sqlite"), "operators_group": None})})
+        ingest(private, client, since=start, now=end)
+        ledger = Ledger(Path(tmp) / "ledger.sqlite")
+        try:
+            ledger.db.execute("DELETE FROM attempts WHERE user != ?", (user,))
+            ledger.db.commit()
+            yield ledger
+        finally:
+            ledger.db.close()
 
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,

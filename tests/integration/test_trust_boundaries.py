@@ -175,3 +175,22 @@ def test_the_slurm_db_secret_is_generated_root_only_and_not_in_the_repository():
     bob_slurm = _mariadb(as_user("bob"), "--protocol=tcp", "-h127.0.0.1",
                          f"-P{os.environ.get('SLURMCTL_LOCAL_DB_PORT', '3316')}", "-uslurm", "-pslurmctl-local")
     assert bob_slurm.returncode != 0, "the old fixed password still opens the slurm account"
+
+
+# --- the operators' ledger ----------------------------------------------------------------------
+
+def test_report_as_a_researcher_is_a_clear_refusal_or_only_their_own_showback(user_dir):
+    """Before: `internal error: OperationalError: attempt to write a readonly database` (or
+    PermissionError) for every researcher."""
+    alice = as_user("alice")
+    refused = alice.slurmctl("report", check=False, env=CODE)
+    assert refused.returncode == 1 and "(operators-only)" in refused.stderr, refused
+    assert "Traceback" not in refused.stderr and "internal error" not in refused.stderr
+    site = (REPO / "deploy" / "local" / "site.yaml").read_text().replace(
+        "\naccounting:\n", "\naccounting:\n  researcher_showback: true\n")
+    site_file = user_dir("alice") / "site.yaml"
+    site_file.write_text(site)
+    os.chown(site_file, alice.uid, alice.gid)
+    shown = json.loads(alice.slurmctl("report", "--by", "user", "--since", "2d", "--format", "json",
+                                      env={**CODE, "SLURMCTL_SITE_CONFIG": str(site_file)}).stdout)
+    assert {g["group"] for g in shown["groups"]} <= {"alice"}, shown["groups"]

@@ -191,3 +191,22 @@ def test_showback_by_run_keeps_two_users_runs_of_the_same_id_apart(site):
                           datetime(2026, 11, 30))
     assert {g.group: g.gpu_hours for g in report.groups} == {"alice/shared-20261127-0001": 4.0,
                                                             "bob/shared-20261127-0001": 8.0}
+
+
+def test_the_ledger_and_the_hooks_log_are_the_operators_not_the_users(site, tmp_path):
+    import os
+    import stat
+    import time
+
+    from slurmctl.ops.hooks.hooklog import log_hook
+
+    ingest(site, None, rows=[line(80, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
+           since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    ledger = Path(site.accounting.ledger_path)
+    if os.geteuid() == 0:
+        assert stat.S_IMODE(ledger.stat().st_mode) == 0o600
+    log = tmp_path / "hooks.jsonl"
+    log.write_text("")
+    log.chmod(0o644)  # an older version made it world-readable: tightened on the next write
+    log_hook({"SLURMCTL_HOOKS_LOG": str(log), "SLURM_JOB_ID": "1"}, "prolog", time.monotonic())
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text().count("\n") == 1
