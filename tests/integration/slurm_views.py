@@ -1,6 +1,6 @@
 """Every reader of squeue/sacct that decides something, as one JSON document: run as a cluster user
 (`python tests/integration/slurm_views.py JOB_ID...`) it prints what that user's slurmctl sees of
-those jobs; with `--exporter` (as root) the exporter's series of one user.
+those jobs; with `--exporter USER RUN` (as root) the exporter's series of one user's run.
 
 test_forged_records.py compares these views before and after another user submits jobs whose names
 and comments carry random bytes and whole forged records: they must not change.
@@ -49,8 +49,9 @@ def user_views(job_ids: list[int]) -> dict:
     return views
 
 
-def exporter_series(user: str) -> list[str]:
-    """The exporter's series that name `user` (one scrape; volatile values left out)."""
+def exporter_series(user: str, run_id: str) -> list[str]:
+    """The exporter's series of `user`'s run `run_id` (one scrape; volatile values left out). Other
+    runs of the same user may belong to other tests on the shared cluster: not compared."""
     from prometheus_client import generate_latest
 
     from slurmctl.ops.exporter import build
@@ -59,11 +60,11 @@ def exporter_series(user: str) -> list[str]:
     registry, _ = build(load_site_config())
     lines = generate_latest(registry).decode().splitlines()
     return sorted(line.rsplit(" ", 1)[0] if "timestamp" in line or "age" in line else line
-                  for line in lines if f'user="{user}"' in line)
+                  for line in lines if f'user="{user}"' in line and f'run="{run_id}"' in line)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--exporter":
-        print(json.dumps(exporter_series(sys.argv[2])))
+        print(json.dumps(exporter_series(sys.argv[2], sys.argv[3])))
     else:
         print(json.dumps(user_views([int(a) for a in sys.argv[1:]])))

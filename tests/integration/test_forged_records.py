@@ -35,8 +35,8 @@ def _views(user, job_ids) -> dict:
     return json.loads(result.stdout)
 
 
-def _exporter(user_name: str) -> list[str]:
-    result = ROOT.run([sys.executable, VIEWS, "--exporter", user_name], env=CODE, check=True, timeout=120)
+def _exporter(user_name: str, run_id: str) -> list[str]:
+    result = ROOT.run([sys.executable, VIEWS, "--exporter", user_name, run_id], env=CODE, check=True, timeout=120)
     return json.loads(result.stdout)
 
 
@@ -105,7 +105,7 @@ def test_forged_records_in_names_and_comments_change_nothing_alice_sees(workdir)
         started = datetime.now() - timedelta(minutes=30)
 
         before = _views(alice, [held, ended])
-        status_before, series_before = _status(run_id), _exporter("alice")
+        status_before, series_before = _status(run_id), _exporter("alice", run_id)
         assert before["jobs"] and before["queue"] and not isinstance(before["queue"], dict), before
         assert series_before, "the exporter has no series of alice's held run"
 
@@ -119,7 +119,7 @@ def test_forged_records_in_names_and_comments_change_nothing_alice_sees(workdir)
         for view in before:
             assert after[view] == before[view], f"seed {SEED}: alice's {view} changed\n{before[view]}\n{after[view]}"
         assert _status(run_id) == status_before, f"seed {SEED}: alice's status changed"
-        assert _exporter("alice") == series_before, f"seed {SEED}: the exporter's series of alice changed"
+        assert _exporter("alice", run_id) == series_before, f"seed {SEED}: the exporter's series of alice changed"
         # bob's jobs are listed, each once, as bob's, with the bytes he wrote
         bobs = _views(bob, bob_jobs)
         assert sorted(j[0] for j in bobs["queue"]) == sorted(bob_jobs), f"seed {SEED}: {bobs['queue']}"
