@@ -100,8 +100,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("POST")
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's signature
-        # the request line is logged without its query: the first one carries the token
-        print(f"slurmctl web: {self.address_string()} {self.command} {self.path.split('?')[0]} "
+        # the request line is logged without its query: the first one carries the token. A connection
+        # that timed out before sending a request line has no command or path yet.
+        command, path = getattr(self, "command", None), getattr(self, "path", None)
+        if command is None:
+            print(f"slurmctl web: {self.address_string()} closed: no request within {self.timeout:.0f} s",
+                  file=sys.stderr)
+            return
+        print(f"slurmctl web: {self.address_string()} {command} {(path or '').split('?')[0]} "
               f"{args[1] if len(args) > 1 else ''}", file=sys.stderr)
 
 
