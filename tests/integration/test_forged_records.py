@@ -102,6 +102,7 @@ def test_forged_records_in_names_and_comments_change_nothing_alice_sees(workdir)
                              "--output=/dev/null", f"--comment=slurmctl:{run_id}", "--wrap", "true")
         alice_jobs.append(ended)
         wait_ended_in_sacct({ended: name}, timeout=240)
+        _wait_gone([ended])  # out of squeue too (COMPLETING): alice's views stay still from here on
         started = datetime.now() - timedelta(minutes=30)
 
         before = _views(alice, [held, ended])
