@@ -144,7 +144,10 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
         pass
     if isinstance(metrics.get("loss"), (int, float)):
         sample.loss = float(metrics["loss"])
-    rate = run.step_rate()
+    # bounded: root reads a user's file once (restarts are counted within its newest events)
+    events = run.recent_events()
+    starts = [e["time"] for e in events if e.get("event") == "start" and isinstance(e.get("time"), (int, float))]
+    rate = step_rate(run.metrics_tail(), since=starts[-1] if starts else None)
     sample.step_seconds = 1.0 / rate if rate else None
     if isinstance(metrics.get("samples_per_second"), (int, float)):
         sample.samples_per_second = float(metrics["samples_per_second"])
@@ -157,8 +160,7 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
         sample.checkpoint_age_seconds = now - since if since else None
     if interval_steps and sample.step_seconds:
         sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
-    events = run.events()
-    sample.restarts = max(0, sum(1 for e in events if e.get("event") == "start") - 1)
+    sample.restarts = max(0, len(starts) - 1)
     scenes = [p for p in run.watchdog_dir.iterdir() if p.is_dir() and not p.is_symlink()] \
         if run.watchdog_dir.is_dir() and not run.watchdog_dir.is_symlink() else []
     request = run.drain_request()
