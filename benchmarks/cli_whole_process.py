@@ -121,6 +121,7 @@ def main() -> None:
 
     from slurmctl.config.locate import find_site_config
     from slurmctl.slurm.client import QUEUE
+    from slurmctl.slurm.parsing import new_seal
 
     tag = f"bench17-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
@@ -162,7 +163,7 @@ def main() -> None:
                                        "gpus_per_node: 1\ntime_limit: 5m\n")
         submitit_script = tmp / "submitit_submit.py"
         submitit_script.write_text(SUBMITIT_SCRIPT)
-        squeue = ["squeue", "-h", *QUEUE.format_argv()]
+        squeue = ["squeue", "-h", *QUEUE.format_argv(new_seal())]
         status_run = recent[-1][0]
         rows = [
             {"name": "--help", "goal": 2.5, "commands": {

@@ -55,9 +55,11 @@ class ScaledQueueRunner:
         result = self.inner.run(argv, timeout=timeout)
         if argv[0] != "squeue" or not result.stdout.strip():
             return result
-        rows = result.stdout.splitlines()
+        # a sealed record starts with its job id and ends with the seal's record end and a newline
+        end = argv[-1].rsplit(":", 1)[-1]
+        rows = [r.removeprefix("\n") for r in result.stdout.split(end) if r.strip()]
         scaled = [str(900000 + i) + row[row.index(SEP):] for i, row in zip(range(self.size), itertools.cycle(rows))]
-        return CommandResult(result.argv, result.returncode, "\n".join(scaled) + "\n", result.stderr)
+        return CommandResult(result.argv, result.returncode, "".join(f"{r}{end}\n" for r in scaled), result.stderr)
 
 
 def synthetic_scrape(size: int) -> None:

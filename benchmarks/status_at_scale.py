@@ -21,6 +21,7 @@ from _as_user import cancel, reexec_as_user, submit_held
 from slurmctl.observe.status import run_status, runs_statuses
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import QUEUE, SlurmClient
+from slurmctl.slurm.parsing import new_seal
 
 JOBS = int(os.environ.get("BENCH_JOBS", "1000"))
 REPEAT = 15
@@ -56,7 +57,7 @@ def main() -> int:
         for i in range(JOBS):
             submit_held(f"{PREFIX}{i}", ids, comment=f"slurmctl:{PREFIX}{i}")
         client = SlurmClient()
-        raw_argv = ["squeue", "-h", *QUEUE.format_argv()]
+        raw_argv = ["squeue", "-h", *QUEUE.format_argv(new_seal())]
         with tempfile.TemporaryDirectory() as tmp:
             runs = fake_runs(Path(tmp), ids, 20)
             calls = []

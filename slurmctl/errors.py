@@ -33,7 +33,7 @@ EXIT_CLOSED_PIPE = 141
 
 # Every error code, with the exit code it ends the command with. Subclass defaults first.
 CODES: dict[str, int] = {
-    "error": 1,
+    "error": 1, "operators-only": 1,
     # bad input (2)
     "invalid-spec": 2, "invalid-duration": 2, "invalid-date": 2, "invalid-login-host": 2, "init-exists": 2,
     "site-config": 2, "preflight-failed": 2, "cost-not-confirmed": 2, "no-placement": 2,
@@ -46,7 +46,7 @@ CODES: dict[str, int] = {
     "slurm-unreachable": 3, "slurm-busy": 3, "ssh-failed": 3, "ssh-auth-failed": 3,
     "ssh-host-key-refused": 3, "ssh-upload-failed": 3, "ssh-mirror-failed": 3,
     # Slurm refused (4)
-    "slurm-command-failed": 4, "dev-failed": 4, "dev-timeout": 4,
+    "slurm-command-failed": 4, "slurm-output-forged": 4, "dev-failed": 4, "dev-timeout": 4,
     # runs (5, 6)
     "run-not-found": 5, "run-not-yours": 5, "cannot-resume": 6,
     # files (7)
@@ -134,6 +134,12 @@ class SlurmCommandError(SlurmctlError):
     """A Slurm command ran and refused the request."""
 
     code = "slurm-command-failed"
+
+
+class ForgedSlurmOutput(SlurmCommandError):
+    """Slurm's answer lists one job twice: a user-written field carried a forged record."""
+
+    code = "slurm-output-forged"
 
 
 class RunNotFound(SlurmctlError):

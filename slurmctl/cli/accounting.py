@@ -10,7 +10,7 @@ import click
 from slurmctl import lineage
 from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, plain_table, print_json
 from slurmctl.durations import parse_when
-from slurmctl.errors import SpecError
+from slurmctl.errors import SlurmctlError, SpecError
 
 
 @click.command()
@@ -81,14 +81,26 @@ def report(ctx: Context, since: str | None, until: str | None, by: str, fmt: str
            no_ingest: bool) -> None:
     """Showback: GPU-hours, dollars, waste and queue wait by account, user, partition, GPU or run."""
     from slurmctl.ops import report as reports
-    from slurmctl.ops.accounting import Ledger, cost_records_dir, ingest
+    from slurmctl.ops.accounting import Ledger, cost_records_dir, ingest, may_write_ledger, own_showback_ledger
 
     now = datetime.now().replace(microsecond=0)
     start, end = _parse_when("--since", since, now - timedelta(days=7)), _parse_when("--until", until, now)
-    if not no_ingest:
-        ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))
-    ledger = Ledger(Path(ctx.site.accounting.ledger_path))
-    result = reports.build_report(ledger, by, start, end, ctx.client.gpu_utilization(start, end))
+    if may_write_ledger(ctx.site):
+        if not no_ingest:
+            ingest(ctx.site, ctx.client, spool=cost_records_dir(ctx.site))
+        ledger = Ledger(Path(ctx.site.accounting.ledger_path), ctx.site.accounting.operators_group)
+        result = reports.build_report(ledger, by, start, end, ctx.client.gpu_utilization(start, end))
+    elif ctx.site.accounting.researcher_showback:
+        import getpass
+
+        with own_showback_ledger(ctx.site, ctx.client, getpass.getuser(), start, end) as ledger:
+            result = reports.build_report(ledger, by, start, end)
+    else:
+        raise SlurmctlError(
+            f"the cost ledger ({ctx.site.accounting.ledger_path}) holds every user's spend and is the operators' "
+            "only; this site does not offer researchers their own showback.",
+            "`slurmctl cost RUN` prices your own runs; ask your admin for the team's showback report, or to set "
+            "accounting.researcher_showback: true in site.yaml.", code="operators-only")
     if fmt == "table":
         _print_report(result)
         return

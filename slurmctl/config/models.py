@@ -336,6 +336,9 @@ class AccountingConfig(_Strict):
     ledger_path: str = Field("~/.local/share/slurmctl/ledger.sqlite", description="SQLite cost ledger")
     reports_dir: str = Field("~/slurmctl/reports", description="where the cron report writes dated files")
     discounts: Discounts = Field(default_factory=Discounts)
+    operators_group: str | None = Field(None, description="Unix group that may read the ledger (else root only)")
+    researcher_showback: bool = Field(False, description="`slurmctl report` by a researcher shows their own "
+                                      "attempts, priced from sacct (else it refuses: the ledger is the operators')")
 
 
 class SiteTrackingConfig(_Strict):

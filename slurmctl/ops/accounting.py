@@ -3,13 +3,18 @@
 Ingestion is incremental from a high-water mark and idempotent (an attempt's key is
 cluster + job id + start time; re-ingesting the same window replaces rows with equal rows).
 Two ingesters at once are serialised by an exclusive lock on a file next to the ledger.
-sacct output is streamed line by line, never loaded whole.
+sacct output is streamed record by record, never loaded whole, and sealed per call
+(slurmctl.slurm.parsing.new_seal): a job name or comment cannot forge a record, and a row already
+in the ledger is never replaced by a record that names another user for the same attempt.
 """
 
 from __future__ import annotations
 
 import fcntl
+import grp
+import os
 import sqlite3
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -21,17 +26,17 @@ from pathlib import Path
 from slurmctl.config.models import SiteConfig
 from slurmctl.config.pricing import Discounts, allocation_cost
 from slurmctl.durations import human_duration
+from slurmctl.errors import ForgedSlurmOutput
 from slurmctl.ops.hooks.records import read_records
-from slurmctl.slurm.client import SEP, SlurmClient, parse_slurm_duration
+from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
 from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 
-# The two fields users write (job name, comment) come last: a separator or a newline in them cannot
-# shift the fields that price the attempt, nor make it vanish from the ledger.
+# The two fields users write (job name, comment) are sealed in like the others (see all_attempts).
 SACCT_FIELDS = ["JobIDRaw", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit", "Eligible", "Start",
                 "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "JobName", "Comment"]
-_FIXED_FIELDS = len(SACCT_FIELDS) - 2
+_START = SACCT_FIELDS.index("Start")
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "DEADLINE", "BOOT_FAIL", "REQUEUED"}
 # States where the work done since the last valid checkpoint is lost.
@@ -78,19 +83,16 @@ class Attempt:
 _NO_TIME = frozenset({"Unknown", "None", ""})
 
 
-def parse_sacct_line(line: str, site: SiteConfig, discounts: Discounts | None = None) -> Attempt | None:
-    """One `sacct -P --delimiter=\\x1f` line -> an ended, allocated, priced Attempt (or None).
+def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts | None = None) -> Attempt | None:
+    """One sacct record (the SACCT_FIELDS values, as SlurmClient.all_attempts yields them) -> an
+    ended, allocated, priced Attempt (or None).
 
     Written for speed (a report may read a million of these): plain unpacking, each timestamp
     parsed once."""
-    values = line.rstrip("\n").split(SEP, _FIXED_FIELDS)
-    if len(values) != _FIXED_FIELDS + 1 or not values[0].split("_")[0].split(".")[0].isdigit():
-        return None  # e.g. the rest of a job name after a newline: its attempt's own line was costed
+    if len(values) != len(SACCT_FIELDS) or not values[0].split("_")[0].split(".")[0].isdigit():
+        return None
     (job_id, user, account, partition, tres, nnodes, submit_s, eligible_s, start_s, end_s, _elapsed,
-     limit, state, exit_code, free) = values
-    name, sep, comment = free.partition(SEP)
-    if not sep or SEP in comment:  # a separator or newline inside the name: cost it, attribute it to no run
-        name, comment = "", ""
+     limit, state, exit_code, name, comment) = values
     state = state.split(" ", 1)[0]  # "CANCELLED by 0" -> CANCELLED
     if state not in ENDED_STATES or start_s in _NO_TIME or end_s in _NO_TIME:
         return None
@@ -170,12 +172,26 @@ def read_epilog_records(spool: Path | None, run_copies: Iterable[Path] = ()) -> 
     return out
 
 
-def stream_sacct(client: SlurmClient, start: datetime, end: datetime, job_ids: Iterable[int] = ()) -> Iterator[str]:
-    """All attempts (--duplicates) of all users' allocations in the window, as raw lines."""
-    yield from client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids)
+def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
+                 job_ids: Iterable[int] = ()) -> Iterator[list[str]]:
+    """All attempts (--duplicates) of all users' allocations in the window, as sealed records.
+
+    An attempt (job id, start) that one answer lists twice is a forged record: which copy Slurm
+    wrote cannot be told, so ForgedSlurmOutput ends the ingest and nothing of it is committed."""
+    seen: set[tuple[str, str]] = set()
+    for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
+        key = (values[0], values[_START])
+        if key in seen:
+            client.rejects.add("all_attempts:duplicate", values[0])
+            raise ForgedSlurmOutput(
+                f"sacct listed attempt {values[_START]} of job {values[0]} twice: a job name or comment "
+                "carries a forged record, so this answer is not used.",
+                f"`sacct -j {values[0]} --duplicates -o JobIDRaw,User,Start` shows whose job it is.")
+        seen.add(key)
+        yield values
 
 
-def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[str]:
+def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[list[str]]:
     """One sacct call per day of the window, so memory is bounded by a day of jobs, not the window.
     A job spanning windows appears twice; the ledger's upsert makes that harmless."""
     at = start
@@ -185,11 +201,11 @@ def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Itera
         at = nxt
 
 
-def attempts_from_lines(lines: Iterable[str], site: SiteConfig, records: dict) -> Iterator[Attempt]:
+def attempts_from_records(sacct_records: Iterable[list[str]], site: SiteConfig, records: dict) -> Iterator[Attempt]:
     current_job, index = None, -1
     discounts = site.accounting.discounts
-    for line in lines:
-        attempt = parse_sacct_line(line, site, discounts)
+    for values in sacct_records:
+        attempt = parse_sacct_record(values, site, discounts)
         if attempt is None:
             continue
         # sacct --duplicates lists a job's attempts together, oldest first: their order is the restart
@@ -202,19 +218,38 @@ def attempts_from_lines(lines: Iterable[str], site: SiteConfig, records: dict) -
         yield attempt
 
 
+def _restrict_to_operators(path: Path, group: str | None, made_dir: bool) -> None:
+    """The ledger file (and its directory, when the ledger made it) root's and the group's only."""
+    gid = grp.getgrnam(group).gr_gid if group else 0
+    targets = [(path, 0o640 if group else 0o600)]
+    if made_dir:
+        targets.append((path.parent, 0o750 if group else 0o700))
+    for target, mode in targets:
+        os.chown(target, 0, gid, follow_symlinks=False)
+        os.chmod(target, mode)
+
+
 _COLUMNS = [f.name for f in fields(Attempt)]
 _AS_ROW = attrgetter(*_COLUMNS)
+_KEY = ("cluster", "job_id", "start")
 
 
 class Ledger:
-    def __init__(self, path: Path):
+    """The attempts of every user, priced: the operators' (root's, and the site's operators_group's
+    when it names one), never the users'. A ledger root makes gets a 0700 (0750) directory and a
+    0600 (0640) file: every user's spend is in it."""
+
+    def __init__(self, path: Path, operators_group: str | None = None):
         self.path = path.expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        made_dir = not self.path.parent.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.db = sqlite3.connect(self.path)
+        if os.geteuid() == 0:
+            _restrict_to_operators(self.path, operators_group, made_dir)
         self.db.execute("PRAGMA journal_mode=WAL")  # readers (reports) never block the cron ingester
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"CREATE TABLE IF NOT EXISTS attempts ({', '.join(_COLUMNS)}, "
-                        "PRIMARY KEY (cluster, job_id, start))")
+                        f"PRIMARY KEY ({', '.join(_KEY)}))")
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.db.commit()
 
@@ -233,14 +268,22 @@ class Ledger:
         return datetime.fromisoformat(row[0]) if row else None
 
     def upsert(self, attempts: Iterable[Attempt], batch: int = 5000) -> int:
-        sql = f"INSERT OR REPLACE INTO attempts VALUES ({', '.join('?' * len(_COLUMNS))})"
+        """Insert attempts; re-ingesting one replaces its row only when the row names the same user:
+        a record for someone else's attempt (cluster, job, start) never overwrites it. All or nothing."""
+        updates = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in _KEY)
+        sql = (f"INSERT INTO attempts VALUES ({', '.join('?' * len(_COLUMNS))}) "
+               f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET {updates} WHERE attempts.user = excluded.user")
         count, rows = 0, []
-        for attempt in attempts:
-            rows.append(_AS_ROW(attempt))
-            if len(rows) >= batch:
-                self.db.executemany(sql, rows)
-                count, rows = count + len(rows), []
-        self.db.executemany(sql, rows)
+        try:
+            for attempt in attempts:
+                rows.append(_AS_ROW(attempt))
+                if len(rows) >= batch:
+                    self.db.executemany(sql, rows)
+                    count, rows = count + len(rows), []
+            self.db.executemany(sql, rows)
+        except BaseException:
+            self.db.rollback()
+            raise
         self.db.commit()
         return count + len(rows)
 
@@ -266,25 +309,51 @@ OVERLAP = timedelta(hours=2)
 
 
 def ingest(site: SiteConfig, client: SlurmClient, *, since: datetime | None = None, now: datetime | None = None,
-           spool: Path | None = None, lines: Iterable[str] | None = None) -> IngestResult:
-    ledger = Ledger(Path(site.accounting.ledger_path))
+           spool: Path | None = None, rows: Iterable[list[str]] | None = None) -> IngestResult:
+    ledger = Ledger(Path(site.accounting.ledger_path), site.accounting.operators_group)
     now = now or datetime.now().replace(microsecond=0)
     with ledger.exclusive():
         hwm = ledger.high_water_mark()
         start = since or ((hwm - OVERLAP) if hwm else now - timedelta(days=30))
         records = read_epilog_records(spool)
-        source = lines if lines is not None else _daily_windows(client, start, now)
+        source = rows if rows is not None else _daily_windows(client, start, now)
         missing = 0
 
         def counted():
             nonlocal missing
-            for attempt in attempts_from_lines(source, site, records):
+            for attempt in attempts_from_records(source, site, records):
                 missing += attempt.missing_epilog
                 yield attempt
 
         count = ledger.upsert(counted())
         ledger.set_high_water_mark(max(now, hwm) if hwm else now)
     return IngestResult(start.isoformat(timespec="seconds"), now.isoformat(timespec="seconds"), count, missing)
+
+
+def may_write_ledger(site: SiteConfig) -> bool:
+    """Whether this process may ingest into the site's ledger (root, or an operator it lets write)."""
+    path = Path(site.accounting.ledger_path).expanduser()
+    if os.geteuid() == 0:
+        return True
+    return os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK)
+
+
+@contextmanager
+def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start: datetime, end: datetime):
+    """A private, temporary ledger of `user`'s own attempts in the window, priced from sacct as the
+    site's ledger prices them: a researcher's showback where the site allows it (the site's ledger
+    holds every user's spend and is the operators')."""
+    with tempfile.TemporaryDirectory(prefix="slurmctl-showback-") as tmp:
+        private = site.model_copy(update={"accounting": site.accounting.model_copy(
+            update={"ledger_path": str(Path(tmp) / "ledger.sqlite"), "operators_group": None})})
+        ingest(private, client, since=start, now=end)
+        ledger = Ledger(Path(tmp) / "ledger.sqlite")
+        try:
+            ledger.db.execute("DELETE FROM attempts WHERE user != ?", (user,))
+            ledger.db.commit()
+            yield ledger
+        finally:
+            ledger.db.close()
 
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
@@ -297,7 +366,7 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
-    for attempt in attempts_from_lines(stream_sacct(client, now, now, job_ids), site, records):
+    for attempt in attempts_from_records(stream_sacct(client, now, now, job_ids), site, records):
         if attempt.job_id in wanted and (attempt.job_id, attempt.start) not in seen:
             seen.add((attempt.job_id, attempt.start))
             attempts.append(attempt)

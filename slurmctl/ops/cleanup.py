@@ -222,7 +222,7 @@ def inspect_run(run_dir: str, run_id: str) -> dict:
     if not _is_run(path, run_id):
         return {"exists": True, "foreign": True}
     run = Run(run_id, path)
-    ended = [e for e in run.events() if e.get("event") == "end"]
+    ended = [e for e in run.recent_events() if e.get("event") == "end"]  # the newest end decides
     return {"exists": True, "ended": bool(ended), "exit_code": ended[-1].get("exit_code") if ended else None,
             "has_checkpoint": CheckpointManager(run.checkpoint_dir).latest() is not None}
 

@@ -66,7 +66,7 @@ class Snapshot:
     jobs: list[QueueEntry] = field(default_factory=list)
     nodes: list[NodeUsage] = field(default_factory=list)
     runs: list[RunSample] = field(default_factory=list)
-    health: dict[str, LiveHealth] = field(default_factory=dict)  # run id -> live health
+    health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
 
 
 def node_state(state: str) -> str:
@@ -149,13 +149,13 @@ class SnapshotCache:
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs, health=health)
 
     def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]],
-                   now: float) -> tuple[list[RunSample], dict[str, LiveHealth]]:
+                   now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
         runs, health = [], {}
         for run, job in run_jobs:
             try:
                 sample = read_run(run, job, self.site, now)
                 runs.append(sample)
-                health[run.run_id] = read_live(run, job.job_id, sample.partition, self.site)
+                health[(job.user, run.run_id)] = read_live(run, job.job_id, sample.partition, self.site)
             except OSError:
                 self.run_read_errors += 1
         return runs, health
@@ -292,27 +292,30 @@ def health_metrics(snap: Snapshot) -> Iterator:
     wait, the idle policy's verdict and the GPUs' utilisation where the job measured it."""
     ranks = GaugeMetricFamily("slurmctl_run_network_ranks", "Ranks of the run per network transport their "
                               "collectives use (socket, ib, efa, tcpx, gloo-tcp, other, unknown).",
-                              labels=["run", "transport"])
+                              labels=["user", "run", "transport"])
     fallback = GaugeMetricFamily("slurmctl_run_network_fallback", "1 when ranks use TCP sockets (NCCL NET/Socket "
-                                 "or gloo) although the partition has a faster fabric (site.yaml).", labels=["run"])
+                                 "or gloo) although the partition has a faster fabric (site.yaml).",
+                                 labels=["user", "run"])
     wait = GaugeMetricFamily("slurmctl_run_input_wait_ratio", "Share of step time the slowest rank waited for "
-                             "the next batch (rt.data), over its last health interval.", labels=["run"])
+                             "the next batch (rt.data), over its last health interval.", labels=["user", "run"])
     idle = GaugeMetricFamily("slurmctl_run_idle", "1 when the job's idle policy finds the allocation idle "
-                             "(no step, or every GPU under 5% busy, for the site's idle_grace).", labels=["run"])
+                             "(no step, or every GPU under 5% busy, for the site's idle_grace).",
+                             labels=["user", "run"])
     util = GaugeMetricFamily("slurmctl_run_gpu_utilisation_percent", "Busiest GPU of the job's first node at the "
-                             "watchdog's last check (nvidia-smi).", labels=["run"])
-    for run_id, live in sorted(snap.health.items()):
+                             "watchdog's last check (nvidia-smi).", labels=["user", "run"])
+    for (user, run_id), live in sorted(snap.health.items()):
+        key = [user, run_id]
         for transport, count in sorted(live.transports.items()):
-            ranks.add_metric([run_id, transport if transport in TRANSPORTS else "other"], count)
+            ranks.add_metric([*key, transport if transport in TRANSPORTS else "other"], count)
         if live.transports:
-            fallback.add_metric([run_id], int(live.fallback))
+            fallback.add_metric(key, int(live.fallback))
         if live.input_wait_share is not None:
-            wait.add_metric([run_id], live.input_wait_share)
+            wait.add_metric(key, live.input_wait_share)
         if live.idle:
-            idle.add_metric([run_id], int(live.idle.get("state") in {"idle", "drain-requested"}))
+            idle.add_metric(key, int(live.idle.get("state") in {"idle", "drain-requested"}))
             sample = live.idle.get("gpu_utilisation")
             if isinstance(sample, dict) and sample:
-                util.add_metric([run_id], max(float(v) for v in sample.values()))
+                util.add_metric(key, max(float(v) for v in sample.values()))
     yield from (ranks, fallback, wait, idle, util)
 
 
@@ -323,11 +326,12 @@ def run_metrics(snap: Snapshot) -> Iterator:
         info.add_metric([run.run_id, str(run.job_id), run.partition, run.user, run.state], 1)
     yield info
     for name, attr, doc in _RUN_GAUGES:
-        family = GaugeMetricFamily(name, doc, labels=["run"])
+        # a run is (user, run id): two users may hold the same run id, never one series
+        family = GaugeMetricFamily(name, doc, labels=["user", "run"])
         for run in snap.runs:
             value = getattr(run, attr)
             if value is not None:
-                family.add_metric([run.run_id], float(value))
+                family.add_metric([run.user, run.run_id], float(value))
         yield family
 
 

@@ -15,7 +15,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-GROUP_KEYS = {"account": "account", "user": "user", "partition": "partition", "gpu": "gpu_type", "run": "run_id"}
+# A run is (user, run id): two users may use the same run id, and one's cost never lands in the other's.
+GROUP_KEYS = {"account": "account", "user": "user", "partition": "partition", "gpu": "gpu_type",
+              "run": "CASE WHEN run_id = '' THEN '' ELSE user || '/' || run_id END"}
 
 
 @dataclass

@@ -22,6 +22,7 @@ import yaml
 from slurmctl.config.models import SiteConfig
 from slurmctl.errors import YAMLTooLarge
 from slurmctl.fsutil import read_json, read_text_capped
+from slurmctl.ops.hooks import asuser
 from slurmctl.rundir import Run, run_id_from_comment, run_path, step_rate
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.safe_yaml import bounded_safe_load
@@ -92,6 +93,31 @@ def _save_timing(ckpt_root: Path, latest, now: float) -> tuple[float | None, flo
     return ck_time, save_seconds, in_progress
 
 
+def _checkpoint_facts(ckpt_root: str, now: float) -> list:
+    """[newest valid step, its time, its save duration, seconds the save in progress has run]."""
+    latest = CheckpointManager(Path(ckpt_root)).latest()
+    return [latest.step if latest else None, *_save_timing(Path(ckpt_root), latest, now)]
+
+
+def _checkpoint_facts_of(run: Run, now: float) -> list:
+    """The run's checkpoint facts. The checkpoint dir is named by run.json, a file the user writes:
+    inside the run dir root reads it (no symlinks followed out of it); anywhere else (a scratch disk,
+    a relative `checkpoint.dir`) only as the run's owner, in a child with the owner's uid and a
+    deadline, so a run.json naming another user's directory reads nothing of it."""
+    ckpt_root = run.checkpoint_dir
+    try:
+        inside = Path(os.path.realpath(ckpt_root)).is_relative_to(os.path.realpath(run.path))
+        if inside:
+            return _checkpoint_facts(str(ckpt_root), now)
+        owner = os.lstat(run.path).st_uid
+        gid = asuser.user_gid(owner)
+        if gid is None:
+            return [None, None, None, 0.0]
+        return asuser.run_as(owner, gid, _checkpoint_facts, str(ckpt_root), now, timeout=2.0)
+    except (OSError, ValueError, asuser.AsUserError):
+        return [None, None, None, 0.0]
+
+
 def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSample:
     """One active run's sample, read through slurmctl.rundir (capped, non-blocking, no symlinks)."""
     price = site.partitions[job.partitions[0]].price_per_gpu_hour if job.partitions and \
@@ -119,24 +145,23 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
         pass
     if isinstance(metrics.get("loss"), (int, float)):
         sample.loss = float(metrics["loss"])
-    rate = run.step_rate()
+    # bounded: root reads a user's file once (restarts are counted within its newest events)
+    events = run.recent_events()
+    starts = [e["time"] for e in events if e.get("event") == "start" and isinstance(e.get("time"), (int, float))]
+    rate = step_rate(run.metrics_tail(), since=starts[-1] if starts else None)
     sample.step_seconds = 1.0 / rate if rate else None
     if isinstance(metrics.get("samples_per_second"), (int, float)):
         sample.samples_per_second = float(metrics["samples_per_second"])
     elif isinstance(metrics.get("batch_size"), (int, float)) and sample.step_seconds:
         sample.samples_per_second = metrics["batch_size"] / sample.step_seconds
-    ckpt_root = run.checkpoint_dir
-    latest = CheckpointManager(ckpt_root).latest()
-    sample.checkpoint_step = latest.step if latest else None
-    sample.checkpoint_time, sample.checkpoint_save_seconds, sample.checkpoint_save_in_progress_seconds = \
-        _save_timing(ckpt_root, latest, now)
+    (sample.checkpoint_step, sample.checkpoint_time, sample.checkpoint_save_seconds,
+     sample.checkpoint_save_in_progress_seconds) = _checkpoint_facts_of(run, now)
     if running:
         since = max(t for t in (sample.checkpoint_time, sample.attempt_start, 0.0) if t is not None)
         sample.checkpoint_age_seconds = now - since if since else None
     if interval_steps and sample.step_seconds:
         sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
-    events = run.events()
-    sample.starts = sum(1 for e in events if e.get("event") == "start")
+    sample.starts = len(starts)
     scenes = [p for p in run.watchdog_dir.iterdir() if p.is_dir() and not p.is_symlink()] \
         if run.watchdog_dir.is_dir() and not run.watchdog_dir.is_symlink() else []
     request = run.drain_request()

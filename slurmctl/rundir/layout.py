@@ -15,6 +15,9 @@ from pathlib import Path
 
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
 
+# About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
+RECENT_EVENTS_BYTES = 8 * 1024
+
 # --- the layout ------------------------------------------------------------------------------
 RUN_YAML = "run.yaml"
 RUN_JSON = "run.json"
@@ -293,6 +296,12 @@ class Run:
     def events(self) -> list[dict]:
         return read_jsonl(self.attempts_path)
 
+    def recent_events(self, max_bytes: int = RECENT_EVENTS_BYTES) -> list[dict]:
+        """The newest events only, within `max_bytes` of attempts.jsonl's end: what readers of a run
+        they do not own need (root's exporter and cleanup), so a huge (or hard-linked 64 MiB) file
+        costs them one bounded read, not a parse of the whole file."""
+        return tail_jsonl(self.attempts_path, 0, max_bytes)
+
     def job_ids(self) -> list[int]:
         """Job ids in submission order. A sweep element is submitted as task `array_task_id` of the
         array `job_id` and gets a job id of its own when it starts (Slurm 22.05 splits a task off the
@@ -345,7 +354,7 @@ class Run:
         return tail_jsonl(self.metrics_path, records, max_bytes)
 
     def attempt_start(self) -> float | None:
-        starts = [e.get("time") for e in self.events() if e.get("event") == "start"]
+        starts = [e.get("time") for e in self.recent_events() if e.get("event") == "start"]
         starts = [t for t in starts if isinstance(t, (int, float))]
         return starts[-1] if starts else None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -21,14 +21,18 @@ from slurmctl.slurm.parsing import (
     SEP,
     JobQuery,
     Rejects,
+    field_separator,
     first_line_id,
     job_ids,
-    scontrol_pairs,
+    listed_twice,
+    new_seal,
+    split_id_closed,
 )
 from slurmctl.slurm.records import (
     ACTIVE_STATES,
     Association,
     Job,
+    JobInfo,
     NodeInfo,
     NodeUsage,
     PartitionInfo,
@@ -39,17 +43,16 @@ from slurmctl.slurm.records import (
     StartEstimate,
 )
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
-from slurmctl.slurm.scontrol import JobInfo
 
 __all__ = ["ACTIVE_STATES", "SEP", "Association", "Job", "JobInfo", "NodeInfo", "NodeUsage", "PartitionInfo",
            "QueueEntry", "QueueView", "QuotaJob", "SlurmClient", "StartEstimate", "parse_slurm_duration"]
 
-# One query per kind of job listing; user-written fields (name, comment) last.
+# One query per kind of job listing, each sealed per call (parsing.new_seal).
 QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
                            "time_limit_seconds", "submit_time", "start_time", "user", "name", "comment"), "squeue -o")
 # ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
 JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
-_QUEUE_USER = QUEUE.attrs.index("user")  # a fixed field, before the user-written ones
+_QUEUE_USER, _QUEUE_COMMENT = QUEUE.attrs.index("user"), QUEUE.attrs.index("comment")
 
 
 def _user_name() -> str | None:
@@ -67,6 +70,9 @@ def _user_name() -> str | None:
 SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
                                        "start_time", "user", "comment"), "squeue -O")
 QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tres"), "squeue -O")
+# the node hooks' view of one job (JobInfo): what `scontrol show job` would say, sealed
+JOB_INFO = JobQuery("job_info", ("job_id", "state", "exit_code", "restarts", "start_time", "end_time", "batch_host",
+                                 "nodelist", "tres", "std_out", "work_dir"), "squeue -O")
 HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
                                "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
                                "name", "comment"), "sacct")
@@ -121,6 +127,17 @@ class SlurmClient(ClusterQueries):
             raise SlurmCommandError(f"`{argv[0]}` failed: {err or f'exit code {result.returncode}'}.",
                                     "See the message from Slurm above.")
         return result
+
+    def _listing(self, query: JobQuery, argv: list[str], tail: Sequence[str] = (), source: str = "squeue",
+                 timeout: float = 60.0) -> list[Job]:
+        """`argv` + the query's sealed format + `tail`, parsed into Jobs (see parsing.new_seal)."""
+        seal = new_seal()
+        result = self._run([*argv, *query.format_argv(seal), *tail], timeout=timeout)
+        return query.parse(result.stdout, seal, self.rejects, source)
+
+    def _sealed(self, query: JobQuery, argv: list[str], tail: Sequence[str] = ()) -> tuple[CommandResult, str]:
+        seal = new_seal()
+        return self._run([*argv, *query.format_argv(seal), *tail]), seal
 
     # --- submission and control -------------------------------------------------------------
     def submit(self, script: Path, extra_args: Sequence[str] = ()) -> int:
@@ -223,22 +240,17 @@ class SlurmClient(ClusterQueries):
 
     # --- node-side hooks (Prolog/Epilog: slurmctl.ops.hooks) and root's confirmations -----------
     def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
-        """`scontrol show job -o JOB` (~5-25 ms); None when the controller no longer knows the job, or
-        when its line cannot be trusted (a key printed twice, see parsing.scontrol_pairs; counted)."""
+        """ONE job's facts for the node hooks, a sealed `squeue -t all -j JOB` (~10-20 ms; it lists
+        a job the controller still remembers, ended ones included); None when it no longer knows it.
+        Not `scontrol show job`: its `Key=Value` line cannot be sealed against a forging job name."""
         try:
-            result = self._run(["scontrol", "show", "job", "-o", str(int(job_id))], timeout=timeout)
+            jobs = self._listing(JOB_INFO, ["squeue", "-h", "-t", "all", "-j", str(int(job_id))], timeout=timeout)
         except SlurmCommandError as exc:
             if "invalid job id" in exc.message.lower():
                 return None
             raise
-        for line in result.stdout.splitlines():
-            if line.startswith(f"JobId={job_id} "):
-                fields = scontrol_pairs(line)
-                if fields is None:
-                    self.rejects.add("job_info", line)
-                    return None
-                return JobInfo.from_fields(job_id, fields)
-        return None
+        job = next((j for j in jobs if j.job_id == int(job_id)), None)
+        return JobInfo.from_job(job) if job is not None else None
 
     def node_job_ids(self, node: str, timeout: float = 60.0) -> set[int]:
         """Jobs Slurm still runs on `node` (running, completing, configuring, suspended). %A, not %i:
@@ -279,30 +291,30 @@ class SlurmClient(ClusterQueries):
     # --- job listings: one query per kind, each returns Job ---------------------------------
     def queue(self, mine: bool = True) -> list[Job]:
         """Active jobs, one squeue call."""
-        result = self._run(["squeue", "-h", *QUEUE.format_argv(), *(["--me"] if mine else [])])
-        return QUEUE.parse(result.stdout, self.rejects)
+        return self._listing(QUEUE, ["squeue", "-h"], ["--me"] if mine else [])
 
     def my_job_comments(self, containing: str = "") -> tuple[list[Job], QueueSnapshot | None]:
         """The caller's active jobs whose comment contains `containing` (ls: the run comment's prefix),
         for their id and comment, one squeue call. With a local runner that call is the whole queue's
         squeue, returned too as a QueueSnapshot for ``queue_view`` (`squeue --me` means this process's
-        user, so ls asks Slurm once for both); only lines with `containing` are parsed. Otherwise
-        `squeue --me` with those two fields, and no snapshot."""
+        user, so ls asks Slurm once for both); only this user's records with `containing` are parsed.
+        Otherwise `squeue --me` with those two fields, and no snapshot."""
         me = _user_name() if isinstance(self.runner, LocalRunner) else None
         if me is None:
-            result = self._run(["squeue", "-h", "--me", *JOB_COMMENTS.format_argv()])
-            return [j for j in JOB_COMMENTS.parse(result.stdout, self.rejects) if containing in j.comment], None
-        result = self._run(["squeue", "-h", *QUEUE.format_argv()])
-        jobs = []
-        for line in result.stdout.splitlines():
-            if containing not in line:
+            jobs = self._listing(JOB_COMMENTS, ["squeue", "-h", "--me"])
+            return [j for j in jobs if containing in j.comment], None
+        result, seal = self._sealed(QUEUE, ["squeue", "-h"])
+        jobs, seen = [], set()
+        for values in QUEUE.records(result.stdout, seal, self.rejects):
+            if values[_QUEUE_USER] != me or containing not in values[_QUEUE_COMMENT]:
                 continue
-            fields = line.split(SEP, _QUEUE_USER + 1)
-            if len(fields) > _QUEUE_USER and fields[_QUEUE_USER] == me:
-                job = QUEUE.parse_line(line, self.rejects)
-                if job is not None and containing in job.comment:
-                    jobs.append(job)
-        return jobs, QueueSnapshot(result.stdout)
+            job = QUEUE.parse_values(values, self.rejects)
+            if job is not None:
+                if job.job_id in seen:
+                    raise listed_twice(QUEUE, job.job_id, self.rejects)
+                seen.add(job.job_id)
+                jobs.append(job)
+        return jobs, QueueSnapshot(result.stdout, seal)
 
     def queue_view(self, job_ids: Iterable[int], snapshot: QueueSnapshot | None = None) -> QueueView:
         """One squeue of every user's jobs (or the `snapshot` of one that a caller already has),
@@ -310,17 +322,19 @@ class SlurmClient(ClusterQueries):
         squeue itself with 1,000 jobs); the rest only feeds queue positions."""
         wanted = {int(j) for j in job_ids}
         if snapshot is None:
-            snapshot = QueueSnapshot(self._run(["squeue", "-h", *QUEUE.format_argv()]).stdout)
-        view = QueueView()
-        for line in snapshot.stdout.splitlines():
-            job_id, state, reason, partition, *_rest = (line.split(SEP, 4) + [""] * 5)[:5]
-            job_id = job_id.split("_")[0]
-            if not job_id.isdigit():  # e.g. the piece of a name or comment after a newline
-                if line.strip():
-                    self.rejects.add(QUEUE.name, line)
+            result, seal = self._sealed(QUEUE, ["squeue", "-h"])
+            snapshot = QueueSnapshot(result.stdout, seal)
+        view, seen = QueueView(), set()
+        for values in QUEUE.records(snapshot.stdout, snapshot.seal, self.rejects):
+            job_id, state, reason, partition = values[0].split("_")[0], values[1], values[2], values[3]
+            if not job_id.isdigit():
+                self.rejects.add(QUEUE.name, SEP.join(values))
                 continue
+            if int(job_id) in seen:
+                raise listed_twice(QUEUE, int(job_id), self.rejects)
+            seen.add(int(job_id))
             if int(job_id) in wanted:
-                job = QUEUE.parse_line(line, self.rejects)
+                job = QUEUE.parse_values(values, self.rejects)
                 if job is not None:
                     view.jobs[job.job_id] = job
             if state == "PENDING" and not reason.startswith("JobHeld"):
@@ -330,27 +344,26 @@ class SlurmClient(ClusterQueries):
     def queue_filtered(self, partitions: Sequence[str] = (), users: Sequence[str] = (),
                        states: Sequence[str] = ()) -> list[Job]:
         """The whole queue like `squeue -p/-u/-t` (`slurmctl queue`), one squeue call."""
-        argv = ["squeue", "-h", *QUEUE.format_argv()]
+        tail = []
         for flag, values in (("-p", partitions), ("-u", users), ("-t", states)):
             if values:
-                argv += [flag, ",".join(values)]
-        return QUEUE.parse(self._run(argv).stdout, self.rejects)
+                tail += [flag, ",".join(values)]
+        return self._listing(QUEUE, ["squeue", "-h"], tail)
 
     def queue_snapshot(self) -> list[Job]:
         """Every active job of every user with its GPUs (tres), one squeue call (the exporter)."""
-        return SNAPSHOT.parse(self._run(["squeue", "-h", *SNAPSHOT.format_argv()]).stdout, self.rejects)
+        return self._listing(SNAPSHOT, ["squeue", "-h"])
 
     def quota_jobs(self) -> list[Job]:
         """Every active job's user, account, QOS and TRES (requested if pending), one squeue call."""
-        return QUOTA.parse(self._run(["squeue", "-h", *QUOTA.format_argv()]).stdout, self.rejects)
+        return self._listing(QUOTA, ["squeue", "-h"])
 
     def history(self, job_ids: Iterable[int]) -> list[Job]:
         """Accounting records (one row per job: the latest attempt), one sacct call."""
         ids = sorted({int(j) for j in job_ids})
         if not ids:
             return []
-        result = self._run(["sacct", "-n", "-P", "-X", *HISTORY.format_argv(), "-j", ",".join(map(str, ids))])
-        return HISTORY.parse(result.stdout, self.rejects, source="sacct")
+        return self._listing(HISTORY, ["sacct", "-n", "-P", "-X"], ["-j", ",".join(map(str, ids))], source="sacct")
 
     def jobs(self, job_ids: Iterable[int]) -> dict[int, Job]:
         """Current view of the given jobs: squeue for live ones, sacct for the rest."""
@@ -365,11 +378,17 @@ class SlurmClient(ClusterQueries):
         return found
 
     def all_attempts(self, fields: Sequence[str], *, start: datetime, end: datetime,
-                     job_ids: Iterable[int] = ()) -> list[str]:
-        """Raw sacct lines for every attempt (--duplicates) of every user's job: the cost ledger's input
-        (slurmctl.ops.accounting parses them, a million at a time)."""
-        argv = ["sacct", "-a", "-X", "--duplicates", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(fields)]
+                     job_ids: Iterable[int] = ()) -> Iterator[list[str]]:
+        """The `fields` of every attempt (--duplicates) of every user's job, one sealed sacct call: the
+        cost ledger's input (slurmctl.ops.accounting prices them, a million at a time). `fields`
+        must start with JobIDRaw (each record is closed by its id, see parsing.split_id_closed)."""
+        if fields[0] != "JobIDRaw":
+            raise ValueError("all_attempts: the first field must be JobIDRaw")
+        seal = new_seal()
+        argv = ["sacct", "-a", "-X", "--duplicates", "-n", "-P", f"--delimiter={field_separator(seal)}",
+                "-o", ",".join([*fields, "JobIDRaw"])]
         ids = ",".join(str(int(j)) for j in job_ids)
         argv += ["-j", ids] if ids else ["-S", start.isoformat(timespec="seconds"),
                                          "-E", end.isoformat(timespec="seconds")]
-        return self._run(argv, timeout=600).stdout.splitlines()
+        stdout = self._run(argv, timeout=600).stdout
+        return split_id_closed(stdout, seal, len(fields) + 1, "all_attempts", self.rejects)

@@ -1,9 +1,12 @@
 """Parsing Slurm's output: one TRES/GRES parser, one duration parser, one job parser per query kind.
 
-Lines are split on \\x1f. Fields a user writes (job name, comment) come LAST in every format and
-are split off with ``maxsplit``: a name containing the separator, a newline or `=` cannot shift
-the fields Slurm controls (job id, user, state). A line that still does not parse is counted in
-``Rejects`` and skipped, never raised: one odd job must not blind `ls`, the exporter or cleanup.
+Slurm prints a job name, comment, work dir or output path as the user wrote it, any byte included,
+so every job listing is sealed per call (see new_seal): fields and records end in a secret the
+user never saw, and no user-written field can end a field or forge a record. A record that does
+not parse is counted in ``Rejects`` and skipped (one odd job must not blind `ls`, the exporter or
+cleanup); a job listed twice is a forgery and the answer is refused (``listed_twice``).
+`scontrol show job` cannot be sealed (it prints `Key=Value` pairs, user values unquoted), so no
+reader uses it: the hooks' job facts come from a sealed squeue record (SlurmClient.job_info).
 
 Standard library only (the node hooks use it under the system python3).
 """
@@ -11,10 +14,12 @@ Standard library only (the node hooks use it under the system python3).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
+from slurmctl.errors import ForgedSlurmOutput
 from slurmctl.slurm.records import Job
 
 SEP = "\x1f"
@@ -70,6 +75,81 @@ class Rejects:
         return sum(self.counts.values())
 
 
+# --- sealed records: what no user-written field can forge ------------------------------------
+
+FIELD_MARK, RECORD_MARK = "\x1f", "\x1e"
+
+
+def new_seal() -> str:
+    """A fresh secret for ONE Slurm call, part of every separator that call prints.
+
+    A job name or comment may hold any byte, newlines and our marks included, but not a secret it
+    never saw: without it, no user-written field can end a field or a record, so it cannot forge a
+    field of its own job or a whole record of someone else's. (The seal is in the command's argv
+    for the few milliseconds it runs; a record forged by racing that is caught as a job listed twice.)"""
+    return secrets.token_hex(8)
+
+
+def field_separator(seal: str) -> str:
+    return FIELD_MARK + seal
+
+
+def record_end(seal: str) -> str:
+    return RECORD_MARK + seal
+
+
+def split_terminated(stdout: str, seal: str, n_fields: int, query: str,
+                     rejects: Rejects | None) -> Iterator[list[str]]:
+    """squeue output whose every record ends with ``record_end(seal)`` (and squeue's newline)."""
+    fs, chunks = field_separator(seal), stdout.split(record_end(seal))
+    for i, chunk in enumerate(chunks):
+        if i:
+            chunk = chunk.removeprefix("\n")
+        if i == len(chunks) - 1 and not chunk.strip():
+            break  # what follows the last record: squeue's final newline
+        values = chunk.split(fs)
+        if len(values) == n_fields:
+            yield values
+        elif rejects is not None:
+            rejects.add(query, chunk)
+
+
+def split_id_closed(stdout: str, seal: str, n_fields: int, query: str,
+                    rejects: Rejects | None) -> Iterator[list[str]]:
+    """sacct output (`--delimiter=field_separator(seal)`, no way to print a record end) whose
+    records repeat their job id as the LAST field: Slurm ends a record with a bare newline, which a
+    user field may hold too, so a record is closed by '<its own id>\\n' right after its last
+    separator. Returns each record's fields without the closing id; output that does not follow
+    this shape is rejected from the first record that breaks it on."""
+    if not stdout.strip():
+        return
+    tokens = stdout.split(field_separator(seal))
+    first, at = tokens[0], 1
+    while True:
+        values = [first, *tokens[at:at + n_fields - 1]]
+        closing, newline, first = values[-1].partition("\n") if len(values) == n_fields else ("", "", "")
+        if not newline or closing != values[0]:
+            if rejects is not None:
+                rejects.add(query, field_separator(seal).join(tokens[at - 1:]))
+            return
+        yield values[:-1]
+        at += n_fields - 1
+        if at >= len(tokens):
+            if first.strip() and rejects is not None:
+                rejects.add(query, first)
+            return
+
+
+def listed_twice(query: JobQuery, job_id: int, rejects: Rejects) -> ForgedSlurmOutput:
+    """The error for a job a listing shows twice: a record forged into a user-written field (by a
+    user who raced the seal); which of the two Slurm wrote cannot be told, so neither is believed."""
+    rejects.add(f"{query.name}:duplicate", str(job_id))
+    return ForgedSlurmOutput(
+        f"`{query.command.split()[0]}` listed job {job_id} twice: a job name or comment carries a forged "
+        "record, so this answer is not used.",
+        f"Tell your admin: `squeue -j {job_id}` and `sacct -j {job_id}` show whose jobs these are.")
+
+
 # --- one job parser, driven by the query's field list -----------------------------------------
 
 def _int(text: str) -> int:
@@ -90,6 +170,15 @@ def _job_id(text: str) -> int:
     return int(head)
 
 
+def _wait_status(text: str) -> str:
+    """squeue -O exit_code prints the raw wait status ('768'); as sacct and scontrol say it: '3:0'
+    (exit code, then the signal that ended it)."""
+    if not text.isdigit():
+        return text
+    status = int(text)
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
 def _elapsed_raw(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
@@ -101,7 +190,6 @@ class Field:
     squeue_O: str | None  # squeue -O name (only -O has tres-alloc)
     sacct: str | None  # sacct -o name
     convert: Callable[[str], object]
-    free_text: bool = False  # written by users: must come last in every format
     sacct_convert: Callable[[str], object] | None = None  # where sacct prints it differently
 
     def converter(self, command: str) -> Callable[[str], object]:
@@ -119,20 +207,26 @@ FIELDS = {f.attr: f for f in [
     Field("time_limit_seconds", "%l", "TimeLimit", "Timelimit", parse_slurm_duration),
     Field("submit_time", "%V", "SubmitTime", "Submit", parse_slurm_timestamp),
     Field("start_time", "%S", "StartTime", "Start", parse_slurm_timestamp),
-    Field("end_time", None, None, "End", parse_slurm_timestamp),
-    Field("exit_code", None, None, "ExitCode", str),
+    Field("end_time", None, "EndTime", "End", parse_slurm_timestamp),
+    Field("exit_code", None, "exit_code", "ExitCode", _wait_status, sacct_convert=str),
     Field("user", "%u", "UserName", "User", str),
     Field("account", "%a", "Account", "Account", str),
     Field("qos", "%q", "QOS", "QOS", str),
     Field("tres", None, "tres-alloc", "AllocTRES", _text),
-    Field("name", "%j", "Name", "JobName", str, free_text=True),
-    Field("comment", "%k", "Comment", "Comment", _text, free_text=True),
+    Field("restarts", None, "RestartCnt", None, _int),
+    Field("batch_host", None, "BatchHost", None, lambda s: "" if s in _NULL or s == "n/a" else s),
+    # written by users: any byte, our marks included (the seal keeps them inside their field)
+    Field("name", "%j", "Name", "JobName", str),
+    Field("comment", "%k", "Comment", "Comment", _text),
+    Field("work_dir", None, "WorkDir", "WorkDir", _text),
+    Field("std_out", None, "STDOUT", None, _text),
 ]}
 
 
 @dataclass(frozen=True)
 class JobQuery:
-    """One kind of job listing: which fields, in which order, from which command."""
+    """One kind of job listing: which fields, in which order, from which command, sealed per call
+    (see new_seal): every caller passes the seal it put into ``format_argv`` to ``parse``."""
 
     name: str
     attrs: tuple[str, ...]
@@ -140,49 +234,50 @@ class JobQuery:
 
     def __post_init__(self) -> None:
         fields = [FIELDS[a] for a in self.attrs]
-        first_free = next((i for i, f in enumerate(fields) if f.free_text), len(fields))
-        if any(not f.free_text for f in fields[first_free:]):
-            raise ValueError(f"{self.name}: free-text fields must come last")
-        # computed once: parse_line runs per line of a 10,000-job queue
+        # computed once: parsing runs per record of a 10,000-job queue
         object.__setattr__(self, "_plan", (tuple(f.attr for f in fields),
-                                           tuple(f.converter(self.command) for f in fields), first_free))
+                                           tuple(f.converter(self.command) for f in fields)))
 
     @property
     def fields(self) -> list[Field]:
         return [FIELDS[a] for a in self.attrs]
 
-    def format_argv(self) -> list[str]:
-        """The format options of the command for these fields."""
+    def format_argv(self, seal: str) -> list[str]:
+        """The format options of the command for these fields, sealed with `seal`."""
+        fs, end = field_separator(seal), record_end(seal)
         if self.command == "squeue -o":
-            return ["-o", SEP.join(f.squeue_o for f in self.fields)]
+            return ["-o", fs.join(f.squeue_o for f in self.fields) + end]
         if self.command == "squeue -O":
-            # empty ':' widths mean "no padding, no truncation"; -O ends every field with SEP
-            return ["-O", ",".join(f"{f.squeue_O}:{SEP}" for f in self.fields)]
-        return [f"--delimiter={SEP}", "-o", ",".join(f.sacct for f in self.fields)]
+            # 'Name:<suffix>': no width (no padding, no truncation), then our separator after it
+            names = [f.squeue_O for f in self.fields]
+            return ["-O", ",".join([*(f"{n}:{fs}" for n in names[:-1]), f"{names[-1]}:{end}"])]
+        return [f"--delimiter={fs}", "-o", ",".join([*(f.sacct for f in self.fields), "JobIDRaw"])]
 
-    def parse(self, stdout: str, rejects: Rejects, source: str = "squeue") -> list[Job]:
-        return [job for job in (self.parse_line(line, rejects, source) for line in stdout.splitlines())
-                if job is not None]
+    def records(self, stdout: str, seal: str, rejects: Rejects | None) -> Iterator[list[str]]:
+        """The raw field values of each record, in ``attrs`` order."""
+        if self.command == "sacct":
+            return split_id_closed(stdout, seal, len(self.attrs) + 1, self.name, rejects)
+        return split_terminated(stdout, seal, len(self.attrs), self.name, rejects)
 
-    def parse_line(self, line: str, rejects: Rejects | None, source: str = "squeue") -> Job | None:
-        if not line.strip():
-            return None
-        attrs, converters, n_fixed = self._plan
-        if self.command == "squeue -O":
-            line = line.removesuffix(SEP)  # -O ends every field, the last one too, with SEP
-        n_free = len(attrs) - n_fixed
-        values = line.split(SEP, n_fixed) if n_free else line.split(SEP)
-        if n_free and len(values) == n_fixed + 1:
-            # the user-written tail: a separator inside a name would shift the comment, so the
-            # tail must split into exactly the free fields asked for
-            values = values[:n_fixed] + values[n_fixed].split(SEP)
+    def parse(self, stdout: str, seal: str, rejects: Rejects, source: str = "squeue") -> list[Job]:
+        """Every record as a Job; a job listed twice raises ForgedSlurmOutput (see listed_twice)."""
+        jobs: dict[int, Job] = {}
+        for values in self.records(stdout, seal, rejects):
+            job = self.parse_values(values, rejects, source)
+            if job is None:
+                continue
+            if job.job_id in jobs:
+                raise listed_twice(self, job.job_id, rejects)
+            jobs[job.job_id] = job
+        return list(jobs.values())
+
+    def parse_values(self, values: Sequence[str], rejects: Rejects | None, source: str = "squeue") -> Job | None:
+        attrs, converters = self._plan
         try:
-            if len(values) != len(attrs):
-                raise ValueError(f"{len(values)} fields, expected {len(attrs)}")
-            kwargs = {attr: convert(v) for attr, convert, v in zip(attrs, converters, values)}
+            kwargs = {attr: convert(v) for attr, convert, v in zip(attrs, converters, values, strict=True)}
         except ValueError:
             if rejects is not None:
-                rejects.add(self.name, line)
+                rejects.add(self.name, FIELD_MARK.join(values))
             return None
         return Job(**kwargs, source=source)
 
@@ -207,25 +302,6 @@ def first_line_id(stdout: str) -> str:
     """`sbatch --parsable` answers 'JOBID' or 'JOBID;CLUSTER' on its last line."""
     lines = stdout.strip().splitlines()
     return lines[-1].split(";", 1)[0] if lines else ""
-
-
-def scontrol_pairs(line: str) -> dict[str, str] | None:
-    """`scontrol show job -o` line -> {key: value}; None when a key appears twice.
-
-    Values may contain spaces (WorkDir, StdOut, JobName), so a user can write 'x UserId=root(0)'
-    into a job name or a path; Slurm prints every key once, so a repeated key means a forged one
-    and the line is not trusted at all."""
-    matches = list(_SCONTROL_KEY_RE.finditer(line))
-    out: dict[str, str] = {}
-    for i, m in enumerate(matches):
-        if m.group(1) in out:
-            return None
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
-    return out
-
-
-_SCONTROL_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
 
 def columns(line: str, names: Sequence[str]) -> dict[str, str] | None:

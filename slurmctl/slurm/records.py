@@ -59,6 +59,10 @@ class Job:
     account: str = ""
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
+    restarts: int = 0
+    batch_host: str = ""
+    work_dir: str = ""  # user-written, like name and comment
+    std_out: str = ""  # user-written
     source: str = "squeue"
 
     @property
@@ -87,6 +91,36 @@ class Job:
         return d
 
 
+@dataclass
+class JobInfo:
+    """What node-side hooks need and the hook environment lacks: the job state, exit code, start/end
+    times and GPU model (a cancelled job even shows exit code 0 in the Epilog's environment)."""
+
+    job_id: int
+    state: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    start_time: float | None = None
+    end_time: float | None = None
+    batch_host: str = ""
+    nodelist: str = ""
+    std_out: str = ""
+    work_dir: str = ""
+    gpu_model: str | None = None
+    gpu_count: int = 0
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobInfo:
+        from slurmctl.slurm.parsing import tres_gpus
+
+        gpus, model = tres_gpus(job.tres)
+        return cls(job_id=job.job_id, state=job.state, exit_code=job.exit_code, restarts=job.restarts,
+                   start_time=job.start_time.timestamp() if job.start_time else None,
+                   end_time=job.end_time.timestamp() if job.end_time else None,
+                   batch_host=job.batch_host, nodelist=job.nodelist, std_out=job.std_out, work_dir=job.work_dir,
+                   gpu_model=model or None, gpu_count=gpus)
+
+
 # Earlier names of the same shape (the exporter's snapshot rows, quota's rows).
 QueueEntry = Job
 QuotaJob = Job
@@ -95,9 +129,11 @@ QuotaJob = Job
 @dataclass(frozen=True)
 class QueueSnapshot:
     """One `squeue` of every user's active jobs, as Slurm printed it: the caller that asked once
-    (``my_job_comments``) hands it to the next reader (``queue_view``) instead of asking again."""
+    (``my_job_comments``) hands it to the next reader (``queue_view``) instead of asking again, with
+    the per-call seal its records were printed with (slurm/parsing.py)."""
 
     stdout: str
+    seal: str
 
 
 @dataclass

@@ -30,6 +30,13 @@ class Runner(Protocol):
     def attach(self, argv: list[str]) -> int: ...
 
 
+def _text(output: bytes) -> str:
+    """Slurm's output as text, byte for byte: a job name may hold any byte, so bytes that are not
+    UTF-8 become U+FFFD instead of failing every caller's squeue, and a carriage return stays one
+    (text mode would turn it into a newline)."""
+    return output.decode("utf-8", errors="replace")
+
+
 class LocalRunner:
     """Runs Slurm commands on this host (login node, inside a job, or a node's Prolog/Epilog).
 
@@ -50,10 +57,7 @@ class LocalRunner:
         if self.bin_dir and "/" not in argv[0]:
             argv = [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
         try:
-            # errors="replace": job names and comments are user-written and may hold any byte; one such
-            # job must not make every other user's squeue unreadable.
-            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
-                                  check=False, env=self.env)
+            proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=self.env)
         except FileNotFoundError:
             raise SlurmUnreachable(
                 f"`{argv[0]}` is not installed on this machine, so Slurm cannot be reached.",
@@ -68,7 +72,7 @@ class LocalRunner:
                 f"`{argv[0]}` did not answer within {timeout:.0f} s.",
                 "The Slurm controller may be overloaded or down; try again in a minute, then tell your admin.",
             ) from None
-        return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        return CommandResult(tuple(argv), proc.returncode, _text(proc.stdout), _text(proc.stderr))
 
     def attach(self, argv: list[str]) -> int:
         """Run an interactive command (srun --pty) on this terminal; returns its exit code."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from slurmctl.web.app import MAX_BODY, Response, WebApp
@@ -21,15 +22,39 @@ SECURITY_HEADERS = {
 }
 
 
+# Anyone on the login node can open connections to a user's server: each costs a thread, so a
+# connection that sends nothing is dropped after CONNECTION_TIMEOUT_SECONDS, and past
+# MAX_CONNECTIONS at once a new one is closed at once instead of getting a thread.
+CONNECTION_TIMEOUT_SECONDS = 20.0
+MAX_CONNECTIONS = 48
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address, app: WebApp, allowed_hosts: set[str] | None):
         self.app, self.allowed_hosts = app, allowed_hosts
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -37,6 +62,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "slurmctl-web"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    timeout = CONNECTION_TIMEOUT_SECONDS  # per socket operation: a stalled client loses its thread
 
     def _serve(self, method: str) -> None:
         try:
@@ -74,8 +100,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("POST")
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's signature
-        # the request line is logged without its query: the first one carries the token
-        print(f"slurmctl web: {self.address_string()} {self.command} {self.path.split('?')[0]} "
+        # the request line is logged without its query: the first one carries the token. A connection
+        # that timed out before sending a request line has no command or path yet.
+        command, path = getattr(self, "command", None), getattr(self, "path", None)
+        if command is None:
+            print(f"slurmctl web: {self.address_string()} closed: no request within {self.timeout:.0f} s",
+                  file=sys.stderr)
+            return
+        print(f"slurmctl web: {self.address_string()} {command} {(path or '').split('?')[0]} "
               f"{args[1] if len(args) > 1 else ''}", file=sys.stderr)
 
 

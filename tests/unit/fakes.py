@@ -44,3 +44,30 @@ class ReplayRunner:
     def attach(self, argv):
         self.calls.append(list(argv))
         return self.returncode
+
+
+# Every Slurm listing is sealed per call (slurmctl.slurm.parsing.new_seal); unit tests pin the seal
+# so argv and replayed output match, and write output in Slurm's sealed shape with these helpers.
+TEST_SEAL = CAPTURED.get("seal", "5eal5eal5eal5eal")
+
+
+def pin_seal(monkeypatch, seal: str = TEST_SEAL) -> str:
+    import slurmctl.slurm.client as client_module
+
+    monkeypatch.setattr(client_module, "new_seal", lambda: seal)
+    return seal
+
+
+def squeue_output(*records, seal: str = TEST_SEAL) -> str:
+    """What `squeue -o/-O <sealed format>` prints for records given as field lists."""
+    from slurmctl.slurm.parsing import field_separator, record_end
+
+    return "".join(field_separator(seal).join(map(str, r)) + record_end(seal) + "\n" for r in records)
+
+
+def sacct_output(*records, seal: str = TEST_SEAL) -> str:
+    """What `sacct -P --delimiter=<sealed separator>` prints for records given as field lists (each
+    closed by its own id, as the client asks)."""
+    from slurmctl.slurm.parsing import field_separator
+
+    return "".join(field_separator(seal).join(map(str, [*r, r[0]])) + "\n" for r in records)

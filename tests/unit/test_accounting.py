@@ -1,5 +1,5 @@
-"""Pricing, sacct parsing, waste and the ledger. Sacct lines are in the exact format the local
-cluster's `sacct -a -X --duplicates -P --delimiter=\\x1f` printed (Slurm 22.05.8, 2026-11-29)."""
+"""Pricing, sacct parsing, waste and the ledger. Sacct records hold the values the local cluster's
+`sacct -a -X --duplicates -P` printed (Slurm 22.05.8, 2026-11-29), sealed as SlurmClient asks."""
 
 from datetime import datetime
 from pathlib import Path
@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 from slurmctl.config.pricing import Discounts, allocation_cost
-from slurmctl.ops.accounting import SACCT_FIELDS, Ledger, attempts_from_lines, ingest, parse_gpus
+from slurmctl.errors import ForgedSlurmOutput
+from slurmctl.ops.accounting import SACCT_FIELDS, Ledger, attempts_from_records, ingest, parse_gpus, stream_sacct
 from slurmctl.ops.report import build_report, to_csv, to_html
-from slurmctl.slurm.client import SEP
+from slurmctl.slurm.client import SlurmClient
+
+from .fakes import ReplayRunner, sacct_output
 
 
 def line(job_id, state, start, end, gpus=4, partition="h100-ondemand", user="alice", account="ml-research",
@@ -18,7 +21,7 @@ def line(job_id, state, start, end, gpus=4, partition="h100-ondemand", user="ali
     values = [str(job_id), user, account, partition, tres, "2", submit or start,
               submit or start, start, end, "0", "00:15:00", state, "0:0", "tiny-lm-20261129-6340", comment]
     assert len(values) == len(SACCT_FIELDS)
-    return SEP.join(values)
+    return values
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def test_parse_gpus_from_real_alloc_tres():
 
 
 def test_cost_is_gpus_times_hours_times_price(site):
-    [a] = attempts_from_lines([line(1, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:30:00")], site, {})
+    [a] = attempts_from_records([line(1, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:30:00")], site, {})
     assert a.gpus == 4 and a.elapsed_s == 9000 and a.gpu_hours == pytest.approx(10.0)
     assert a.cost_usd == pytest.approx(10.0 * 3.90)  # h100-ondemand list price in deploy/local/site.yaml
 
@@ -53,7 +56,7 @@ def test_pending_running_and_unallocated_rows_are_not_costed(site):
     lines = [line(2, "RUNNING", "2026-11-27T10:00:00", "Unknown"),
              line(3, "CANCELLED by 0", "None", "2026-11-27T10:00:00", gpus=0),
              line(4, "FAILED", "2026-11-27T10:00:00", "2026-11-27T10:00:00", gpus=0)]
-    costed = list(attempts_from_lines(lines, site, {}))
+    costed = list(attempts_from_records(lines, site, {}))
     assert [(a.job_id, a.cost_usd) for a in costed] == [(4, 0.0)]
 
 
@@ -64,7 +67,7 @@ def test_requeued_job_costs_the_sum_of_its_attempts_and_waste_uses_checkpoints(s
     records = {(9, "0"): {"job_id": 9, "restart_count": 0, "last_checkpoint_step": 450,
                           "last_checkpoint_time": ckpt_time, "drain_requested": True, "drain_acknowledged": True},
                (9, "1"): {"job_id": 9, "restart_count": 1}}
-    first, second = attempts_from_lines(lines, site, records)
+    first, second = attempts_from_records(lines, site, records)
     assert first.cost_usd + second.cost_usd == pytest.approx(2 * 4 * 1.40)
     assert first.waste_cause == "lost-since-checkpoint" and first.waste_gpu_hours == pytest.approx(4 * 0.25)
     assert second.waste_usd == 0 and not first.missing_epilog
@@ -74,7 +77,7 @@ def test_failure_before_first_checkpoint_is_all_waste_and_missing_records_are_fl
     lines = [line(10, "FAILED", "2026-11-27T10:00:00", "2026-11-27T10:30:00"),
              line(11, "NODE_FAIL", "2026-11-27T10:00:00", "2026-11-27T10:30:00")]
     records = {(10, "0"): {"job_id": 10, "restart_count": 0, "last_checkpoint_step": None}}
-    failed, crashed = attempts_from_lines(lines, site, records)
+    failed, crashed = attempts_from_records(lines, site, records)
     assert failed.waste_cause == "failed-before-checkpoint" and failed.waste_usd == pytest.approx(failed.cost_usd)
     assert crashed.missing_epilog == 1 and crashed.cost_usd > 0  # costed from sacct alone, flagged
 
@@ -82,7 +85,7 @@ def test_failure_before_first_checkpoint_is_all_waste_and_missing_records_are_fl
 def test_unacknowledged_drain_is_its_own_waste_cause(site):
     records = {(12, "0"): {"job_id": 12, "drain_requested": True, "drain_acknowledged": False,
                            "last_checkpoint_time": datetime(2026, 11, 27, 10, 10).timestamp()}}
-    [a] = attempts_from_lines([line(12, "TIMEOUT", "2026-11-27T10:00:00", "2026-11-27T10:30:00")], site, records)
+    [a] = attempts_from_records([line(12, "TIMEOUT", "2026-11-27T10:00:00", "2026-11-27T10:30:00")], site, records)
     assert a.waste_cause == "drain-unacknowledged" and a.waste_gpu_hours == pytest.approx(4 * 20 / 60)
 
 
@@ -90,8 +93,8 @@ def test_ingest_is_idempotent_and_report_totals_do_not_change(site):
     lines = [line(20 + i, "COMPLETED", f"2026-11-2{i}T10:00:00", f"2026-11-2{i}T11:00:00",
                   user=f"u{i % 2}", account=f"team{i % 3}") for i in range(1, 6)]
     when = dict(since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
-    first = ingest(site, None, lines=lines, **when)
-    again = ingest(site, None, lines=lines, **when)
+    first = ingest(site, None, rows=lines, **when)
+    again = ingest(site, None, rows=lines, **when)
     assert first.attempts == again.attempts == 5
     ledger = Ledger(Path(site.accounting.ledger_path))
     report = build_report(ledger, "account", datetime(2026, 11, 20), datetime(2026, 11, 30))
@@ -104,7 +107,7 @@ def test_ingest_is_idempotent_and_report_totals_do_not_change(site):
 def test_dated_reports_never_clobber(site, tmp_path):
     from slurmctl.ops.report import write_dated_reports
 
-    ingest(site, None, lines=[line(30, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
+    ingest(site, None, rows=[line(30, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
            since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
     ledger = Ledger(Path(site.accounting.ledger_path))
     window = (datetime(2026, 11, 20), datetime(2026, 11, 29, 6, 10))
@@ -136,15 +139,74 @@ def test_discounted_cost_matches_a_minute_by_minute_reference():
         assert allocation_cost(8, start, end, 3.9, d) == pytest.approx(reference(8, start, end, 3.9), rel=1e-9)
 
 
-def test_a_hostile_job_name_cannot_hide_an_attempt_from_the_ledger(site):
-    """The job name is written by the user: with a separator or a newline in it, the attempt is still
-    costed to its user and account (attributed to no run); the piece after a newline is skipped."""
-    def named(job_id, name):
-        return line(job_id, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T11:00:00", user="bob",
-                    comment="slurmctl:r-20261129-0001").replace("tiny-lm-20261129-6340", name)
+def _sacct(*records):
+    return SlurmClient(ReplayRunner({"sacct": sacct_output(*records)}))
 
-    lines = [named(30, "plain"), named(31, f"a{SEP}alice{SEP}x"), *named(32, f"evil\n33{SEP}root").splitlines()]
-    assert len(lines) == 4
-    attempts = list(attempts_from_lines(lines, site, {}))
-    assert [(a.job_id, a.user, a.gpus, a.run_id) for a in attempts] == [
-        (30, "bob", 4, "r-20261129-0001"), (31, "bob", 4, ""), (32, "bob", 4, "")]
+
+def test_a_hostile_job_name_or_comment_cannot_hide_or_forge_an_attempt(site):
+    """The job name and comment are written by the user: with separators, newlines and a whole forged
+    16-field line for alice's job in them, bob's attempts are costed to bob and alice's stays hers."""
+    def named(job_id, name, comment="slurmctl:r-20261129-0001", user="bob"):
+        values = line(job_id, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T11:00:00", user=user, comment=comment)
+        return [*values[:-2], name, comment]
+
+    forged = "\x1f".join(line(40, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T12:00:00", gpus=512,
+                              user="alice"))
+    client = _sacct(named(30, "plain"), named(31, "a\x1falice\x1fx"), named(32, f"evil\n{forged}"),
+                    named(33, "n", comment=f"c\n{forged}\n"), named(40, "hers", user="alice"))
+    attempts = list(attempts_from_records(stream_sacct(client, datetime(2026, 11, 29), datetime(2026, 11, 30)),
+                                          site, {}))
+    assert [(a.job_id, a.user, a.gpus) for a in attempts] == [
+        (30, "bob", 4), (31, "bob", 4), (32, "bob", 4), (33, "bob", 4), (40, "alice", 4)]
+    assert attempts[1].job_name == "a\x1falice\x1fx" and client.rejects.total == 0
+
+
+def test_an_attempt_listed_twice_is_refused_and_nothing_is_ingested(site):
+    mine = line(50, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T11:00:00", user="alice")
+    forged = line(50, "COMPLETED", "2026-11-29T10:00:00", "2026-11-29T23:00:00", gpus=512, user="alice")
+    client = _sacct(line(49, "COMPLETED", "2026-11-29T09:00:00", "2026-11-29T10:00:00"), mine, forged)
+    with pytest.raises(ForgedSlurmOutput, match="listed attempt 2026-11-29T10:00:00 of job 50 twice"):
+        ingest(site, client, since=datetime(2026, 11, 29), now=datetime(2026, 11, 30))
+    assert Ledger(Path(site.accounting.ledger_path)).db.execute("SELECT COUNT(*) FROM attempts").fetchone() == (0,)
+
+
+def test_the_ledger_never_replaces_an_attempt_with_a_record_of_another_user(site):
+    when = dict(since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    ingest(site, None, rows=[line(60, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00", user="alice")],
+           **when)
+    ingest(site, None, rows=[line(60, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T23:00:00", gpus=512,
+                                  user="bob")], **when)
+    ingest(site, None, rows=[line(60, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:00:00", user="alice")],
+           **when)  # the same user's fresher record of the same attempt still updates it
+    rows = Ledger(Path(site.accounting.ledger_path)).db.execute("SELECT user, gpus, end FROM attempts").fetchall()
+    assert rows == [("alice", 4, "2026-11-27T12:00:00")]
+
+
+def test_showback_by_run_keeps_two_users_runs_of_the_same_id_apart(site):
+    same = "slurmctl:shared-20261127-0001"
+    rows = [line(70, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00", user="alice", comment=same),
+            line(71, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T12:00:00", user="bob", comment=same)]
+    ingest(site, None, rows=rows, since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    report = build_report(Ledger(Path(site.accounting.ledger_path)), "run", datetime(2026, 11, 20),
+                          datetime(2026, 11, 30))
+    assert {g.group: g.gpu_hours for g in report.groups} == {"alice/shared-20261127-0001": 4.0,
+                                                            "bob/shared-20261127-0001": 8.0}
+
+
+def test_the_ledger_and_the_hooks_log_are_the_operators_not_the_users(site, tmp_path):
+    import os
+    import stat
+    import time
+
+    from slurmctl.ops.hooks.hooklog import log_hook
+
+    ingest(site, None, rows=[line(80, "COMPLETED", "2026-11-27T10:00:00", "2026-11-27T11:00:00")],
+           since=datetime(2026, 11, 20), now=datetime(2026, 11, 29))
+    ledger = Path(site.accounting.ledger_path)
+    if os.geteuid() == 0:
+        assert stat.S_IMODE(ledger.stat().st_mode) == 0o600
+    log = tmp_path / "hooks.jsonl"
+    log.write_text("")
+    log.chmod(0o644)  # an older version made it world-readable: tightened on the next write
+    log_hook({"SLURMCTL_HOOKS_LOG": str(log), "SLURM_JOB_ID": "1"}, "prolog", time.monotonic())
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text().count("\n") == 1

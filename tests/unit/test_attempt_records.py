@@ -10,7 +10,7 @@ import time
 
 from slurmctl.ops.hooks import epilog, prolog
 from slurmctl.ops.hooks.records import attempt_start
-from slurmctl.slurm.scontrol import JobInfo
+from slurmctl.slurm.records import JobInfo
 
 from .test_plugins import cfg_for
 

@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.errors import SlurmCommandError, SlurmUnreachable
+from slurmctl.errors import ForgedSlurmOutput, SlurmCommandError, SlurmUnreachable
 from slurmctl.rundir import run_id_from_comment
-from slurmctl.slurm.client import QUEUE, SEP, SNAPSHOT, SlurmClient
-from slurmctl.slurm.parsing import gres_gpus, parse_tres, scontrol_pairs
-from slurmctl.slurm.records import tres_gpus
+from slurmctl.slurm import client as client_module
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.parsing import field_separator, gres_gpus, new_seal, parse_tres, record_end, tres_gpus
 
-from .fakes import JOBS, ReplayRunner
+from .fakes import JOBS, TEST_SEAL, ReplayRunner, sacct_output, squeue_output
 
 FAILED, COMPLETED, HELD = JOBS["failed"], JOBS["completed"], JOBS["held"]
+FS, END = field_separator(TEST_SEAL), record_end(TEST_SEAL)
 
 
 def test_submit_argv_puts_extra_args_before_script():
@@ -28,11 +29,11 @@ def test_submit_parses_federated_answer():
     assert SlurmClient(ReplayRunner({"sbatch": "43;cluster-a\n"})).submit(Path("s")) == 43
 
 
-def test_queue_is_one_batched_call_with_user_written_fields_last():
+def test_queue_is_one_batched_sealed_call():
     runner = ReplayRunner()
     jobs = {j.job_id: j for j in SlurmClient(runner).queue(mine=True)}
-    assert runner.calls == [["squeue", "-h", "-o", SEP.join(["%A", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V",
-                                                             "%S", "%u", "%j", "%k"]), "--me"]]
+    assert runner.calls == [["squeue", "-h", "-o", FS.join(["%A", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V",
+                                                            "%S", "%u", "%j", "%k"]) + END, "--me"]]
     held = jobs[HELD]
     assert (held.state, held.reason, held.partition, held.num_nodes, held.user) == \
         ("PENDING", "JobHeldUser", "h100-ondemand", 2, "alice")
@@ -45,10 +46,11 @@ def test_history_argv_and_parse():
     runner = ReplayRunner()
     jobs = {j.job_id: j for j in SlurmClient(runner).history([COMPLETED, FAILED, COMPLETED])}
     argv = runner.calls[0]
-    assert argv[:5] == ["sacct", "-n", "-P", "-X", f"--delimiter={SEP}"]
+    assert argv[:5] == ["sacct", "-n", "-P", "-X", f"--delimiter={FS}"]
+    assert argv[6].endswith(",JobIDRaw")  # closes each record
     assert argv[-2:] == ["-j", f"{FAILED},{COMPLETED}"]
-    assert jobs[FAILED].state == "FAILED" and jobs[FAILED].exit_code == "1:0" and jobs[FAILED].elapsed_seconds == 2
-    assert jobs[COMPLETED].state == "COMPLETED" and jobs[COMPLETED].nodelist == "h100-[2-3]"
+    assert jobs[FAILED].state == "FAILED" and jobs[FAILED].exit_code == "1:0" and jobs[FAILED].elapsed_seconds in (2, 3)
+    assert jobs[COMPLETED].state == "COMPLETED" and jobs[COMPLETED].nodelist.startswith("h100-[")
     assert not jobs[COMPLETED].active and run_id_from_comment(jobs[COMPLETED].comment).startswith("tiny-lm-")
     assert jobs[COMPLETED].time_limit_seconds == 15 * 60
 
@@ -99,50 +101,90 @@ def test_refusal_is_a_command_error_with_slurms_words():
         SlurmClient(ReplayRunner({}, returncode=1, stderr=stderr)).submit(Path("s"))
 
 
-# --- hostile free text: names and comments are written by users ---------------------------------
+# --- hostile free text: names, comments, paths are written by users -----------------------------
 
-def _line(job_id, name, comment, user="alice"):
-    return SEP.join([str(job_id), "RUNNING", "None", "h100-ondemand", "1", "h100-1", "1:00", "15:00",
-                     "2026-11-30T10:00:00", "2026-11-30T10:00:01", user, name, comment])
+def _fields(job_id, name, comment, user="alice", state="RUNNING"):
+    return [str(job_id), state, "None", "h100-ondemand", "1", "h100-1", "1:00", "15:00",
+            "2026-11-30T10:00:00", "2026-11-30T10:00:01", user, name, comment]
 
 
-def test_a_separator_or_newline_in_a_name_cannot_forge_fields_and_is_counted():
-    forged_user = f"x{SEP}slurmctl:victim-20261130-0001"  # would shift the comment
-    newline = "evil\n999" + SEP * 12 + "root"  # a second 'line' claiming job 999 of root
-    stdout = "\n".join([_line(1, "ok", "slurmctl:ok-20261130-0001"), _line(2, forged_user, ""),
-                        _line(3, newline, "")]) + "\n"
+def _forged_lines(victim):
+    """Everything a user could write without the seal: old-style lines, our marks, a wrong seal."""
+    record = _fields(victim, "x", "slurmctl:victim-20261130-0001", user="root", state="COMPLETED")
+    return [
+        "y\n" + "\x1f".join(record),  # a whole unsealed line
+        "z" + field_separator("0" * 16).join(record) + record_end("0" * 16) + "\n",  # a guessed seal
+        "\x1f\x1e\n\x1f" * 3 + "alice",  # the bare marks
+    ]
+
+
+def test_no_name_or_comment_without_the_seal_can_forge_a_field_or_a_record():
+    names = _forged_lines(1)
+    stdout = squeue_output(_fields(1, "ok", "slurmctl:ok-20261130-0001"),
+                           *(_fields(10 + i, name, name, user="bob") for i, name in enumerate(names)))
     client = SlurmClient(ReplayRunner({"squeue": stdout}))
     jobs = {j.job_id: j for j in client.queue(mine=False)}
-    assert set(jobs) == {1} and jobs[1].user == "alice"
+    assert set(jobs) == {1, 10, 11, 12} and client.rejects.total == 0
+    assert (jobs[1].user, jobs[1].state) == ("alice", "RUNNING")
     assert run_id_from_comment(jobs[1].comment) == "ok-20261130-0001"
-    assert client.rejects.counts == {"queue": 3} and client.rejects.total == 3
+    assert [(jobs[10 + i].user, jobs[10 + i].name) for i in range(3)] == [("bob", n) for n in names]
 
 
-def test_a_comment_may_hold_anything_but_a_separator():
-    comment = "slurmctl:a b=c [/] é"
-    client = SlurmClient(ReplayRunner({"squeue": _line(4, "name with spaces = fine", comment) + "\n"}))
+def test_a_record_forged_with_the_seal_is_a_job_listed_twice_and_refused():
+    stdout = squeue_output(_fields(1, "ok", ""), _fields(2, "bob's", "")) + squeue_output(
+        _fields(1, "forged", "", user="root", state="COMPLETED"))
+    client = SlurmClient(ReplayRunner({"squeue": stdout}))
+    with pytest.raises(ForgedSlurmOutput, match="listed job 1 twice"):
+        client.queue(mine=False)
+    with pytest.raises(ForgedSlurmOutput):
+        client.queue_view([1])
+    assert client.rejects.counts["queue:duplicate"] == 2
+
+
+def test_every_call_has_its_own_secret_seal(monkeypatch):
+    monkeypatch.setattr(client_module, "new_seal", new_seal)
+    runner = ReplayRunner({"squeue": ""})
+    client = SlurmClient(runner)
+    client.queue(mine=False)
+    client.queue(mine=False)
+    first, second = runner.calls[0][3], runner.calls[1][3]
+    assert first != second and len(first.split("\x1f")[1].split("%")[0]) == 16
+
+
+def test_sacct_records_are_closed_by_their_own_id_so_a_newline_in_a_comment_is_text():
+    comment = "slurmctl:r-20261130-0001\n99\x1fFAILED"
+    fields = [str(7), "COMPLETED", "None", "h100-ondemand", "1", "h100-1", "60", "15:00", "2026-11-30T10:00:00",
+              "2026-11-30T10:00:01", "2026-11-30T10:01:01", "0:0", "alice", "n\nm", comment]
+    client = SlurmClient(ReplayRunner({"sacct": sacct_output(fields, [str(8), *fields[1:]])}))
+    jobs = {j.job_id: j for j in client.history([7, 8])}
+    assert set(jobs) == {7, 8} and jobs[7].comment == comment and jobs[7].name == "n\nm"
+    assert client.rejects.total == 0
+
+
+def test_a_comment_may_hold_anything():
+    comment = "slurmctl:a b=c [/] é \x1f\n"
+    client = SlurmClient(ReplayRunner({"squeue": squeue_output(_fields(4, "name with spaces = fine", comment))}))
     (job,) = client.queue()
     assert (job.name, job.comment, client.rejects.total) == ("name with spaces = fine", comment, 0)
 
 
-def test_snapshot_has_the_comment_last_and_counts_gpus_from_tres():
-    assert SNAPSHOT.attrs[-1] == "comment" and QUEUE.attrs[-2:] == ("name", "comment")
-    line = SEP.join(["5", "RUNNING", "None", "a,b", "2", "cpu=2,gres/gpu=4,gres/gpu:h100=4",
-                     "2026-11-30T10:00:00", "N/A", "bob", "slurmctl:r-20261130-0001"]) + SEP
-    (job,) = SlurmClient(ReplayRunner({"squeue": line + "\n"})).queue_snapshot()
+def test_snapshot_counts_gpus_from_tres():
+    fields = ["5", "RUNNING", "None", "a,b", "2", "cpu=2,gres/gpu=4,gres/gpu:h100=4",
+              "2026-11-30T10:00:00", "N/A", "bob", "slurmctl:r-20261130-0001"]
+    (job,) = SlurmClient(ReplayRunner({"squeue": squeue_output(fields)})).queue_snapshot()
     assert (job.gpus, job.partitions, job.user) == (4, ["a", "b"], "bob")
     assert run_id_from_comment(job.comment) == "r-20261130-0001"
 
 
-def test_scontrol_line_with_a_key_written_into_a_name_is_not_trusted():
-    real = ("JobId=79 JobName=cap UserId=alice(1001) GroupId=vision(1001) JobState=PENDING "
-            "WorkDir=/tmp/a b StdOut=/tmp/slurm-79.out")
-    assert scontrol_pairs(real)["WorkDir"] == "/tmp/a b" and scontrol_pairs(real)["UserId"] == "alice(1001)"
-    forged = real.replace("JobName=cap", "JobName=cap UserId=root(0)")  # captured from 22.05 as-is
-    assert scontrol_pairs(forged) is None
-    runner = ReplayRunner({"scontrol": forged + "\n"})
-    client = SlurmClient(runner)
-    assert client.job_info(79) is None and client.rejects.counts == {"job_info": 1}
+def test_job_info_is_a_sealed_squeue_record_not_scontrol():
+    fields = ["79", "COMPLETING", "15", "1", "2026-11-30T10:00:00", "2026-11-30T10:05:00", "h100-1", "h100-1",
+              "cpu=2,gres/gpu:h100=2,gres/gpu=2", "/tmp/o UserId=root(0)\nJobId=79 JobState=COMPLETED", "/tmp/a b"]
+    runner = ReplayRunner({"squeue": squeue_output(fields)})
+    info = SlurmClient(runner).job_info(79)
+    assert runner.calls[0][:6] == ["squeue", "-h", "-t", "all", "-j", "79"]
+    assert (info.state, info.exit_code, info.restarts, info.gpu_count, info.gpu_model) == \
+        ("COMPLETING", "0:15", 1, 2, "h100")
+    assert info.std_out == fields[9] and info.work_dir == "/tmp/a b" and info.start_time is not None
 
 
 @pytest.mark.parametrize("tres, expected", [

@@ -1,7 +1,7 @@
 """SlurmClient calls of the node-side hooks (job_info, node_job_ids, drain_node): exact argv,
 parsing, and LocalRunner's bin_dir/env for hooks that slurmd starts with no PATH.
-The `scontrol show job -o` line is test_plugins.SCONTROL_LINE (captured from the local cluster); the
-"Invalid job id" stderr and the squeue %A output were captured there too (Slurm 22.05.8)."""
+Job 20's sealed squeue record is test_plugins.JOB_20; the "Invalid job id" stderr and the squeue %A
+output were captured on the local cluster (Slurm 22.05.8)."""
 
 import os
 import stat
@@ -13,21 +13,21 @@ from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import LocalRunner
 
 from .fakes import ReplayRunner
-from .test_plugins import SCONTROL_LINE
+from .test_plugins import JOB_20_OUTPUT
 
 INVALID_JOB = "slurm_load_jobs error: Invalid job id specified\n"
 
 
 def test_job_info_argv_and_parse():
-    runner = ReplayRunner({"scontrol": SCONTROL_LINE + "\n"})
+    runner = ReplayRunner({"squeue": JOB_20_OUTPUT})
     info = SlurmClient(runner).job_info(20, timeout=5)
-    assert runner.calls == [["scontrol", "show", "job", "-o", "20"]]
+    assert runner.calls[0][:7] == ["squeue", "-h", "-t", "all", "-j", "20", "-O"]
     assert (info.job_id, info.state, info.exit_code, info.gpu_model, info.gpu_count) == (20, "FAILED", "3:0", "l4", 1)
 
 
 def test_job_info_is_none_for_a_job_the_controller_forgot_and_raises_when_slurm_is_down():
     assert SlurmClient(ReplayRunner({}, returncode=1, stderr=INVALID_JOB)).job_info(20) is None
-    assert SlurmClient(ReplayRunner({"scontrol": SCONTROL_LINE})).job_info(21) is None  # another job's line
+    assert SlurmClient(ReplayRunner({"squeue": JOB_20_OUTPUT})).job_info(21) is None  # another job's record
     down = ReplayRunner({}, returncode=1, stderr="slurm_load_jobs error: Unable to contact slurm controller")
     with pytest.raises(SlurmUnreachable):
         SlurmClient(down).job_info(20)

@@ -20,17 +20,20 @@ from slurmctl.ops.run_sample import step_seconds
 from slurmctl.rundir import run_id_from_comment
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.slurm.client import SEP, SlurmClient
+from slurmctl.slurm.parsing import field_separator, record_end
 
-from .fakes import ReplayRunner
+from .fakes import TEST_SEAL, ReplayRunner, squeue_output
 
 S = SEP
-SQUEUE = (
-    f"27{S}PENDING{S}JobHeldUser{S}h100-ondemand,h100-spot{S}2{S}cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,"
-    f"gres/gpu:h100=4{S}2026-11-29T13:29:20{S}N/A{S}root{S}slurmctl:fixture-20261129-0008{S}\n"
-    f"28{S}PENDING{S}Priority{S}l4-dev{S}1{S}cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1{S}2026-11-29T13:29:20"
-    f"{S}N/A{S}root{S}(null){S}\n"
-    f"29{S}RUNNING{S}None{S}h100-ondemand{S}1{S}cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2{S}"
-    f"2026-11-29T13:29:23{S}2026-11-29T13:29:24{S}root{S}slurmctl:fixture-20261129-0009{S}\n"
+FS, END = field_separator(TEST_SEAL), record_end(TEST_SEAL)
+SQUEUE = squeue_output(
+    ["27", "PENDING", "JobHeldUser", "h100-ondemand,h100-spot", "2",
+     "cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,gres/gpu:h100=4", "2026-11-29T13:29:20", "N/A", "root",
+     "slurmctl:fixture-20261129-0008"],
+    ["28", "PENDING", "Priority", "l4-dev", "1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1", "2026-11-29T13:29:20",
+     "N/A", "root", "(null)"],
+    ["29", "RUNNING", "None", "h100-ondemand", "1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2",
+     "2026-11-29T13:29:23", "2026-11-29T13:29:24", "root", "slurmctl:fixture-20261129-0009"],
 )
 SINFO = (
     f"h100-1{S}h100-ondemand{S}gpu:h100:8{S}gpu:h100:2(IDX:0-1){S}mixed{S}none{S}\n"
@@ -85,9 +88,9 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     runner = ReplayRunner({"squeue": SQUEUE, "sinfo": SINFO})
     jobs, nodes = SlurmClient(runner).queue_snapshot(), SlurmClient(runner).node_usage()
     assert runner.calls == [
-        ["squeue", "-h", "-O", ",".join(f"{f}:{SEP}" for f in ["JobID", "State", "Reason", "Partition", "NumNodes",
-                                                            "tres-alloc", "SubmitTime", "StartTime", "UserName",
-                                                            "Comment"])],
+        ["squeue", "-h", "-O", ",".join([*(f"{f}:{FS}" for f in ["JobID", "State", "Reason", "Partition", "NumNodes",
+                                                                 "tres-alloc", "SubmitTime", "StartTime",
+                                                                 "UserName"]), f"Comment:{END}"])],
         ["sinfo", "-h", "-N", "-O", ",".join(f"{f}:{SEP}" for f in ["NodeList", "Partition", "Gres", "GresUsed",
                                                                   "StateLong", "Reason"])],
     ]
@@ -178,27 +181,27 @@ def test_run_gauges_from_the_run_directory(tmp_path):
     info = [labels for name, labels in s if name == "slurmctl_run_info"]
     assert info == [(("job_id", "29"), ("partition", "h100-ondemand"), ("run", run), ("state", "RUNNING"),
                      ("user", "root"))]
-    assert value(s, "slurmctl_run_step", run=run) == 50
-    assert value(s, "slurmctl_run_loss", run=run) == 0.25
-    assert value(s, "slurmctl_run_step_seconds", run=run) == pytest.approx(2.0)  # after the resume only
-    assert value(s, "slurmctl_run_checkpoint_step", run=run) == 40
-    assert value(s, "slurmctl_run_checkpoint_interval_seconds", run=run) == pytest.approx(20.0)
-    assert 0 <= value(s, "slurmctl_run_checkpoint_age_seconds", run=run) < 30
-    assert 0 <= value(s, "slurmctl_run_checkpoint_save_in_progress_seconds", run=run) < 30
-    assert value(s, "slurmctl_run_starts", run=run) == 2
-    assert value(s, "slurmctl_run_watchdog_interventions", run=run) == 2
-    assert value(s, "slurmctl_run_drain_requested", run=run) == 1
-    assert value(s, "slurmctl_run_drain_acknowledged", run=run) == 0
-    assert value(s, "slurmctl_run_cost_burn_dollars_per_hour", run=run) == pytest.approx(7.8)
-    assert value(s, "slurmctl_run_attempt_start_timestamp_seconds", run=run) == \
+    assert value(s, "slurmctl_run_step", user="root", run=run) == 50
+    assert value(s, "slurmctl_run_loss", user="root", run=run) == 0.25
+    assert value(s, "slurmctl_run_step_seconds", user="root", run=run) == pytest.approx(2.0)  # after the resume only
+    assert value(s, "slurmctl_run_checkpoint_step", user="root", run=run) == 40
+    assert value(s, "slurmctl_run_checkpoint_interval_seconds", user="root", run=run) == pytest.approx(20.0)
+    assert 0 <= value(s, "slurmctl_run_checkpoint_age_seconds", user="root", run=run) < 30
+    assert 0 <= value(s, "slurmctl_run_checkpoint_save_in_progress_seconds", user="root", run=run) < 30
+    assert value(s, "slurmctl_run_starts", user="root", run=run) == 2
+    assert value(s, "slurmctl_run_watchdog_interventions", user="root", run=run) == 2
+    assert value(s, "slurmctl_run_drain_requested", user="root", run=run) == 1
+    assert value(s, "slurmctl_run_drain_acknowledged", user="root", run=run) == 0
+    assert value(s, "slurmctl_run_cost_burn_dollars_per_hour", user="root", run=run) == pytest.approx(7.8)
+    assert value(s, "slurmctl_run_attempt_start_timestamp_seconds", user="root", run=run) == \
         datetime(2026, 11, 29, 13, 29, 24).timestamp()
     # the held job's run has no run directory here, so it is not exported
     assert not any(dict(labels).get("run") == "fixture-20261129-0008" for _, labels in s)
 
 
 def test_pending_job_with_room_in_another_acceptable_partition(tmp_path):
-    spot_only = (f"31{S}PENDING{S}Priority{S}h100-spot{S}1{S}cpu=1,gres/gpu=4{S}2026-11-29T10:00:00{S}N/A{S}"
-                 f"root{S}slurmctl:fixture-20261129-0009{S}\n")
+    spot_only = squeue_output(["31", "PENDING", "Priority", "h100-spot", "1", "cpu=1,gres/gpu=4", "2026-11-29T10:00:00",
+                               "N/A", "root", "slurmctl:fixture-20261129-0009"])
     write_active_run(tmp_path)
     _, registry, _ = make(tmp_path, squeue=spot_only)
     s = scrape(registry)

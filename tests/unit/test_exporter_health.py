@@ -29,12 +29,12 @@ def test_health_series_of_a_run_on_sockets_over_infiniband(tmp_path):
     config.partitions["h100-ondemand"].fabric = "infiniband"
     registry, _ = build(config, 15.0, ReplayRunner({"squeue": SQUEUE, "sinfo": SINFO}))
     s = scrape(registry)
-    assert value(s, "slurmctl_run_network_ranks", run=RUN, transport="socket") == 1
-    assert value(s, "slurmctl_run_network_ranks", run=RUN, transport="ib") == 1
-    assert value(s, "slurmctl_run_network_fallback", run=RUN) == 1
-    assert value(s, "slurmctl_run_input_wait_ratio", run=RUN) == 0.7  # the slowest rank of job 29
-    assert value(s, "slurmctl_run_idle", run=RUN) == 1
-    assert value(s, "slurmctl_run_gpu_utilisation_percent", run=RUN) == 3.0
+    assert value(s, "slurmctl_run_network_ranks", user="root", run=RUN, transport="socket") == 1
+    assert value(s, "slurmctl_run_network_ranks", user="root", run=RUN, transport="ib") == 1
+    assert value(s, "slurmctl_run_network_fallback", user="root", run=RUN) == 1
+    assert value(s, "slurmctl_run_input_wait_ratio", user="root", run=RUN) == 0.7  # the slowest rank of job 29
+    assert value(s, "slurmctl_run_idle", user="root", run=RUN) == 1
+    assert value(s, "slurmctl_run_gpu_utilisation_percent", user="root", run=RUN) == 3.0
 
 
 def test_no_health_files_no_health_series(tmp_path):

@@ -23,8 +23,10 @@ from slurmctl.ops.hooks import asuser, epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.rundir import run_id_from_comment
-from slurmctl.slurm.client import QUEUE, SEP, SlurmClient
+from slurmctl.slurm.client import JOB_INFO, QUEUE, SEP, SlurmClient
 from slurmctl.slurm.runner import CommandResult
+
+from .fakes import TEST_SEAL, squeue_output
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root-side hooks: the attacks need root and a second uid")
 
@@ -127,10 +129,10 @@ def test_spool_that_is_a_symlink_is_refused(world):
 def test_spool_is_root_only_and_a_requeued_attempt_keeps_the_first_record(world):
     cfg = cfg_for(world)
     cfg.cost_spool.mkdir(mode=0o755)  # an older version made it 0755: tightened
-    first = {"JobId": "4242", "StartTime": "2026-11-30T10:00:00"}
-    second = {"JobId": "4242", "StartTime": "2026-11-30T11:00:00"}
+    first = {"start_time": "2026-11-30T10:00:00"}
+    second = {"start_time": "2026-11-30T11:00:00"}
     for fields in (first, second):  # the same job, restart count not bumped yet in the hook's env
-        cfg.slurm = SlurmClient(Argv({("scontrol", "show", "job", "-o", "4242"): scontrol_line(**fields)}))
+        cfg.slurm = SlurmClient(Argv({job_info_argv(): job_info_output(**fields)}))
         epilog.run_epilog(job_env(SLURM_JOB_RESTART_COUNT="0"), cfg)
     st = os.stat(cfg.cost_spool)
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
@@ -175,8 +177,8 @@ def test_epilog_never_opens_a_fifo_or_dev_zero_in_the_run_dir_as_root(world):
     ck = run / "checkpoints" / "checkpoint-7"
     as_nobody(os.makedirs, str(ck))
     as_nobody(os.mkfifo, str(ck / ".complete"))
-    line = scontrol_line(JobId="4242", StdOut=f"{run}/logs/4242.out")
-    cfg.slurm = SlurmClient(Argv({("scontrol", "show", "job", "-o", "4242"): line}))
+    line = job_info_output(std_out=f"{run}/logs/4242.out")
+    cfg.slurm = SlurmClient(Argv({job_info_argv(): line}))
     done: list = []
     worker = threading.Thread(target=lambda: done.append(epilog.run_epilog(job_env(), cfg)), daemon=True)
     started = time.monotonic()
@@ -248,23 +250,33 @@ class Argv:
         return CommandResult(key, 0, self.outputs[key], "")
 
 
-def scontrol_line(**fields) -> str:
-    base = {"JobId": "4242", "JobName": "x", "UserId": "nobody(65534)", "JobState": "COMPLETING", "Restarts": "0",
-            "ExitCode": "0:0", "StartTime": "2026-11-30T10:00:00", "EndTime": "Unknown", "NodeList": "n1",
-            "TRES": "cpu=1,gres/gpu=1", "StdOut": "/dev/null"}
+def job_info_argv(job_id="4242") -> tuple:
+    return ("squeue", "-h", "-t", "all", "-j", str(job_id), *JOB_INFO.format_argv(TEST_SEAL))
+
+
+def job_info_output(**fields) -> str:
+    """The hooks' sealed squeue record of one job (SlurmClient.job_info), defaults overridden by attr."""
+    base = {"job_id": "4242", "state": "COMPLETING", "exit_code": "0", "restarts": "0",
+            "start_time": "2026-11-30T10:00:00", "end_time": "Unknown", "batch_host": "n1", "nodelist": "n1",
+            "tres": "cpu=1,gres/gpu=1", "std_out": "/dev/null", "work_dir": "/tmp"}
     base.update(fields)
-    return " ".join(f"{k}={v}" for k, v in base.items()) + "\n"
+    return squeue_output([base[attr] for attr in JOB_INFO.attrs])
 
 
-SQUEUE_QUEUE = ("squeue", "-h", *QUEUE.format_argv())
+SQUEUE_QUEUE = ("squeue", "-h", *QUEUE.format_argv(TEST_SEAL))
 
 
-def squeue_line(job_id, name, state, reason, comment, user, partition="l4-dev", elapsed="0:00") -> str:
-    """One line of the sweep's squeue listing, in the client's own field order."""
+def queue_fields(job_id, name, state, reason, comment, user, partition="l4-dev", elapsed="0:00") -> list[str]:
     values = {"job_id": str(job_id), "state": state, "reason": reason, "partition": partition, "num_nodes": "1",
               "elapsed_seconds": elapsed, "time_limit_seconds": "1:00:00", "submit_time": "N/A",
               "start_time": "N/A", "user": user, "name": name, "comment": comment}
-    return SEP.join(values.get(attr, "") for attr in QUEUE.attrs)
+    return [values.get(attr, "") for attr in QUEUE.attrs]
+
+
+def squeue_line(job_id, name, state, reason, comment, user, partition="l4-dev", elapsed="0:00") -> str:
+    """One record of the sweep's sealed squeue listing, in the client's own field order."""
+    fields = queue_fields(job_id, name, state, reason, comment, user, partition, elapsed)
+    return squeue_output(fields).removesuffix("\n")
 
 
 def confirm_argv(job_id) -> tuple:
@@ -280,19 +292,22 @@ def site_for(world):
 
 
 def test_forged_job_name_in_squeue_does_not_make_root_cancel_another_users_job(world):
-    """bob (nobody) names his job so that squeue prints a fake line for alice's (daemon's) job 555:
-    held, of a run whose directory is gone. The controller says 555 is RUNNING: nothing is cancelled."""
+    """bob (nobody) names his job so that squeue would print a fake line for alice's (daemon's) job 555:
+    held, of a run whose directory is gone. Without the seal it stays his job's name; and the
+    controller, asked again before any scancel, says 555 is RUNNING: nothing is cancelled."""
     make_run(world, DAEMON, "alice-20261130-aaaa")
-    forged = squeue_line(555, "y", "PENDING", "JobHeldUser", "slurmctl:gone-20261130-dead", "daemon")
-    forged_name = "x\n" + forged.rsplit(SEP, 1)[0]  # bob's own comment completes the forged line
+    forged = queue_fields(555, "y", "PENDING", "JobHeldUser", "slurmctl:gone-20261130-dead", "daemon")
+    forged_name = "x\n" + "\x1f".join(forged[:-1])  # bob's own comment completes the forged line
     queue = squeue_line(777, forged_name, "RUNNING", "None", "slurmctl:gone-20261130-dead", "nobody") + "\n" + \
         squeue_line(555, "alice", "RUNNING", "None", "slurmctl:alice-20261130-aaaa", "daemon") + "\n"
     runner = Argv({SQUEUE_QUEUE: queue,
                    confirm_argv(555): SEP.join(["555", str(DAEMON.pw_uid), "RUNNING", "None", "l4-dev", "5:00",
-                                                "slurmctl:alice-20261130-aaaa"]) + "\n"})
+                                                "slurmctl:alice-20261130-aaaa"]) + "\n",
+                   confirm_argv(777): SEP.join(["777", str(NOBODY.pw_uid), "RUNNING", "None", "l4-dev", "5:00",
+                                                "slurmctl:gone-20261130-dead"]) + "\n"})
     client = SlurmClient(runner)
-    forged_ids = [j.job_id for j in client.queue(mine=False) if run_id_from_comment(j.comment) == "gone-20261130-dead"]
-    assert forged_ids == [555]  # forged
+    listed = {j.job_id: j for j in client.queue(mine=False)}
+    assert run_id_from_comment(listed[555].comment) == "alice-20261130-aaaa" and listed[777].name == forged_name
     orphans = cleanup.find_orphans(site_for(world), client)
     cleanup.release(orphans, client)
     assert not [c for c in runner.calls if c[0] == "scancel"], runner.calls

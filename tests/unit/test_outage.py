@@ -82,7 +82,7 @@ def test_exporter_keeps_run_series_while_slurm_is_down(tmp_path):
     write_active_run(tmp_path)
     runner, registry, clock = make(tmp_path)
     run = "fixture-20261129-0009"
-    assert value(scrape(registry), "slurmctl_run_step", run=run) == 50
+    assert value(scrape(registry), "slurmctl_run_step", user="root", run=run) == 50
     # the controller stops answering; the training goes on and writes its heartbeat
     runner.returncode, runner.stderr = 1, "squeue: error: Socket timed out on send/recv operation"
     heartbeat = tmp_path / "root" / run / "heartbeat.json"
@@ -92,5 +92,5 @@ def test_exporter_keeps_run_series_while_slurm_is_down(tmp_path):
     clock.now += 20
     down = scrape(registry)
     assert value(down, "slurmctl_slurm_up") == 0
-    assert value(down, "slurmctl_run_step", run=run) == 57  # read now, from the run dir
+    assert value(down, "slurmctl_run_step", user="root", run=run) == 57  # read now, from the run dir
     assert not any(name == "slurmctl_gpus" for name, _ in down)  # cluster series: only from a live snapshot

@@ -1,6 +1,6 @@
-"""slurmctl.ops.hooks without Slurm: scontrol parsing, cost records, prolog checks, epilog cleanup.
+"""slurmctl.ops.hooks without Slurm: job facts, cost records, prolog checks, epilog cleanup.
 
-SCONTROL_LINE was captured from the local cluster (`scontrol show job -o 20` after it failed)."""
+JOB_20 is job 20's record as the hooks read it (the values of the local cluster's failed job 20)."""
 
 import json
 import os
@@ -11,18 +11,14 @@ from slurmctl.ops.hooks import epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import SCHEMA_VERSION, read_records
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.slurm.scontrol import JobInfo, parse_scontrol_line
+from slurmctl.slurm.records import JobInfo
 
-from .fakes import ReplayRunner
+from .fakes import ReplayRunner, squeue_output
 
-SCONTROL_LINE = (
-    "JobId=20 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901744 Nice=0 Account=root "
-    "QOS=normal JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 "
-    "Reboot=0 ExitCode=3:0 RunTime=00:00:02 TimeLimit=04:00:00 TimeMin=N/A SubmitTime=2026-11-29T13:26:46 "
-    "StartTime=2026-11-29T13:26:49 EndTime=2026-11-29T13:26:51 Partition=l4-dev NodeList=l4-1 BatchHost=l4-1 "
-    "NumNodes=1 TRES=cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1 WorkDir=/tmp "
-    "Comment=slurmctl:probe-x  StdErr=/tmp/slurm-20.out StdIn=/dev/null StdOut=/tmp/slurm-20.out Power= "
-    "TresPerNode=gres:gpu:l4:1 ")
+# Job 20 as the hooks' sealed `squeue -t all -j 20` (SlurmClient.job_info) reads it: it failed with exit 3
+JOB_20 = ["20", "FAILED", "768", "0", "2026-11-29T13:26:49", "2026-11-29T13:26:51", "l4-1", "l4-1",
+          "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1", "/tmp/slurm-20.out", "/tmp"]
+JOB_20_OUTPUT = squeue_output(JOB_20)
 
 
 def cfg_for(tmp_path, **over):
@@ -34,11 +30,11 @@ def cfg_for(tmp_path, **over):
     return cfg
 
 
-def test_scontrol_line_parses_into_job_info():
-    info = JobInfo.from_fields(20, parse_scontrol_line(SCONTROL_LINE))
+def test_job_info_from_a_sealed_record():
+    info = SlurmClient(ReplayRunner({"squeue": JOB_20_OUTPUT})).job_info(20)
     assert (info.state, info.exit_code, info.gpu_model, info.gpu_count) == ("FAILED", "3:0", "l4", 1)
     assert info.start_time and info.end_time - info.start_time == 2
-    assert info.raw["Comment"] == "slurmctl:probe-x" and info.std_out == "/tmp/slurm-20.out"
+    assert info.std_out == "/tmp/slurm-20.out" and info.work_dir == "/tmp"
 
 
 def test_final_state_while_the_controller_still_says_completing():
@@ -103,6 +99,28 @@ def test_epilog_kills_a_process_of_the_ended_job_and_spares_others(tmp_path):
             p.wait()
 
 
+def test_prolog_kills_only_leftovers_slurmd_started_on_its_own_node(tmp_path):
+    """An interactive `salloc ... sleep` carries SLURM_JOB_ID and no SLURMD_NODENAME: it is nobody's
+    leftover, whichever job's prolog runs on whichever node; a process of an ended job on this node is."""
+    cfg = cfg_for(tmp_path)
+    cfg.slurm = SlurmClient(ReplayRunner({"squeue": ""}))  # no job runs on n1 any more
+    env_base = {k: v for k, v in os.environ.items() if k != "SLURMD_NODENAME"}
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    salloc_command = subprocess.Popen(sleep, env={**env_base, "SLURM_JOB_ID": "4300"})
+    elsewhere = subprocess.Popen(sleep, env={**env_base, "SLURM_JOB_ID": "4301", "SLURMD_NODENAME": "n2"})
+    leftover = subprocess.Popen(sleep, env={**env_base, "SLURM_JOB_ID": "4302", "SLURMD_NODENAME": "n1"})
+    try:
+        result = prolog.HookResult()
+        prolog.check_leftovers(cfg, 4399, result)
+        assert leftover.wait(timeout=5) is not None
+        assert salloc_command.poll() is None and elsewhere.poll() is None
+        assert any(n.startswith("killed 1 leftover") for n in result.notes), result.notes
+    finally:
+        for p in (salloc_command, elsewhere, leftover):
+            p.kill()
+            p.wait()
+
+
 def test_record_file_is_json_with_every_documented_field(tmp_path):
     cfg = cfg_for(tmp_path)
     epilog.run_epilog({"SLURM_JOB_ID": "9", "SLURM_JOB_UID": "0"}, cfg)
@@ -118,16 +136,16 @@ def test_hooks_reach_slurm_only_through_the_client_and_degrade_when_it_is_down(t
     down = ReplayRunner({}, returncode=1, stderr="slurm_load_jobs error: Unable to contact slurm controller")
     cfg.slurm = SlurmClient(down)
     result = epilog.run_epilog({"SLURM_JOB_ID": "31", "SLURM_JOB_UID": "0", "SLURM_JOB_EXIT_CODE2": "0:0"}, cfg)
-    assert "scontrol did not describe the job; record has no state/times" in result.notes
+    assert "Slurm did not describe the job; record has no state/times" in result.notes
     assert (cfg.cost_spool / "31.0.0.json").is_file()
     assert prolog.drain_node(cfg, "gpu 3 lost") is False
-    assert down.calls[0] == ["scontrol", "show", "job", "-o", "31"]
+    assert down.calls[0][:6] == ["squeue", "-h", "-t", "all", "-j", "31"]
     assert down.calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain", "reason=slurmctl prolog: gpu 3 lost"]
 
 
 def test_epilog_record_uses_the_job_info_from_the_client(tmp_path):
     cfg = cfg_for(tmp_path)
-    cfg.slurm = SlurmClient(ReplayRunner({"scontrol": SCONTROL_LINE + "\n"}))
+    cfg.slurm = SlurmClient(ReplayRunner({"squeue": JOB_20_OUTPUT}))
     epilog.run_epilog({"SLURM_JOB_ID": "20", "SLURM_JOB_UID": "0"}, cfg)
     [record] = read_records(cfg.cost_spool)
     assert (record.state, record.state_final, record.exit_code, record.gpu_model) == ("FAILED", True, "3:0", "l4")

@@ -1,22 +1,21 @@
 """Quota numbers for QOS*/Assoc* pending reasons: which sacctmgr field, TRES parsing, usage sums.
 
 The squeue/sacctmgr texts below have the shape the local cluster (Slurm 22.05) printed during
-tests/integration/test_quota.py (`squeue -h -O JobID:\\x1f,...` and `sacctmgr -n -P show qos ...`).
+tests/integration/test_quota.py (`squeue -h -O JobID:<sealed separator>,...` and `sacctmgr -n -P show qos ...`).
 """
 
 from slurmctl.observe.explain import parse_limit_family
 from slurmctl.observe.quota import parse_tres, quota_for, sacctmgr_field
 from slurmctl.slurm.client import Job, SlurmClient
 
-from .fakes import ReplayRunner
+from .fakes import ReplayRunner, squeue_output
 
-SEP = "\x1f"
-QUEUE = "\n".join(SEP.join(row) + SEP for row in [
+QUEUE = squeue_output(*[
     ("16575", "RUNNING", "root", "ml-research", "gpu1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1"),
     ("16576", "PENDING", "root", "ml-research", "gpu1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1"),
     ("16577", "RUNNING", "alice", "ml-research", "gpu1", "cpu=4,node=1,gres/gpu=4"),  # another user: not counted
     ("16578", "RUNNING", "root", "ml-research", "normal", "cpu=2,node=1,gres/gpu=2"),  # another QOS: not counted
-]) + "\n"
+])
 
 
 def test_each_limit_family_maps_to_its_sacctmgr_field():
@@ -60,7 +59,7 @@ def test_a_job_asking_more_than_the_limit_is_told_it_can_never_start():
     from slurmctl.observe.explain import explain_beyond_limit
 
     big = ("16580", "PENDING", "root", "ml-research", "gpu1", "cpu=24,node=3,gres/gpu=24")
-    queue = QUEUE + SEP.join(big) + SEP + "\n"
+    queue = QUEUE + squeue_output(big)
     runner = ReplayRunner({"squeue": queue, "sacctmgr": "gpu1|gres/gpu=16\n"})
     quota = quota_for(Job(16580, "big", "PENDING", reason="QOSMaxGRESPerUser", user="root"), SlurmClient(runner))
     assert (quota.limit, quota.request, quota.never_fits) == (16, 24, True)

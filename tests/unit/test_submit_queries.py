@@ -82,6 +82,15 @@ def test_associations_come_from_the_per_user_cache_while_young(tmp_path, monkeyp
     assert runner.calls.count("sacctmgr") == 4
     fresh = second.with_fresh_associations(client, "alice", cache)
     assert runner.calls.count("sacctmgr") == 5 and not fresh.associations_cached and fresh.nodes is second.nodes
+    assert ClusterView.query(client, "alice", cache=cache).associations_cached  # young and private again
+    cache.chmod(0o644)  # readable (so possibly written before) by others: not trusted
+    assert ClusterView.query(client, "alice", cache=cache).associations_cached is False
+    cache.chmod(0o600)
+    cache.parent.chmod(0o777)  # a directory others can write: anyone could have replaced the file
+    assert ClusterView.query(client, "alice", cache=cache).associations_cached is False
+    cache.parent.chmod(0o700)
+    os.chown(cache, 65534, 65534)  # another user's file, whatever its mode
+    assert ClusterView.query(client, "alice", cache=cache).associations_cached is False
 
 
 @pytest.mark.parametrize("name", ["", "../etc", ".hidden", "a/b", "x y"])

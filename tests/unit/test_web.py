@@ -286,3 +286,33 @@ def test_run_page_links_the_tracked_run_and_lists_where_messages_went(web):
     meta["tracking"]["url"] = "javascript:alert(1)"  # only http(s) becomes a link
     (path / "run.json").write_text(json.dumps(meta))
     assert "javascript:" not in web.get(f"/run/{run_id}").body.decode()
+
+
+def test_stalled_connections_get_no_thread_past_the_cap_and_are_dropped_after_the_timeout(tmp_path, monkeypatch):
+    """Anyone on the login node can connect: 200 connections that never send a request cost at most
+    MAX_CONNECTIONS threads, and each is closed after the timeout; a real request then still works."""
+    import socket
+
+    from slurmctl.web import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(server_module._Handler, "timeout", 1.0)
+    ctx = SimpleNamespace(registry=RunRegistry(tmp_path), client=SlurmClient(ReplayRunner({"squeue": ""})), site=None)
+    server = make_server(WebApp(ctx, Sessions("tok")), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    before = threading.active_count()
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 8
+        time.sleep(1.5)  # past the timeout: every stalled connection was closed by the server
+        assert threading.active_count() - before <= 1
+        with pytest.raises(urllib.error.HTTPError) as refused:  # served again: 403 without the token
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+        assert refused.value.code == 403
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.shutdown()
+        server.server_close()

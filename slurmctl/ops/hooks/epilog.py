@@ -22,7 +22,7 @@ from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
 from slurmctl.ops.hooks.records import CostRecord, attempt_start, write_record
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
 from slurmctl.rundir import run_dir_of_log, run_id_from_comment, run_path
-from slurmctl.slurm.scontrol import JobInfo
+from slurmctl.slurm.records import JobInfo
 
 USER_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -31,7 +31,7 @@ def kill_orphans(cfg: HookConfig, env, job_id: int, result: HookResult) -> None:
     """The job user's processes on this node that belong to no running job (this one has ended)."""
     uid = env.get("SLURM_JOB_UID")
     mine = [p for p in procs.job_processes(int(uid) if uid and uid.isdigit() else None)
-            if p.node in (cfg.node, None)]
+            if procs.on_node(p, cfg.node)]
     doomed = [p for p in mine if p.job_id == job_id]
     if any(p.job_id != job_id for p in mine):
         active = jobinfo.active_job_ids(cfg.slurm, cfg.node)
@@ -294,7 +294,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     info = jobinfo.query_job(cfg.slurm, job_id)
     if info is None:
-        result.notes.append("scontrol did not describe the job; record has no state/times")
+        result.notes.append("Slurm did not describe the job; record has no state/times")
     steps = (
         ("orphans", lambda: kill_orphans(cfg, env, job_id, result)),
         ("shm", lambda: clean_shm(cfg, env, info.start_time if info else None, result)),

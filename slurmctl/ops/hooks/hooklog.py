@@ -45,8 +45,9 @@ def log_hook(env, hook: str, started: float, **extra) -> None:
     try:
         path = hooks_log_path(env)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
         try:
+            os.fchmod(fd, 0o640)  # names every user's jobs and nodes: operators (root's group) only
             os.write(fd, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())
         finally:
             os.close(fd)

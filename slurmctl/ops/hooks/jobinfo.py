@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.slurm.scontrol import JobInfo
+from slurmctl.slurm.records import JobInfo
 
 TIMEOUT_SECONDS = 5.0  # a hook's whole budget is 150 ms in the normal case; this bounds the bad one
 

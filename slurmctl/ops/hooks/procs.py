@@ -2,7 +2,8 @@
 
 Attribution is by the SLURM_JOB_ID / SLURMD_NODENAME in a process's environment: it survives
 double forks, setsid and nohup (which escape proctrack/linuxproc), and it is exact even when every
-job runs as root (the local dev cluster). Other hooks (SLURM_SCRIPT_CONTEXT set) are never touched.
+job runs as root (the local dev cluster). Only processes with this node's SLURMD_NODENAME are a
+job's processes here (``on_node``). Other hooks (SLURM_SCRIPT_CONTEXT set) are never touched.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def job_processes(uid: int | None = None) -> list[Proc]:
         found.append(Proc(pid, owner, int(job) if job.isdigit() else None,
                           node.decode(errors="replace") if node else None, _comm(pid)))
     return found
+
+
+def on_node(proc: Proc, node: str | None) -> bool:
+    """Started by slurmd for a job on `node`: SLURMD_NODENAME is this node. A process with a
+    SLURM_JOB_ID and no node name runs outside any slurmd (salloc's command, srun's client side, a
+    shell that exported the variable): it is never a leftover of any node."""
+    return node is not None and proc.node == node
 
 
 def kill_all(pids: list[int], grace_seconds: float) -> list[int]:

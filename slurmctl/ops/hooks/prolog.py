@@ -91,8 +91,10 @@ def check_space(cfg: HookConfig, result: HookResult) -> None:
 
 
 def check_leftovers(cfg: HookConfig, job_id: int, result: HookResult) -> None:
-    """Processes of jobs that no longer run here: kill them; drain if they survive SIGKILL."""
-    others = [p for p in procs.job_processes() if p.job_id != job_id and p.node in (cfg.node, None)]
+    """Processes of jobs that no longer run here: kill them; drain if they survive SIGKILL. Only
+    processes slurmd started on THIS node count (procs.on_node): an interactive salloc's command
+    carries SLURM_JOB_ID but no node, and is no one's leftover here."""
+    others = [p for p in procs.job_processes() if p.job_id != job_id and procs.on_node(p, cfg.node)]
     if not others:
         return
     active = jobinfo.active_job_ids(cfg.slurm, cfg.node)

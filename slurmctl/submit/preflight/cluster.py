@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,8 +82,20 @@ def _cache_key(user: str) -> str:
     return f"{user}|{os.geteuid()}|{os.environ.get('SLURM_CONF', '')}"
 
 
+def _private(path: Path) -> bool:
+    """The cache file and its directory are this user's own and no one else may write (the file:
+    read) them, the same rule as slurmctl.slurm.cache: a planted or shared file answers nothing."""
+    try:
+        directory, entry = os.lstat(path.parent), os.lstat(path)
+    except OSError:
+        return False
+    me = os.geteuid()
+    return (stat.S_ISDIR(directory.st_mode) and directory.st_uid == me and not directory.st_mode & 0o022
+            and stat.S_ISREG(entry.st_mode) and entry.st_uid == me and not entry.st_mode & 0o077)
+
+
 def _read_cached_associations(path: Path, user: str) -> list[Association] | None:
-    data = read_json(path)
+    data = read_json(path) if _private(path) else None  # read_json opens no symlink, FIFO or device
     try:
         if data["key"] != _cache_key(user) or not 0 <= time.time() - float(data["time"]) < ASSOCIATIONS_TTL_SECONDS:
             return None
