@@ -195,12 +195,13 @@ def _plain_jobs(ctx: Context) -> list:
     """The caller's queued and running jobs that are no run (one squeue --me); none when Slurm is slow."""
     from slurmctl.errors import SlurmUnreachable
     from slurmctl.observe.status import QUERY_SECONDS
+    from slurmctl.rundir import COMMENT_PREFIX
     from slurmctl.slurm.owned import my_plain_jobs
     from slurmctl.slurm.runner import answer_within
 
     try:
         with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            return my_plain_jobs(ctx.client, ctx.registry.uid)
+            return my_plain_jobs(ctx.client, COMMENT_PREFIX, ctx.registry.uid)
     except SlurmUnreachable:
         return []
 

@@ -538,8 +538,13 @@ def _frame_text(m: re.Match) -> str:
     return f"{m[1]}:{m[2]}" + (f" in {m[3]}" if m[3] else "")
 
 
+# Longer lines are read up to this many characters: a frame or exception pattern scanned across a
+# megabyte-long line (a progress bar without newlines, binary junk) costs quadratic time.
+_MAX_LINE_CHARS = 4096
+
+
 def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
-    lines = [t for t, _ in cleaned]
+    lines = [t[:_MAX_LINE_CHARS] for t, _ in cleaned]
     r = LogReading()
     root = launcher_root_cause(lines)
     for i, line in enumerate(lines):

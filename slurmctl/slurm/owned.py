@@ -1,39 +1,51 @@
 """The caller's own Slurm jobs by id, and the caller's jobs that are no run of the platform.
 
 Whose job it is is decided on the numeric uid Slurm prints (squeue %U, sacct UID): the controller
-sets it from the submitter's credentials, no user writes it. Only fixed-format fields are asked for
-in the ownership query, so a job name or comment holding newlines or our separator cannot forge
-another job's line.
+sets it from the submitter's credentials, no user writes it. The ownership query asks for fixed-format
+fields only; every listing that carries a user-written field (name, comment) is sealed per call
+(slurm/parsing.py), so no job name or comment can forge another job's record.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import pwd
 from dataclasses import dataclass
 
-from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
-from slurmctl.errors import RunNotFound, RunNotOwned
-from slurmctl.slurm.parsing import SEP
-from slurmctl.slurm.records import RUN_COMMENT_PREFIX, Job
+from slurmctl.durations import human_duration
+from slurmctl.errors import RunNotFound, RunNotOwned, SlurmCommandError
+from slurmctl.slurm.parsing import SEP, JobQuery
+from slurmctl.slurm.records import Job
 
-_UID_RE = re.compile(r"[^()]*\((\d+)\)")
+# One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
+OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
+                                   "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
+                                   "exit_code", "user", "tres", "name", "comment"), "squeue -O")
+# Every job of that id in accounting (ids restart when a cluster is rebuilt): the caller's newest is taken.
+OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
+                                           "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
+                                           "end_time", "exit_code", "user", "tres", "name", "comment"), "sacct")
+# The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
+PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "name",
+                                "comment"), "squeue -o")
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def _owner_uid(client, job_id: int) -> int | None:
-    """The uid of job `job_id` (squeue while it is queued or running, else sacct); None if unknown."""
-    result = client._run(["squeue", "-h", "-j", str(job_id), "-o", f"%A{SEP}%U"], check=False)
+    """The uid of job `job_id`: the controller's while it knows the job (queued, running, or ended
+    within MinJobAge: `squeue -t all`), else accounting's newest job of that id; None if unknown.
+    Accounting lags behind and, after job ids were reset, holds older jobs of that id (another user's)."""
+    result = client._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", f"%A{SEP}%U"], check=False)
     for line in result.stdout.splitlines() if result.returncode == 0 else []:
         jid, _, uid = line.partition(SEP)
         if jid == str(job_id) and uid.isdigit():
             return int(uid)
-    # An ended job leaves squeue at once but stays with the controller for MinJobAge: ask it before
-    # accounting, which lags behind and, after job ids were reset, may still hold an older job of
-    # that id (another user's). UserId=name(uid): a line with a key twice is refused (job_info).
-    info = client.job_info(job_id)
-    if info is not None:
-        uid = _UID_RE.fullmatch(info.raw.get("UserId", ""))
-        return int(uid.group(1)) if uid else None
     result = client._run(["sacct", "-n", "-P", "-X", "-a", "--duplicates", f"--delimiter={SEP}", "-j", str(job_id),
                           "-o", "JobIDRaw,UID,Submit"], check=False)
     rows = []
@@ -61,7 +73,7 @@ def owned_job_id(client, job_id: int, uid: int | None = None) -> int:
 class PlainJobRow:
     """One of the caller's queued or running jobs that is no run of the platform (ls)."""
 
-    job_id: str  # '<array>_<task>' for an array task, as squeue prints it
+    job_id: str
     state: str
     partition: str
     num_nodes: int
@@ -72,74 +84,39 @@ class PlainJobRow:
         return {"kind": "sbatch", "run_id": None, **self.__dict__}
 
 
-def my_plain_jobs(client, uid: int | None = None) -> list[PlainJobRow]:
-    """The caller's active jobs without a run comment, one `squeue --me`. The uid column is checked
-    again (a remote login node's `--me` is whoever logged in); the name is the last field and the
-    comment the one before it, both the caller's own text."""
+def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> list[PlainJobRow]:
+    """The caller's active jobs whose comment does not start with `run_comment_prefix` (the platform's
+    runs), one sealed `squeue --me`. The owner is checked again (a remote login node's `--me` is
+    whoever logged in)."""
     uid = os.geteuid() if uid is None else uid
-    fields = ["%i", "%U", "%T", "%P", "%D", "%M", "%k", "%j"]
-    result = client._run(["squeue", "-h", "-r", "--me", "-o", SEP.join(fields)])
-    rows = []
-    for line in result.stdout.splitlines():
-        values = line.split(SEP, len(fields) - 1)
-        if len(values) != len(fields) or not values[1].isdigit() or not values[0].replace("_", "").isdigit():
-            continue  # a continuation of a name or comment holding a newline
-        job_id, owner, state, partition, nodes, elapsed, comment, name = values
-        if int(owner) != uid or comment.startswith(RUN_COMMENT_PREFIX):
-            continue
-        rows.append(PlainJobRow(job_id, state, partition, int(nodes) if nodes.isdigit() else 0, elapsed, name))
-    return rows
-
-
-_HISTORY_FIELDS = ["JobIDRaw", "UID", "Submit", "Start", "End", "State", "Reason", "Partition", "NNodes", "NodeList",
-                   "ElapsedRaw", "TimelimitRaw", "ExitCode", "AllocTRES", "Comment", "JobName"]
-
-
-def _null(text: str | None) -> str:
-    return "" if text in {None, "None", "(null)", "Unknown", "N/A"} else text
-
-
-def _count(text: str) -> int:
-    """NumNodes as scontrol prints it: '2', or a range '1-2' while pending."""
-    first = text.split("-")[0]
-    return int(first) if first.isdigit() else 0
+    me = _user_name(uid)
+    jobs = client._listing(PLAIN, ["squeue", "-h", "-r", "--me"])
+    return [PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
+                        human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name)
+            for j in jobs if j.user == me and not j.comment.startswith(run_comment_prefix)]
 
 
 def owned_job(client, job_id: int, uid: int | None = None) -> Job | None:
     """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's):
-    from the controller (`scontrol show job`, which refuses a line with a key twice) while it knows
-    the job, else from accounting, the newest job of that id (ids restart when a cluster is rebuilt,
-    and accounting keeps the older jobs). Only this job's own line is read, never the whole queue."""
+    from the controller while it knows the job, else from accounting, the caller's newest job of
+    that id. Only this job's own records are read, never the whole queue."""
     uid = os.geteuid() if uid is None else uid
     owned_job_id(client, job_id, uid)
-    info = client.job_info(job_id)
-    if info is not None:
-        f = info.raw
-        submit, start = parse_slurm_timestamp(f.get("SubmitTime", "")), parse_slurm_timestamp(f.get("StartTime", ""))
-        return Job(job_id=job_id, name=f.get("JobName", ""), state=f.get("JobState", ""),
-                   reason=_null(f.get("Reason")), partition=f.get("Partition", ""),
-                   num_nodes=_count(f.get("NumNodes", "")), nodelist=_null(f.get("NodeList")),
-                   elapsed_seconds=parse_slurm_duration(f.get("RunTime", "")),
-                   time_limit_seconds=parse_slurm_duration(f.get("TimeLimit", "")),
-                   submit_time=submit, start_time=start if info.start_time else None,
-                   end_time=parse_slurm_timestamp(f.get("EndTime", "")) if info.end_time else None,
-                   exit_code=f.get("ExitCode", ""), comment=_null(f.get("Comment")),
-                   user=str(uid), tres=f.get("TRES", ""), source="scontrol")
-    result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", f"--delimiter={SEP}", "-j", str(job_id),
-                          "-o", ",".join(_HISTORY_FIELDS)], check=False)
-    rows = []
-    for line in result.stdout.splitlines() if result.returncode == 0 else []:
-        values = line.split(SEP, len(_HISTORY_FIELDS) - 1)
-        if len(values) == len(_HISTORY_FIELDS) and values[0] == str(job_id) and values[1] == str(uid):
-            rows.append(values)
-    if not rows:
+    me = _user_name(uid)
+    try:
+        result, seal = client._sealed(OWNED_NOW, ["squeue", "-h", "-t", "all", "-j", str(job_id)])
+        found = [j for j in OWNED_NOW.parse(result.stdout, seal, client.rejects, "squeue") if j.job_id == job_id]
+        if found and found[0].user == me:
+            return found[0]
+    except SlurmCommandError:
+        pass  # the controller no longer knows the job ('Invalid job id'): accounting does
+    try:
+        result, seal = client._sealed(OWNED_HISTORY, ["sacct", "-n", "-P", "-X", "--duplicates"], ["-j", str(job_id)])
+    except SlurmCommandError:
         return None
-    (_, _, submit, start, end, state, reason, partition, nodes, nodelist, elapsed, limit, exit_code, tres, comment,
-     name) = max(rows, key=lambda r: r[2])
-    return Job(job_id=job_id, name=name, state=state.split(" ")[0], reason=_null(reason), partition=partition,
-               num_nodes=_count(nodes), nodelist=_null(nodelist),
-               elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
-               time_limit_seconds=int(limit) * 60 if limit.isdigit() else None,
-               submit_time=parse_slurm_timestamp(submit), start_time=parse_slurm_timestamp(start),
-               end_time=parse_slurm_timestamp(end), exit_code=exit_code, comment=comment, user=str(uid),
-               tres=tres, source="sacct")
+    rows = []
+    for values in OWNED_HISTORY.records(result.stdout, seal, client.rejects):
+        job = OWNED_HISTORY.parse_values(values, client.rejects, "sacct")
+        if job is not None and job.job_id == job_id and job.user == me:
+            rows.append(job)
+    return max(rows, key=lambda j: j.submit_time.timestamp() if j.submit_time else 0.0) if rows else None

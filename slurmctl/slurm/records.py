@@ -111,8 +111,6 @@ class JobInfo:
 
     @classmethod
     def from_job(cls, job: Job) -> JobInfo:
-        from slurmctl.slurm.parsing import tres_gpus
-
         gpus, model = tres_gpus(job.tres)
         return cls(job_id=job.job_id, state=job.state, exit_code=job.exit_code, restarts=job.restarts,
                    start_time=job.start_time.timestamp() if job.start_time else None,

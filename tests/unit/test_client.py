@@ -10,7 +10,8 @@ from slurmctl.errors import ForgedSlurmOutput, SlurmCommandError, SlurmUnreachab
 from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm import client as client_module
 from slurmctl.slurm.client import SlurmClient
-from slurmctl.slurm.parsing import field_separator, gres_gpus, new_seal, parse_tres, record_end, tres_gpus
+from slurmctl.slurm.parsing import field_separator, gres_gpus, new_seal, parse_tres, record_end
+from slurmctl.slurm.records import tres_gpus
 
 from .fakes import JOBS, TEST_SEAL, ReplayRunner, sacct_output, squeue_output
 
