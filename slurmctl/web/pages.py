@@ -56,8 +56,7 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
     from slurmctl.observe.status import runs_statuses, unreachable_statuses
 
     if operator:
-        owned = ctx.registry.list_all_users()
-        owned = owned[-limit:] if limit else owned
+        owned = ctx.registry.list_all_users(limit)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:
