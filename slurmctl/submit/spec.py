@@ -86,7 +86,8 @@ class BuildSpec(_Strict):
 
     dockerfile: str = Field("Dockerfile", description="Dockerfile, relative to workdir")
     context: str = Field(".", description="build context directory, relative to workdir")
-    repository: str | None = Field(None, description="repository in the site registry; default: slurmctl/<name>")
+    repository: str | None = Field(None, description="repository in the site registry; default: <user>/<name> (a user "
+                                      "pushes only under their own name)")
     args: dict[str, str] = Field(default_factory=dict, description="Docker build arguments (--build-arg)")
 
 
