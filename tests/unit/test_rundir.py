@@ -226,7 +226,8 @@ def test_a_reader_who_is_not_the_owner_reads_bounded_tails_and_a_bounded_listing
     """root (the operator's ls, status, web view) reads the newest bytes of another user's
     attempts.jsonl and metrics.jsonl and looks at a bounded number of their run directories; the
     owner reads all of it."""
-    from slurmctl.rundir import layout, registry as registry_module
+    from slurmctl.rundir import layout
+    from slurmctl.rundir import registry as registry_module
 
     owner = RunRegistry(tmp_path, "mallory", uid=OTHER_UID)
     owner.root.mkdir(mode=0o700)
