@@ -101,7 +101,8 @@ def operator_ls(site_file: Path, repeat: int, code: Path) -> float:
     argv = [sys.executable, "-m", "slurmctl.cli", "ls", "--all-users", "--json"]
 
     def once():
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+        # cwd: `python -m` puts it first on sys.path, so it must be the checkout measured
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=code)
         if done.returncode != 0:
             raise SystemExit(f"ls --all-users failed: {done.stderr[-2000:]}")
         return done
