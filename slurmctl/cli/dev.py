@@ -14,16 +14,17 @@ from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ct
 @click.option("--jupyter", is_flag=True, help="Start JupyterLab on the node and print the ssh -L tunnel and URL.")
 @click.option("--partition", help="Dev partition (default: l4-dev, else the site's smoke_partition).")
 @click.option("--gpus", default=1, show_default=True, type=click.IntRange(0, 64), help="GPUs on the node.")
-@click.option("--port", default=8888, show_default=True, type=click.IntRange(1024, 65535), help="JupyterLab port.")
+@click.option("--port", type=click.IntRange(1024, 65535),
+              help="JupyterLab: the tunnel's port on your laptop (default: the free port Jupyter got on the node).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (the exact command); allocate nothing.")
 @json_option
 @pass_ctx
-def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | None, gpus: int, port: int,
+def dev(ctx: Context, time_: str, idle: str, jupyter: bool, partition: str | None, gpus: int, port: int | None,
         dry_run: bool, as_json: bool) -> None:
     """Open a shell (or JupyterLab) on a dev GPU node; the allocation ends at --time or when idle."""
     from slurmctl.control.dev import DevRequest, jupyter_plan, run_shell, shell_plan, start_jupyter
 
-    request = DevRequest(time=time_, idle=idle, jupyter=jupyter, partition=partition, gpus=gpus, port=port)
+    request = DevRequest(time=time_, idle=idle, jupyter=jupyter, partition=partition, gpus=gpus, local_port=port)
     if dry_run:
         plan = jupyter_plan(ctx.site, request, "<token>") if jupyter else shell_plan(ctx.site, request)
         if as_json:

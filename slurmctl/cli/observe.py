@@ -146,10 +146,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
     wanted = None if show_all else limit
     if all_users:
-        owned = ctx.registry.list_all_users()
-        if after is not None:
-            owned = [(u, r) for u, r in owned if (r.meta.get("created") or 0) >= after]
-        owned = owned[-wanted:] if wanted else owned
+        owned = ctx.registry.list_all_users(wanted, since=after)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site_view)
     else:

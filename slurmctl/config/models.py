@@ -121,7 +121,8 @@ class BuildSpec(_Strict):
 
     dockerfile: str = Field("Dockerfile", description="Dockerfile, relative to workdir")
     context: str = Field(".", description="build context directory, relative to workdir")
-    repository: str | None = Field(None, description="repository in the site registry; default: slurmctl/<name>")
+    repository: str | None = Field(None, description="repository in the site registry; default: <user>/<name> (a user "
+                                      "pushes only under their own name)")
     args: dict[str, str] = Field(default_factory=dict, description="Docker build arguments (--build-arg)")
 
 
@@ -377,6 +378,9 @@ class SiteConfig(_Strict):
     # node hooks and the orphan sweeper
     cost_records_dir: str = Field("/var/spool/slurmctl/cost-records",
                                   description="spool of per-attempt cost records (epilog)")
+    smoke_verdicts_dir: str = Field("/var/spool/slurmctl/smoke-verdicts",
+                                    description="root's record of passed smoke jobs (epilog); the require_smoke "
+                                    "gate trusts only it")
     dev_allocation_ttl: str = Field("8h", description="`slurmctl cleanup` releases dev-partition jobs running longer")
     ssh_upload_max_mb: float = Field(200, gt=0, description="through an SSH login node, submit uploads at most this "
                                      "much of the workdir (after .gitignore and .slurmctlignore)")

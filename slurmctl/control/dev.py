@@ -7,21 +7,26 @@ Two lifetimes bound every session, so a forgotten terminal never holds a GPU:
 
 The shell runs through `srun --pty` (locally, or `ssh -t` to the login node when a host is
 set), so the terminal is a real TTY on the node. JupyterLab runs as a batch job (`sbatch
---wrap`) and slurmctl prints the exact `ssh -L` tunnel and the localhost URL.
+--wrap`, slurmctl/runtime/jupyter.py) on a free port bound to the node's 127.0.0.1; slurmctl reads
+the port and URL from the server file that Jupyter itself wrote for that job and prints the exact
+`ssh -L` tunnel (through the login node to the node) and the localhost URL.
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 import secrets
 import shlex
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from slurmctl.config.models import SiteConfig
 from slurmctl.durations import parse_duration, slurm_time
 from slurmctl.errors import SlurmctlError, SpecError
+from slurmctl.runtime.jupyter import read_server_file, runtime_dir
 
 DEV_JOB_NAME = "slurmctl-dev"
 DEFAULT_PARTITION = "l4-dev"
@@ -34,7 +39,7 @@ class DevRequest:
     jupyter: bool = False
     partition: str | None = None
     gpus: int = 1
-    port: int = 8888
+    local_port: int | None = None  # the tunnel's port on the laptop; default: the port Jupyter got on the node
     shell: str = "bash"
 
     def time_seconds(self) -> int:
@@ -105,13 +110,9 @@ def shell_plan(site: SiteConfig, request: DevRequest) -> DevPlan:
     return DevPlan(partition, gpu_type, slurm_time(request.time_seconds()), idle, args, command, {"TMOUT": str(idle)})
 
 
-def jupyter_command(port: int, idle: int) -> str:
-    """The job's command: JupyterLab on all interfaces of the node, token from $JUPYTER_TOKEN."""
-    return shlex.join([
-        "jupyter", "lab", "--no-browser", "--ip=0.0.0.0", f"--port={port}",
-        f"--ServerApp.shutdown_no_activity_timeout={idle}",
-        f"--MappingKernelManager.cull_idle_timeout={idle}", "--MappingKernelManager.cull_interval=60",
-    ])
+def jupyter_command(python: str, idle: int) -> str:
+    """The job's command: slurmctl's launcher, which starts JupyterLab on a free loopback port."""
+    return shlex.join([python, "-m", "slurmctl.runtime.jupyter", "--idle", str(int(idle))])
 
 
 def jupyter_plan(site: SiteConfig, request: DevRequest, token: str) -> DevPlan:
@@ -121,15 +122,18 @@ def jupyter_plan(site: SiteConfig, request: DevRequest, token: str) -> DevPlan:
     # The token travels in the job's environment (`env TOKEN=.. sbatch`), not in its script, so it
     # never shows in `scontrol show job`.
     command = ["sbatch", "--parsable", *args, "--export=ALL,JUPYTER_TOKEN",
-               f"--wrap={jupyter_command(request.port, idle)}"]
+               f"--wrap={jupyter_command(site.python, idle)}"]
     return DevPlan(partition, gpu_type, slurm_time(request.time_seconds()), idle, args, command,
                    {"JUPYTER_TOKEN": token})
 
 
-def tunnel_command(login: str | None, node: str, port: int) -> str:
-    """What the user runs on the laptop: local port -> node:port through the login node (quoted, and
-    `--` before the destination, as in every ssh argv slurmctl builds)."""
-    return shlex.join(["ssh", "-N", "-L", f"{int(port)}:{node}:{int(port)}", "--", login or socket.getfqdn()])
+def tunnel_command(login: str | None, node: str, node_port: int, local_port: int | None = None) -> str:
+    """What the user runs on the laptop: local port -> the node's 127.0.0.1:port, through the login
+    node as a jump host (Jupyter listens on the node's loopback only). Quoted, and `--` before the
+    destination, as in every ssh argv slurmctl builds."""
+    local = int(local_port or node_port)
+    return shlex.join(["ssh", "-N", "-L", f"{local}:127.0.0.1:{int(node_port)}", "-J", login or socket.getfqdn(),
+                       "--", node])
 
 
 def run_shell(plan: DevPlan, client) -> tuple[int, float]:
@@ -144,7 +148,7 @@ def run_shell(plan: DevPlan, client) -> tuple[int, float]:
 class JupyterSession:
     job_id: int
     node: str
-    port: int
+    port: int  # the port Jupyter listens on, on the node's 127.0.0.1 (from its own server file)
     token: str
     tunnel: str
     url: str
@@ -156,26 +160,31 @@ class JupyterSession:
 
 
 def start_jupyter(site: SiteConfig, request: DevRequest, client, login: str | None,
-                  wait_seconds: float = 300) -> JupyterSession:
-    """Submit the JupyterLab job, wait until it runs, and say how to reach it."""
+                  wait_seconds: float = 300, home: Path | None = None) -> JupyterSession:
+    """Submit the JupyterLab job, wait until Jupyter wrote its server file, and say how to reach it."""
     token = secrets.token_urlsafe(24)
     plan = jupyter_plan(site, request, token)
     job_id = client.submit_wrapped(plan.command[2:], environment=plan.environment)
+    directory = runtime_dir(home or Path.home(), job_id)
     deadline = time.monotonic() + wait_seconds
     while True:
         job = client.jobs([job_id]).get(job_id)
-        if job and job.state == "RUNNING" and job.nodelist:
+        server = read_server_file(directory, os.getuid()) if job and job.state == "RUNNING" else None
+        if server is not None and job.nodelist:
             node = job.nodelist
             break
         if job and not job.active:
-            raise SlurmctlError(f"The JupyterLab job {job_id} ended before it started ({job.state}).",
+            raise SlurmctlError(f"The JupyterLab job {job_id} ended before Jupyter started ({job.state}).",
                                 f"See `sacct -j {job_id}` and the job's slurm-{job_id}.out.", code="dev-failed")
         if time.monotonic() > deadline:
             client.cancel(job_id)
-            raise SlurmctlError(f"The JupyterLab job {job_id} did not start within {wait_seconds:.0f} s; cancelled it.",
-                                "The dev partition is busy; try again later or with a shorter --time.",
+            raise SlurmctlError(f"JupyterLab of job {job_id} did not start within {wait_seconds:.0f} s; cancelled it.",
+                                f"The dev partition may be busy; else see the job's slurm-{job_id}.out.",
                                 code="dev-timeout")
-        time.sleep(2)
-    url = f"http://localhost:{request.port}/lab?token={token}"
-    return JupyterSession(job_id, node, request.port, token, tunnel_command(login, node, request.port), url,
+        time.sleep(1)
+    port = server["port"]
+    local = request.local_port or port
+    path = server["url"].split(f":{port}", 1)[1] or "/"
+    url = f"http://localhost:{local}{path.rstrip('/')}/lab?token={server.get('token') or token}"
+    return JupyterSession(job_id, node, port, token, tunnel_command(login, node, port, local), url,
                           plan.time_limit, plan.idle_seconds)

@@ -17,6 +17,12 @@ from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_cappe
 
 # About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
 RECENT_EVENTS_BYTES = 8 * 1024
+# What a reader who does not own a run reads of its ever-growing files (root's `ls --all-users`,
+# status and web view of another user's run, a teammate): only the newest bytes, so one user's
+# 64 MiB (or hard-linked) file costs everyone else one bounded read. The owner reads the whole file
+# (up to read_jsonl's cap): a huge file of their own slows only them.
+OTHERS_EVENTS_BYTES = 64 * 1024  # ~600 events: every attempt of any real run
+OTHERS_METRICS_BYTES = 1024 * 1024  # ~10,000 steps for a chart
 
 # --- the layout ------------------------------------------------------------------------------
 RUN_YAML = "run.yaml"
@@ -54,6 +60,14 @@ COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
 SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
 _STEP_WINDOW = 50  # metrics.jsonl records used for the current step rate
+
+
+def _owned_by_caller(path: Path) -> bool:
+    """The file is the caller's own (a missing one too: the reader then finds nothing)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_uid == os.geteuid()
+    except OSError:
+        return True
 
 
 def is_run_id(text: str) -> bool:
@@ -294,7 +308,16 @@ class Run:
             return self.default_checkpoint_dir
 
     def events(self) -> list[dict]:
-        return read_jsonl(self.attempts_path)
+        """attempts.jsonl: all of it for its owner, the newest OTHERS_EVENTS_BYTES for anyone else."""
+        if _owned_by_caller(self.attempts_path):
+            return read_jsonl(self.attempts_path)
+        return tail_jsonl(self.attempts_path, 0, OTHERS_EVENTS_BYTES)
+
+    def metrics_records(self) -> list[dict]:
+        """metrics.jsonl: all of it for its owner, the newest OTHERS_METRICS_BYTES for anyone else."""
+        if _owned_by_caller(self.metrics_path):
+            return read_jsonl(self.metrics_path)
+        return tail_jsonl(self.metrics_path, 0, OTHERS_METRICS_BYTES)
 
     def recent_events(self, max_bytes: int = RECENT_EVENTS_BYTES) -> list[dict]:
         """The newest events only, within `max_bytes` of attempts.jsonl's end: what readers of a run

@@ -8,7 +8,7 @@ import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned
+from slurmctl.errors import ConfigError, RunNotFound, RunNotOwned, SlurmctlError
 from slurmctl.rundir.layout import (
     CHECKPOINTS_DIR,
     LOGS_DIR,
@@ -40,6 +40,12 @@ def check_owned_dir(path: Path, what: str, uid: int) -> os.stat_result:
                           "so anyone could plant files in it.",
                           f"Remove the write bits (`chmod go-w {path}`) or ask the operator.")
     return st
+
+
+# How many entries of another user's runs directory the operator's listing looks at: a user with
+# 100,000 run directories makes root's `ls --all-users` slow only in what it shows of them (the rest
+# are not listed), never for the other users. A user's own listing has no such bound.
+OTHERS_DIR_ENTRIES = 5000
 
 
 class RunRegistry:
@@ -108,10 +114,13 @@ class RunRegistry:
         return Run(run_id, path)
 
     # --- lookups: only the caller's runs -------------------------------------------------------
-    @staticmethod
-    def _entries(directory: Path) -> list[os.DirEntry]:
+    def _entries(self, directory: Path) -> list[os.DirEntry]:
+        """The directory's entries; for a reader who is not its owner, the first OTHERS_DIR_ENTRIES."""
         try:
-            return list(os.scandir(directory))
+            with os.scandir(directory) as it:
+                if self.uid == os.geteuid():
+                    return list(it)
+                return [entry for entry, _ in zip(it, range(OTHERS_DIR_ENTRIES))]
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return []
 
@@ -127,6 +136,14 @@ class RunRegistry:
             if stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid):
                 found.append(entry)
         return found
+
+    @staticmethod
+    def _newest(entries: list[os.DirEntry], limit: int | None) -> list[os.DirEntry]:
+        """The `limit` most recently changed of one day's run dirs (or of the undated ones): only
+        their run.json is read, however many runs a user made that day."""
+        if limit is None or len(entries) <= limit:
+            return entries
+        return sorted(entries, key=lambda e: e.stat(follow_symlinks=False).st_mtime)[-limit:]
 
     @staticmethod
     def _sorted_runs(entries) -> list[Run]:
@@ -157,14 +174,14 @@ class RunRegistry:
             else:
                 undated.append(entry)
         first_day = "" if since is None else f"{datetime.fromtimestamp(since, UTC):%Y%m%d}"
-        chosen, found, extra_days = self._owned_dirs(undated, self.uid), 0, 1
+        chosen, found, extra_days = self._newest(self._owned_dirs(undated, self.uid), limit), 0, 1
         for day in sorted(by_day, reverse=True):
             if day < first_day or (limit is not None and found >= limit):
                 if extra_days == 0:
                     break
                 extra_days -= 1
-            runs_of_day = [e for e in self._owned_dirs(by_day[day], self.uid)
-                           if os.path.isfile(os.path.join(e.path, RUN_JSON))]
+            owned = self._newest(self._owned_dirs(by_day[day], self.uid), limit)
+            runs_of_day = [e for e in owned if os.path.isfile(os.path.join(e.path, RUN_JSON))]
             chosen += runs_of_day
             found += len(runs_of_day)
         runs = self._sorted_runs(chosen)
@@ -172,8 +189,10 @@ class RunRegistry:
             runs = [r for r in runs if (r.meta.get("created") or 0) >= since]
         return runs[-limit:] if limit else runs
 
-    def list_all_users(self) -> list[tuple[str, Run]]:
-        """(user, run) for every user's runs: the operator's read-only view (root only)."""
+    def list_all_users(self, limit: int | None = None, since: float | None = None) -> list[tuple[str, Run]]:
+        """(user, run) for every user's runs, newest `limit` of all: the operator's read-only view
+        (root only). Each user's runs are found as that user's own `recent(limit, since)` would,
+        bounded per user (OTHERS_DIR_ENTRIES), so one user's many directories slow no one else."""
         if os.geteuid() != 0:
             raise RunNotOwned("only the operator (root) can list every user's runs.",
                               "Drop --all-users to list your own runs.")
@@ -187,9 +206,15 @@ class RunRegistry:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode):  # a symlinked user dir is skipped, never followed
-                found += [(entry.name, run) for run in self._runs_in(Path(entry.path), st.st_uid)]
-        return sorted(found, key=lambda ur: (ur[1].meta.get("created") or 0, ur[1].run_id))
+            if not stat.S_ISDIR(st.st_mode):  # a symlinked user dir is skipped, never followed
+                continue
+            try:
+                runs = RunRegistry(self.runs_root, entry.name, uid=st.st_uid).recent(limit, since)
+            except SlurmctlError:
+                continue  # not a runs directory slurmctl trusts (group-writable, ...): nothing of it is listed
+            found += [(entry.name, run) for run in runs]
+        found.sort(key=lambda ur: (ur[1].meta.get("created") or 0, ur[1].run_id))
+        return found[-limit:] if limit else found
 
     def get(self, ref: str) -> Run:
         """One of the caller's runs by id, unique id prefix, name (its newest run) or run dir path.

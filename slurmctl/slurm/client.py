@@ -72,7 +72,7 @@ SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition",
 QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tres"), "squeue -O")
 # the node hooks' view of one job (JobInfo): what `scontrol show job` would say, sealed
 JOB_INFO = JobQuery("job_info", ("job_id", "state", "exit_code", "restarts", "start_time", "end_time", "batch_host",
-                                 "nodelist", "tres", "std_out", "work_dir"), "squeue -O")
+                                 "nodelist", "tres", "std_out", "work_dir", "name"), "squeue -O")
 HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
                                "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
                                "name", "comment"), "sacct")
@@ -251,6 +251,12 @@ class SlurmClient(ClusterQueries):
             raise
         job = next((j for j in jobs if j.job_id == int(job_id)), None)
         return JobInfo.from_job(job) if job is not None else None
+
+    def batch_script(self, job_id: int, timeout: float = 60.0) -> str | None:
+        """The batch script slurmctld stored for the job (`scontrol write batch_script JOB -`; root or
+        the owner, while the controller remembers the job); None when it has none or forgot it."""
+        result = self._run(["scontrol", "write", "batch_script", str(int(job_id)), "-"], timeout=timeout, check=False)
+        return result.stdout if result.returncode == 0 else None
 
     def node_job_ids(self, node: str, timeout: float = 60.0) -> set[int]:
         """Jobs Slurm still runs on `node` (running, completing, configuring, suspended). %A, not %i:

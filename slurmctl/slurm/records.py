@@ -108,6 +108,7 @@ class JobInfo:
     work_dir: str = ""
     gpu_model: str | None = None
     gpu_count: int = 0
+    name: str = ""  # the job name, user-written (the smoke verdict reads its code hash from it)
 
     @classmethod
     def from_job(cls, job: Job) -> JobInfo:
@@ -116,7 +117,7 @@ class JobInfo:
                    start_time=job.start_time.timestamp() if job.start_time else None,
                    end_time=job.end_time.timestamp() if job.end_time else None,
                    batch_host=job.batch_host, nodelist=job.nodelist, std_out=job.std_out, work_dir=job.work_dir,
-                   gpu_model=model or None, gpu_count=gpus)
+                   gpu_model=model or None, gpu_count=gpus, name=job.name)
 
 
 # Earlier names of the same shape (the exporter's snapshot rows, quota's rows).

@@ -20,7 +20,7 @@ from pathlib import Path
 from slurmctl.config.models import BuildSpec, RunSpec, SiteConfig
 from slurmctl.errors import ImageError
 from slurmctl.fsutil import read_json, write_atomic
-from slurmctl.rundir import RUN_JSON
+from slurmctl.rundir import RUN_JSON, current_user
 from slurmctl.submit.image_registry import Credential, SkopeoRegistry
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -187,7 +187,8 @@ def build_and_push(spec: RunSpec, site: SiteConfig, workdir: Path, engine: Engin
         raise ImageError(f"Dockerfile {dockerfile} does not exist.",
                          "Set build.dockerfile in run.yaml (relative to workdir).", code="image-build")
     registry = registry or SkopeoRegistry(site.containers.registry_auth_file)
-    ref = ImageRef.parse(f"{site.containers.registry}/{build.repository or 'slurmctl/' + spec.name}:"
+    # The user's own namespace by default: a site registry lets a user push only under <user>/.
+    ref = ImageRef.parse(f"{site.containers.registry}/{build.repository or current_user() + '/' + spec.name}:"
                          f"{code_hash(context, dockerfile, build.args)}")
     timings: dict[str, float] = {}
     if registry.has_tag(ref):

@@ -7,9 +7,10 @@ passes when the job completed, logged a step, and left a valid checkpoint named 
 end (runtime/attempt.py) and exits non-zero when it fails, so Slurm accounting's COMPLETED 0:0 is
 the verdict.
 
-The gate (`require_smoke: true` in site.yaml) trusts only Slurm accounting, never a file a user
-can write: it needs a job of the caller's, named after a smoke run of the same code+config hash
-(``<name>-smoke-<hash>-<date>-<hex>``), on the smoke partition, COMPLETED with exit code 0:0.
+The gate (`require_smoke: true` in site.yaml) trusts nothing a user can write: not the run dir,
+not a job name. It needs a verdict root's epilog wrote for one of the caller's jobs with the same
+code+config hash (smoke_verdicts.py: the job's stored batch script was a rendered smoke script and
+it exited 0:0) and sacct saying that job ran on the smoke partition and ended COMPLETED 0:0.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.fsutil import read_capped, tail_text_lines
-from slurmctl.rundir import Run, RunRegistry, current_user
+from slurmctl.rundir import Run, current_user
 from slurmctl.runtime.attempt import check_round_trip
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.smoke_verdicts import read_verdicts
 
 SMOKE_ENV = "SLURMCTL_SMOKE"
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "checkpoints", "wandb", "mlruns"}
@@ -79,25 +80,19 @@ def _code_files(workdir: Path):
         yield from (Path(root) / n for n in names if n.endswith(".py"))
 
 
-def _smoke_job_name_re(code_hash: str) -> re.Pattern:
-    return re.compile(rf"[a-z0-9][a-z0-9._-]*-smoke-{re.escape(code_hash)}-\d{{8}}-[0-9a-f]{{4}}")
-
-
-def smoke_passed(site: SiteConfig, code_hash: str, client: SlurmClient, registry: RunRegistry) -> dict | None:
-    """A passed smoke test of this code+config, as Slurm accounting records it (see the module doc).
-
-    The caller's run dirs only suggest which job ids to ask sacct about (one call); every fact that
-    decides comes from sacct: the job's user, name, partition, state and exit code.
-    """
+def smoke_passed(site: SiteConfig, code_hash: str, client: SlurmClient) -> dict | None:
+    """A passed smoke test of this code+config by the caller (see the module doc): a verdict root's
+    epilog wrote for one of the caller's jobs, on the smoke partition, that sacct says ended
+    COMPLETED 0:0 as the caller's. The user's run dirs and job names decide nothing."""
     if not code_hash:
         return None
-    name_re = _smoke_job_name_re(code_hash)
-    candidates = {job_id for run in registry.list() if name_re.fullmatch(run.run_id) for job_id in run.job_ids()}
-    if not candidates:
+    me, partition = current_user(), smoke_partition(site)
+    verdicts = {v["job_id"]: v for v in read_verdicts(site.smoke_verdicts_dir, me, code_hash)
+                if v.get("partition") == partition}
+    if not verdicts:
         return None
-    partition, me = smoke_partition(site), current_user()
-    for job in sorted(client.history(candidates), key=lambda j: j.job_id, reverse=True):
-        if (job.user == me and name_re.fullmatch(job.name) and job.partition == partition
+    for job in sorted(client.history(verdicts), key=lambda j: j.job_id, reverse=True):
+        if (job.job_id in verdicts and job.user == me and job.partition == partition
                 and job.state == "COMPLETED" and job.exit_code == "0:0"):
             return {"passed": True, "run_id": job.name, "job_id": job.job_id, "code_hash": code_hash}
     return None

@@ -159,7 +159,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
                                allow_mutable_image=opts.allow_mutable_image, smoke=opts.smoke)
     registry = RunRegistry(site.runs_root_path)
     if site.require_smoke and not opts.smoke:
-        report.add(_smoke_gate(site, code_hash, spec_path, client, registry))
+        report.add(_smoke_gate(site, code_hash, spec_path, client))
     _stop_unless_forced(report, opts)
     # Build/push if asked, then pin the image to the registry's digest (preflight enforced the tag rule).
     image = resolve_run_image(spec, site, workdir, build=opts.build, allow_mutable=True)
@@ -227,10 +227,9 @@ def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:
         raise PreflightFailed(report)
 
 
-def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path, client: SlurmClient,
-                registry: RunRegistry) -> CheckResult:
-    result = CheckResult("smoke-gate", "a smoke test of this code+config passed (Slurm accounting)")
-    record = smoke_passed(site, code_hash, client, registry)
+def _smoke_gate(site: SiteConfig, code_hash: str, spec_path: Path, client: SlurmClient) -> CheckResult:
+    result = CheckResult("smoke-gate", "a smoke test of this code+config passed (root's verdict, Slurm accounting)")
+    record = smoke_passed(site, code_hash, client)
     if record:
         result.note = f"{record['run_id']}, job {record['job_id']} (code+config {code_hash})"
     else:

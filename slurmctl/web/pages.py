@@ -62,8 +62,7 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
               descending: bool = True) -> dict:
     """The rows `slurmctl ls -n LIMIT` (or `ls --all-users` for the operator) shows, filtered and sorted."""
     if operator:
-        owned = ctx.registry.list_all_users()
-        owned = owned[-limit:] if limit else owned
+        owned = ctx.registry.list_all_users(limit)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.charts import Chart, Marker, Series
 from slurmctl.rundir import Run
 
@@ -32,7 +31,7 @@ def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker
     """[(segment label, its metric records)] in order, and the restart markers. A segment is an
     attempt (a Slurm start) or, after a crash restarted inside the allocation, the rest of it."""
     events = _current_starts(run.events())
-    records = [r for r in read_jsonl(run.metrics_path) if isinstance(r.get("step"), int)]
+    records = [r for r in run.metrics_records() if isinstance(r.get("step"), int)]
     bounds = [e for e in events if e.get("event") in {"start", "step-restart"} and _number(e.get("time")) is not None]
     if not any(e.get("event") == "start" for e in bounds):
         return ([("run", records)] if records else []), []

@@ -53,8 +53,9 @@ def basic(user: str, password: str) -> dict:
 @pytest.fixture(scope="module")
 def images():
     """The engine + registries up, and site configs (the live one) that run images with podman:
-    `env` pushes to the open registry, `auth_env` to the one that needs a login. The site files
-    are world-readable (users read them); nothing secret is in them."""
+    `env` uses the site registry (a login per user, pushes under <user>/ only), `auth_env` the one
+    with the robot's htpasswd login. The site files are world-readable (users read them); nothing
+    secret is in them."""
     up = subprocess.run([str(REPO / "deploy/local/images-up")], capture_output=True, text=True, timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     site = yaml.safe_load(find_site_config().read_text())
@@ -207,7 +208,8 @@ def test_arm64_image_is_refused_for_amd64_nodes(images, user_dir):
     """A real arm64 image config in the registry (podman import --arch); nothing is submitted."""
     tag = f"{images['registry']}/slurmctl/fake-arm64:{uuid.uuid4().hex[:6]}"
     tiny_image(images, tag, arch="arm64")
-    digest, config = SkopeoRegistry().resolve(ImageRef.parse(tag), "amd64")
+    robot_file = IMAGES / "etc/registry-auth/nodes-auth.json"  # users may not read slurmctl/ images as root does
+    digest, config = SkopeoRegistry(site_auth_file=str(robot_file)).resolve(ImageRef.parse(tag), "amd64")
     assert config["architecture"] == "arm64"
 
     name = f"arm-{uuid.uuid4().hex[:6]}"
@@ -243,14 +245,19 @@ def alice_file(path: Path, data: dict) -> Path:
 
 @pytest.fixture
 def alice_auth(images):
-    """alice's own auth files, removed after the test (her real home: the CLI runs as her)."""
+    """alice's own auth files, put back as they were after the test (her real home: the CLI runs as
+    her; images-up leaves her site-registry login in the first)."""
     home = as_user("alice").home
     made = [home / ".config" / "containers" / "auth.json", home / ".docker" / "config.json"]
-    for path in made:
-        assert not path.exists(), f"{path} exists before the test; it would be overwritten"
-    yield made
+    before = {path: path.read_bytes() if path.exists() else None for path in made}
     for path in made:
         path.unlink(missing_ok=True)
+    yield made
+    for path, data in before.items():
+        if data is None:
+            path.unlink(missing_ok=True)
+        else:
+            alice_file(path, json.loads(data))
 
 
 def test_alice_pins_a_private_image_with_her_own_login(images, user_dir, alice_auth):

@@ -8,6 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 
 from .conftest import REPO, as_user, give, slurmctl, slurmctl_json, write_run
@@ -71,7 +72,15 @@ def test_placement_picks_the_free_partition(workdir):
         bob.scancel(filler)
 
 
+SITE_YAML = Path("/etc/slurmctl/site.yaml")
+INSTALLED_SITE = yaml.safe_load(SITE_YAML.read_text()) if SITE_YAML.exists() else {}
+
+
+@pytest.mark.skipif("smoke_verdicts_dir" not in INSTALLED_SITE,
+                    reason="the cluster's installed epilog and site.yaml predate root's smoke verdicts: "
+                           "rerun deploy/local/up from this checkout")
 def test_smoke_on_l4_dev_gates_the_full_submit(workdir):
+    """End to end through the installed epilog: the smoke job's verdict is root's, and it opens the gate."""
     code = workdir / "tiny-lm"
     shutil.copytree(REPO / "examples" / "tiny-lm", code)
     with open(code / "train.py", "a") as fh:
@@ -89,3 +98,5 @@ def test_smoke_on_l4_dev_gates_the_full_submit(workdir):
     full = slurmctl_json("submit", code / "run.yaml", "--dry-run", env=env)
     gate = next(c for c in full["checks"] if c["name"] == "smoke-gate")
     assert gate["status"] == "ok" and smoke["run_id"] in gate["note"]
+    verdict = Path(INSTALLED_SITE["smoke_verdicts_dir"]) / "alice" / f"{smoke['code_hash']}.{smoke['job_id']}.json"
+    assert verdict.stat().st_uid == 0  # the installed epilog's, not a file of alice's

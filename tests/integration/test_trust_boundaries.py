@@ -194,3 +194,110 @@ def test_report_as_a_researcher_is_a_clear_refusal_or_only_their_own_showback(us
     shown = json.loads(alice.slurmctl("report", "--by", "user", "--since", "2d", "--format", "json",
                                       env={**CODE, "SLURMCTL_SITE_CONFIG": str(site_file)}).stdout)
     assert {g["group"] for g in shown["groups"]} <= {"alice"}, shown["groups"]
+
+
+def _epilog_smoke_verdict(job_id: int, user, verdicts: Path) -> list[str]:
+    """This checkout's epilog step, as root with the environment slurmd gives the Epilog of `job_id`
+    (user, uid, gid, partition and exit code as Slurm recorded them). Returns the hook's notes."""
+    from slurmctl.ops.hooks.config import HookConfig
+    from slurmctl.ops.hooks.epilog import record_smoke_verdict
+    from slurmctl.ops.hooks.jobinfo import query_job
+    from slurmctl.ops.hooks.prolog import HookResult
+
+    line = subprocess.run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "Partition,ExitCode"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    partition, exit_code = line.split("|")
+    env = {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_USER": user.name, "SLURM_JOB_UID": str(user.uid),
+           "SLURM_JOB_GID": str(user.gid), "SLURM_JOB_PARTITION": partition, "SLURM_JOB_EXIT_CODE2": exit_code,
+           "SLURMD_NODENAME": "l4-1", "SLURMCTL_LOCAL_DIR": str(STATE), "SLURMCTL_SMOKE_VERDICTS_DIR": str(verdicts)}
+    cfg = HookConfig.from_env(env)
+    result = HookResult()
+    record_smoke_verdict(cfg, env, query_job(cfg.slurm, job_id), result)
+    return result.notes
+
+
+def _wait_ended(job_id: int, timeout: float = 240) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"],
+                               capture_output=True, text=True).stdout.strip()
+        if state and state not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"):
+            return state
+        time.sleep(2)
+    raise AssertionError(f"job {job_id} did not end in {timeout} s")
+
+
+def test_smoke_gate_opens_only_on_roots_verdict_not_on_a_forged_smoke_job(workdir):
+    """bob copies alice's code, runs his own job under the smoke run's name on the smoke partition
+    (it just exits 0) and plants a run dir whose attempts.jsonl names it. Before: his full submit
+    passed the gate. After: only a verdict root's epilog wrote for a rendered smoke script opens
+    it, and alice's verdict opens only alice's gate. The epilog step is this checkout's code, run as
+    root with the hook's environment (the cluster's installed epilog runs the deployed checkout;
+    test_preflight.py::test_smoke_on_l4_dev_gates_the_full_submit covers that path once deployed)."""
+    import shutil
+    import tempfile
+
+    import yaml
+
+    alice, bob = as_user("alice"), as_user("bob")
+    verdicts = Path(tempfile.mkdtemp(prefix="slurmctl-smoke-verdicts-"))
+    os.chmod(verdicts, 0o755)
+    site = yaml.safe_load(Path("/etc/slurmctl/site.yaml").read_text())
+    site_file = Path(tempfile.mkdtemp(prefix="slurmctl-site-")) / "site.yaml"
+    site_file.write_text(yaml.safe_dump({**site, "require_smoke": True, "smoke_verdicts_dir": str(verdicts)}))
+    os.chmod(site_file.parent, 0o755)
+    os.chmod(site_file, 0o644)
+    env = {**CODE, "SLURMCTL_SITE_CONFIG": str(site_file)}
+    name = f"gate-{uuid.uuid4().hex[:6]}"
+    files = {"train.py": (REPO / "examples" / "tiny-lm" / "train.py").read_text()}
+    spec = {"name": name, "entrypoint": "train.py", "partition": "h100-ondemand", "gpus_per_node": 1,
+            "time_limit": "5m"}
+    alice_run = write_run(alice.make_dir("smoke-gate"), spec, files)
+    bob_run = write_run(bob.make_dir("smoke-gate"), spec, files)
+    forged_dir, forged_job, smoke_job = None, None, None
+    try:
+        code_hash = alice.slurmctl_json("submit", alice_run, "--dry-run", "--force", env=env)["code_hash"]
+        assert bob.slurmctl_json("submit", bob_run, "--dry-run", "--force", env=env)["code_hash"] == code_hash
+
+        # bob's forgery: the smoke name, the smoke partition, exit 0, a planted run dir
+        run_id = f"{name}-smoke-{code_hash}-20261201-f0f0"
+        forged_job = bob.sbatch("-p", site["smoke_partition"], "-t", "2", "-J", run_id, "--chdir=/tmp",
+                                "--output=/dev/null", f"--comment=slurmctl:{run_id}", "--wrap", "exit 0")
+        forged_dir = bob.runs_root / run_id
+        bob.run(["mkdir", "-p", str(forged_dir)], check=True)
+        bob.run([sys.executable, "-c", "import json, sys; d = sys.argv[1]; "
+                 "json.dump({'run_id': sys.argv[2], 'name': sys.argv[2], 'smoke': True, 'code_hash': sys.argv[3]}, "
+                 "open(d + '/run.json', 'w')); open(d + '/attempts.jsonl', 'w').write(json.dumps("
+                 "{'event': 'submitted', 'job_id': int(sys.argv[4])}) + '\\n')",
+                 str(forged_dir), run_id, code_hash, str(forged_job)], check=True)
+        assert _wait_ended(forged_job) == "COMPLETED"
+        notes = _epilog_smoke_verdict(forged_job, bob, verdicts)
+        assert notes == ["smoke verdict NOT written: the batch script is not a rendered smoke script"], notes
+        gated = bob.slurmctl("submit", bob_run, "--dry-run", "--json", env=env, check=False)
+        assert gated.returncode == 2 and "smoke-required" in gated.stdout + gated.stderr, gated.stdout
+
+        # alice's real smoke run; root's verdict opens her gate, and only hers
+        smoke = alice.slurmctl_json("submit", alice_run, "--smoke", env=env, timeout=500)
+        assert smoke["smoke"]["passed"], smoke["smoke"]
+        smoke_job = int(smoke["job_id"])
+        assert _wait_ended(smoke_job) == "COMPLETED"
+        assert alice.slurmctl("submit", alice_run, "--dry-run", "--json", env=env, check=False).returncode == 2
+        notes = _epilog_smoke_verdict(smoke_job, alice, verdicts)
+        assert notes == [f"smoke verdict {code_hash} for alice"], notes
+        user_dir = verdicts / "alice"
+        assert (user_dir.stat().st_uid, user_dir.stat().st_mode & 0o777) == (0, 0o755)
+        full = alice.slurmctl_json("submit", alice_run, "--dry-run", env=env)
+        gate = next(c for c in full["checks"] if c["name"] == "smoke-gate")
+        assert gate["status"] == "ok" and str(smoke_job) in gate["note"], gate
+        again = bob.slurmctl("submit", bob_run, "--dry-run", "--json", env=env, check=False)
+        assert again.returncode == 2 and "smoke-required" in again.stdout + again.stderr
+        # nobody but root writes a verdict: bob neither into alice's directory nor a directory of his own
+        assert bob.run(["cp", str(next(user_dir.iterdir())), str(user_dir / f"{code_hash}.1.json")]).returncode != 0
+        assert bob.run(["mkdir", str(verdicts / "bob")]).returncode != 0
+    finally:
+        if forged_job:
+            bob.scancel(forged_job)
+        if forged_dir is not None:
+            bob.run(["rm", "-rf", str(forged_dir)])
+        shutil.rmtree(verdicts, ignore_errors=True)
+        shutil.rmtree(site_file.parent, ignore_errors=True)

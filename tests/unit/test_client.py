@@ -179,13 +179,15 @@ def test_snapshot_counts_gpus_from_tres():
 
 def test_job_info_is_a_sealed_squeue_record_not_scontrol():
     fields = ["79", "COMPLETING", "15", "1", "2026-11-30T10:00:00", "2026-11-30T10:05:00", "h100-1", "h100-1",
-              "cpu=2,gres/gpu:h100=2,gres/gpu=2", "/tmp/o UserId=root(0)\nJobId=79 JobState=COMPLETED", "/tmp/a b"]
+              "cpu=2,gres/gpu:h100=2,gres/gpu=2", "/tmp/o UserId=root(0)\nJobId=79 JobState=COMPLETED", "/tmp/a b",
+              "x\nJobId=79 JobState=COMPLETED"]
     runner = ReplayRunner({"squeue": squeue_output(fields)})
     info = SlurmClient(runner).job_info(79)
     assert runner.calls[0][:6] == ["squeue", "-h", "-t", "all", "-j", "79"]
     assert (info.state, info.exit_code, info.restarts, info.gpu_count, info.gpu_model) == \
         ("COMPLETING", "0:15", 1, 2, "h100")
     assert info.std_out == fields[9] and info.work_dir == "/tmp/a b" and info.start_time is not None
+    assert info.name == fields[11]
 
 
 @pytest.mark.parametrize("tres, expected", [

@@ -24,13 +24,50 @@ def test_shell_plan_is_srun_pty_with_ttl_and_idle_logout():
     assert plan.command[6].startswith("--comment=slurmctl-dev:")
 
 
-def test_jupyter_plan_keeps_the_token_out_of_the_script():
-    plan = jupyter_plan(SITE, DevRequest(time="2h", idle="30m", jupyter=True, port=8899), "s3cret")
+def test_jupyter_plan_keeps_the_token_out_of_the_script_and_leaves_the_port_to_the_node():
+    plan = jupyter_plan(SITE, DevRequest(time="2h", idle="30m", jupyter=True), "s3cret")
     assert plan.command[:2] == ["sbatch", "--parsable"] and "--export=ALL,JUPYTER_TOKEN" in plan.command
     wrap = next(a for a in plan.command if a.startswith("--wrap="))
-    assert "--port=8899" in wrap and "shutdown_no_activity_timeout=1800" in wrap and "s3cret" not in wrap
+    assert wrap == f"--wrap={SITE.python} -m slurmctl.runtime.jupyter --idle 1800" and "s3cret" not in wrap
     assert plan.environment == {"JUPYTER_TOKEN": "s3cret"}
-    assert tunnel_command("alice@login", "l4-1", 8899) == "ssh -N -L 8899:l4-1:8899 -- alice@login"
+    assert tunnel_command("alice@login", "l4-1", 41234) == "ssh -N -L 41234:127.0.0.1:41234 -J alice@login -- l4-1"
+    assert tunnel_command("alice@login", "l4-1", 41234, 8899) == \
+        "ssh -N -L 8899:127.0.0.1:41234 -J alice@login -- l4-1"
+
+
+def test_the_job_starts_jupyter_on_loopback_with_no_port_retries():
+    from slurmctl.runtime.jupyter import free_loopback_port, jupyter_argv
+
+    argv = jupyter_argv("/py", 41234, 60)
+    assert argv[:3] == ["/py", "-m", "jupyterlab"] and "--ip=127.0.0.1" in argv
+    assert "--port=41234" in argv and "--port-retries=0" in argv
+    assert not any("0.0.0.0" in a for a in argv)
+    assert 1024 <= free_loopback_port() < 65536
+
+
+def test_the_url_comes_only_from_a_server_file_of_the_users_own(tmp_path):
+    import json
+    import os
+
+    from slurmctl.runtime.jupyter import private_dir, read_server_file, runtime_dir
+
+    directory = private_dir(runtime_dir(tmp_path, 77))
+    assert directory == tmp_path / ".local/state/slurmctl/jupyter/77" and directory.stat().st_mode & 0o777 == 0o700
+    uid = os.getuid()
+    assert read_server_file(directory, uid) is None
+    server = {"port": 41234, "url": "http://127.0.0.1:41234/", "token": "t", "pid": 1}
+    (directory / "jpserver-1.json").write_text(json.dumps({**server, "url": "http://0.0.0.0:8888/"}))
+    assert read_server_file(directory, uid) is None  # not a loopback URL on the port it names
+    (directory / "jpserver-1.json").write_text(json.dumps(server))
+    os.chmod(directory / "jpserver-1.json", 0o600)
+    assert read_server_file(directory, uid) == server
+    assert read_server_file(directory, uid + 1) is None  # someone else's directory
+    os.chmod(directory / "jpserver-1.json", 0o666)
+    assert read_server_file(directory, uid) is None  # writable by others
+    os.unlink(directory / "jpserver-1.json")
+    os.symlink(tmp_path / "elsewhere.json", directory / "jpserver-2.json")
+    (tmp_path / "elsewhere.json").write_text(json.dumps(server))
+    assert read_server_file(directory, uid) is None  # never followed
 
 
 @pytest.mark.parametrize("request_, message", [

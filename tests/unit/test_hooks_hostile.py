@@ -258,7 +258,8 @@ def job_info_output(**fields) -> str:
     """The hooks' sealed squeue record of one job (SlurmClient.job_info), defaults overridden by attr."""
     base = {"job_id": "4242", "state": "COMPLETING", "exit_code": "0", "restarts": "0",
             "start_time": "2026-11-30T10:00:00", "end_time": "Unknown", "batch_host": "n1", "nodelist": "n1",
-            "tres": "cpu=1,gres/gpu=1", "std_out": "/dev/null", "work_dir": "/tmp"}
+            "tres": "cpu=1,gres/gpu=1", "std_out": "/dev/null", "work_dir": "/tmp",
+            "name": "train-20261130-0001"}
     base.update(fields)
     return squeue_output([base[attr] for attr in JOB_INFO.attrs])
 

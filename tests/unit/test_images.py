@@ -130,7 +130,9 @@ def test_pushed_code_hash_is_reused_without_an_engine(local_site, tmp_path):
     tag = code_hash(tmp_path, tmp_path / "Dockerfile", {})
     pinned = resolve_run_image(spec(build={}), with_runtime(local_site), tmp_path,
                                engine=None, registry=FakeRegistry(tags={tag}))
-    assert not pinned.built and pinned.source == f"127.0.0.1:5000/slurmctl/tiny-lm:{tag}"
+    from slurmctl.rundir import current_user
+
+    assert not pinned.built and pinned.source == f"127.0.0.1:5000/{current_user()}/tiny-lm:{tag}"
 
 
 def test_code_hash_follows_code_and_args_but_not_caches(tmp_path):

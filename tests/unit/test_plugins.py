@@ -17,7 +17,7 @@ from .fakes import ReplayRunner, squeue_output
 
 # Job 20 as the hooks' sealed `squeue -t all -j 20` (SlurmClient.job_info) reads it: it failed with exit 3
 JOB_20 = ["20", "FAILED", "768", "0", "2026-11-29T13:26:49", "2026-11-29T13:26:51", "l4-1", "l4-1",
-          "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1", "/tmp/slurm-20.out", "/tmp"]
+          "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1", "/tmp/slurm-20.out", "/tmp", "wrap"]
 JOB_20_OUTPUT = squeue_output(JOB_20)
 
 

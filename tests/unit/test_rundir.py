@@ -221,6 +221,47 @@ def test_all_users_is_the_operators_view(tmp_path, monkeypatch):
         registry.list_all_users()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's files need root to make")
+def test_a_reader_who_is_not_the_owner_reads_bounded_tails_and_a_bounded_listing(tmp_path, monkeypatch):
+    """root (the operator's ls, status, web view) reads the newest bytes of another user's
+    attempts.jsonl and metrics.jsonl and looks at a bounded number of their run directories; the
+    owner reads all of it."""
+    from slurmctl.rundir import layout
+    from slurmctl.rundir import registry as registry_module
+
+    owner = RunRegistry(tmp_path, "mallory", uid=OTHER_UID)
+    owner.root.mkdir(mode=0o700)
+    os.chown(owner.root, OTHER_UID, OTHER_UID)
+    run_dir = owner.root / "big-20261201-0001"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "created": 1.0}))
+    event = json.dumps({"event": "submitted", "job_id": 7}) + "\n"
+    (run_dir / "attempts.jsonl").write_text(event * 20000)  # ~600 KiB
+    (run_dir / "metrics.jsonl").write_text((json.dumps({"step": 1, "loss": 0.5}) + "\n") * 60000)  # ~1.6 MiB
+    for path in (run_dir, *run_dir.iterdir()):
+        os.chown(path, OTHER_UID, OTHER_UID)
+    run = Run(run_dir.name, run_dir)
+    events, metrics = run.events(), run.metrics_records()
+    assert 0 < len(events) * len(event) <= layout.OTHERS_EVENTS_BYTES < 20000 * len(event)
+    assert 0 < len(metrics) < 60000 and run.job_ids() == [7]
+    monkeypatch.setattr(os, "geteuid", lambda: OTHER_UID)  # the owner reads everything
+    assert len(run.events()) == 20000 and len(run.metrics_records()) == 60000
+    monkeypatch.undo()
+
+    monkeypatch.setattr(registry_module, "OTHERS_DIR_ENTRIES", 50)
+    for i in range(200):  # many run dirs of one day: only the newest `limit` run.json are read
+        extra = owner.root / f"many-20261201-{i:04x}"
+        extra.mkdir()
+        (extra / "run.json").write_text(json.dumps({"run_id": extra.name, "created": 2.0 + i}))
+        os.chown(extra, OTHER_UID, OTHER_UID)
+    listed = RunRegistry(tmp_path).list_all_users(limit=5)
+    assert len(listed) == 5 and {u for u, _ in listed} == {"mallory"}
+    reads = []
+    monkeypatch.setattr(Run, "meta", property(lambda r: reads.append(r.run_id) or {"created": 0}))
+    RunRegistry(tmp_path).list_all_users(limit=5)
+    assert len(set(reads)) <= 5 + 1  # the newest 5 of the first 50 entries looked at (+ run_dir's day)
+
+
 # --- readers that never block -----------------------------------------------------------------------
 
 def test_tail_refuses_fifo_dev_zero_and_symlinks_without_blocking(tmp_path):

@@ -1,6 +1,9 @@
 """--smoke: the derived spec, the code+config hash, and the pass/fail judgement of a finished run."""
 
 import json
+import os
+
+import pytest
 
 from slurmctl.config.models import RunSpec
 from slurmctl.rundir import Run
@@ -62,37 +65,108 @@ class Accounting:
         return [j for j in self.jobs if j.job_id in set(job_ids)]
 
 
-def test_smoke_gate_trusts_slurm_accounting_not_files(local_site, tmp_path):
+def _verdict_dir(root, user, verdicts: dict):
+    """<root>/<user>/<hash>.<job>.json as the epilog leaves them (root's, closed to writers)."""
     import os
 
+    user_dir = root / user
+    user_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    os.chmod(user_dir, 0o755)
+    for name, verdict in verdicts.items():
+        (user_dir / name).write_text(json.dumps(verdict))
+        os.chmod(user_dir / name, 0o644)
+    return root
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="verdicts are root's files: the gate trusts nothing else")
+def test_smoke_gate_trusts_roots_verdict_and_slurm_accounting_not_files_or_names(local_site, tmp_path):
     from slurmctl.fsutil import append_jsonl
-    from slurmctl.rundir import RunRegistry, current_user
+    from slurmctl.rundir import current_user
     from slurmctl.slurm.client import Job
 
-    site = local_site.model_copy(update={"runs_root": str(tmp_path)})
-    registry = RunRegistry(tmp_path)
+    me = current_user()
     code_hash = "0123456789abcdef"
     run_id = f"big-smoke-{code_hash}-20261130-00aa"
+    verdicts = tmp_path / "verdicts"
+    site = local_site.model_copy(update={"runs_root": str(tmp_path / "runs"), "smoke_verdicts_dir": str(verdicts)})
     assert smoke_spec(BIG, local_site, code_hash).name == f"big-smoke-{code_hash}"
-    assert smoke_passed(site, code_hash, Accounting([]), registry) is None  # no runs at all
-    run_dir = tmp_path / current_user() / run_id
-    run_dir.mkdir(parents=True)
-    os.chmod(tmp_path / current_user(), 0o700)
-    (run_dir / "run.json").write_text("{}")
-    append_jsonl(run_dir / "attempts.jsonl", {"event": "submitted", "job_id": 41})
-    # a forged verdict file, as the old gate read it, counts for nothing
-    (run_dir / "smoke.json").write_text(json.dumps({"passed": True}))
-    me = current_user()
 
     def job(**kw):
         return Job(**{"job_id": 41, "name": run_id, "state": "COMPLETED", "partition": "l4-dev", "exit_code": "0:0",
                       "user": me, **kw})
 
-    assert smoke_passed(site, code_hash, Accounting([job(state="FAILED", exit_code="1:0")]), registry) is None
-    assert smoke_passed(site, code_hash, Accounting([job(partition="h100-spot")]), registry) is None
-    assert smoke_passed(site, code_hash, Accounting([job(user="mallory")]), registry) is None
-    assert smoke_passed(site, code_hash, Accounting([job(name="other-20261130-00aa")]), registry) is None
-    assert smoke_passed(site, "fedcba9876543210", Accounting([job()]), registry) is None  # other code
+    # The old attack: a COMPLETED job of one's own with the smoke name on the smoke partition, and a
+    # planted run dir whose attempts.jsonl names it. Without root's verdict, nothing opens the gate.
+    run_dir = tmp_path / "runs" / me / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    append_jsonl(run_dir / "attempts.jsonl", {"event": "submitted", "job_id": 41})
+    (run_dir / "smoke.json").write_text(json.dumps({"passed": True}))
     accounting = Accounting([job()])
-    record = smoke_passed(site, code_hash, accounting, registry)
+    assert smoke_passed(site, code_hash, accounting) is None and accounting.asked == []
+
+    verdict = {"job_id": 41, "user": me, "code_hash": code_hash, "partition": "l4-dev", "exit_code": "0:0"}
+    _verdict_dir(verdicts, me, {f"{code_hash}.41.json": verdict})
+    assert smoke_passed(site, code_hash, Accounting([job(state="CANCELLED")])) is None  # epilog saw 0:0
+    assert smoke_passed(site, code_hash, Accounting([job(state="FAILED", exit_code="1:0")])) is None
+    assert smoke_passed(site, code_hash, Accounting([job(partition="h100-spot")])) is None
+    assert smoke_passed(site, code_hash, Accounting([job(user="mallory")])) is None
+    assert smoke_passed(site, "fedcba9876543210", Accounting([job()])) is None  # other code
+    accounting = Accounting([job()])
+    record = smoke_passed(site, code_hash, accounting)
     assert record["run_id"] == run_id and record["job_id"] == 41 and accounting.asked == [[41]]
+
+    # a verdict naming another user, another job or hash than its file name, or not root's: none
+    for forged in ({**verdict, "user": "mallory"}, {**verdict, "job_id": 42}, {**verdict, "partition": "h100-spot"}):
+        _verdict_dir(verdicts, me, {f"{code_hash}.41.json": forged})
+        assert smoke_passed(site, code_hash, Accounting([job(), job(job_id=42)])) is None
+    _verdict_dir(verdicts, me, {f"{code_hash}.41.json": verdict})
+    os.chown(verdicts / me / f"{code_hash}.41.json", 1000, -1)
+    assert smoke_passed(site, code_hash, Accounting([job()])) is None
+    os.chown(verdicts / me / f"{code_hash}.41.json", 0, -1)
+    os.chmod(verdicts / me, 0o770)  # a group that can write plants verdicts
+    assert smoke_passed(site, code_hash, Accounting([job()])) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the epilog writes root's verdicts as root")
+def test_epilog_writes_a_verdict_only_for_a_rendered_smoke_script_that_exited_0(tmp_path):
+    from slurmctl.ops.hooks.config import HookConfig
+    from slurmctl.ops.hooks.epilog import record_smoke_verdict
+    from slurmctl.ops.hooks.prolog import HookResult
+    from slurmctl.slurm.records import JobInfo
+    from slurmctl.submit.smoke_verdicts import read_verdicts
+
+    code_hash = "0123456789abcdef"
+    rendered = ("#!/bin/bash\nexport SLURMCTL_SMOKE=1\n"
+                '"$PY" -m slurmctl.runtime.attempt end --exit-code "$rc"\n')
+
+    class Slurm:
+        script = rendered
+
+        def batch_script(self, job_id, timeout):
+            return self.script
+
+    slurm = Slurm()
+    cfg = HookConfig(node="n1", gpu_map_dir=tmp_path, scratch_root=tmp_path, cost_spool=tmp_path / "spool",
+                     slurm=slurm, smoke_verdicts_dir=tmp_path / "verdicts")
+    env = {"SLURM_JOB_USER": "root", "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_PARTITION": "l4-dev",
+           "SLURM_JOB_EXIT_CODE2": "0:0"}
+    info = JobInfo(job_id=7, name=f"big-smoke-{code_hash}-20261130-00aa")
+
+    def written(env=env, info=info):
+        record_smoke_verdict(cfg, env, info, HookResult())
+        found = read_verdicts(str(cfg.smoke_verdicts_dir), "root", code_hash)
+        for path in (cfg.smoke_verdicts_dir / "root").glob("*.json"):
+            path.unlink()
+        return found
+
+    assert written(env={**env, "SLURM_JOB_EXIT_CODE2": "1:0"}) == []
+    assert written(info=JobInfo(job_id=7, name="big-20261130-00aa")) == []
+    slurm.script = "#!/bin/sh\n# SLURMCTL_SMOKE=1 planted in a comment\nexit 0\n"
+    assert written() == []
+    slurm.script = rendered
+    (verdict,) = written()
+    assert verdict["job_id"] == 7 and verdict["partition"] == "l4-dev" and verdict["code_hash"] == code_hash
+    user_dir = cfg.smoke_verdicts_dir / "root"
+    assert oct(user_dir.stat().st_mode & 0o777) == "0o755" and user_dir.stat().st_uid == 0

@@ -18,6 +18,7 @@ from slurmctl.slurm.runner import LocalRunner
 DEFAULT_GPU_MAP_DIR = "/run/slurmctl/gpu-job-map"
 DEFAULT_SCRATCH_ROOT = "/scratch/slurm"
 DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
+DEFAULT_SMOKE_VERDICTS = "/var/spool/slurmctl/smoke-verdicts"  # = SiteConfig.smoke_verdicts_dir's default
 SITE_CONFIG = "/etc/slurmctl/site.yaml"
 NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
@@ -58,6 +59,7 @@ class HookConfig:
     slurm: SlurmClient | None = None  # every Slurm command of the hooks goes through it
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
     runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
+    smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -68,8 +70,10 @@ class HookConfig:
             gpu_map = state / "gpu-job-map" / node
             scratch = state / "scratch" / node
             spool = state / "cost-records"
+            verdicts = state / "smoke-verdicts"
         else:
             gpu_map, scratch, spool = Path(DEFAULT_GPU_MAP_DIR), Path(DEFAULT_SCRATCH_ROOT), Path(DEFAULT_COST_SPOOL)
+            verdicts = Path(DEFAULT_SMOKE_VERDICTS)
         return cls(
             node=node,
             gpu_map_dir=Path(env.get("SLURMCTL_GPU_MAP_DIR") or gpu_map),
@@ -82,6 +86,7 @@ class HookConfig:
             slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir()),
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
             runs_root=_runs_root(env),
+            smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
         )
 
 

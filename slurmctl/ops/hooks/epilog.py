@@ -20,9 +20,10 @@ from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
 from slurmctl.ops.hooks.records import CostRecord, attempt_start, write_record
-from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small, remove_entry
+from slurmctl.ops.hooks.rootfs import UnsafeDirectory, open_trusted_dir, publish_file, read_small, remove_entry
 from slurmctl.rundir import run_dir_of_log, run_id_from_comment, run_path
 from slurmctl.slurm.records import JobInfo
+from slurmctl.submit import smoke_verdicts
 
 USER_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -288,6 +289,66 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float,
     return record
 
 
+def record_smoke_verdict(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
+    """A passed smoke job, in root's verdict spool (see slurmctl/submit/smoke_verdicts.py): only a
+    job whose name is a smoke run's, that exited 0:0 and whose stored batch script is a rendered
+    smoke script. Every other job costs one regex match here."""
+    match = smoke_verdicts.SMOKE_JOB_NAME_RE.fullmatch(info.name) if info is not None else None
+    user, uid_text = env.get("SLURM_JOB_USER") or "", env.get("SLURM_JOB_UID") or ""
+    if match is None or env.get("SLURM_JOB_EXIT_CODE2") != "0:0" or not uid_text.isdigit():
+        return
+    if not USER_RE.fullmatch(user) or user in (".", ".."):
+        return
+    script = jobinfo.batch_script(cfg.slurm, info.job_id)
+    if script is None or len(script) > smoke_verdicts.MAX_SCRIPT_BYTES:
+        result.notes.append("smoke verdict NOT written: Slurm gave no batch script")
+        return
+    data = script.encode(errors="surrogateescape")
+    if not smoke_verdicts.is_smoke_script(data):
+        result.notes.append("smoke verdict NOT written: the batch script is not a rendered smoke script")
+        return
+    import hashlib
+
+    verdict = {"job_id": info.job_id, "user": user, "uid": int(uid_text), "code_hash": match["hash"],
+               "partition": env.get("SLURM_JOB_PARTITION"), "exit_code": "0:0",
+               "script_sha256": hashlib.sha256(data).hexdigest(), "node": cfg.node, "written_at": time.time()}
+    try:
+        top = open_trusted_dir(cfg.smoke_verdicts_dir, create_mode=0o755)
+        try:
+            user_fd = _own_user_dir(top, user)
+        finally:
+            os.close(top)
+        try:
+            publish_file(user_fd, smoke_verdicts.verdict_name(match["hash"], info.job_id),
+                         (json.dumps(verdict, sort_keys=True) + "\n").encode(), mode=0o644)
+        finally:
+            os.close(user_fd)
+    except OSError as exc:
+        result.notes.append(f"smoke verdict NOT written: {exc}")
+    else:
+        result.notes.append(f"smoke verdict {match['hash']} for {user}")
+
+
+def _own_user_dir(top: int, user: str) -> int:
+    """`<verdicts>/<user>`: root's, 0755 (created if missing); an entry of that name that is not
+    such a directory of root's is refused, never followed or reused."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.mkdir(user, 0o700, dir_fd=top)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(user, flags, dir_fd=top)
+    except OSError as exc:
+        raise UnsafeDirectory(user, f"cannot be opened as a directory ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        os.close(fd)
+        raise UnsafeDirectory(user, "is not root's own directory")
+    os.fchmod(fd, 0o755)
+    return fd
+
+
 def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     cfg = cfg or HookConfig.from_env(env)
     result = HookResult()
@@ -300,6 +361,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("shm", lambda: clean_shm(cfg, env, info.start_time if info else None, result)),
         ("scratch", lambda: remove_scratch(cfg, job_id)),
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
+        ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
     )
     for label, step in steps:
         try:

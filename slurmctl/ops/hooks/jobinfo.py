@@ -44,3 +44,13 @@ def drain_node(slurm: SlurmClient | None, node: str, reason: str) -> bool:
         return False
     return True
 
+
+
+def batch_script(slurm: SlurmClient | None, job_id: int) -> str | None:
+    """The job's stored batch script (~25 ms); None when Slurm is missing, slow or has none."""
+    if slurm is None:
+        return None
+    try:
+        return slurm.batch_script(job_id, timeout=TIMEOUT_SECONDS)
+    except SlurmctlError:
+        return None

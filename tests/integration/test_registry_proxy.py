@@ -1,0 +1,159 @@
+"""The local image registry's front door (deploy/local/registry-proxy.py), bob against alice.
+
+A throwaway docker-registry on a unix socket of its own and the proxy on a free loopback port,
+started here exactly as deploy/local/images-up starts them (the shared cluster's registry is not
+touched). Real pushes and pulls with skopeo, as the real users. Before: the loopback registry took
+pushes and deletes from anyone, and `_catalog` listed every user's repositories.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from .conftest import REPO, as_user
+
+ROBOT = "slurmctl-robot"
+
+
+def _oci_image(root: Path) -> None:
+    """A one-file OCI image layout (what skopeo copies from `oci:`), made without any engine."""
+    (root / "blobs" / "sha256").mkdir(parents=True)
+
+    def blob(data: bytes) -> tuple[str, int]:
+        digest = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / "sha256" / digest).write_bytes(data)
+        return "sha256:" + digest, len(data)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"hi\n"))
+    layer, layer_size = blob(gzip.compress(buf.getvalue(), mtime=0))
+    config, config_size = blob(json.dumps({
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(buf.getvalue()).hexdigest()]}}).encode())
+    manifest, manifest_size = blob(json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": config_size},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer,
+                    "size": layer_size}]}).encode())
+    (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest, "size": manifest_size,
+        "annotations": {"org.opencontainers.image.ref.name": "latest"}}]}))
+    (root / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def registry():
+    for tool in ("docker-registry", "skopeo"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: deploy/local/images-up installs it (apt-get install {tool})")
+    tmp = Path(tempfile.mkdtemp(prefix="slurmctl-registry-test-"))
+    os.chmod(tmp, 0o755)
+    sock = tmp / "registry.sock"
+    (tmp / "registry.yml").write_text(json.dumps({  # YAML is a superset of JSON
+        "version": 0.1, "log": {"level": "warn"}, "storage": {"filesystem": {"rootdirectory": str(tmp / "data")},
+                                                              "delete": {"enabled": True}},
+        "http": {"net": "unix", "addr": str(sock), "secret": secrets.token_hex(16)}}))
+    passwords = {name: secrets.token_urlsafe(12) for name in (ROBOT, "alice", "bob")}
+    (tmp / "htpasswd").write_text("".join(f"{n}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(10)).decode()}\n"
+                                          for n, p in passwords.items()))
+    os.chmod(tmp / "htpasswd", 0o600)
+    _oci_image(tmp / "image")
+    subprocess.run(["chmod", "-R", "a+rX", str(tmp / "image")], check=True)
+    port = _free_port()
+    backend = subprocess.Popen(["docker-registry", "serve", str(tmp / "registry.yml")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = subprocess.Popen([sys.executable, str(REPO / "deploy" / "local" / "registry-proxy.py"),
+                              "--listen", f"127.0.0.1:{port}", "--backend", str(sock),
+                              "--htpasswd", str(tmp / "htpasswd"), "--robot", ROBOT],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not sock.exists() or _status(port, "/v2/") is None):
+            time.sleep(0.2)
+        yield {"port": port, "passwords": passwords, "image": tmp / "image", "socket": sock}
+    finally:
+        proxy.terminate()
+        backend.terminate()
+        proxy.wait(10)
+        backend.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _status(port: int, path: str, user: str | None = None, password: str = "", method: str = "GET") -> int | None:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    if user:
+        request.add_header("Authorization", "Basic " + b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def _skopeo(user: str, password: str, *args: str) -> subprocess.CompletedProcess:
+    return as_user(user).run(["skopeo", *args, "--creds" if args[0] != "copy" else "--dest-creds",
+                              f"{user}:{password}", "--tls-verify=false" if args[0] != "copy" else
+                              "--dest-tls-verify=false"], timeout=120)
+
+
+def test_bob_pushes_only_under_bob_and_reads_neither_alices_images_nor_the_catalog(registry):
+    port, pw, image = registry["port"], registry["passwords"], registry["image"]
+    at = f"docker://127.0.0.1:{port}"
+    robot = subprocess.run(["skopeo", "copy", "-q", "--dest-creds", f"{ROBOT}:{pw[ROBOT]}", "--dest-tls-verify=false",
+                            f"oci:{image}:latest", f"{at}/slurmctl/base:local"], capture_output=True, text=True)
+    assert robot.returncode == 0, robot.stderr
+    pushed = _skopeo("alice", pw["alice"], "copy", "-q", f"oci:{image}:latest", f"{at}/alice/demo:1")
+    assert pushed.returncode == 0, pushed.stderr
+    assert _skopeo("alice", pw["alice"], "inspect", f"{at}/alice/demo:1").returncode == 0
+    assert _skopeo("alice", pw["alice"], "inspect", f"{at}/slurmctl/base:local").returncode == 0  # the base image
+
+    # bob: his own namespace works; alice's and the platform's do not
+    assert _skopeo("bob", pw["bob"], "copy", "-q", f"oci:{image}:latest", f"{at}/bob/demo:1").returncode == 0
+    for target in ("alice/demo:1", "alice/other:1", "slurmctl/base:local"):
+        refused = _skopeo("bob", pw["bob"], "copy", "-q", f"oci:{image}:latest", f"{at}/{target}")
+        assert refused.returncode != 0 and ("403" in refused.stderr or "denied" in refused.stderr), refused.stderr
+    refused = _skopeo("bob", pw["bob"], "inspect", f"{at}/alice/demo:1")
+    assert refused.returncode != 0 and "denied" in refused.stderr
+    refused = _skopeo("bob", pw["bob"], "delete", f"{at}/alice/demo:1")
+    assert refused.returncode != 0 and "403" in refused.stderr
+    assert _status(port, "/v2/_catalog", "bob", pw["bob"]) == 403
+    assert _status(port, "/v2/_catalog", ROBOT, pw[ROBOT]) == 200
+    # no login, a wrong password, a mount of alice's blob into bob's repository
+    assert _status(port, "/v2/bob/x/blobs/uploads/", method="POST") == 401
+    assert _status(port, "/v2/bob/x/blobs/uploads/", "bob", "wrong", method="POST") == 401
+    mount = "/v2/bob/x/blobs/uploads/?mount=sha256:" + "0" * 64 + "&from=alice/demo"
+    assert _status(port, mount, "bob", pw["bob"], method="POST") == 403
+    # and around the proxy: the registry's socket is root's
+    direct = as_user("bob").run(["curl", "-s", "--unix-socket", str(registry["socket"]), "http://x/v2/_catalog"])
+    assert direct.returncode != 0 and "alice" not in direct.stdout
+    assert _skopeo("alice", pw["alice"], "inspect", f"{at}/alice/demo:1").returncode == 0  # alice's image is intact
