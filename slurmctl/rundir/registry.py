@@ -4,6 +4,7 @@ an lstat check of every directory on the way (``check_owned_dir``)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,6 +124,11 @@ class RunRegistry:
                 return [entry for entry, _ in zip(it, range(OTHERS_DIR_ENTRIES))]
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return []
+
+    def owned_entries(self, directory: Path, name: re.Pattern) -> list[os.DirEntry]:
+        """The registry user's real directories under `directory` whose names match `name` (a
+        bounded scan for a reader who is not their owner, as every listing here)."""
+        return self._owned_dirs([e for e in self._entries(directory) if name.fullmatch(e.name)], self.uid)
 
     @staticmethod
     def _owned_dirs(entries, uid: int | None) -> list[os.DirEntry]:

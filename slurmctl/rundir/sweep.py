@@ -85,8 +85,7 @@ def find_sweep(registry: RunRegistry, ref: str) -> SweepDir | None:
         check_owned_dir(candidate, "sweep directory", registry.uid)
         return SweepDir(ref, candidate)
     named = re.compile(re.escape(ref) + r"-\d{8}-[0-9a-f]{4}")
-    entries = [e for e in RunRegistry._entries(directory) if named.fullmatch(e.name)]
-    sweeps = [SweepDir(e.name, Path(e.path)) for e in RunRegistry._owned_dirs(entries, registry.uid)
+    sweeps = [SweepDir(e.name, Path(e.path)) for e in registry.owned_entries(directory, named)
               if os.path.isfile(os.path.join(e.path, SWEEP_JSON))]
     sweeps = [s for s in sweeps if s.meta.get("name") == ref]
     return max(sweeps, key=lambda s: (s.meta.get("created") or 0, s.sweep_id)) if sweeps else None
