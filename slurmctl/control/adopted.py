@@ -12,12 +12,9 @@ import time
 from slurmctl.control.cancel import CancelResult, ProgressFn
 from slurmctl.control.resume import ResumeResult
 from slurmctl.errors import ResumeError, RunNotFound, SlurmctlError
-from slurmctl.rundir import Run
+from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
 from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
 from slurmctl.slurm.client import ACTIVE_STATES, SlurmClient
-
-ADOPTED_SCRIPT = "adopted.sh"
-WRAPPER_SCRIPT = "job.sbatch"
 
 
 def is_adopted(run: Run) -> bool:
@@ -133,7 +130,7 @@ def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
     script = parse_script(run.path / ADOPTED_SCRIPT, sbatch_args)
     chdir = [] if script.has("chdir") else [f"--chdir={adopted.get('cwd')}"]
     run.use_umask()
-    new_job = client.submit(run.path / WRAPPER_SCRIPT, [*chdir, *sbatch_args, *adopted.get("platform_args", [])])
+    new_job = client.submit(run.path / JOB_SCRIPT, [*chdir, *sbatch_args, *adopted.get("platform_args", [])])
     run.record("submitted", job_id=new_job, resumed_from_step=latest.step, resumed_from=str(latest.path),
                sbatch_args=sbatch_args, adopted=True)
     return ResumeResult(run.run_id, str(run.path), new_job, latest.step if latest.step is not None else -1,

@@ -28,6 +28,7 @@ from slurmctl.config.pricing import Discounts, allocation_cost
 from slurmctl.durations import human_duration
 from slurmctl.errors import ForgedSlurmOutput
 from slurmctl.ops.hooks.records import read_records
+from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
 from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
 
@@ -109,7 +110,7 @@ def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts
         cost = allocation_cost(_cpus(tres), start, end, cpu_price, discounts) if cpu_price else 0.0
     return Attempt(
         site.cluster, int(job_id.split("_")[0].split(".")[0]), start_s, end_s, submit_s,
-        comment[9:] if comment.startswith("slurmctl:") else "", name, user, account, partition,
+        run_id_from_comment(comment) or "", name, user, account, partition,
         model or (part.gpu_type if part else ""), gpus, int(nnodes or 0), elapsed, _time_limit(limit), state,
         exit_code, max(0, int((start - max(submit, eligible)).total_seconds())),
         gpu_hours=gpus * elapsed / 3600,

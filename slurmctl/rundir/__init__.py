@@ -32,6 +32,7 @@ Import from the package; the split is by responsibility, not a second owner.
 """
 
 from slurmctl.rundir.layout import (
+    ADOPTED_SCRIPT,
     ARTIFACTS_DIR,
     ATTEMPTS,
     CHECKPOINTS_DIR,
@@ -76,7 +77,7 @@ from slurmctl.rundir.layout import (
 from slurmctl.rundir.registry import RunRegistry, check_owned_dir
 
 __all__ = [
-    "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK",
+    "ADOPTED_SCRIPT", "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK",
     "DRAIN_REQUEST", "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_LOG", "JOB_SCRIPT", "LOGS_DIR",
     "METRICS", "NOTIFICATIONS", "PREFLIGHT_JSON", "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "SCENE_GPUS",
     "SCENE_LOG_TAIL", "SCENE_STACKS",

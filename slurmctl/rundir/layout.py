@@ -29,6 +29,7 @@ RUN_YAML = "run.yaml"
 RUN_JSON = "run.json"
 PREFLIGHT_JSON = "preflight.json"
 JOB_SCRIPT = "job.sbatch"
+ADOPTED_SCRIPT = "adopted.sh"  # `slurmctl adopt`: the original script, byte for byte (job.sbatch runs it)
 ATTEMPTS = "attempts.jsonl"
 LOGS_DIR = "logs"
 HEARTBEAT = "heartbeat.json"

@@ -24,15 +24,21 @@ from pathlib import Path
 from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import COMMENT_PREFIX, RunRegistry, current_user, job_log_path, new_run_id
+from slurmctl.rundir import (
+    ADOPTED_SCRIPT,
+    COMMENT_PREFIX,
+    JOB_SCRIPT,
+    RunRegistry,
+    current_user,
+    job_log_path,
+    new_run_id,
+)
 from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
 from slurmctl.submit.adopt.body import BodyReading, read_body
 from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
 
-ADOPTED_SCRIPT = "adopted.sh"  # the original, byte for byte, in the run dir
-WRAPPER_SCRIPT = "job.sbatch"
 _NAME_RE = re.compile(r"[^a-z0-9._-]+")
 # control characters that would end or hide a line in the wrapper (bash splits lines on \n only)
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -405,14 +411,14 @@ def adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient, 
     try:
         shutil.copyfile(script_path, run.path / ADOPTED_SCRIPT)
         os.chmod(run.path / ADOPTED_SCRIPT, 0o700)
-        write_atomic(run.path / WRAPPER_SCRIPT, plan.wrapper, mode=0o700)
-        check_wrapper(plan, client, run.path / WRAPPER_SCRIPT, sbatch_args)
+        write_atomic(run.path / JOB_SCRIPT, plan.wrapper, mode=0o700)
+        check_wrapper(plan, client, run.path / JOB_SCRIPT, sbatch_args)
         if plan.wrapper_differences:
             raise SlurmctlError("Slurm reads the adopted job differently from the original: "
                                 + "; ".join(plan.wrapper_differences) + ". Nothing was submitted.",
                                 "This is a slurmctl bug; submit the original with sbatch and tell the platform team.")
         # sbatch runs in this directory, as for the original: it is the job's working directory
-        plan.job_id = client.submit(run.path / WRAPPER_SCRIPT, [*sbatch_args, *plan.platform_args])
+        plan.job_id = client.submit(run.path / JOB_SCRIPT, [*sbatch_args, *plan.platform_args])
     except (SlurmctlError, OSError):
         shutil.rmtree(run.path, ignore_errors=True)
         raise
