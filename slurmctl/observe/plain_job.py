@@ -17,7 +17,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.explain import explain_reason, explain_state
-from slurmctl.rundir import Run, RunRegistry, is_run_id
+from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.slurm.owned import owned_job
 
@@ -71,7 +71,7 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
         job = owned_job(client, job_id, registry.uid)
     except RunNotFound:
         return registry.get(ref)  # a run named with digits only
-    run_id = job.run_id if job is not None else None
+    run_id = run_id_from_comment(job.comment) if job is not None else None
     if run_id and is_run_id(run_id):
         try:
             return registry.get(run_id)

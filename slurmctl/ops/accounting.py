@@ -181,6 +181,10 @@ def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
     wrote cannot be told, so ForgedSlurmOutput ends the ingest and nothing of it is committed."""
     seen: set[tuple[str, str]] = set()
     for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
+        if values[_START] in _NO_TIME:
+            # never started (requeued or cancelled while pending): no allocation, nothing to price, and
+            # a job requeued twice before it starts lists several such records of its own
+            continue
         key = (values[0], values[_START])
         if key in seen:
             client.rejects.add("all_attempts:duplicate", values[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,13 +28,14 @@ def three_users_jobs(alice, bob, carol) -> dict:
     tag = uuid.uuid4().hex[:6]
     users = {"alice": alice, "bob": bob, "carol": carol}
     jobs: dict[str, int] = {}
+    names: dict[str, str] = {}
     try:
         for name, gpus in JOBS.items():
-            run_id = f"acct-cli-{tag}-{name}"
+            run_id = names[name] = f"acct-cli-{tag}-{name}-{time.strftime('%Y%m%d')}-{tag[:4]}"  # a real run id
             jobs[name] = users[name].sbatch("-p", "h100-ondemand", f"--gres=gpu:h100:{gpus}", "-t", "2",
                                             "-J", run_id, f"--comment=slurmctl:{run_id}", "-o", "/dev/null",
                                             "--wrap", "sleep 3")
-        wait_ended_in_sacct({job_id: f"acct-cli-{tag}-{name}" for name, job_id in jobs.items()})
+        wait_ended_in_sacct({job_id: names[name] for name, job_id in jobs.items()})
         assert _states(jobs) == {"COMPLETED"}
     finally:
         for name, job_id in jobs.items():
@@ -118,7 +120,8 @@ def test_showback_files_total_three_users_in_two_accounts(three_users_jobs, oper
     by_user = json.loads((folder / "showback-user.json").read_text())
     by_account = json.loads((folder / "showback-account.json").read_text())
     by_run = json.loads((folder / "showback-run.json").read_text())
-    for report, key in ((by_user, "user"), (by_account, "account"), (by_run, "run_id")):
+    by_run_key = "CASE WHEN run_id = '' THEN '' ELSE user || '/' || run_id END"  # identity is (user, run id)
+    for report, key in ((by_user, "user"), (by_account, "account"), (by_run, by_run_key)):
         sql = _sql_totals(operator_site["ledger"], key, report["since"], report["until"])
         groups = {g["group"]: g for g in report["groups"]}
         assert set(groups) == set(sql), key
@@ -137,8 +140,8 @@ def test_showback_files_total_three_users_in_two_accounts(three_users_jobs, oper
     assert accounts["nlp"]["cost_usd"] >= mine["carol"]["cost_usd"]
     runs = {g["group"]: g for g in by_run["groups"]}
     for row in mine.values():
-        assert runs[row["run_id"]]["attempts"] == 1
-        assert runs[row["run_id"]]["cost_usd"] == pytest.approx(row["cost_usd"], rel=1e-9)
+        run = runs[f"{row['user']}/{row['run_id']}"]
+        assert run["attempts"] == 1 and run["cost_usd"] == pytest.approx(row["cost_usd"], rel=1e-9)
 
     header = (folder / "showback-account.csv").read_text().splitlines()[0]
     assert header.startswith("account,attempts,gpu_hours,cost_usd")
