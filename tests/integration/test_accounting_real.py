@@ -96,7 +96,7 @@ def test_requeued_run_costs_the_sum_of_its_attempts_and_reports_are_stable(workd
     first = json.loads(slurmctl("report", "--since", "1d", "--by", "run", "--format", "json", user="root").stdout)
     again = json.loads(slurmctl("report", "--since", first["since"], "--until", first["until"], "--by", "run",
                                 "--format", "json", user="root").stdout)
-    mine = [g for g in first["groups"] if g["group"] == run_id]
+    mine = [g for g in first["groups"] if g["group"] == f"alice/{run_id}"]  # runs are grouped by (user, run id)
     assert mine and mine[0]["attempts"] == 2 and mine[0]["cost_usd"] == pytest.approx(cost["cost_usd"])
     assert first["totals"] == again["totals"]
 
