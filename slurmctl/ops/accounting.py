@@ -340,7 +340,8 @@ def may_write_ledger(site: SiteConfig) -> bool:
     path = Path(site.accounting.ledger_path).expanduser()
     if os.geteuid() == 0:
         return True
-    return os.access(path, os.W_OK) if path.exists() else os.access(path.parent, os.W_OK)
+    # os.access, not path.exists(): the latter raises PermissionError under a root-only directory
+    return os.access(path, os.W_OK) or (not os.path.lexists(path) and os.access(path.parent, os.W_OK))
 
 
 @contextmanager
