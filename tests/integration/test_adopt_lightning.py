@@ -110,7 +110,7 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
         assert restored.group(1).endswith("hpc_ckpt_1.ckpt")
         resumed = _wait("progress past the checkpoint", lambda: (s := _status(run_id))["last_step"] is not None
                         and s["last_step"] >= saved + 10 and s, timeout=90)
-        assert resumed["restarts_used"] >= 1 or resumed["attempts"] >= 2
+        assert resumed["requeues"] >= 1 or resumed["attempts"] >= 2
 
         # 2. cancel with drain: the program's own signal, its own new checkpoint as the acknowledgement
         began = time.monotonic()

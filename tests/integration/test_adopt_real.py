@@ -156,7 +156,12 @@ def test_hostile_script_never_reaches_a_shell_and_runs_as_written(workdir, alice
     assert slurmctl_json("status", str(job_id))["run_id"] == run_id  # the job id finds the run
     assert [a["job_id"] for a in slurmctl_json("cost", run_id)["attempts"]] == [job_id]
     assert not list(workdir.glob("pwned*"))
-    names = alice.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "JobName,Comment"]).stdout
+    # accounting lags behind the controller: its record of the job may take a moment to carry the name
+    for _ in range(30):
+        names = alice.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "JobName,Comment"]).stdout
+        if names.strip() == f"{run_id}|slurmctl:{run_id}":
+            break
+        time.sleep(1)
     assert names.strip() == f"{run_id}|slurmctl:{run_id}"
 
 
