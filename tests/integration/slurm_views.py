@@ -35,9 +35,12 @@ def user_views(job_ids: list[int]) -> dict:
     view("queue", lambda: sorted(_job(j) for j in client.queue(mine=False) if j.job_id in wanted))
     view("queue_mine", lambda: sorted(_job(j) for j in client.queue(mine=True) if j.job_id in wanted))
     view("jobs", lambda: sorted(_job(j) for j in client.jobs(job_ids).values()))  # status, cancel, logs
-    view("run_comments", lambda: sorted([j.job_id, j.comment] for j in client.my_job_comments("slurmctl:")
+    view("run_comments", lambda: sorted([j.job_id, j.comment] for j in client.my_job_comments("slurmctl:")[0]
                                         if j.job_id in wanted))
     view("queue_view", lambda: sorted(_job(j) for j in client.queue_view(job_ids).jobs.values()))
+    # ls's path: the queue my_job_comments saw, handed to queue_view as its snapshot
+    view("queue_view_snapshot", lambda: sorted(
+        _job(j) for j in client.queue_view(job_ids, client.my_job_comments("slurmctl:")[1]).jobs.values()))
     view("snapshot", lambda: sorted([j.job_id, j.state, j.user, j.comment, j.tres] for j in client.queue_snapshot()
                                     if j.job_id in wanted))
     view("quota", lambda: sorted([j.job_id, j.state, j.user, j.tres] for j in client.quota_jobs()
