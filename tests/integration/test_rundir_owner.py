@@ -58,7 +58,8 @@ def poll(what, check, timeout: float = 180, every: float = 2.0):
 
 def exporter_value(name: str, run_id: str) -> float | None:
     text = slurmctl("exporter", "--once", user="root").stdout
-    prefix = f'{name}{{run="{run_id}"}} '
+    labels = f'{{run="{run_id}",user="alice"}}'  # series carry the user: identity is (user, run id)
+    prefix = f"{name}{labels} "
     return next((float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix)), None)
 
 
