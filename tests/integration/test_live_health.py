@@ -103,11 +103,15 @@ def test_transport_input_bound_and_idle_drain_while_alive(workdir, alice):
         assert "health: network fallback" in human  # the progress line's one-word health
         # the operator's exporter (root) names the same from alice's run dir
         metrics = slurmctl("exporter", "--once", user="root", env=env).stdout
-        assert f'slurmctl_run_network_ranks{{run="{io_run}",transport="gloo-tcp"}} 2.0' in metrics, metrics
-        assert f'slurmctl_run_network_fallback{{run="{io_run}"}} 1.0' in metrics
-        wait_series = f'slurmctl_run_input_wait_ratio{{run="{io_run}"}}'
-        ratio = next(line for line in metrics.splitlines() if line.startswith(wait_series))
-        assert float(ratio.split()[-1]) > 0.25, ratio
+        def series(name: str, *labels: str) -> float:  # alice's series of this run (labels in any order)
+            wanted = (f'run="{io_run}"', 'user="alice"', *labels)
+            line = next(line for line in metrics.splitlines()
+                        if line.startswith(name + "{") and all(label in line for label in wanted))
+            return float(line.split()[-1])
+
+        assert series("slurmctl_run_network_ranks", 'transport="gloo-tcp"') == 2.0, metrics
+        assert series("slurmctl_run_network_fallback") == 1.0
+        assert series("slurmctl_run_input_wait_ratio") > 0.25
         slurmctl("cancel", io_run, check=False, env=env)  # drain: the training acknowledges and stops
 
         # 2. the idle run: drained by the site's idle policy through the watchdog's drain path
