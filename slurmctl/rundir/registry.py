@@ -180,13 +180,17 @@ class RunRegistry:
             else:
                 undated.append(entry)
         first_day = "" if since is None else f"{datetime.fromtimestamp(since, UTC):%Y%m%d}"
-        chosen, found, extra_days = self._newest(self._owned_dirs(undated, self.uid), limit), 0, 1
+        # The owner reads every run.json of the days it needs (exact order by creation); a reader who is
+        # not the owner (root) reads only each day's `limit` most recently changed dirs, so one user's
+        # 100,000 dirs of one day cost everyone else a bounded read.
+        bound = (lambda entries: entries) if self.uid == os.geteuid() else (lambda e: self._newest(e, limit))
+        chosen, found, extra_days = bound(self._owned_dirs(undated, self.uid)), 0, 1
         for day in sorted(by_day, reverse=True):
             if day < first_day or (limit is not None and found >= limit):
                 if extra_days == 0:
                     break
                 extra_days -= 1
-            owned = self._newest(self._owned_dirs(by_day[day], self.uid), limit)
+            owned = bound(self._owned_dirs(by_day[day], self.uid))
             runs_of_day = [e for e in owned if os.path.isfile(os.path.join(e.path, RUN_JSON))]
             chosen += runs_of_day
             found += len(runs_of_day)
