@@ -49,7 +49,8 @@ def _context(**overrides) -> dict:
                                    "tracking": {"backend": "mlflow", "project": "exp one"}})
     context = {
         "run_id": "t-20261201-abcd", "run_dir": "/runs/t-20261201-abcd", "workdir": "/w", "partitions": ["p"],
-        "account": None, "nodes": 1, "gpus_per_node": 1, "gpu_type": "h100", "cpus_per_task": 2,
+        "qos": None, "account": None, "nodes": 1, "job_log": "/runs/t-20261201-abcd/logs/%j.out",
+        "gpus_per_node": 1, "gpu_type": "h100", "cpus_per_task": 2,
         "time_limit": "00:10:00", "drain_margin": 60, "python": "python3", "nprocs_per_node": 1,
         "entrypoint": "train.py", "args": [], "env": {}, "nccl_env": {}, "tracking": spec.tracking,
         "tracking_uri": "http://127.0.0.1:5050", "tracked_run_id": "0123abcd", "notify": True, "secrets": [],
