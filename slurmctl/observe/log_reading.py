@@ -1,0 +1,251 @@
+"""Reading a failure log's structure, before any category is decided (observe/diagnose.py decides):
+the lines without ANSI codes and rank prefixes, the launcher's root-cause summary, the tracebacks, and
+one LogReading per log (the root rank, its exception and frames, NCCL/Slurm/kernel lines, progress,
+launcher noise). Pure functions over text, apart from read_tail, which reads a bounded tail of a file."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurmctl.fsutil import tail_bytes
+
+TAIL_BYTES = 512 * 1024
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# torch >= 2.4 prefixes every line a rank writes with "[rankN]:", and a rank that re-logs its own output
+# doubles it ("[rank0]:[rank0]: ..."); some log collectors put the process id in front ("[80746] [rank0]:").
+_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:rank|default)(\d+)\]:|(\d+):\s)\s*")
+# Ray puts the worker in front of each line it forwards: "(RayWorker pid=123, ip=10.0.0.2) ...", SkyPilot
+# "(head, rank=0, pid=4773) ...".
+_RAY_PREFIX = re.compile(r"^\s*\([^()]*\bpid=\d+[^()]*\)\s?")
+_RAY_RANK = re.compile(r"\brank=(\d+)")
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
+# A C++ exception that ended the process: "terminate called after throwing ..." then "  what():  <message>".
+_WHAT_LINE = re.compile(r"^\s*what\(\):\s+(.*)")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (\S+))?')
+_ANY_FRAME = re.compile(r'(?:File ")?([^"\s]+\.py)", line (\d+)(?:, in (\S+))?')
+# An exception pasted on one line with its frame ('File "u.py", line 3, in f x = y[0] IndexError: ...').
+_INLINE_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.*)$")
+# Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
+# A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
+_LAUNCHER_FRAME = re.compile(r"torch/distributed/(?:run|launch)\.py|distributed/launcher/api\.py|"
+                             r"elastic/multiprocessing|accelerate/commands/launch\.py|ChildFailedError")
+# torchrun's agents print these whenever one node's agent exits before the others: never a cause.
+_LAUNCHER_NOISE = re.compile(r"failed to shutdown the rendezvous|Sending process \d+ closing signal|"
+                             r"Received \w+ death signal, shutting down workers|"
+                             r"Failed to (?:check|get) whether the rendezvous is closed", re.IGNORECASE)
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
+ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|host|traceback)\s*:\s*(.*)$")
+# A training step reported (loss value, progress bar past zero): a group that trained had formed.
+_PROGRESS = re.compile(r"\bloss\b['\"]?\s*[:=]?\s*[-+]?\d|\b[1-9]\d*/\d+ \[\d+:\d+<|\b(?:iter|iteration|step)\s*"
+                       r"[:=]?\s*\d+\b.{0,40}\bloss", re.IGNORECASE)
+_FINISHED = re.compile(r"\btraining (?:is )?(?:complete|completed|finished|done)\b|\bfinished training\b|"
+                       r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached|['\"]?train_runtime['\"]?\s*[:=]",
+                       re.IGNORECASE)
+# Exit codes and signals said by srun, slurmstepd, the shell or the launcher.
+_EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit code (\d+)|Killed|Terminated)|"
+                        r"exited with (?:exit )?code (-?\d+)|exitcode\s*:\s*(-?\d+)|^(?:.*\s)?(Killed|Aborted|"
+                        r"Segmentation fault|Bus error)(?: \(core dumped\))?(?:\s+\S.*)?$|signal: (\w+)",
+                        re.IGNORECASE)
+_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?Killed(?:\s+.*)?$|^srun: error: \S+: tasks? [\d,-]+: Killed$")
+_SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
+_KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
+_NCCL_WARN = re.compile(r"\bNCCL WARN\b")
+
+
+def clean_line(line: str) -> tuple[str, int | None]:
+    """Strip ANSI codes and launcher rank prefixes (repeated ones too); return (text, rank or None)."""
+    text = _ANSI.sub("", line).rstrip()
+    rank = None
+    if m := _RAY_PREFIX.match(text):
+        found = _RAY_RANK.search(m[0])
+        rank = int(found[1]) if found else None
+        text = text[m.end():]
+    while m := _PREFIX.match(text):
+        rank = int(m.group(1) or m.group(2)) if rank is None else rank
+        text = text[m.end():]
+    return text, rank
+
+
+def launcher_root_cause(lines: list[str]) -> dict | None:
+    """torchrun's summary of a failed job: the rank that failed first, its exit code and signal.
+
+    ChildFailedError prints "Root Cause (first observed failure):" then `rank : 3 (local_rank: 3)`,
+    `exitcode : -9 (pid: 123)`, `traceback : Signal 9 (SIGKILL) received by PID 123`."""
+    for i in range(len(lines) - 1, -1, -1):
+        if ROOT_CAUSE.search(lines[i]):
+            fields: dict = {}
+            for line in lines[i + 1:i + 10]:
+                m = ROOT_FIELD.match(line)
+                if m:
+                    fields[m[1]] = m[2].strip()
+            rank = re.match(r"-?\d+", fields.get("rank", ""))
+            code = re.match(r"-?\d+", fields.get("exitcode", ""))
+            signal = re.search(r"Signal (\d+) \((\w+)\)", fields.get("traceback", ""))
+            if not (rank or code):
+                return None
+            result = {"rank": int(rank[0]) if rank else None, "exitcode": int(code[0]) if code else None,
+                      "host": fields.get("host") or None, "signal": signal[2] if signal else None}
+            if result["signal"] is None and result["exitcode"] is not None and result["exitcode"] < 0:
+                result["signal"] = {-9: "SIGKILL", -6: "SIGABRT", -11: "SIGSEGV", -15: "SIGTERM",
+                                    -7: "SIGBUS"}.get(result["exitcode"], f"signal {-result['exitcode']}")
+            return result
+    return None
+
+
+def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True) -> str:
+    """The end of a log. A FIFO, /dev/zero or other non-regular file raises UnsafeFile at once
+    (non-blocking open, then fstat) instead of hanging; reads are capped at `max_bytes`."""
+    try:
+        data, _ = tail_bytes(path, max_bytes, nofollow=nofollow)
+    except FileNotFoundError:
+        return ""
+    return data.decode(errors="replace")
+
+
+def traceback_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """(start line, lines up to and including its exception line) for every Python traceback."""
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
+    blocks = []
+    for n, start in enumerate(starts):
+        block = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]
+        end = next((i for i, line in enumerate(block) if i and _EXCEPTION_LINE.match(line)), len(block) - 1)
+        blocks.append((start, block[: end + 1]))
+    return blocks
+
+
+def is_launcher_block(block: list[str]) -> bool:
+    return any(_LAUNCHER_FRAME.search(line) for line in block)
+
+
+def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
+    """The last Python traceback's head and its final exception line, or the log's last lines.
+
+    A launcher's own traceback (torchrun/accelerate raising ChildFailedError) says only that a rank
+    died; the rank's traceback above it is the one that explains why, so it wins when there is one."""
+    blocks = [b for _, b in traceback_blocks(lines)]
+    own = [b for b in blocks if not is_launcher_block(b)]
+    if own or blocks:
+        block = (own or blocks)[-1]
+        return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
+    return [line for line in lines if line.strip()][-limit:]
+
+
+@dataclass
+class LogReading:
+    """The structure of a failure log: who failed first, with what, where, and what the launcher, Slurm and
+    the kernel said. Line numbers index the cleaned lines."""
+    root_rank: int | None = None
+    exception: str | None = None  # "Type: message" of the root error (Python or C++ what())
+    exception_line: int | None = None
+    user_frame: str | None = None  # 'file:line in func' of the deepest frame outside installed libraries
+    library_frame: str | None = None  # the frame that raised, when it is in a library
+    raising_frame: str | None = None  # the deepest frame of the root traceback, library or not
+    frames: list[str] = field(default_factory=list)  # every frame of the root traceback, outermost first
+    exit: str | None = None  # the failing rank's exit code or signal, in words
+    nccl_warn: list[str] = field(default_factory=list)
+    slurm: list[str] = field(default_factory=list)
+    kernel: list[str] = field(default_factory=list)
+    noise: set[int] = field(default_factory=set)  # launcher shutdown lines: never evidence
+    code: set[int] = field(default_factory=set)  # source lines a traceback quotes under a frame: shown last
+    first_progress: int | None = None
+    last_progress: int | None = None
+    finished: int | None = None  # the training said it finished
+    bare_kill: int | None = None  # a "Killed" with no message (SIGKILL from outside the program)
+    failure_markers: int = 0  # tracebacks, exception lines, fatal launcher/Slurm lines
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("noise")
+        return {k: v for k, v in d.items() if v not in (None, [], 0)}
+
+
+def _frame_text(m: re.Match) -> str:
+    return f"{m[1]}:{m[2]}" + (f" in {m[3]}" if m[3] else "")
+
+
+# Longer lines are read up to this many characters: a frame or exception pattern scanned across a
+# megabyte-long line (a progress bar without newlines, binary junk) costs quadratic time.
+_MAX_LINE_CHARS = 4096
+
+
+def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
+    lines = [t[:_MAX_LINE_CHARS] for t, _ in cleaned]
+    r = LogReading()
+    root = launcher_root_cause(lines)
+    for i, line in enumerate(lines):
+        if _LAUNCHER_NOISE.search(line):
+            r.noise.add(i)
+            continue
+        if i and _FRAME.match(lines[i - 1]) and not _FRAME.match(line) and not _EXCEPTION_LINE.match(line):
+            r.code.add(i)
+        if _PROGRESS.search(line):
+            r.first_progress = i if r.first_progress is None else r.first_progress
+            r.last_progress = i
+        if _FINISHED.search(line):
+            r.finished = i
+        if _NCCL_WARN.search(line) and len(r.nccl_warn) < 5:
+            r.nccl_warn.append(line.strip())
+        if _SLURMSTEPD.search(line) and len(r.slurm) < 5:
+            r.slurm.append(line.strip())
+        if _KERNEL.search(line) and len(r.kernel) < 5:
+            r.kernel.append(line.strip())
+        if _BARE_KILL.match(line.strip()):
+            r.bare_kill = i
+        if _EXCEPTION_LINE.match(line) or _WHAT_LINE.match(line) or _SLURMSTEPD.search(line):
+            r.failure_markers += 1
+    # The root error: the launcher's first-failed rank's own traceback, else the first rank traceback in the
+    # log (one rank's error makes the others fail after it), never the launcher's ChildFailedError.
+    blocks = [(s, b) for s, b in traceback_blocks(lines) if not is_launcher_block(b)]
+    r.failure_markers += len(blocks)
+    if root and root.get("rank") is not None:
+        r.root_rank = root["rank"]
+        own = [(s, b) for s, b in blocks if cleaned[s][1] == root["rank"]]
+        blocks = own or blocks
+    chosen = blocks[0] if blocks else None
+    if chosen is not None:
+        start, block = chosen
+        last = block[-1].strip()
+        if _EXCEPTION_LINE.match(last):
+            r.exception, r.exception_line = last, start + len(block) - 1
+        frames = [m for m in (_FRAME.match(line) for line in block) if m]
+        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        r.user_frame = _frame_text(users[-1]) if users else None
+        r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
+        r.raising_frame = _frame_text(frames[-1]) if frames else None
+        r.frames = [_frame_text(m) for m in frames]
+        if r.root_rank is None:
+            r.root_rank = cleaned[start][1]
+    if r.exception is None:  # no traceback header posted: the first exception or C++ what() line
+        for i, line in enumerate(lines):
+            m = _WHAT_LINE.match(line)
+            if (m or _EXCEPTION_LINE.match(line)) and i not in r.noise and not _LAUNCHER_FRAME.search(line):
+                r.exception, r.exception_line = (m[1] if m else line).strip(), i
+                r.root_rank = cleaned[i][1] if r.root_rank is None else r.root_rank
+                break
+        else:
+            for i in range(len(lines) - 1, -1, -1):
+                m = _INLINE_EXCEPTION.search(lines[i])
+                if m and i not in r.noise:
+                    r.exception, r.exception_line = f"{m[1]}: {m[2]}".strip(), i
+                    break
+    if r.exception_line is not None and r.raising_frame is None:  # a traceback pasted without its header
+        frames = [m for line in lines[max(0, r.exception_line - 30):r.exception_line + 1]
+                  for m in _ANY_FRAME.finditer(line)]
+        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        r.user_frame = r.user_frame or (_frame_text(users[-1]) if users else None)
+        r.raising_frame = _frame_text(frames[-1]) if frames else None
+        r.frames = [_frame_text(m) for m in frames]
+    if root and (root.get("signal") or root.get("exitcode") is not None):
+        r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
+                  else f"exit code {root['exitcode']}")
+    else:
+        for line in lines:
+            m = _EXIT_LINE.search(line)
+            if m:
+                said = next((g for g in m.groups() if g), None) or m[0].strip()
+                r.exit = f"exit code {said}" if said.lstrip("-").isdigit() else said
+                break
+    return r
