@@ -118,6 +118,10 @@ def cluster():
         assert "is DOWN" in c.run(["scontrol", "ping"]).stdout
         acct = runbook_step_9(c)
         assert acct.returncode == 0, acct.stdout + acct.stderr
+        # what an earlier accounting.sh made: an association bound to a partition, which splits the
+        # user's fair share and makes Slurm refuse multi-partition jobs; the re-run removes it
+        bound = c.run(["sacctmgr", "-i", "add", "user", USER, "account=ml-research", "partition=h100-ondemand"])
+        assert bound.returncode == 0, bound.stdout + bound.stderr
         again = runbook_step_9(c)
         assert again.returncode == 0, again.stdout + again.stderr  # idempotent: people change, it re-runs
         # root (an operator) may use burst: its jobs get past the association check, AllowQos stays
@@ -229,7 +233,8 @@ def test_no_tier_preempts_an_on_demand_job(observed):
 
 
 def test_alice_has_one_association_and_no_partition_bound_one(cluster):
-    """accounting.sh gives a user one association (one fair-share standing), none per partition."""
+    """accounting.sh gives a user one association (one fair-share standing), none per partition, and
+    removes the partition-bound one an earlier version made (the fixture adds it before the re-run)."""
     rows = cluster.run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={USER}",
                         "format=account,partition,qos,defaultqos"]).stdout.split()
     assert rows == ["ml-research||burst,dev,experiments,production|experiments"], rows
