@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # QOS tiers with preemption, team fair share, and the users' associations (idempotent). Run after
 # slurmdbd is up, and again whenever teams or users change:
-#   GKE:   kubectl -n slurm exec -i statefulset/slurm-controller -- \
+#   GKE:   kubectl -n slurm exec -i statefulset/slurm-controller -c reconfigure -- \
 #            env SLURMCTL_USERS="$(cat users.txt)" bash -s < deploy/slurm/accounting.sh
+#          (deploy/RUNBOOK.md step 9: the `reconfigure` container, slurmctld's may be crash-looping)
 #   local: SLURMCTL_USERS="alice ml-research" deploy/slurm/accounting.sh
 # SLURMCTL_USERS: one "<user> <account>" per line (the LDAP user names; account = a team below).
 # Associations are enforced (scheduling.conf AccountingStorageEnforce), so a user without one
-# cannot submit at all: the script refuses to run without users.
+# cannot submit at all: the script refuses to run without users. A user in several teams is not
+# supported here (one line, one account per user).
 # GPU totals follow the node pools' max sizes (deploy/gke/variables.tf: 6+8+6 H100 nodes x 8).
 set -euo pipefail
 H100_GPUS=${H100_GPUS:-160}
@@ -59,39 +61,27 @@ for team in $TEAMS; do
     QOS=production,experiments,burst,dev DefaultQOS=experiments
 done
 
-# Partitions that take only some QOS: "<partition>:<QOS allowed>:<default QOS>", as partitions.conf's
-# AllowQos. A user's association for that partition holds exactly these QOS, so any other QOS is
-# refused at submit ("Invalid qos specification"; associations and qos are enforced) and a job sent
-# there without --qos gets the default. scheduling.conf's EnforcePartLimits=NO cannot refuse it: it
-# must let jobs pend on partitions scaled to zero. h100-ondemand: production only, the one tier
-# there, so nothing preempts an on-demand job.
-PARTITION_QOS="h100-ondemand:production:production l4-dev:dev,experiments:experiments"
-
-# Users: the associations that let them submit (new ones added, existing ones kept): one for the
-# account (every partition) and one per partition of PARTITION_QOS.
+# Users: ONE association each, in their team's account, for every partition: a user's fair share
+# and usage live in one place, and a job may name several partitions (`-p h100-spot,h100-flex`, or
+# `-p h100-ondemand,h100-spot`: Slurm refuses any multi-partition job of a user who has an
+# association bound to a partition). Which QOS a partition takes is the partition's own AllowQos
+# (partitions.conf): a job under another QOS is accepted and pends there with reason QOSNotAllowed
+# ("Job's QOS not permitted to use this partition") and never starts, so nothing preempts an
+# on-demand job; slurmctl sends the partition's QOS (site.yaml `qos`), plain sbatch users pass
+# `--qos=production` on h100-ondemand. New users are added, existing ones kept; an association bound
+# to a partition (what this script made before) is removed, so that re-running it moves users over.
 while read -r user account; do
   [[ -z $user ]] && continue
   "${SACCTMGR[@]}" add user "$user" Account="$account" DefaultAccount="$account" >/dev/null 2>&1 || true
-  for rule in $PARTITION_QOS; do
-    IFS=: read -r partition qos default <<< "$rule"
-    "${SACCTMGR[@]}" add user "$user" Account="$account" Partition="$partition" >/dev/null 2>&1 || true
-    # the default first (the new association inherits the account's QOS, which hold it; sacctmgr
-    # refuses a QOS list without the association's current default), then the QOS list
-    "${SACCTMGR[@]}" modify user where name="$user" account="$account" partition="$partition" \
-      set DefaultQOS="$default" >/dev/null 2>&1 || true
-    "${SACCTMGR[@]}" modify user where name="$user" account="$account" partition="$partition" \
-      set QOS="$qos" >/dev/null 2>&1 || true
-    have=$(sacctmgr --noheader --parsable2 show assoc where user="$user" account="$account" \
-             partition="$partition" format=qos,defaultqos)
-    if [[ $have != "$qos|$default" ]]; then
-      echo "accounting.sh: $user's association in $account for $partition has QOS '$have'," \
-           "want '$qos|$default'" >&2
-      exit 1
-    fi
-  done
-  if ! sacctmgr --noheader --parsable2 show assoc where user="$user" account="$account" format=user \
-       | grep -qx "$user"; then
-    echo "accounting.sh: no association for $user in $account after adding it" >&2
+  sacctmgr --noheader --parsable2 show assoc where user="$user" format=account,partition |
+    while IFS='|' read -r bound_account partition; do
+      [[ -n $partition ]] || continue
+      "${SACCTMGR[@]}" delete user where name="$user" account="$bound_account" partition="$partition" >/dev/null
+    done
+  have=$(sacctmgr --noheader --parsable2 show assoc where user="$user" format=account,partition)
+  if [[ $have != "$account|" ]]; then
+    echo "accounting.sh: $user's associations are '${have//$'\n'/, }', want one in $account for every" \
+         "partition ('$account|')" >&2
     exit 1
   fi
 done <<< "$users"

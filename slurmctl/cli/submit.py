@@ -115,7 +115,10 @@ def print_placement(placement: Placement, console: Console) -> None:
     table = plain_table("", "PARTITION", "EST. START", "$/HOUR", "PREEMPTIBLE")
     for option in placement.options:
         chosen = option.partition == placement.chosen
-        start = _when(option.start_time) if option.ok else f"cannot run: {option.message}"  # a Text cell
+        if option.waits_for_scale_up:
+            start = f"unknown: {option.message}"
+        else:
+            start = _when(option.start_time) if option.ok else f"cannot run: {option.message}"  # a Text cell
         table.add_row("→" if chosen else "", option.partition, start, f"{option.usd_per_hour:,.2f}",
                       "yes" if option.preemptible else "no")
     console.print(f"[bold]placement[/]: {escape(placement.chosen)} ({escape(placement.reason)})")

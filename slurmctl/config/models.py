@@ -313,6 +313,10 @@ class PartitionConfig(_Strict):
     qos: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._-]{1,64}$", description="the Slurm QOS of jobs on this partition (#SBATCH --qos), "
         "for a partition that admits only some QOS, e.g. production on h100-ondemand; unset: the user's default")
+    max_nodes: int | None = Field(
+        None, ge=1, description="an autoscaled pool (e.g. a GKE node pool scaled from zero): nodes are added for "
+        "pending jobs, up to this many. Jobs are checked against gpus_per_node and this, not the nodes present, "
+        "and a job the present nodes cannot hold pends until the pool scales up; unset: the nodes are fixed")
 
 
 class ContainersConfig(_Strict):

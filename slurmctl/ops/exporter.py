@@ -27,7 +27,7 @@ from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
-from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
+from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
@@ -35,6 +35,13 @@ QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24
 # responding) makes the node's free GPUs count as down.
 _UP_STATES = {"idle", "mixed", "allocated", "completing", "planned", "reserved"}
 _NOT_STARTING_REASONS = {"JobHeldUser", "JobHeldAdmin", "BeginTime", "Dependency", "DependencyNeverSatisfied"}
+# Pending reasons of a job that starts once its partition has the nodes for it: the node demand an
+# autoscaled pool scales up on (deploy/chart scaledobjects.yaml) counts only these. On a pool scaled
+# to zero, or smaller than the job, Slurm says PartitionConfig or PartitionNodeLimit (the nodes
+# present cannot hold it: no CPUs, too few nodes). Every other reason is not cured by more nodes: a
+# hold, a dependency or start time, a QOS or association limit or an invalid one, a time limit or a
+# QOS the partition does not take (Slurm then reports its own sentence, not a reason name).
+_WAITING_FOR_NODES_REASONS = {"", "None", "Resources", "Priority", "PartitionConfig", "PartitionNodeLimit"}
 
 
 class CountingRunner:
@@ -65,6 +72,7 @@ class Snapshot:
     error: str = ""
     jobs: list[QueueEntry] = field(default_factory=list)
     nodes: list[NodeUsage] = field(default_factory=list)
+    partitions: dict[str, PartitionInfo] = field(default_factory=dict)  # MaxTime and availability
     runs: list[RunSample] = field(default_factory=list)
     health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
 
@@ -88,6 +96,27 @@ def drain_cause(reason: str, state: str) -> str:
     if state.endswith("*") or "not responding" in text:
         return "not_responding"
     return "admin"
+
+
+def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo]) -> bool:
+    """A pending job that more nodes in its (first) partition would start: a reason more nodes cure,
+    a time limit within the partition's MaxTime, and a shape the pool can reach (nodes up to the
+    site's max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never
+    runs: it asks for no node. (On a partition with no node Slurm says PartitionConfig before it
+    looks at the time limit: an 8-day job there would scale the pool up, then say PartitionTimeLimit
+    and let it go back to zero, again and again.)"""
+    if job.state != "PENDING" or not job.partitions:
+        return False
+    if job.reason not in _WAITING_FOR_NODES_REASONS and not job.reason.startswith("ReqNodeNotAvail"):
+        return False
+    limit = partitions.get(job.partitions[0])
+    if limit and limit.max_time_seconds is not None and (job.time_limit_seconds or 0) > limit.max_time_seconds:
+        return False
+    pool = site.partitions.get(job.partitions[0])
+    if pool is None or pool.max_nodes is None:
+        return True  # a fixed partition: no pool to compare with
+    nodes = max(job.num_nodes, 1)
+    return nodes <= pool.max_nodes and -(-job.gpus // nodes) <= pool.gpus_per_node
 
 
 def reason_label(reason: str) -> str:
@@ -128,6 +157,7 @@ class SnapshotCache:
         try:
             jobs = self.client.queue_snapshot()
             nodes = self.client.node_usage()
+            partitions = self.client.partitions()
         except SlurmctlError as exc:
             runs, health = self._read_runs(self._last_run_jobs, now)
             return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message,
@@ -146,7 +176,8 @@ class SnapshotCache:
                 run_jobs.append((run, job))
         self._last_run_jobs = run_jobs
         runs, health = self._read_runs(run_jobs, now)
-        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, runs=runs, health=health)
+        return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
+                        runs=runs, health=health)
 
     def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]],
                    now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
@@ -201,6 +232,18 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
                  "set are 'other').", ["partition", "reason"], pending_by_reason)
     yield _gauge("slurmctl_job_pending_oldest_seconds", "How long the oldest pending job has waited.",
                  ["partition"], oldest_pending)
+    waiting: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
+    biggest: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
+    for job in snap.jobs:
+        if waits_for_nodes(job, site, snap.partitions):
+            key = (job.partitions[0],)
+            waiting[key] = waiting.get(key, 0.0) + 1
+            biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
+    yield _gauge("slurmctl_jobs_waiting_for_nodes", "Pending jobs that more nodes in their (first) partition "
+                 "would start (the autoscaler's demand; no hold, dependency, limit, or shape the pool cannot "
+                 "reach).", ["partition"], waiting)
+    yield _gauge("slurmctl_job_waiting_for_nodes_max_nodes", "Node count of the biggest job waiting for nodes.",
+                 ["partition"], biggest)
 
     gpus: dict[tuple, float] = defaultdict(float)
     cluster_gpus: dict[tuple, float] = defaultdict(float)  # each node once (nodes sit in several partitions)

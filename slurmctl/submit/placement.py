@@ -1,5 +1,10 @@
 """Earliest-start placement: ask Slurm (`sbatch --test-only`) when the run would start on each
-acceptable partition, pick the earliest, ties (starts within TIE_SECONDS) to the cheaper."""
+acceptable partition, pick the earliest, ties (starts within TIE_SECONDS) to the cheaper.
+
+A partition of an autoscaled pool (site.yaml `max_nodes`) may have no node, or fewer than the job
+needs, until the pool scales up for the pending job: Slurm's estimate there is "Requested node
+configuration is not available". That is no refusal: the job pends, the pool scales up for it (KEDA
+counts it), and the start is unknown. Such a partition is chosen only when none can give a start."""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from slurmctl.errors import NoPlacement
 from slurmctl.slurm.client import SlurmClient
 
 TIE_SECONDS = 60  # Slurm's estimates move by the scheduler interval; closer starts are a tie
+# sbatch --test-only's answer when the partition's nodes present cannot hold the job (none at all, or
+# too few or too small): ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE
+NO_NODES_YET = "Requested node configuration is not available"
 
 
 @dataclass
@@ -23,11 +31,13 @@ class PlacementOption:
     preemptible: bool
     nodes: str = ""
     message: str = ""
+    waits_for_scale_up: bool = False  # an autoscaled pool without the nodes yet: pends, start unknown
 
     def to_dict(self) -> dict:
         return {"partition": self.partition, "ok": self.ok, "usd_per_hour": self.usd_per_hour,
                 "start_time": self.start_time.isoformat() if self.start_time else None,
-                "preemptible": self.preemptible, "nodes": self.nodes, "message": self.message}
+                "preemptible": self.preemptible, "nodes": self.nodes, "message": self.message,
+                "waits_for_scale_up": self.waits_for_scale_up}
 
 
 @dataclass
@@ -50,10 +60,15 @@ def place(spec: RunSpec, site: SiteConfig, client: SlurmClient, script_for: Call
     for partition in spec.partitions:
         answer = client.test_only(None, sbatch_directives(script_for(partition)))
         config = site.partitions.get(partition)
-        options.append(PlacementOption(
+        option = PlacementOption(
             partition, answer.ok, answer.start_time,
             round(gpus * config.price_per_gpu_hour, 2) if config else 0.0,
-            bool(config and config.preemptible), answer.nodes, answer.message))
+            bool(config and config.preemptible), answer.nodes, answer.message)
+        if not answer.ok and config and config.max_nodes and NO_NODES_YET in answer.message:
+            option.ok, option.start_time, option.waits_for_scale_up = True, None, True
+            option.message = (f"no node in {partition} can hold it yet: the job pends until the pool "
+                              f"scales up (up to {config.max_nodes} nodes, a few minutes per new VM)")
+        options.append(option)
     return Placement(*choose(options), options)
 
 
@@ -71,6 +86,11 @@ def sbatch_directives(script: str) -> list[str]:
 def choose(options: list[PlacementOption]) -> tuple[str, str]:
     """(partition, why): earliest start; starts within TIE_SECONDS are a tie, won by the cheaper."""
     startable = [o for o in options if o.ok and o.start_time is not None]
+    scaling = [o for o in options if o.ok and o.waits_for_scale_up]
+    if not startable and scaling:
+        best = min(scaling, key=lambda o: o.usd_per_hour)
+        return best.partition, "pends until its pool scales up; start unknown" + (
+            "; no partition could give a start, the cheapest of those that scale up" if len(options) > 1 else "")
     if not startable and all("temporarily unavailable" in o.message for o in options):
         raise NoPlacement("Slurm is not accepting new jobs right now (sbatch: Resource temporarily unavailable; "
                           "the controller is busy or at MaxJobCount).",

@@ -11,8 +11,11 @@ the upstream sources, not from our expectations:
   the metric is above activationThreshold; after cooldownPeriod without activity it sets
   idleReplicaCount (0); in between the HPA owns the count.
 The metric value of each scenario is what Prometheus computes from the rendered query over the
-scenario's series: promtool evaluates it (the real PromQL engine), so query and arithmetic are
-checked together. The GKE firewall rules the control plane needs are checked against the RUNBOOK's
+series the real exporter (slurmctl.ops.exporter, with the production site.yaml) serves for the
+scenario's queue and nodes: promtool evaluates it (the real PromQL engine), so exporter, query and
+arithmetic are checked together. Every scenario's queue also holds jobs more nodes never start
+(held, dependencies, limits, a QOS or time limit the partition does not take, bigger than the
+pool): they must add nothing. The GKE firewall rules the control plane needs are checked against the RUNBOOK's
 table and the pinned charts' ports.
 """
 
@@ -32,7 +35,6 @@ from .test_deploy_consistency import _terraform, _tf_resources
 REPO = Path(__file__).resolve().parents[2]
 KEDA_FACTS = REPO / "tests" / "fixtures" / "keda" / "keda-2.20.2.json"
 OPERATOR_FACTS = REPO / "tests" / "fixtures" / "slinky" / "slurm-operator-1.1.2.json"
-SLURM_METRICS = REPO / "tests" / "fixtures" / "slurm" / "openmetrics-25.11.json"
 TOLERANCE = 0.1            # HPA --horizontal-pod-autoscaler-tolerance default
 SCALE_DOWN_WINDOW = 300    # HPA behavior.scaleDown.stabilizationWindowSeconds default
 
@@ -84,18 +86,71 @@ def _scaled_objects(tmp_path) -> dict[str, dict]:
             for d in by_kind(render(tmp_path), "ScaledObject").values()}
 
 
-def demand(query: str, tmp_path: Path, busy: int, pending_jobs: int, biggest_job_nodes: int,
-           partition: str = "h100-ondemand") -> float:
-    """What Prometheus computes from the rendered query over these series (promtool's engine)."""
+# Pending jobs that more nodes never start, as squeue -O shows them: (reason, nodes, GPUs, time limit).
+# The QOSNotAllowed line is the sentence slurmctld puts in its place (the job's state_desc), seen on
+# real daemons by tests/integration/test_deploy_preemption.py.
+NEVER_STARTED_BY_NODES = [
+    (reason, 1, 8, "1-00:00:00") for reason in [
+        "JobHeldUser", "JobHeldAdmin", "Dependency", "BeginTime", "DependencyNeverSatisfied",
+        "QOSMaxJobsPerUserLimit", "QOSGrpGRES", "AssocMaxJobsLimit", "AssocGrpGRES", "InvalidQOS", "InvalidAccount",
+        "PartitionTimeLimit", "QOSNotAllowed",
+        "Job's QOS not permitted to use this partition (h100-ondemand allows production not burst)"]
+] + [
+    ("Resources", 20, 160, "1-00:00:00"),         # more nodes than any pool may have (site.yaml max_nodes)
+    ("PartitionNodeLimit", 1, 16, "1-00:00:00"),  # more GPUs per node than the pool's nodes have
+    # over the partitions' MaxTime (7 days): on a pool with no node Slurm says PartitionConfig first
+    ("PartitionConfig", 1, 8, "8-00:00:00"),
+]
+WAITING_REASONS = ["Resources", "PartitionConfig", "PartitionNodeLimit", "Priority"]  # more nodes start these
+
+
+def exporter_series(tmp_path: Path, partition: str, busy: int, waiting: list[int]) -> list[tuple[str, float]]:
+    """(series, value) the exporter serves for a queue with `waiting` jobs (their node counts) that
+    more nodes would start, every NEVER_STARTED_BY_NODES job, `busy` allocated + 3 idle nodes in
+    `partition`, and 7 busy nodes in another partition."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from slurmctl.config.models import load_site_config
+    from slurmctl.ops.exporter import build
+    from slurmctl.slurm.client import SEP
+
+    from .fakes import ReplayRunner, squeue_output
+
+    site = load_site_config(REPO / "deploy" / "slinky" / "site.yaml").model_copy(update={"runs_root": str(tmp_path)})
+    jobs = [(WAITING_REASONS[i % len(WAITING_REASONS)], nodes, 8 * nodes) for i, nodes in enumerate(waiting)]
+    records = [[str(100 + i), "PENDING", reason, partition, str(nodes),
+                f"cpu={nodes},mem=1000M,node={nodes},billing={nodes},gres/gpu={gpus}", "2026-12-01T10:00:00",
+                "N/A", limit, "alice", "(null)"]
+               for i, (reason, nodes, gpus, limit) in enumerate([(*job, "1-00:00:00") for job in jobs]
+                                                                + NEVER_STARTED_BY_NODES)]
+    other = "h100-flex" if partition != "h100-flex" else "h100-spot"
+    sinfo = "".join(f"{name}{SEP}{part}{SEP}gpu:8{SEP}gpu:{used}(IDX:N/A){SEP}{state}{SEP}none{SEP}\n"
+                    for name, part, used, state in
+                    [(f"{partition}-{i}", partition, 8, "allocated") for i in range(busy)]
+                    + [(f"{partition}-{busy + i}", partition, 0, "idle") for i in range(3)]
+                    + [(f"{other}-{i}", other, 8, "allocated") for i in range(7)])
+    # each partition's MaxTime, as partitions.conf sets it (sinfo -o %R|%l|%a)
+    limits = "".join(f"{name}{SEP}{'04:00:00' if name == 'l4-dev' else '7-00:00:00'}{SEP}up\n"
+                     for name in site.partitions)
+    registry, _ = build(site, 15.0, ReplayRunner({"squeue": squeue_output(*records), "sinfo": sinfo,
+                                                  ("sinfo", "-h", "-o", SEP.join(["%R", "%l", "%a"])): limits}))
+    text = generate_latest(registry).decode()
+    found = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(("slurmctl_nodes", "slurmctl_jobs", "slurmctl_job_")):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                found.append((f"{sample.name}{{{labels}}}", sample.value))
+    return found
+
+
+def demand(query: str, tmp_path: Path, busy: int, waiting: list[int], partition: str = "h100-ondemand") -> float:
+    """What Prometheus computes from the rendered query over the exporter's series (promtool's engine)."""
     if shutil.which("promtool") is None:
         pytest.fail("promtool is missing (deploy/local/apt-extras.txt installs prometheus)")
-    series = [(f'slurmctl_nodes{{partition="{partition}",state="allocated"}}', busy),
-              (f'slurmctl_nodes{{partition="{partition}",state="idle"}}', 3),
-              (f'slurmctl_jobs_pending{{partition="{partition}",reason="Resources"}}', pending_jobs),
-              (f'slurmctl_jobs_pending{{partition="{partition}",reason="Dependency"}}', 5),  # never counted
-              ('slurmctl_nodes{partition="other",state="allocated"}', 7),                  # another pool
-              (f'slurm_partition_jobs_min_job_nodes_nohold{{partition="{partition}"}}', biggest_job_nodes)]
-    expected = busy + max(pending_jobs, biggest_job_nodes)
+    series = exporter_series(tmp_path, partition, busy, waiting)
+    expected = busy + max(len(waiting), max(waiting, default=0))
     test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [{"series": s, "values": f"{v}x3"} for s, v in series],
@@ -104,7 +159,8 @@ def demand(query: str, tmp_path: Path, busy: int, pending_jobs: int, biggest_job
     path = tmp_path / "query-test.yaml"
     path.write_text(yaml.safe_dump(test))
     out = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, f"the query does not compute busy + max(pending jobs, biggest job):\n{out.stdout}"
+    assert out.returncode == 0, ("the query over the exporter's series is not busy + max(jobs waiting for nodes, "
+                                 f"the biggest one's nodes):\n{out.stdout}")
     return expected
 
 
@@ -115,15 +171,12 @@ def run(spec: dict, timeline: list[tuple[float, int]]) -> list[int]:
 
 # --- the scenarios -------------------------------------------------------------------------------------
 def test_scaled_objects_use_average_value_and_one_node_per_unit_of_demand(tmp_path):
-    slurm_series = set(json.loads(SLURM_METRICS.read_text())["series"])
-    metrics = yaml.safe_load((REPO / "deploy" / "slinky" / "values.yaml").read_text())["controller"]["metrics"]
-    assert metrics["enabled"] and {"path": "/metrics/partitions"} in metrics["serviceMonitor"]["endpoints"]
+    served = {name.split("{")[0] for name, _ in exporter_series(tmp_path, "h100-spot", 1, [2])}
     for pool, spec in _scaled_objects(tmp_path).items():
         [trigger] = spec["triggers"]
-        # series of slurmctld's own /metrics (Slurm 25.11 metrics/openmetrics; the slurm chart's
-        # ServiceMonitor scrapes /metrics/partitions into the Prometheus KEDA asks)
-        used = set(re.findall(r"\b(slurm_[a-z_]+)\{", trigger["metadata"]["query"]))
-        assert used and used <= slurm_series, used - slurm_series
+        # only series the exporter serves (Prometheus scrapes it: deploy/chart/prometheus-values.yaml)
+        used = set(re.findall(r"\b([a-z_]+)\{", trigger["metadata"]["query"]))
+        assert used and used <= served, used - served
         assert trigger["metricType"] == "AverageValue", pool  # Value multiplies by the READY pods
         assert (trigger["metadata"]["threshold"], trigger["metadata"]["activationThreshold"]) == ("1", "0"), pool
         assert (spec["idleReplicaCount"], spec["minReplicaCount"]) == (0, 1), pool
@@ -131,7 +184,7 @@ def test_scaled_objects_use_average_value_and_one_node_per_unit_of_demand(tmp_pa
 
 def test_three_jobs_pending_and_no_node_ready_yet_scales_up_to_three(tmp_path):
     spec = _scaled_objects(tmp_path)["h100-ondemand"]
-    usage = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=0, pending_jobs=3, biggest_job_nodes=1)
+    usage = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=0, waiting=[1, 1, 1])
     # poll 1: KEDA activates 0 -> 1; the VM boots for minutes, so no slurmd pod is ready for several polls
     assert run(spec, [(usage, 0)] * 4) == [1, 3, 3, 3]
 
@@ -139,8 +192,8 @@ def test_three_jobs_pending_and_no_node_ready_yet_scales_up_to_three(tmp_path):
 def test_two_busy_of_six_scales_in_to_two_after_the_stabilization_window(tmp_path):
     spec = _scaled_objects(tmp_path)["h100-ondemand"]
     assert spec["maxReplicaCount"] == 6
-    full = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=6, pending_jobs=0, biggest_job_nodes=0)
-    two = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=2, pending_jobs=0, biggest_job_nodes=0)
+    full = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=6, waiting=[])
+    two = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=2, waiting=[])
     scaler = NodeSetScaler(spec)
     scaler.replicas, scaler.last_active = 6, 0
     assert scaler.step(full, 6) == 6
@@ -151,8 +204,8 @@ def test_two_busy_of_six_scales_in_to_two_after_the_stabilization_window(tmp_pat
 def test_drain_to_zero_after_the_cooldown(tmp_path):
     spec = _scaled_objects(tmp_path)["h100-spot"]
     query = spec["triggers"][0]["metadata"]["query"]
-    busy = demand(query, tmp_path, busy=2, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
-    idle = demand(query, tmp_path, busy=0, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
+    busy = demand(query, tmp_path, busy=2, waiting=[], partition="h100-spot")
+    idle = demand(query, tmp_path, busy=0, waiting=[], partition="h100-spot")
     scaler = NodeSetScaler(spec)
     scaler.replicas = 2
     assert [scaler.step(busy, 2) for _ in range(3)] == [2, 2, 2]
@@ -164,13 +217,20 @@ def test_drain_to_zero_after_the_cooldown(tmp_path):
     assert drained == [2] * (window - 1) + [1] * (polls - window) + [0], drained
 
 
+def test_jobs_more_nodes_never_start_ask_for_no_node(tmp_path):
+    """Only never-startable jobs pending (every one of NEVER_STARTED_BY_NODES): no demand, the pool stays at 0."""
+    spec = _scaled_objects(tmp_path)["h100-ondemand"]
+    nothing = demand(spec["triggers"][0]["metadata"]["query"], tmp_path, busy=0, waiting=[])
+    assert nothing == 0 and run(spec, [(nothing, 0)] * 4) == [0, 0, 0, 0]
+
+
 def test_a_four_node_job_pending_alone_gets_four_nodes(tmp_path):
     spec = _scaled_objects(tmp_path)["h100-spot"]
     query = spec["triggers"][0]["metadata"]["query"]
-    pending = demand(query, tmp_path, busy=0, pending_jobs=1, biggest_job_nodes=4, partition="h100-spot")
+    pending = demand(query, tmp_path, busy=0, waiting=[4], partition="h100-spot")
     # the job cannot start before all four nodes are up: nothing is busy meanwhile
     assert run(spec, [(pending, 0), (pending, 0), (pending, 2), (pending, 4)]) == [1, 4, 4, 4]
-    running = demand(query, tmp_path, busy=4, pending_jobs=0, biggest_job_nodes=0, partition="h100-spot")
+    running = demand(query, tmp_path, busy=4, waiting=[], partition="h100-spot")
     assert run(spec, [(pending, 0), (pending, 0), (running, 4)])[-1] == 4
 
 

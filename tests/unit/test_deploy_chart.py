@@ -224,10 +224,15 @@ def test_the_login_node_is_an_internal_load_balancer_open_to_the_vpn_clients_onl
     assert [(a["protocol"], a["ports"]) for a in rule["allow"]] == [("tcp", ["22"])]
     for pool in _tf_resources(tf, "google_container_node_pool").values():
         assert set(rule["target_tags"]) <= set(pool["node_config"][0]["tags"])
-    policy = by_kind(render(tmp_path), "NetworkPolicy")["slurm-login-ssh"]["spec"]
-    [ingress] = [rule for rule in policy["ingress"] if any("ipBlock" in p for p in rule["from"])]
+    policies = by_kind(render(tmp_path), "NetworkPolicy")
+    [ingress] = policies["slurm-login-ssh"]["spec"]["ingress"]  # SSH from the VPN, nothing else
     assert [p["ipBlock"]["cidr"] for p in ingress["from"]] == ranges
     assert ingress["ports"] == [{"protocol": "TCP", "port": 22}]
+    # srun's callbacks: the SrunPortRange of the slurm.conf part, and only that
+    [low, high] = re.findall(r"^SrunPortRange=(\d+)-(\d+)$",
+                             (REPO / "deploy" / "slurm" / "scheduling.conf").read_text(), re.M)[0]
+    [srun] = policies["slurm-login-srun"]["spec"]["ingress"]
+    assert srun["ports"] == [{"protocol": "TCP", "port": int(low), "endPort": int(high)}]
     runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
     path = runbook.split("### Reaching the login node", 1)[1].split("\n## ", 1)[0]
     assert "INTERNAL" in path and "var.ssh_client_cidrs" in path and "network.sshClientCIDRs" in path

@@ -330,13 +330,6 @@ def test_the_consistency_check_catches_drift(broken, monkeypatch):
 
 
 # --- slurmctl's production site config ------------------------------------------------------------
-def _partition_qos_rules() -> dict[str, tuple[set[str], str]]:
-    """accounting.sh PARTITION_QOS: {partition: (QOS of users' association there, default QOS)}."""
-    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
-    [rules] = re.findall(r'^PARTITION_QOS="([^"]+)"$', script, re.M)
-    return {p: (set(q.split(",")), d) for p, q, d in (rule.split(":") for rule in rules.split())}
-
-
 def test_the_production_site_config_loads_and_sends_each_partition_a_qos_it_admits():
     from slurmctl.config.models import load_site_config
 
@@ -347,17 +340,25 @@ def test_the_production_site_config_loads_and_sends_each_partition_a_qos_it_admi
         assert part.gpus_per_node == pools[name]["gpus_per_node"], name
         assert part.gpu_type == ACCELERATOR_GPU_TYPE[pools[name]["accelerator_type"]], name
         assert part.preemptible == pools[name]["spot"], name
+        assert part.max_nodes == pools[name]["max_nodes"], name  # autoscaled from zero up to the pool's size
     assert site.cluster == yaml.safe_load((DEPLOY / "slinky" / "values.yaml").read_text())["clusterName"]
-    shared, rules = _shared_partitions(), _partition_qos_rules()
-    account_default = re.search(r"DefaultQOS=(\w+)", (DEPLOY / "slurm" / "accounting.sh").read_text()).group(1)
+    shared, script = _shared_partitions(), (DEPLOY / "slurm" / "accounting.sh").read_text()
+    account_qos = set(re.search(r"modify account .* set Fairshare=\S+ *\\?\n? *QOS=([\w,]+)", script)
+                      .group(1).split(","))
+    account_default = re.search(r"DefaultQOS=(\w+)", script).group(1)
     for name, part in site.partitions.items():
         allowed = set(shared[name]["AllowQos"].split(","))
-        sent = part.qos or (rules[name][1] if name in rules else account_default)
-        # the QOS a plain `slurmctl submit` there runs under is one the partition admits ...
-        assert sent in allowed, (name, sent, allowed)
-        # ... and one the user's association for that partition has (else "Invalid qos specification")
-        assert sent in (rules[name][0] if name in rules else {"production", "experiments", "burst", "dev"}), name
+        sent = part.qos or account_default
+        # the QOS a plain `slurmctl submit` there runs under is one the partition admits (else the job
+        # pends for good, QOSNotAllowed) and one every user's association has (else sbatch refuses it)
+        assert sent in allowed and sent in account_qos, (name, sent, allowed, account_qos)
     assert site.partitions["h100-ondemand"].qos == "production"
-    assert rules["h100-ondemand"] == ({"production"}, "production")
-    assert {name: set(q) for name, (q, _) in rules.items()} == {
-        name: set(shared[name]["AllowQos"].split(",")) for name in rules}
+
+
+def test_every_user_has_one_association_not_one_per_partition():
+    """One association per user and account: one fair-share standing, and jobs may name several
+    partitions (Slurm refuses a multi-partition job of a user with a partition-bound association)."""
+    script = (DEPLOY / "slurm" / "accounting.sh").read_text()
+    adds = re.findall(r"add user .*", script)
+    assert adds and not [a for a in adds if "Partition" in a], adds
+    assert "delete user where name=" in script  # partition-bound ones from before are removed

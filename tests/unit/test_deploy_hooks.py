@@ -88,11 +88,14 @@ def run_accounting(tmp_path: Path, users: str) -> tuple[subprocess.CompletedProc
     (bin_dir / "sacctmgr").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        # `show assoc where user=U ...`: the association exists once added, with the QOS it was given
+        # `show assoc where user=U`: the association added, and one bound to h100-ondemand (what an
+        # earlier accounting.sh made) until it is deleted
         'case "$*" in\n'
-        '  *"show assoc"*"partition=h100-ondemand"*) echo "production|production";;\n'
-        '  *"show assoc"*"partition=l4-dev"*) echo "dev,experiments|experiments";;\n'
-        '  *"show assoc"*) echo "$*" | sed -n "s/.*user=\\([^ ]*\\).*/\\1/p";;\n'
+        '  *"show assoc"*)\n'
+        '    u=$(echo "$*" | sed -n "s/.*user=\\([^ ]*\\).*/\\1/p")\n'
+        f'    a=$(sed -n "s/^--immediate add user $u Account=\\([^ ]*\\).*/\\1/p" {log} | head -1)\n'
+        '    echo "$a|"\n'
+        f'    grep -q "delete user where name=$u " {log} || echo "$a|h100-ondemand";;\n'
         'esac\n')
     (bin_dir / "sacctmgr").chmod(0o755)
     out = subprocess.run(["bash", str(REPO / "deploy" / "slurm" / "accounting.sh")], capture_output=True, text=True,
@@ -105,13 +108,11 @@ def test_accounting_creates_each_user_with_a_default_account(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "--immediate add user alice Account=ml-research DefaultAccount=ml-research" in calls
     assert "--immediate add user bob Account=ml-applied DefaultAccount=ml-applied" in calls
-    # an association per partition that takes only some QOS: the default first, then the QOS list
-    ondemand = [c for c in calls if "name=alice" in c and "partition=h100-ondemand" in c]
-    assert ondemand == ["--immediate modify user where name=alice account=ml-research partition=h100-ondemand set "
-                        "DefaultQOS=production",
-                        "--immediate modify user where name=alice account=ml-research partition=h100-ondemand set "
-                        "QOS=production"]
-    assert "--immediate add user alice Account=ml-research Partition=h100-ondemand" in calls
+    # one association per user (fair share in one place, multi-partition jobs allowed): none bound to
+    # a partition is made, and one left by an earlier run is removed
+    assert not [c for c in calls if "Partition=" in c or "partition=" in c and "delete" not in c], calls
+    assert "--immediate delete user where name=alice account=ml-research partition=h100-ondemand" in calls
+    assert "--immediate delete user where name=bob account=ml-applied partition=h100-ondemand" in calls
 
 
 @pytest.mark.parametrize("users", ["", "alice", "alice nlp", "al;ce ml-research", "alice ml-research extra"])

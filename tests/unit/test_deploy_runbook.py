@@ -202,6 +202,9 @@ def _number(loader, node):
 GoYAMLLoader.add_implicit_resolver("tag:yaml.org,2002:go-float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
                                    list("-+0123456789"))
 GoYAMLLoader.add_constructor("tag:yaml.org,2002:go-float", _number)
+# a plain `=` (an enum value in the Prometheus operator's CRDs) is YAML 1.1's "value" tag to PyYAML
+# and a string to Go
+GoYAMLLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
 
 
 def _docs(path: Path) -> list[dict]:
@@ -266,8 +269,7 @@ def test_the_build_writes_every_overlay_by_digest(runbook):
 
 
 # --- steps 4, 7, 8: the charts, rendered, every object valid ------------------------------------------------------
-def _crd_schemas(runbook) -> dict[tuple[str, str], dict]:
-    crds = _rendered(runbook, "slurm-operator-crds")
+def _schemas_of(crds: list[dict]) -> dict[tuple[str, str], dict]:
     schemas = {}
     for crd in crds:
         assert crd["kind"] == "CustomResourceDefinition"
@@ -275,6 +277,23 @@ def _crd_schemas(runbook) -> dict[tuple[str, str], dict]:
             schemas[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = \
                 version["schema"]["openAPIV3Schema"]
     return schemas
+
+
+def _crd_schemas(runbook) -> dict[tuple[str, str], dict]:
+    return _schemas_of(_rendered(runbook, "slurm-operator-crds"))
+
+
+# kube-prometheus-stack installs its CRDs from the crds/ folder of its `crds` subchart (Helm installs
+# a chart's crds/ before its templates and `helm template` does not print them): read from the store
+KPS_CRDS = STORE / "kube-prometheus-stack-65.5.0" / "kube-prometheus-stack" / "charts" / "crds" / "crds"
+
+
+def _all_crd_schemas(renders: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:
+    """Every CRD the RUNBOOK's installs create: the Slinky CRD chart's, cert-manager's (crds.enabled)
+    and kube-prometheus-stack's, each from the release the RUNBOOK pins."""
+    crds = [d for docs in renders.values() for d in docs if d.get("kind") == "CustomResourceDefinition"]
+    crds += [d for path in sorted(KPS_CRDS.glob("*.yaml")) for d in _docs(path)]
+    return _schemas_of(crds)
 
 
 def object_errors(doc: dict, crds: dict) -> list[str]:
@@ -287,7 +306,8 @@ def object_errors(doc: dict, crds: dict) -> list[str]:
     return schema_errors(doc)
 
 
-# CRDs of charts whose CRDs are not rendered by a RUNBOOK install (cert-manager's come with its own chart)
+# groups of custom resources whose CRDs come with another chart of the RUNBOOK (cert-manager's, the
+# Prometheus operator's): checked against those CRDs when that chart is in the store, else named
 FOREIGN = {"cert-manager.io", "monitoring.coreos.com"}
 
 
@@ -295,7 +315,7 @@ def _check_all(docs: list[dict], crds: dict) -> tuple[list[str], set[str]]:
     errors, unchecked = [], set()
     for doc in docs:
         group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
-        if group in FOREIGN:
+        if group in FOREIGN and (doc["apiVersion"], doc["kind"]) not in crds:
             unchecked.add(f"{doc['apiVersion']} {doc['kind']}")
             continue
         try:
@@ -309,7 +329,7 @@ def test_every_chart_install_renders_and_every_object_is_valid(runbook):
     missing = _missing_charts(runbook)
     renders = {p.stem: _docs(p) for p in sorted((runbook["log"] / "renders").glob("*.yaml"))}
     assert "slurmctl" in renders and renders["slurmctl"], "our chart did not render"
-    crds = _crd_schemas(runbook) if "slurm-operator-crds" in renders else {}
+    crds = _all_crd_schemas(renders)
     report = {}
     for release, docs in renders.items():
         errors, unchecked = _check_all(docs, crds)
@@ -318,6 +338,8 @@ def test_every_chart_install_renders_and_every_object_is_valid(runbook):
     print(f"\nrendered and checked: {report}\nnot in the chart store: {missing}")
     if missing:
         pytest.skip(f"rendered {sorted(renders)}; not in the chart store {STORE}: {missing}")
+    # with every chart in the store, every custom resource is checked against its CRD
+    assert all(not unchecked for _, unchecked in report.values()), report
 
 
 def test_the_operator_chart_runs_the_built_images_by_digest(runbook):
@@ -385,15 +407,19 @@ def test_an_interactive_srun_on_the_login_pods_gets_its_calls_back_and_ssh_keeps
     [login] = [d for d in slurm if d["kind"] == "LoginSet"]
     service = login["spec"]["service"]["spec"]
     assert service["type"] == "LoadBalancer" and service["externalTrafficPolicy"] == "Local", service
-    [policy] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-login-ssh"]
-    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "login"}}
-    rules = {json.dumps(r["from"], sort_keys=True): r["ports"] for r in policy["spec"]["ingress"]}
-    ssh = [ports for peers, ports in rules.items() if "ipBlock" in peers]
-    assert ssh == [[{"protocol": "TCP", "port": 22}]], rules
-    from_slurm_pods = rules[json.dumps([{"podSelector": {}}])]
-    # every port of the range: a rule without a port admits all of them (no endPort: see the template)
-    assert from_slurm_pods == [{"protocol": "TCP"}] or any(
-        p.get("port", 0) <= low and high <= p.get("endPort", p.get("port", 0)) for p in from_slurm_pods), rules
+    policies = {d["metadata"]["name"]: d["spec"] for d in ours if d["kind"] == "NetworkPolicy"}
+    login = {name: spec for name, spec in policies.items() if spec["podSelector"] ==
+             {"matchLabels": {"app.kubernetes.io/name": "login"}}}
+    assert set(login) == {"slurm-login-ssh", "slurm-login-srun"}, policies
+    # SSH from the VPN's clients, and nothing else, in a policy of its own (a dataplane that drops
+    # the srun policy for its port range still keeps this one)
+    [ssh] = login["slurm-login-ssh"]["ingress"]
+    assert all(set(peer) == {"ipBlock"} for peer in ssh["from"]) and ssh["ports"] == [{"protocol": "TCP", "port": 22}]
+    # srun's callbacks: exactly SrunPortRange, from slurmctld and the slurmds only
+    [srun] = login["slurm-login-srun"]["ingress"]
+    assert srun["ports"] == [{"protocol": "TCP", "port": low, "endPort": high}], srun
+    assert srun["from"] == [{"podSelector": {"matchExpressions": [
+        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["slurmctld", "slurmd"]}]}}], srun
     assert low < high
     # and the Slurm pods may send there (egress inside the namespace is open)
     [egress] = [d for d in ours if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "slurm-egress"]

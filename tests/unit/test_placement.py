@@ -90,3 +90,35 @@ def test_a_busy_controller_is_not_reported_as_an_impossible_job():
     with pytest.raises(NoPlacement) as caught:
         choose(busy)
     assert caught.value.code == "slurm-busy"
+
+
+def autoscaled(site, partition, max_nodes):
+    parts = dict(site.partitions)
+    parts[partition] = parts[partition].model_copy(update={"max_nodes": max_nodes})
+    return site.model_copy(update={"partitions": parts})
+
+
+def test_an_autoscaled_pool_without_nodes_yet_is_a_pending_placement_not_a_refusal(local_site):
+    """sbatch --test-only on a pool scaled to zero says "Requested node configuration is not
+    available" (tests/integration/test_deploy_preemption.py sees it on real daemons): the job pends
+    there until the pool scales up, with no start estimate; a fixed partition with that answer is
+    still refused."""
+    spec = RunSpec(name="p", entrypoint="train.py", partition=["h100-ondemand"])
+    script = lambda p: f"#!/bin/bash\n#SBATCH --partition={p}\nsrun x\n"  # noqa: E731
+    placement = place(spec, autoscaled(local_site, "h100-ondemand", 6), SlurmClient(SbatchTestOnlyFake({})), script)
+    [option] = placement.options
+    assert placement.chosen == "h100-ondemand" and option.ok and option.waits_for_scale_up
+    assert option.start_time is None and "pends until the pool scales up" in option.message
+    assert "start unknown" in placement.reason
+    with pytest.raises(NoPlacement, match="Requested node configuration is not available"):
+        place(spec, local_site, SlurmClient(SbatchTestOnlyFake({})), script)
+
+
+def test_a_known_start_beats_waiting_for_a_pool_to_scale_up(local_site):
+    spec = RunSpec(name="p", entrypoint="train.py", partition=["h100-spot", "h100-ondemand"])
+    script = lambda p: f"#!/bin/bash\n#SBATCH --partition={p}\nsrun x\n"  # noqa: E731
+    site = autoscaled(autoscaled(local_site, "h100-spot", 8), "h100-ondemand", 6)
+    assert place(spec, site, SlurmClient(SbatchTestOnlyFake({"h100-ondemand": 600})), script).chosen == "h100-ondemand"
+    # neither can give a start: the cheaper pool scales up
+    both = place(spec, site, SlurmClient(SbatchTestOnlyFake({})), script)
+    assert both.chosen == "h100-spot" and all(o.waits_for_scale_up for o in both.options)

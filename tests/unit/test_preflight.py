@@ -226,6 +226,27 @@ def test_cluster_shape_and_limits(site, workdir, fields, code):
     assert codes(spec(**fields), site, workdir) == [code]
 
 
+def test_a_partition_without_nodes_exists_and_an_autoscaled_pool_is_checked_by_its_size(site, workdir):
+    """A pool scaled to zero: sinfo lists the partition (view.partitions) but no node is in it."""
+    empty_spot = ClusterView([NodeInfo(n.name, [p for p in n.partitions if p != "h100-spot"], n.gpu_type, n.gpus,
+                                       n.cpus, n.memory_mb, n.state) for n in VIEW.nodes],
+                             VIEW.partitions, VIEW.associations)
+    on_spot = spec(partition="h100-spot", gpus_per_node=8, nodes=2)
+    # a fixed partition with no node: it exists, nothing fits
+    assert codes(on_spot, site, workdir, view=empty_spot) == ["too-many-gpus"]
+    parts = dict(site.partitions)
+    parts["h100-spot"] = parts["h100-spot"].model_copy(update={"max_nodes": 8})
+    scaled = site.model_copy(update={"partitions": parts})
+    assert codes(on_spot, scaled, workdir, view=empty_spot) == []  # the pool scales up to 8 nodes of 8 GPUs
+    assert codes(spec(partition="h100-spot", gpus_per_node=8, nodes=9), scaled, workdir, view=empty_spot) == [
+        "too-many-nodes"]
+    assert codes(spec(partition="h100-spot", gpus_per_node=16), scaled, workdir, view=empty_spot) == ["too-many-gpus"]
+    # a partition Slurm does not have is still unknown
+    gone = ClusterView(empty_spot.nodes, {k: v for k, v in VIEW.partitions.items() if k != "h100-spot"},
+                       VIEW.associations)
+    assert codes(on_spot, scaled, workdir, view=gone) == ["unknown-partition"]
+
+
 def test_account_must_be_associated(site, workdir):
     assert codes(spec(), site.model_copy(update={"account": "physics"}), workdir) == ["account-not-allowed"]
     unknown = ClusterView(VIEW.nodes, VIEW.partitions, associations=None)

@@ -115,13 +115,16 @@ def _write_cached_associations(path: Path, user: str, found: list[Association]) 
 
 
 def check_shape(spec: RunSpec, site: SiteConfig, view: ClusterView) -> CheckResult:
-    """Partition exists (site and Slurm), GPU type matches, the shape fits on its nodes."""
+    """Partition exists (site and Slurm), GPU type matches, the shape fits on its nodes: the nodes
+    present, or for an autoscaled pool (site.yaml `max_nodes`) the nodes it can scale up to."""
     result = CheckResult("cluster", "partition, GPU type and node shape fit the cluster")
     findings = result.findings
-    live = sorted({p for n in view.nodes for p in n.partitions})
+    # the partitions themselves (sinfo lists a partition with no node too), not the nodes' partitions:
+    # a pool scaled to zero has no node and its partition is still there
+    live = set(view.partitions) | {p for n in view.nodes for p in n.partitions}
     for name in spec.partitions:
         if name not in site.partitions or name not in live:
-            known = ", ".join(sorted(set(site.partitions) & set(live))) or "none"
+            known = ", ".join(sorted(set(site.partitions) & live)) or "none"
             findings.append(error("unknown-partition", f"partition '{name}' does not exist on cluster {site.cluster}.",
                                   f"Set `partition` in run.yaml to one of: {known}."))
             continue
@@ -134,19 +137,24 @@ def check_shape(spec: RunSpec, site: SiteConfig, view: ClusterView) -> CheckResu
                 f"No partition has '{spec.gpu_type}' GPUs; known types: "
                 f"{', '.join(sorted({c.gpu_type for c in site.partitions.values()}))}. Fix `gpu_type` in run.yaml."))
             continue
-        members = [n for n in view.nodes if name in n.partitions]
-        most_gpus = max((n.gpus for n in members), default=0)
+        if part.max_nodes:
+            most_gpus, fitting, which = part.gpus_per_node, part.max_nodes, "the pool's nodes (site.yaml)"
+        else:
+            members = [n for n in view.nodes if name in n.partitions]
+            most_gpus = max((n.gpus for n in members), default=0)
+            fitting, which = sum(n.gpus >= spec.gpus_per_node for n in members), "nodes"
         if spec.gpus_per_node > most_gpus:
             findings.append(error(
-                "too-many-gpus", f"gpus_per_node={spec.gpus_per_node} but nodes in '{name}' have at most {most_gpus}.",
+                "too-many-gpus",
+                f"gpus_per_node={spec.gpus_per_node} but {which} in '{name}' have at most {most_gpus}.",
                 f"Set `gpus_per_node` to {most_gpus} or fewer and raise `nodes` instead."))
             continue  # "0 nodes fit" would only repeat it
-        fitting = [n for n in members if n.gpus >= spec.gpus_per_node]
-        if spec.nodes > len(fitting):
+        if spec.nodes > fitting:
+            grows = f" (its pool scales up to {fitting})" if part.max_nodes else ""
             findings.append(error(
                 "too-many-nodes",
-                f"nodes={spec.nodes} but partition '{name}' has only {len(fitting)} node(s) that fit.",
-                f"Set `nodes` to {len(fitting)} or fewer."))
+                f"nodes={spec.nodes} but partition '{name}' has only {fitting} node(s) that fit{grows}.",
+                f"Set `nodes` to {fitting} or fewer."))
     if not findings:
         result.note = f"{spec.nodes} node(s) x {spec.gpus_per_node} GPU(s) on {', '.join(spec.partitions)}"
     return result
