@@ -155,7 +155,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
     _sig("host_oom",
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
-         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)",
+         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
+         # Kubernetes' container status when the container's memory cgroup killed it
+         r"\bOOMKilled\b|Reason:\s*OOMKilled",
          # "Exceeded step memory limit at some point" is Slurm's warning that the step swapped, not a kill.
          "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
@@ -175,7 +177,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "A data-loader worker process died without a Python error: it was almost certainly killed for memory "
          "(host RAM or /dev/shm).", _HOST_OOM_HINT + " Set num_workers=0 once to see the worker's own error."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
-         r"not enough (?:free )?disk space|insufficient disk space",
+         r"not enough (?:free )?disk space|insufficient disk space|"
+         # TensorFlow reports ENOSPC as RESOURCE_EXHAUSTED with the file it was writing ("Resource exhausted: /ckpt/..")
+         r"Resource exhausted: (?:/|[A-Za-z]:\\)\S+",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
@@ -193,7 +197,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLossError|Checksum does not match: stored",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
-         "`rt.checkpoints.save()` so a partial save is never marked valid."),
+         "`rt.checkpoints.save()` so a partial save is never marked valid.",
+         # pickle reading a JSON text file (a config passed where the checkpoint belongs) is the wrong path
+         unless=r"invalid load key, '\{'"),
     _sig("checkpoint_mismatch",
          r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
          r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
@@ -201,7 +207,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
          r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
          r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
-         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint",
+         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
+         # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
+         r"Trying to set a tensor of shape .{0,80}this looks incorrect|"
+         # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
+         r"Size mismatch between saved \S+ and current|You are loading a weight file containing \d+ layers into a "
+         r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
+         r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -225,7 +237,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
          r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found|"
          r"\bNo (?:CUDA )?GPUs? (?:is |are )?(?:available|found|detected)|device_count\(\) (?:is|returned|==) 0|"
-         r"Unable to initialize backend 'cuda'",
+         r"Unable to initialize backend 'cuda'|No HIP GPUs are available|"
+         # JAX asked for a GPU platform it has not got; TensorFlow pinning to a GPU it cannot see; nvidia-smi with
+         # no device; Docker without the NVIDIA container toolkit
+         r"no platforms that are instances of gpu are present|Unknown backend:? '?(?:gpu|cuda)'? requested|"
+         r"no devices matching that specification are registered in this process|^\s*No devices were found\s*$|"
+         r"could not select device driver \S* with capabilities: \[\[gpu\]\]",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -240,7 +257,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
          r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
          r"requires the \S+ library but it was not found in your environment|Error building extension|"
-         r"ninja: build stopped: subcommand failed",
+         r"ninja: build stopped: subcommand failed|"
+         # numpy 2 under modules compiled for numpy 1 (numpy/core/_multiarray_umath.py), or the other way round
+         r"compiled using NumPy 1\.x cannot be run in|numpy\.core\.multiarray failed to import|_ARRAY_API not found|"
+         r"numpy\.dtype size changed, may indicate binary incompatibility|"
+         # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
+         r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
+         # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
+         r"cuDNN version incompatibility|mismatches the version that was used to compile PyTorch|"
+         r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
+         r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
@@ -259,7 +285,17 @@ SIGNATURES: tuple[Signature, ...] = (
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
          r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
-         r"Invalid generic resource \(gres\) specification|Invalid partition name specified",
+         r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
+         # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
+         # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
+         # jsonargparse (LightningCLI); Lightning's MisconfigurationException; pydantic settings models
+         r"^\s*full_key: \S+|could not be converted to (?:Integer|Float|Boolean|String|\w+Enum)\b|"
+         r"^\s*\S+\.py: error: |error: ambiguous option: |Non-existent config key|"
+         r"error: (?:Validation failed|Configuration check failed)|MisconfigurationException|"
+         r"\d+ validation errors? for \w*(?:Config|Args|Arguments|Settings|Params)\b|"
+         # transformers naming a model/config path that holds no config
+         r"Can't load config for '|does not appear to have a file named config\.json|"
+         r"is not a local folder and is not a valid model identifier",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
@@ -270,7 +306,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
          r"Unable to create tensor, you should probably activate truncation and/or padding|"
          r"default_collate: batch must contain|too many dimensions 'str'|"
-         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable",
+         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable|"
+         # numpy >= 1.24 building an array from samples of unequal length
+         r"inhomogeneous shape after \d+ dimensions?|could not broadcast input array from shape",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
          "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
          "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
@@ -286,7 +324,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
          r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
          r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
-         r"is incompatible with the layer: expected",
+         r"is incompatible with the layer: expected|"
+         # torch.nn conv/rnn/loss/layer_norm input checks (aten/src/ATen/native/Convolution.cpp, RNN.cpp, Loss.cpp)
+         r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to \w+, but got input of size|"
+         r"input\.size\(-1\) must be equal to input_size|Kernel size can't be greater than actual input size|"
+         r"only batches of spatial targets supported|multi-target not supported|"
+         r"Given normalized_shape=\[[^\]]*\], expected input with shape|Expected size for first two dimensions of "
+         r"batch2 tensor|Expected hidden(?:\[\d\])? size",
          "Tensor shapes do not match (data and model config disagree).",
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
@@ -295,7 +339,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
-         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected",
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
+         # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
+         # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
+         # TensorFlow's tf.debugging.check_numerics
+         r"is non-finite, so it cannot be clipped|Monitored metric \S+ = -?(?:nan|inf)\b is not finite|"
+         r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
+         r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
@@ -323,7 +373,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
     _sig("nccl_timeout",
          r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
-         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work",
+         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work|"
+         # the C++ frame of ProcessGroupNCCL's watchdog when the message itself was cut from the paste
+         r"WorkNCCL::checkTimeout",
          "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
          "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
          "the same collectives. Resubmit from the last checkpoint."),
