@@ -409,6 +409,18 @@ _CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state
                               r"from_pretrained|checkpoint\w*\.py|/checkpoint(?:ing)?/", re.IGNORECASE)
 _CHECKPOINT_ERRORS = ("KeyError", "RuntimeError", "ValueError", "AssertionError")
 _CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpected|world size", re.IGNORECASE)
+# The source line a KeyError was raised on, indexing a loaded checkpoint (`checkpoint["optimizer"]`) or a
+# configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
+_CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict)\w*\s*\[|torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
+_CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
+# A path that does not exist, not a shared library (those are import errors, matched above).
+_MISSING_PATH = re.compile(r"^(?:builtins\.)?FileNotFoundError\b(?!.*\.so\b)|"
+                           r"^(?:IOError|OSError): \[Errno 2\] No such file or directory: (?!.*\.so\b)")
+# Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
+_ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
+# Weak evidence, used only when nothing more specific was found: torch.utils.cpp_extension logs this whenever
+# CUDA_HOME is set but torch.cuda.is_available() is False.
+_WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=")
 
 
 @dataclass
@@ -449,9 +461,23 @@ def excerpt(diagnosis: dict, lines: int = 3) -> list[str]:
 
 
 def _raised_loading_a_checkpoint(reading: LogReading) -> bool:
+    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
+            and _CHECKPOINT_LOOKUP.search(reading.raising_code):
+        return True
     return bool(reading.exception and reading.exception.startswith(_CHECKPOINT_ERRORS)
                 and (reading.exception.startswith("KeyError") or _CHECKPOINT_WORDS.search(reading.exception))
                 and any(_CHECKPOINT_CODE.search(frame) for frame in reading.frames[-3:]))
+
+
+def _killed_from_outside(reading: LogReading, root: dict | None, lines: list[str]) -> bool:
+    """SIGKILL without a message of its own (a bare "Killed", exit -9/137, torchrun's SIGKILL) and nothing
+    saying Slurm or a person ended the job."""
+    killed = bool(root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None \
+        or reading.sigkill is not None
+    # the launcher's own exception may be the kill itself (accelerate: "CalledProcessError: ... died with
+    # <Signals.SIGKILL: 9>"); any other exception is the program's own error
+    own_error = reading.exception and reading.exception_line != reading.sigkill
+    return killed and not own_error and not any(_ENDED_BY_SLURM.search(line) for line in lines)
 
 
 def _raised_by_data_code(reading: LogReading) -> bool:
@@ -460,6 +486,9 @@ def _raised_by_data_code(reading: LogReading) -> bool:
 
 
 def _raised_by_config_code(reading: LogReading) -> bool:
+    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
+            and _CONFIG_LOOKUP.search(reading.raising_code):
+        return True
     return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
                 and _CONFIG_CODE.search(reading.raising_frame))
 
@@ -597,7 +626,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
             f"(at {reading.raising_frame}).",
-            [reading.exception, f"raised at {reading.raising_frame}"],
+            [reading.exception, f"raised at {reading.raising_frame}",
+             *([reading.raising_code] if reading.raising_code else [])],
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
@@ -623,6 +653,31 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
             "causes; filter or fix them in the data set.",
             rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and reading.exception and _MISSING_PATH.search(reading.exception):
+        return Diagnosis(
+            "missing_config", "A path the run was given (in its arguments or configuration: a data set, a config or "
+            "an output directory) does not exist where the job ran.",
+            [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
+            "Check the path in the message against `args:`/the config file: relative paths resolve against the "
+            "job's working directory, and the file must be on a filesystem the compute nodes mount.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and not (slurm_state or exit_code) and _killed_from_outside(reading, root, lines):
+        # No Slurm record to read (a pasted log): a SIGKILL nobody explains is, in the threads these rules were
+        # scored on, the kernel's out-of-memory killer far more often than anything else. With Slurm's record
+        # (`diagnose RUN`, status, notifications), its verdict decides: FAILED, not OUT_OF_MEMORY, stays unknown.
+        return Diagnosis(
+            "host_oom", "The process was killed without a message (SIGKILL from outside the program"
+            + (", after normal training progress" if reading.last_progress is not None else "")
+            + "): almost always the kernel's out-of-memory killer taking back host RAM. Confirm with the node's "
+            "kernel log (`dmesg`: \"Out of memory: Killed process\") or Slurm's record "
+            "(`sacct -j JOB -o State,MaxRSS,ReqMem`).",
+            _unknown_evidence(lines, reading), _HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and any(_WEAK_NO_GPU.search(line) for line in lines):
+        no_gpu = SIGNATURES[_CATEGORY_RANK["no_gpu"]]
+        return Diagnosis(
+            "no_gpu", "PyTorch found no usable GPU (torch.cuda.is_available() was False) and nothing more specific "
+            "failed.", [line.strip() for line in lines if _WEAK_NO_GPU.search(line)][:1] + _unknown_evidence(
+                lines, reading)[-3:], no_gpu.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
             "unknown", _unknown_summary(exit_code, root, reading, slurm_state), _unknown_evidence(lines, reading),
