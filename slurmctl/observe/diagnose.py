@@ -209,9 +209,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
          r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
          # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
-         r"Trying to set a tensor of shape .{0,80}this looks incorrect|"
+         r"Trying to set a tensor of shape .{0,200}this looks incorrect|"
          # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
-         r"Size mismatch between saved \S+ and current|You are loading a weight file containing \d+ layers into a "
+         r"Size mismatch between saved .{0,80} and current:|You are loading a weight file containing \d+ layers into a "
          r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
          r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
@@ -264,7 +264,7 @@ SIGNATURES: tuple[Signature, ...] = (
          # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
          r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
          # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
-         r"cuDNN version incompatibility|mismatches the version that was used to compile PyTorch|"
+         r"cuDNN version incompatibility|mismatches the version that was used to compile|"
          r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
          r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
@@ -294,7 +294,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"error: (?:Validation failed|Configuration check failed)|MisconfigurationException|"
          r"\d+ validation errors? for \w*(?:Config|Args|Arguments|Settings|Params)\b|"
          # transformers naming a model/config path that holds no config
-         r"Can't load config for '|does not appear to have a file named config\.json|"
+         r"Can't load (?:config for|the configuration of) '|does not appear to have a file named config\.json|"
          r"is not a local folder and is not a valid model identifier",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
@@ -343,7 +343,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
          # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
          # TensorFlow's tf.debugging.check_numerics
-         r"is non-finite, so it cannot be clipped|Monitored metric \S+ = -?(?:nan|inf)\b is not finite|"
+         r"is non-finite, so it cannot be clipped|"
+         r"Monitored metric \S+ = [^\n]{0,40}?\b(?:nan|inf)\b[^\n]{0,30}is not finite|"
          r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
          r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values",
          "The loss became NaN/Inf, so training stopped making sense.",
