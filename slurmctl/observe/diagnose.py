@@ -129,12 +129,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
-         r"cudaMalloc.{0,40}out of memory",
+         r"cudaMalloc.{0,40}out of memory|"
+         # the driver API's name (TensorFlow's and JAX's allocators log it); XLA's status text
+         r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
-    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b",
+    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b|"
+         # writing where the mount is read-only (a container image, a shared dataset); EPERM from the OS
+         r"Read-only file system|\[Errno 30\]|\[Errno 1\] Operation not permitted",
          "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
          "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
          "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
@@ -165,11 +169,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
-         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory",
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
+         # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
+         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
-         r"insufficient shared memory \(shm\)",
+         r"insufficient shared memory \(shm\)|"
+         # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through a full /dev/shm
+         r"unable to (?:write to file|allocate shared memory\(shm\) for file) </torch_\w+>",
          "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
          "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
          "platform team for a larger /dev/shm on the nodes."),
@@ -222,7 +230,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found|"
-         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function",
+         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
+         # flash-attn's csrc check for sm_80+
+         r"FlashAttention only supports Ampere GPUs or newer",
          "The software was built for a different GPU/CPU architecture than this node has.",
          "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
          "for it (TORCH_CUDA_ARCH_LIST)."),
@@ -266,7 +276,11 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
          r"cuDNN version incompatibility|mismatches the version that was used to compile|"
          r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
-         r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary",
+         r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary|"
+         # torchvision built for another torch (torchvision/extension.py, its C++ ops not registered);
+         # a script named like the package it imports
+         r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
+         r"most likely due to a circular import",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
@@ -330,12 +344,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"input\.size\(-1\) must be equal to input_size|Kernel size can't be greater than actual input size|"
          r"only batches of spatial targets supported|multi-target not supported|"
          r"Given normalized_shape=\[[^\]]*\], expected input with shape|Expected size for first two dimensions of "
-         r"batch2 tensor|Expected hidden(?:\[\d\])? size",
+         r"batch2 tensor|Expected hidden(?:\[\d\])? size|"
+         # numpy reshape/concatenate/stack of samples that differ; sklearn's input check
+         r"cannot reshape array of size \d+ into shape|all the input array dimensions except for the concatenation "
+         r"axis must match|all input arrays must have the same shape|Expected 2D array, got 1D array|"
+         # transformers' padding collator and Trainer given a data set without the columns the model needs;
+         # datasets' map() returning columns of unequal length; PIL on a broken image file
+         r"You should supply an encoding or a list of encodings to this method that includes input_ids|"
+         r"The model did not return a loss from the inputs|expected length \d+ but got length \d+|"
+         r"image file is truncated|cannot identify image file",
          "Tensor shapes do not match (data and model config disagree).",
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
-         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
+         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?(?:nan|inf)\b|loss is (?:nan|inf)|nan loss|"
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
@@ -419,9 +441,12 @@ _MISSING_PATH = re.compile(r"^(?:builtins\.)?FileNotFoundError\b(?!.*\.so\b)|"
                            r"^(?:IOError|OSError): \[Errno 2\] No such file or directory: (?!.*\.so\b)")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
 _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
-# Weak evidence, used only when nothing more specific was found: torch.utils.cpp_extension logs this whenever
-# CUDA_HOME is set but torch.cuda.is_available() is False.
-_WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=")
+# Weak evidence, used only when nothing more specific was found and the error (if any) is about a device:
+# torch.utils.cpp_extension logs the first whenever CUDA_HOME is set but torch.cuda.is_available() is False,
+# Lightning's Trainer prints the second at start, torch.utils.collect_env the third.
+_WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
+                          r"^\s*Is CUDA available: False\s*$")
+_DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 
 
 @dataclass
@@ -639,8 +664,10 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             [reading.exception, f"raised at {reading.raising_frame}"],
             SIGNATURES[_CATEGORY_RANK["checkpoint_mismatch"]].hint,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and reading.nccl_warn and reading.failure_markers:
-        # NCCL said what went wrong in its own words before the job failed: the NCCL failure is the lead
+    last_said = next((line for line in reversed(lines) if line.strip()), "")
+    if sig is None and reading.nccl_warn and (reading.failure_markers or reading.nccl_warn[-1] == last_said.strip()):
+        # NCCL said what went wrong in its own words before the job failed (or as the last thing the job said):
+        # the NCCL failure is the lead
         return Diagnosis(
             "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
             f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], _NCCL_HINT,
@@ -673,7 +700,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "kernel log (`dmesg`: \"Out of memory: Killed process\") or Slurm's record "
             "(`sacct -j JOB -o State,MaxRSS,ReqMem`).",
             _unknown_evidence(lines, reading), _HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and any(_WEAK_NO_GPU.search(line) for line in lines):
+    if sig is None and any(_WEAK_NO_GPU.search(line) for line in lines) and (
+            not reading.exception or _DEVICE_WORDS.search(reading.exception)):
         no_gpu = SIGNATURES[_CATEGORY_RANK["no_gpu"]]
         return Diagnosis(
             "no_gpu", "PyTorch found no usable GPU (torch.cuda.is_available() was False) and nothing more specific "

@@ -153,6 +153,41 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
      "libtorch_cuda.so)", "nccl_timeout"),
     # kubectl describe pod
     ("    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137", "host_oom"),
+    # c10/core/impl/alloc_cpu.cpp (Windows wording)
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to "
+     "allocate 1073741824 bytes.", "host_oom"),
+    # aten/src/ATen/MapAllocator.cpp: a data-loader batch sent through a full /dev/shm
+    ("RuntimeError: unable to write to file </torch_18692_1954506624_0>: No space left on device (28)", "host_oom"),
+    # TensorFlow's/JAX's allocator logging the driver API's error; XLA's status
+    ("E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 3.77G (4046333952 bytes) from "
+     "device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", "cuda_oom"),
+    # writing into a read-only mount; EPERM
+    ("OSError: [Errno 30] Read-only file system: '/data/shared/checkpoints'", "permission_denied"),
+    ("PermissionError: [Errno 1] Operation not permitted: '/scratch/proj/out'", "permission_denied"),
+    # flash-attn csrc/flash_attn/flash_api.cpp
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "arch_mismatch"),
+    # torchvision/extension.py and its C++ ops missing when built for another torch
+    ("RuntimeError: operator torchvision::nms does not exist", "import_error"),
+    ("AttributeError: partially initialized module 'torch' has no attribute 'nn' (most likely due to a circular "
+     "import)", "import_error"),
+    # numpy reshape; transformers DataCollatorWithPadding / Trainer.compute_loss; datasets (pyarrow) map
+    ("ValueError: cannot reshape array of size 150528 into shape (224,224,1)", "data_shape"),
+    ("ValueError: You should supply an encoding or a list of encodings to this method that includes input_ids, but "
+     "you provided ['label']", "data_shape"),
+    ("ValueError: The model did not return a loss from the inputs, only the following keys: logits. For reference, "
+     "the inputs it received are input_ids,attention_mask.", "data_shape"),
+    ("pyarrow.lib.ArrowInvalid: Column 2 named input_ids expected length 1000 but got length 999", "data_shape"),
+    # PIL/ImageFile.py on a half-written image
+    ("OSError: image file is truncated (41 bytes not processed)", "data_shape"),
+    # Lightning's Trainer banner (trainer/setup.py) with a CUDA-only call failing after it
+    ("GPU available: False, used: False\nTPU available: False, using: 0 TPU cores\n"
+     "AssertionError: Torch not compiled with CUDA enabled", "no_gpu"),
+    # torch.cuda.set_device on a CPU-only torch build (torch/cuda/__init__.py calls torch._C._cuda_setDevice)
+    ("GPU available: False, used: False\nAttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
+     "no_gpu"),
+    # NCCL's last word before the job stopped (graph/topo.h)
+    ("All distributed processes registered. Starting with 32 processes\n"
+     "n1:52:52 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
 ])
 def test_library_message_is_named(log, category):
     result = diagnose_text(log + "\n")
@@ -182,3 +217,6 @@ def test_weak_no_gpu_evidence_loses_to_a_specific_error():
     log = ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\n"
            "ModuleNotFoundError: No module named 'mmcv._ext'\n")
     assert diagnose_text(log).category == "import_error"
+    # a training run on the CPU on purpose that fails for its own reason is not a missing GPU
+    log = "GPU available: False, used: False\nKeyError: 'labels'\n"
+    assert diagnose_text(log).category == "unknown"
