@@ -293,8 +293,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"omegaconf\.errors\.\w+|hydra\.errors\.\w+|InterpolationResolutionError|UnsupportedInterpolationType|"
          r"Environment variable '[^']+' not found|Could not override '[^']+'|Error merging override|"
          r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
-         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
-         r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config|"
+         # argparse: every per-argument error is "error: argument --x: ..." (invalid choice/value, expected one
+         # argument, not allowed with argument ...); mutually exclusive groups say "one of the arguments"
+         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: |"
+         r"error: one of the arguments .{0,200} is required|error: Parser key|"
+         # a setting checked by name (transformers' TrainingArguments.__post_init__: "--load_best_model_at_end
+         # requires the save and eval strategy to match", "--logging_steps must be an integer ...")
+         r"Error: --[a-z][\w-]* (?:requires|must|should|cannot|can only|needs|is only|is not)\b|"
          r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"

@@ -225,6 +225,8 @@ def test_a_bare_kill_is_read_against_slurms_record_when_there_is_one():
     # bash's job report, also in a zh_CN locale
     "/home/u/run.sh: line 76:  4663 Killed                  python train.py --epochs 10",
     "step 3 loss 0.41\n已杀死",
+    # a tqdm bar without a newline before bash's word
+    "Loading checkpoint shards:  50%|#####     | 1/2 [00:27<00:27, 27.5s/it]Killed",
     # subprocess.CalledProcessError for a child killed by signal 9
     "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.",
 ])

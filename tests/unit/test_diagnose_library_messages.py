@@ -107,6 +107,13 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # argparse ArgumentParser.error: "prog: error: message" after the usage line
     ("usage: train.py [-h] [--batch-size BATCH_SIZE]\ntrain.py: error: --batch-size must be divisible by the world "
      "size", "missing_config"),
+    # argparse: a per-argument error; a mutually exclusive group
+    ("usage: train.py [-h] (--lora | --full)\ntrain.py: error: argument --lora: not allowed with argument --full",
+     "missing_config"),
+    ("finetune: error: one of the arguments --lora --full is required", "missing_config"),
+    # transformers/training_args.py TrainingArguments.__post_init__
+    ('ValueError: --load_best_model_at_end requires the save and eval strategy to match, except when '
+     '--save_strategy="best", but found\n- Evaluation strategy: IntervalStrategy.STEPS', "missing_config"),
     # yacs/config.py _merge_a_into_b (detectron2, fvcore)
     ("KeyError: 'Non-existent config key: MODEL.BACKBONE.NAMEX'", "missing_config"),
     # lightning/pytorch/callbacks/model_checkpoint.py
