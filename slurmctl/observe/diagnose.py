@@ -238,7 +238,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "for it (TORCH_CUDA_ARCH_LIST)."),
     _sig("no_gpu",
          r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
-         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\) is False|"
+         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
          r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
@@ -252,7 +252,11 @@ SIGNATURES: tuple[Signature, ...] = (
          # no device; Docker without the NVIDIA container toolkit
          r"no platforms that are instances of gpu are present|Unknown backend:? '?(?:gpu|cuda)'? requested|"
          r"no devices matching that specification are registered in this process|^\s*No devices were found\s*$|"
-         r"could not select device driver \S* with capabilities: \[\[gpu\]\]",
+         r"could not select device driver \S* with capabilities: \[\[gpu\]\]|"
+         # ultralytics' select_device (YOLOv5 and YOLOv8 wordings); NVML (pynvml, nvidia-container-cli) without a
+         # loaded driver; torch's warning when cuInit fails (a driver in a bad state after suspend, no nvidia-uvm)
+         r"CUDA unavailable, invalid device|torch\.cuda\.device_count\(\):?\s*0\b|Driver Not Loaded|"
+         r"CUDA unknown error - this may be due to an incorrectly set up environment",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -305,6 +309,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
          r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
          r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
+         # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
+         # does not exist
+         r"Invalid account or account/partition combination|Invalid qos specification|"
+         r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
          # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
          # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
          # jsonargparse (LightningCLI); Lightning's MisconfigurationException; pydantic settings models

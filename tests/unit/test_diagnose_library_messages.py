@@ -114,6 +114,11 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # transformers/training_args.py TrainingArguments.__post_init__
     ('ValueError: --load_best_model_at_end requires the save and eval strategy to match, except when '
      '--save_strategy="best", but found\n- Evaluation strategy: IntervalStrategy.STEPS', "missing_config"),
+    # Slurm refusing the request (src/common/slurm_errno.c); CPython given a script that is not there
+    ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+     "missing_config"),
+    ("/usr/bin/python3: can't open file '/home/u/proj/trian.py': [Errno 2] No such file or directory",
+     "missing_config"),
     # yacs/config.py _merge_a_into_b (detectron2, fvcore)
     ("KeyError: 'Non-existent config key: MODEL.BACKBONE.NAMEX'", "missing_config"),
     # lightning/pytorch/callbacks/model_checkpoint.py
@@ -147,6 +152,12 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     ("No devices were found", "no_gpu"),
     ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "no_gpu"),
     ("RuntimeError: No HIP GPUs are available", "no_gpu"),
+    # ultralytics/utils/torch_utils.py select_device (YOLOv8 wording, then YOLOv5's)
+    ("ValueError: Invalid CUDA 'device=0' requested. Use 'device=cpu' or pass valid CUDA device(s) if available.\n"
+     "\ntorch.cuda.is_available(): False\ntorch.cuda.device_count(): 0", "no_gpu"),
+    ("AssertionError: CUDA unavailable, invalid device 0 requested", "no_gpu"),
+    # pynvml
+    ("pynvml.nvml.NVMLError_DriverNotLoaded: Driver Not Loaded", "no_gpu"),
     # torch/utils/cpp_extension.py logs this when CUDA_HOME is set and torch.cuda.is_available() is False
     ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'", "no_gpu"),
 
