@@ -277,6 +277,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"numpy\.dtype size changed, may indicate binary incompatibility|"
          # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
          r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
+         r"Could not find module '[^']+\.dll'|"
          # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
          r"cuDNN version incompatibility|mismatches the version that was used to compile|"
          r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
@@ -370,7 +371,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
-         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?(?:nan|inf)\b|loss is (?:nan|inf)|nan loss|"
+         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
@@ -449,9 +450,10 @@ _CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpecte
 # configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
 _CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict)\w*\s*\[|torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
 _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
-# A path that does not exist, not a shared library (those are import errors, matched above).
-_MISSING_PATH = re.compile(r"^(?:builtins\.)?FileNotFoundError\b(?!.*\.so\b)|"
-                           r"^(?:IOError|OSError): \[Errno 2\] No such file or directory: (?!.*\.so\b)")
+# A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
+# 'nvcc' or 'ninja' (a missing toolchain).
+_MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
+                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
 _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
 # Weak evidence, used only when nothing more specific was found and the error (if any) is about a device:
@@ -511,6 +513,8 @@ def _raised_loading_a_checkpoint(reading: LogReading) -> bool:
 def _killed_from_outside(reading: LogReading, root: dict | None, lines: list[str]) -> bool:
     """SIGKILL without a message of its own (a bare "Killed", exit -9/137, torchrun's SIGKILL) and nothing
     saying Slurm or a person ended the job."""
+    if root and root.get("exitcode") is not None and root.get("signal") != "SIGKILL":
+        return False  # the launcher's first failure is not the kill: the -9s are peers it ended after it
     killed = bool(root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None \
         or reading.sigkill is not None
     # the launcher's own exception may be the kill itself (accelerate: "CalledProcessError: ... died with

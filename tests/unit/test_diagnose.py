@@ -240,6 +240,10 @@ def test_a_kill_that_slurm_or_a_person_explains_is_not_host_memory():
     log = ("step 9 loss 1.0\nslurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 ***\n"
            "srun: error: n1: task 0: Killed\n")
     assert diagnose_text(log).category == "unknown"
+    # the launcher's first failure exited 1: the SIGKILLs are the peers it ended after it
+    log = ("failed (exitcode: -9) local_rank: 1 (pid: 12) of binary: /usr/bin/python3\n"
+           "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 11)\n")
+    assert diagnose_text(log).category == "unknown"
     # a rank's own error explains the kill of the others
     log = "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nValueError: bad\nKilled\n"
     assert diagnose_text(log).category == "unknown"

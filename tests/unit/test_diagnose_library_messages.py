@@ -100,6 +100,10 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     ('OSError: [WinError 126] The specified module could not be found. Error loading "C:\\envs\\t\\lib\\site-'
      'packages\\torch\\lib\\fbgemm.dll" or one of its dependencies.', "import_error"),
 
+    # ctypes on Windows (Lib/ctypes/__init__.py) loading an extension's DLL
+    ("FileNotFoundError: Could not find module 'C:\\envs\\t\\Lib\\site-packages\\bitsandbytes\\libbnb_cuda116.dll' "
+     "(or one of its dependencies). Try using the full path with constructor syntax.", "import_error"),
+
     # --- configuration
     # omegaconf's error format (OmegaConfBaseException): the message, then full_key and object_type
     ("Value 'abc' could not be converted to Integer\n    full_key: trainer.max_epochs\n    object_type=TrainerConf",
@@ -224,6 +228,10 @@ def test_library_message_is_named(log, category):
     "compile PyTorch (12.4). Most likely this shouldn't be a problem.",
     # Slurm's own "error:" lines are not argparse's
     "srun: error: n1: task 0: Exited with exit code 2",
+    # the first "best" value a training prints before any validation ran
+    "Epoch 0: best val loss inf, saving model",
+    # a missing program or DLL is not a path in the configuration
+    "FileNotFoundError: [Errno 2] No such file or directory: 'nvcc'",
     # a JSON file unpickled (the config given where the checkpoint belongs) is not a corrupt checkpoint
     "_pickle.UnpicklingError: invalid load key, '{'.",
 ])
