@@ -17,21 +17,18 @@ The category vocabulary is a public contract (``slurmctl diagnose --json``). The
 sight on blind batches of real logs from public issue threads, then kept as a regression corpus, by
 ``benchmarks/diagnose_corpus.py`` (tests/fixtures/diagnose_corpus/).
 
-What the progress watchdog (slurmctl.runtime.watchdog) did is read from ``<run dir>/watchdog/``: its
-``state.json`` and the scene folders ``<job>-<time>/`` (stacks, log tails) it leaves when it ends
-a hung step; ``watchdog_report`` puts that in words for ``diagnose`` and ``status``.
+What the progress watchdog did to the job is added from ``observe/watchdog_report.py``.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.fsutil import read_json, read_jsonl
+from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.log_reading import (
     ROOT_CAUSE,
     ROOT_FIELD,
@@ -44,6 +41,7 @@ from slurmctl.observe.log_reading import (
     read_tail,
     traceback_blocks,
 )
+from slurmctl.observe.watchdog_report import add_watchdog, watchdog_report
 
 CATEGORIES = (
     "nccl_timeout", "nccl_error", "nccl_setup", "cuda_oom", "host_oom", "import_error", "arch_mismatch",
@@ -129,12 +127,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
-         r"cudaMalloc.{0,40}out of memory",
+         r"cudaMalloc.{0,40}out of memory|"
+         # the driver API's name (TensorFlow's and JAX's allocators log it); XLA's status text
+         r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
-    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b",
+    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b|"
+         # writing where the mount is read-only (a container image, a shared dataset); EPERM from the OS
+         r"Read-only file system|\[Errno 30\]|\[Errno 1\] Operation not permitted",
          "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
          "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
          "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
@@ -155,7 +157,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
     _sig("host_oom",
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
-         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)",
+         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
+         # Kubernetes' container status when the container's memory cgroup killed it
+         r"\bOOMKilled\b|Reason:\s*OOMKilled",
          # "Exceeded step memory limit at some point" is Slurm's warning that the step swapped, not a kill.
          "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
@@ -163,11 +167,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host_oom",
          r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
-         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory",
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
+         # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
+         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
-         r"insufficient shared memory \(shm\)",
+         r"insufficient shared memory \(shm\)|"
+         # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through a full /dev/shm
+         r"unable to (?:write to file|allocate shared memory\(shm\) for file) </torch_\w+>",
          "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
          "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
          "platform team for a larger /dev/shm on the nodes."),
@@ -175,7 +183,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "A data-loader worker process died without a Python error: it was almost certainly killed for memory "
          "(host RAM or /dev/shm).", _HOST_OOM_HINT + " Set num_workers=0 once to see the worker's own error."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
-         r"not enough (?:free )?disk space|insufficient disk space",
+         r"not enough (?:free )?disk space|insufficient disk space|"
+         # TensorFlow reports ENOSPC as RESOURCE_EXHAUSTED with the file it was writing ("Resource exhausted: /ckpt/..")
+         r"Resource exhausted: (?:/|[A-Za-z]:\\)\S+",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
          "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
     # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
@@ -193,7 +203,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLossError|Checksum does not match: stored",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
-         "`rt.checkpoints.save()` so a partial save is never marked valid."),
+         "`rt.checkpoints.save()` so a partial save is never marked valid.",
+         # pickle reading a JSON text file (a config passed where the checkpoint belongs) is the wrong path
+         unless=r"invalid load key, '\{'"),
     _sig("checkpoint_mismatch",
          r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
          r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
@@ -201,7 +213,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
          r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
          r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
-         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint",
+         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
+         # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
+         r"Trying to set a tensor of shape .{0,200}this looks incorrect|"
+         # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
+         r"Size mismatch between saved .{0,80} and current:|You are loading a weight file containing \d+ layers into a "
+         r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
+         r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -210,13 +228,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found|"
-         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function",
+         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
+         # flash-attn's csrc check for sm_80+
+         r"FlashAttention only supports Ampere GPUs or newer",
          "The software was built for a different GPU/CPU architecture than this node has.",
          "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
          "for it (TORCH_CUDA_ARCH_LIST)."),
     _sig("no_gpu",
          r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
-         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\) is False|"
+         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
          r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
@@ -225,7 +245,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
          r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found|"
          r"\bNo (?:CUDA )?GPUs? (?:is |are )?(?:available|found|detected)|device_count\(\) (?:is|returned|==) 0|"
-         r"Unable to initialize backend 'cuda'",
+         r"Unable to initialize backend 'cuda'|No HIP GPUs are available|"
+         # JAX asked for a GPU platform it has not got; TensorFlow pinning to a GPU it cannot see; nvidia-smi with
+         # no device; Docker without the NVIDIA container toolkit
+         r"no platforms that are instances of gpu are present|Unknown backend:? '?(?:gpu|cuda)'? requested|"
+         r"no devices matching that specification are registered in this process|^\s*No devices were found\s*$|"
+         r"could not select device driver \S* with capabilities: \[\[gpu\]\]|"
+         # ultralytics' select_device (YOLOv5 and YOLOv8 wordings); NVML (pynvml, nvidia-container-cli) without a
+         # loaded driver; torch's warning when cuInit fails (a driver in a bad state after suspend, no nvidia-uvm)
+         r"CUDA unavailable, invalid device|torch\.cuda\.device_count\(\):?\s*0\b|Driver Not Loaded|"
+         r"CUDA unknown error - this may be due to an incorrectly set up environment",
          "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
          "or short, no driver in the container, or a CPU-only torch build).",
          "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
@@ -240,7 +269,21 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
          r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
          r"requires the \S+ library but it was not found in your environment|Error building extension|"
-         r"ninja: build stopped: subcommand failed",
+         r"ninja: build stopped: subcommand failed|"
+         # numpy 2 under modules compiled for numpy 1 (numpy/core/_multiarray_umath.py), or the other way round
+         r"compiled using NumPy 1\.x cannot be run in|numpy\.core\.multiarray failed to import|_ARRAY_API not found|"
+         r"numpy\.dtype size changed, may indicate binary incompatibility|"
+         # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
+         r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
+         r"Could not find module '[^']+\.dll'|"
+         # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
+         r"cuDNN version incompatibility|mismatches the version that was used to compile|"
+         r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
+         r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary|"
+         # torchvision built for another torch (torchvision/extension.py, its C++ ops not registered);
+         # a script named like the package it imports
+         r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
+         r"most likely due to a circular import",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
@@ -253,13 +296,32 @@ SIGNATURES: tuple[Signature, ...] = (
          r"omegaconf\.errors\.\w+|hydra\.errors\.\w+|InterpolationResolutionError|UnsupportedInterpolationType|"
          r"Environment variable '[^']+' not found|Could not override '[^']+'|Error merging override|"
          r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
-         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: "
-         r"(?:invalid|expected|ambiguous)|error: Parser key|ValidationError: \d+ validation errors? for \w*Config|"
+         # argparse: every per-argument error is "error: argument --x: ..." (invalid choice/value, expected one
+         # argument, not allowed with argument ...); mutually exclusive groups say "one of the arguments"
+         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: |"
+         r"error: one of the arguments .{0,200} is required|error: Parser key|"
+         # a setting checked by name (transformers' TrainingArguments.__post_init__: "--load_best_model_at_end
+         # requires the save and eval strategy to match", "--logging_steps must be an integer ...")
+         r"Error: --[a-z][\w-]* (?:requires|must|should|cannot|can only|needs|is only|is not)\b|"
          r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
          r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
-         r"Invalid generic resource \(gres\) specification|Invalid partition name specified",
+         r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
+         # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
+         # does not exist
+         r"Invalid account or account/partition combination|Invalid qos specification|"
+         r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
+         # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
+         # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
+         # jsonargparse (LightningCLI); Lightning's MisconfigurationException; pydantic settings models
+         r"^\s*full_key: \S+|could not be converted to (?:Integer|Float|Boolean|String|\w+Enum)\b|"
+         r"^\s*\S+\.py: error: |error: ambiguous option: |Non-existent config key|"
+         r"error: (?:Validation failed|Configuration check failed)|MisconfigurationException|"
+         r"\d+ validation errors? for \w*(?:Config|Args|Arguments|Settings|Params)\b|"
+         # transformers naming a model/config path that holds no config
+         r"Can't load (?:config for|the configuration of) '|does not appear to have a file named config\.json|"
+         r"is not a local folder and is not a valid model identifier",
          "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
          "(hydra, omegaconf, argparse).",
          "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
@@ -270,7 +332,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
          r"Unable to create tensor, you should probably activate truncation and/or padding|"
          r"default_collate: batch must contain|too many dimensions 'str'|"
-         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable",
+         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable|"
+         # numpy >= 1.24 building an array from samples of unequal length
+         r"inhomogeneous shape after \d+ dimensions?|could not broadcast input array from shape",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
          "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
          "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
@@ -286,7 +350,21 @@ SIGNATURES: tuple[Signature, ...] = (
          r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
          r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
          r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
-         r"is incompatible with the layer: expected",
+         r"is incompatible with the layer: expected|"
+         # torch.nn conv/rnn/loss/layer_norm input checks (aten/src/ATen/native/Convolution.cpp, RNN.cpp, Loss.cpp)
+         r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to \w+, but got input of size|"
+         r"input\.size\(-1\) must be equal to input_size|Kernel size can't be greater than actual input size|"
+         r"only batches of spatial targets supported|multi-target not supported|"
+         r"Given normalized_shape=\[[^\]]*\], expected input with shape|Expected size for first two dimensions of "
+         r"batch2 tensor|Expected hidden(?:\[\d\])? size|"
+         # numpy reshape/concatenate/stack of samples that differ; sklearn's input check
+         r"cannot reshape array of size \d+ into shape|all the input array dimensions except for the concatenation "
+         r"axis must match|all input arrays must have the same shape|Expected 2D array, got 1D array|"
+         # transformers' padding collator and Trainer given a data set without the columns the model needs;
+         # datasets' map() returning columns of unequal length; PIL on a broken image file
+         r"You should supply an encoding or a list of encodings to this method that includes input_ids|"
+         r"The model did not return a loss from the inputs|expected length \d+ but got length \d+|"
+         r"image file is truncated|cannot identify image file",
          "Tensor shapes do not match (data and model config disagree).",
          "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
          "shapes of one batch next to what the model expects."),
@@ -295,7 +373,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
-         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected",
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
+         # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
+         # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
+         # TensorFlow's tf.debugging.check_numerics
+         r"is non-finite, so it cannot be clipped|"
+         r"Monitored metric \S+ = [^\n]{0,40}?\b(?:nan|inf)\b[^\n]{0,30}is not finite|"
+         r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
+         r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),
@@ -323,7 +408,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "NCCL (the GPU-to-GPU communication library) failed.", _NCCL_HINT),
     _sig("nccl_timeout",
          r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
-         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work",
+         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work|"
+         # the C++ frame of ProcessGroupNCCL's watchdog when the message itself was cut from the paste
+         r"WorkNCCL::checkTimeout",
          "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
          "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
          "the same collectives. Resubmit from the last checkpoint."),
@@ -357,6 +444,22 @@ _CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state
                               r"from_pretrained|checkpoint\w*\.py|/checkpoint(?:ing)?/", re.IGNORECASE)
 _CHECKPOINT_ERRORS = ("KeyError", "RuntimeError", "ValueError", "AssertionError")
 _CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpected|world size", re.IGNORECASE)
+# The source line a KeyError was raised on, indexing a loaded checkpoint (`checkpoint["optimizer"]`) or a
+# configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
+_CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict)\w*\s*\[|torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
+_CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
+# A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
+# 'nvcc' or 'ninja' (a missing toolchain).
+_MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
+                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)")
+# Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
+_ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
+# Weak evidence, used only when nothing more specific was found and the error (if any) is about a device:
+# torch.utils.cpp_extension logs the first whenever CUDA_HOME is set but torch.cuda.is_available() is False,
+# Lightning's Trainer prints the second at start, torch.utils.collect_env the third.
+_WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
+                          r"^\s*Is CUDA available: False\s*$")
+_DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 
 
 @dataclass
@@ -397,9 +500,25 @@ def excerpt(diagnosis: dict, lines: int = 3) -> list[str]:
 
 
 def _raised_loading_a_checkpoint(reading: LogReading) -> bool:
+    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
+            and _CHECKPOINT_LOOKUP.search(reading.raising_code):
+        return True
     return bool(reading.exception and reading.exception.startswith(_CHECKPOINT_ERRORS)
                 and (reading.exception.startswith("KeyError") or _CHECKPOINT_WORDS.search(reading.exception))
                 and any(_CHECKPOINT_CODE.search(frame) for frame in reading.frames[-3:]))
+
+
+def _killed_from_outside(reading: LogReading, root: dict | None, lines: list[str]) -> bool:
+    """SIGKILL without a message of its own (a bare "Killed", exit -9/137, torchrun's SIGKILL) and nothing
+    saying Slurm or a person ended the job."""
+    if root and root.get("exitcode") is not None and root.get("signal") != "SIGKILL":
+        return False  # the launcher's first failure is not the kill: the -9s are peers it ended after it
+    killed = bool(root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None \
+        or reading.sigkill is not None
+    # the launcher's own exception may be the kill itself (accelerate: "CalledProcessError: ... died with
+    # <Signals.SIGKILL: 9>"); any other exception is the program's own error
+    own_error = reading.exception and reading.exception_line != reading.sigkill
+    return killed and not own_error and not any(_ENDED_BY_SLURM.search(line) for line in lines)
 
 
 def _raised_by_data_code(reading: LogReading) -> bool:
@@ -408,6 +527,9 @@ def _raised_by_data_code(reading: LogReading) -> bool:
 
 
 def _raised_by_config_code(reading: LogReading) -> bool:
+    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
+            and _CONFIG_LOOKUP.search(reading.raising_code):
+        return True
     return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
                 and _CONFIG_CODE.search(reading.raising_frame))
 
@@ -545,7 +667,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
             f"(at {reading.raising_frame}).",
-            [reading.exception, f"raised at {reading.raising_frame}"],
+            [reading.exception, f"raised at {reading.raising_frame}",
+             *([reading.raising_code] if reading.raising_code else [])],
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
@@ -556,8 +679,10 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             [reading.exception, f"raised at {reading.raising_frame}"],
             SIGNATURES[_CATEGORY_RANK["checkpoint_mismatch"]].hint,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and reading.nccl_warn and reading.failure_markers:
-        # NCCL said what went wrong in its own words before the job failed: the NCCL failure is the lead
+    last_said = next((line for line in reversed(lines) if line.strip()), "")
+    if sig is None and reading.nccl_warn and (reading.failure_markers or reading.nccl_warn[-1] == last_said.strip()):
+        # NCCL said what went wrong in its own words before the job failed (or as the last thing the job said):
+        # the NCCL failure is the lead
         return Diagnosis(
             "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
             f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], _NCCL_HINT,
@@ -571,6 +696,32 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
             "causes; filter or fix them in the data set.",
             rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and reading.exception and _MISSING_PATH.search(reading.exception):
+        return Diagnosis(
+            "missing_config", "A path the run was given (in its arguments or configuration: a data set, a config or "
+            "an output directory) does not exist where the job ran.",
+            [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
+            "Check the path in the message against `args:`/the config file: relative paths resolve against the "
+            "job's working directory, and the file must be on a filesystem the compute nodes mount.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and not (slurm_state or exit_code) and _killed_from_outside(reading, root, lines):
+        # No Slurm record to read (a pasted log): a SIGKILL nobody explains is, in the threads these rules were
+        # scored on, the kernel's out-of-memory killer far more often than anything else. With Slurm's record
+        # (`diagnose RUN`, status, notifications), its verdict decides: FAILED, not OUT_OF_MEMORY, stays unknown.
+        return Diagnosis(
+            "host_oom", "The process was killed without a message (SIGKILL from outside the program"
+            + (", after normal training progress" if reading.last_progress is not None else "")
+            + "): almost always the kernel's out-of-memory killer taking back host RAM. Confirm with the node's "
+            "kernel log (`dmesg`: \"Out of memory: Killed process\") or Slurm's record "
+            "(`sacct -j JOB -o State,MaxRSS,ReqMem`).",
+            _unknown_evidence(lines, reading), _HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and any(_WEAK_NO_GPU.search(line) for line in lines) and (
+            not reading.exception or _DEVICE_WORDS.search(reading.exception)):
+        no_gpu = SIGNATURES[_CATEGORY_RANK["no_gpu"]]
+        return Diagnosis(
+            "no_gpu", "PyTorch found no usable GPU (torch.cuda.is_available() was False) and nothing more specific "
+            "failed.", [line.strip() for line in lines if _WEAK_NO_GPU.search(line)][:1] + _unknown_evidence(
+                lines, reading)[-3:], no_gpu.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
             "unknown", _unknown_summary(exit_code, root, reading, slurm_state), _unknown_evidence(lines, reading),
@@ -606,7 +757,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
     attempts = attempts_newest_first(text, path.stem)
     if not attempts:
         result = diagnose_text(text, slurm_state, exit_code)
-        _add_watchdog(result, watchdog_report(run_dir, path.stem), text)
+        add_watchdog(result, watchdog_report(run_dir, path.stem), text)
         _add_node_loss(result, run_dir, path.stem)
         return result
     chosen = None
@@ -621,7 +772,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
             chosen = (attempt, part, result)
             break
     attempt, part, result = chosen
-    _add_watchdog(result, watchdog_report(run_dir, path.stem), part)
+    add_watchdog(result, watchdog_report(run_dir, path.stem), part)
     result.attempt = attempt
     result.summary = f"{result.summary.rstrip()} ({attempt['label']}.)"
     return result
@@ -675,76 +826,3 @@ def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict 
     result.hint = ("Nothing to fix in the training: the run is requeued on healthy nodes (Slurm marks the lost "
                    "node DOWN) and resumes from " + (f"checkpoint step {ck}." if ck is not None else
                                                       "its newest checkpoint."))
-
-
-# --- the progress watchdog ---------------------------------------------------------------------
-_SCENE_DIR = re.compile(r"^(?P<job>\d+|local)-(?P<time>\d+)$")
-_WATCHDOG_LINE = re.compile(
-    r"slurmctl watchdog \[[\d:]+\]: (?:WARNING|HUNG|CONFIGURATION PROBLEM|no ACK|progress resumed)")
-
-
-def _clock(epoch) -> str:
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(epoch)))
-    except (TypeError, ValueError, OverflowError):
-        return "an unknown time"
-
-
-def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | None:
-    """What the watchdog did (to `job_id`, if given): None when it never warned or acted.
-
-    Keys: state (config-problem | drain-requested | drained | killed), time, job_id, message (plain
-    words), scene (newest scene folder or None), scenes (all of them, oldest first)."""
-    folder = run_dir / rundir.WATCHDOG_DIR
-    if not folder.is_dir():
-        return None
-    state = read_json(rundir.watchdog_state_path(run_dir))  # None when missing, not JSON, or not a regular file
-    if not isinstance(state, dict) or (job_id is not None and str(state.get("job_id")) != str(job_id)):
-        state = {}
-    scenes = []
-    for entry in folder.iterdir():
-        m = _SCENE_DIR.match(entry.name)
-        if m and entry.is_dir() and (job_id is None or m["job"] == str(job_id)):
-            scenes.append((int(m["time"]), entry))
-    scenes = [str(p) for _, p in sorted(scenes)]
-    if not state and not scenes:
-        return None
-    kind, when = state.get("state", ""), _clock(state.get("time"))
-    scene = state.get("scene") or (scenes[-1] if scenes else None)
-    described = f"'{state.get('field', '?')}' in {state.get('source', '?')}"
-    if kind == "killed":
-        message = (f"the watchdog ended the hung training step at {when} (no progress in {described}, and no "
-                   f"answer to its drain request); stacks, log tail and nvidia-smi are in {scene}")
-    elif kind == "drain-requested":
-        message = (f"the watchdog saw no progress ({state.get('summary') or described}) and asked the training "
-                   f"to checkpoint and stop at {when}")
-    elif kind == "drained":
-        message = f"the watchdog asked the stalled training to stop; it checkpointed and acknowledged at {when}"
-    elif kind == "warned":
-        message = (f"no progress in {described} for {state.get('stalled_seconds', '?')} s at {when}; the watchdog "
-                   f"asks the training to drain after {state.get('window_seconds', '?')} s without progress")
-    elif kind == "watching" and not scenes:
-        return None  # a warning that progress has since cleared
-    elif kind == "config-problem":
-        message = (f"the watchdog never found its progress field {described}, so it cannot detect a hang "
-                   "(set SLURMCTL_WATCHDOG_STEP_FIELD / SLURMCTL_WATCHDOG_SOURCE; it never ends a job for this)")
-    else:
-        message = f"the watchdog ended a hung training step earlier; its scene is in {scene}"
-        kind = "killed"
-    return {"state": kind, "time": state.get("time"), "job_id": state.get("job_id"), "message": message,
-            "scene": scene, "scenes": scenes}
-
-
-def _add_watchdog(result: Diagnosis, report: dict | None, log_text: str) -> None:
-    """Lead the evidence with what the watchdog did; a kill explains an otherwise unknown failure."""
-    if report is None:
-        return
-    result.watchdog = report
-    said = [ln.strip() for ln in log_text.splitlines() if _WATCHDOG_LINE.search(ln)][-3:]
-    lines = [f"watchdog: {report['message']}", *said, *result.evidence]
-    result.evidence = list(dict.fromkeys(lines))[:8]  # the watchdog's log lines may be evidence already
-    if result.category == "unknown" and report["state"] == "killed":
-        result.summary = ("The training stopped making progress and the watchdog ended the hung step "
-                          "(no step advanced in its stall window and the drain request went unanswered).")
-        result.hint = (f"Open {report['scene']}/{rundir.SCENE_STACKS}: it shows where each rank was stuck (a "
-                       "collective, data loading, I/O). Resubmitting resumes from the last valid checkpoint.")

@@ -49,7 +49,18 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
                         r"exited with (?:exit )?code (-?\d+)|exitcode\s*:\s*(-?\d+)|^(?:.*\s)?(Killed|Aborted|"
                         r"Segmentation fault|Bus error)(?: \(core dumped\))?(?:\s+\S.*)?$|signal: (\w+)",
                         re.IGNORECASE)
-_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?Killed(?:\s+.*)?$|^srun: error: \S+: tasks? [\d,-]+: Killed$")
+# bash's job-status word for SIGKILL, also in the shell's locale
+# (zh_CN "已杀死", ja "強制終了", ru "Убито", de "Getötet").
+# A progress bar without a newline runs into it ("... 1/2 [00:10<00:10, 10.1s/it]Killed").
+_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強制終了|Убито|Getötet)(?:\s+.*)?$|"
+                        r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$")
+# A launcher or shell saying a process died of SIGKILL: torchrun's agent "failed (exitcode: -9) local_rank: 0",
+# the DeepSpeed launcher's "sigkill_handler] exits with return code = -9", subprocess's "died with
+# <Signals.SIGKILL: 9>", 128+9 = 137 from a shell, a container runtime or an IDE ("exit code 137 (interrupted by
+# signal 9: SIGKILL)"), and Go's exec "signal: killed".
+_SIGKILL_EXIT = re.compile(r"\bexitcode\s*:\s*-9\b|\breturn code\s*=\s*-9\b|<Signals\.SIGKILL: 9>|"
+                           r"\bexit(?:ed with)? (?:status|code)\s*:?\s*(?:137|-9)\b|interrupted by signal 9|"
+                           r"\bsignal: killed\b|\bSignal 9 \(SIGKILL\)", re.IGNORECASE)
 _SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
 _KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
@@ -154,6 +165,8 @@ class LogReading:
     last_progress: int | None = None
     finished: int | None = None  # the training said it finished
     bare_kill: int | None = None  # a "Killed" with no message (SIGKILL from outside the program)
+    sigkill: int | None = None  # a launcher/shell line saying a process died of SIGKILL (exit -9 or 137)
+    raising_code: str | None = None  # the source line the traceback quotes under its deepest frame
     failure_markers: int = 0  # tracebacks, exception lines, fatal launcher/Slurm lines
 
     def to_dict(self) -> dict:
@@ -194,6 +207,8 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
             r.kernel.append(line.strip())
         if _BARE_KILL.match(line.strip()):
             r.bare_kill = i
+        if _SIGKILL_EXIT.search(line):
+            r.sigkill = i
         if _EXCEPTION_LINE.match(line) or _WHAT_LINE.match(line) or _SLURMSTEPD.search(line):
             r.failure_markers += 1
     # The root error: the launcher's first-failed rank's own traceback, else the first rank traceback in the
@@ -216,6 +231,9 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
         r.raising_frame = _frame_text(frames[-1]) if frames else None
         r.frames = [_frame_text(m) for m in frames]
+        last_frame = max((n for n, line in enumerate(block) if _FRAME.match(line)), default=None)
+        if last_frame is not None and last_frame + 1 < len(block) - 1:
+            r.raising_code = block[last_frame + 1].strip() or None
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
     if r.exception is None:  # no traceback header posted: the first exception or C++ what() line

@@ -18,7 +18,7 @@ from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.observe.diagnose import diagnose_file, one_line_why, watchdog_report
+from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
@@ -30,6 +30,7 @@ from slurmctl.observe.story import (
     requeue_story,
     story,
 )
+from slurmctl.observe.watchdog_report import watchdog_report
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
@@ -93,7 +94,7 @@ class RunStatus:
     cost_usd: float | None = None
     suggestions: list[str] = field(default_factory=list)
     diagnosis: dict | None = None
-    watchdog: dict | None = None  # what the progress watchdog did to the latest job (diagnose.watchdog_report)
+    watchdog: dict | None = None  # what the progress watchdog did to the latest job (watchdog_report.watchdog_report)
     quota: dict | None = None  # QOS*/Assoc* reasons: the limit, its value, current usage (slurmctl.observe.quota)
     slurm_unreachable_since: float | None = None  # epoch: Slurm did not answer; the rest is the run dir's
     history: list[str] = field(default_factory=list)  # one line per attempt: how it started and ended

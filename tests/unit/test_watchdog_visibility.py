@@ -6,8 +6,9 @@ these tests follow its real format."""
 import json
 import time
 
-from slurmctl.observe.diagnose import diagnose_file, watchdog_report
+from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.status import build_status
+from slurmctl.observe.watchdog_report import watchdog_report
 from slurmctl.rundir import Run
 from slurmctl.runtime.watchdog import Settings, StepReader, Watchdog
 from slurmctl.slurm.client import Job
