@@ -58,7 +58,7 @@ def _context(**overrides) -> dict:
         "tracking_uri": "http://127.0.0.1:5050", "tracked_run_id": "0123abcd", "notify": True, "secrets": [],
         "secrets_file": "/s", "checkpoint_dir": "/c", "checkpoint_interval": 10, "checkpoint_keep": 2, "umask": "077",
         "image": None, "container_runtime": "none", "enroot_image": None, "container_mounts": [],
-        "container_workdir": None, "container_env": [], "podman": "podman"}
+        "container_workdir": None, "container_env": [], "podman": "podman", "mlflow_credentials_file": ""}
     context.update(overrides)
     return context
 
@@ -74,6 +74,23 @@ def test_job_script_exports_the_tracked_run_and_sends_as_the_user(tmp_path):
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
     quiet = render("torchrun.sbatch.j2", _context(notify=False, tracked_run_id=""))
     assert "slurmctl.notify" not in quiet and "MLFLOW_RUN_ID" not in quiet
+
+
+def test_job_script_exports_the_mlflow_login_from_the_users_file_never_the_password(tmp_path):
+    login = tmp_path / "mlflow"
+    login.write_text("MLFLOW_TRACKING_USERNAME=alice\nMLFLOW_TRACKING_PASSWORD=pw-9f8e7d\n")
+    login.chmod(0o600)
+    script = render("torchrun.sbatch.j2", _context(mlflow_credentials_file=str(login)))
+    assert "pw-9f8e7d" not in script and str(login) in script
+    start, end = script.index("mlflow_login="), script.index("unset mlflow_login")
+    fragment = f"PY={sys.executable}\n{script[start:end]}\necho \"$MLFLOW_TRACKING_USERNAME:$MLFLOW_TRACKING_PASSWORD\""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(["bash", "-c", fragment], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == "alice:pw-9f8e7d\n"
+    login.chmod(0o644)  # readable by others: refused, the attempt goes on untracked
+    out = subprocess.run(["bash", "-c", fragment], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == ":\n" and "no MLflow login" in out.stderr and "pw-9f8e7d" not in out.stderr
+    assert "mlflow_login" not in render("torchrun.sbatch.j2", _context())
 
 
 def test_notify_settings_name_secret_keys_never_urls():
