@@ -5,7 +5,8 @@ Events and when they are sent (by whom: always a process of the run's user):
 * started    the run's first start after a submission (the job's batch shell, in the background)
 * recovered  the first start after a preemption or a lost node: ONE message for the pair (what was
              lost, where it resumed); nothing is sent at the preemption itself
-* failed     the job stops on a failure (the batch shell, after `attempt end` decided to stop): the
+* failed     the job stops on a failure (the batch shell, after `attempt end` decided to stop; for a
+             killed batch shell, a sender of the user's that the epilog starts): the
              diagnosis category, its evidence line, the newest valid checkpoint, the cost so far and
              the one command to run next
 * finished   the job stops because the training completed: final metrics, cost, an efficiency note

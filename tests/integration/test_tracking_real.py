@@ -135,6 +135,14 @@ def test_requeued_twice_restarted_once_is_one_mlflow_run(workdir, tracking_site)
     assert tracked["backend"] == "mlflow" and tracked["url"].startswith(uri)
     script = Path(run["run_dir"], "job.sbatch").read_text()
     assert f"export MLFLOW_RUN_ID={tracked['run_id']}" in script and f"export MLFLOW_TRACKING_URI={uri}" in script
+    # alice's MLflow password reached the server (the run has every attempt's metrics, below) but none of
+    # the script, the run's files and logs, or what Slurm keeps about the job
+    password = os.environ["MLFLOW_TRACKING_PASSWORD"].encode()
+    kept = [p for p in Path(run["run_dir"]).rglob("*") if p.is_file() and password in p.read_bytes()]
+    assert kept == [], kept
+    for argv in (["scontrol", "show", "job", "-dd", str(run["job_id"])],
+                 ["sacct", "-j", str(run["job_id"]), "-P", "-o", "ALL"]):
+        assert password not in subprocess.run(argv, capture_output=True, timeout=60).stdout, argv
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("trk")

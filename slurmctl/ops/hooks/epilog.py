@@ -1,5 +1,7 @@
 """Slurm Epilog logic: kill orphans, clean /dev/shm and scratch, drop the GPU map, write the
-per-attempt cost record. Cleanup failures are noted, never raised: a failing epilog drains the node.
+per-attempt cost record, and end the run of an attempt whose batch script was killed (its record and
+message, written and sent by the job's user: record_killed_attempt). Cleanup failures are noted,
+never raised: a failing epilog drains the node.
 
 Root here never opens a file in the user's run directory itself. What the record needs about the
 run comes from Slurm (run id: the job's comment ``slurmctl:<run id>``, checked against the run-id
