@@ -351,6 +351,10 @@ class SiteTrackingConfig(_Strict):
 
     mlflow_uri: str | None = Field(None, description="MLflow tracking server (http://host:port): submit creates "
                                    "each run's MLflow run there once, and every attempt continues it")
+    mlflow_credentials: str | None = Field(
+        "~/.config/slurmctl/mlflow", description="each user's own 0600 file with MLFLOW_TRACKING_USERNAME= and "
+        "MLFLOW_TRACKING_PASSWORD= lines: their login on an MLflow server with authentication (submit and the "
+        "job read it; deploy/local/mlflow-up writes it). A user without the file sends no login")
 
 
 class SiteConfig(_Strict):

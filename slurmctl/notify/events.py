@@ -5,7 +5,8 @@ Events and when they are sent (by whom: always a process of the run's user):
 * started    the run's first start after a submission (the job's batch shell, in the background)
 * recovered  the first start after a preemption or a lost node: ONE message for the pair (what was
              lost, where it resumed); nothing is sent at the preemption itself
-* failed     the job stops on a failure (the batch shell, after `attempt end` decided to stop): the
+* failed     the job stops on a failure (the batch shell, after `attempt end` decided to stop; for a
+             killed batch shell, a sender of the user's that the epilog starts): the
              diagnosis category, its evidence line, the newest valid checkpoint, the cost so far and
              the one command to run next
 * finished   the job stops because the training completed: final metrics, cost, an efficiency note
@@ -18,6 +19,7 @@ a cancel sends nothing beyond `started` (the user asked for it).
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -65,8 +67,9 @@ def started_message(run: Run) -> Message | None:
                    else ""), *_tracked_line(run), f"Follow it: slurmctl status {run.run_id}"]
         return Message("started", f"started:{_submissions(run.events())}", _title(run, "started"), "\n".join(body),
                        {"job_id": start.get("job_id"), "nodes": where})
-    before = [e for e in events[:events.index(start)] if e.get("event") == "end"]
-    previous = before[-1] if before else None
+    # the end of the attempt just before this start (none: Slurm requeued it before `end` could run)
+    between = events[events.index(starts[-2]) + 1:events.index(start)]
+    previous = next((e for e in reversed(between) if e.get("event") == "end"), None)
     if previous is None or previous.get("outcome") not in RECOVERED_AFTER:
         return None
     cause = "preempted" if previous.get("outcome") == "preemption" else "lost a node"
@@ -109,13 +112,17 @@ def cost_so_far(run: Run, events: list[dict], now: float) -> float | None:
 
 
 def _efficiency(events: list[dict]) -> str:
+    """Attempts and the steps done twice: only an attempt that was continued (a requeue or an in-allocation
+    restart) re-runs the steps it made past its checkpoint; the final end's steps_lost re-runs nothing."""
     starts = sum(1 for e in events if e.get("event") == "start")
     restarts = sum(1 for e in events if e.get("event") == "step-restart")
-    rerun = sum(int(e.get("steps_lost") or 0) for e in events if e.get("event") in ("end", "step-restart"))
+    continued = [e for e in events if e.get("event") == "step-restart"
+                 or (e.get("event") == "end" and e.get("action") == "requeue")]
+    rerun = sum(int(e.get("steps_lost") or 0) for e in continued)
     if starts <= 1 and not restarts:
         return "One attempt, no step re-run."
-    return (f"{starts} Slurm attempt(s), {restarts} restart(s) inside an allocation, {rerun} step(s) re-run "
-            "after resuming from checkpoints.")
+    return (f"{starts} Slurm attempt(s), {restarts} restart(s) inside an allocation, "
+            + (f"{rerun} step(s) re-run after resuming from checkpoints." if rerun else "no step re-run."))
 
 
 def ended_message(run: Run, now: float | None = None) -> Message | None:
@@ -142,23 +149,30 @@ def ended_message(run: Run, now: float | None = None) -> Message | None:
                 *_tracked_line(run)]
         return Message("finished", f"finished:{key_tail}", _title(run, "finished"), "\n".join(body),
                        {"job_id": end.get("job_id"), "metrics": metrics, "cost_usd": cost, "checkpoint_step": ck})
-    from slurmctl.observe.diagnose import diagnose_file  # why: only a failure message reads the diagnosis
+    from slurmctl.observe.diagnose import diagnose_file, evidence_line  # why: only a failure message reads it
 
-    diagnosis = diagnose_file(run.log_path(int(end.get("job_id") or 0)), "", f"{end.get('exit_code')}:0")
-    evidence = diagnosis.evidence[0] if diagnosis.evidence else "(no evidence line in the log)"
+    job_id = int(end.get("job_id") or 0)
+    diagnosis = diagnose_file(run.log_path(job_id), end.get("slurm_state") or "", f"{end.get('exit_code')}:0")
+    evidence = evidence_line(diagnosis.to_dict()) or "(no evidence line in the log)"
     if ck is not None:
         next_command = f"slurmctl resume {run.run_id}"
     else:
         next_command = f"slurmctl submit {run.meta.get('source_spec') or 'run.yaml'}"
     body = [f"Run {run.run_id} FAILED (job {end.get('job_id')}, exit code {end.get('exit_code')}): "
             f"{diagnosis.category}.",
-            diagnosis.summary, f"Evidence: {evidence}",
+            _named(diagnosis.summary, run.run_id, job_id), f"Evidence: {evidence}",
             f"Last valid checkpoint: {f'step {ck}' if ck is not None else 'none'}", f"Cost so far: {cost_text}",
-            f"Why it stopped: {end.get('reason')}", f"Fix: {diagnosis.hint}", f"Next: {next_command}",
+            f"Why it stopped: {end.get('reason')}", f"Fix: {_named(diagnosis.hint, run.run_id, job_id)}",
+            f"Next: {next_command}",
             *_tracked_line(run)]
     return Message("failed", f"failed:{key_tail}", _title(run, f"FAILED ({diagnosis.category})"), "\n".join(body),
                    {"job_id": end.get("job_id"), "category": diagnosis.category, "evidence": evidence,
                     "checkpoint_step": ck, "cost_usd": cost, "next_command": next_command})
+
+
+def _named(text: str, run_id: str, job_id: int) -> str:
+    """The diagnosis's advice names this run and job where it says RUN and JOB (its placeholders)."""
+    return re.sub(r"\bJOB\b", str(job_id), re.sub(r"\bRUN\b", run_id, text or ""))
 
 
 def stalled_message(run: Run, job_id: str, restart_count: str, detail: str) -> Message:

@@ -32,6 +32,7 @@ from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.log_reading import (
     ROOT_CAUSE,
     ROOT_FIELD,
+    TRACEBACK_HEAD,
     LogReading,
     clean_line,
     is_launcher_block,
@@ -480,11 +481,18 @@ class Diagnosis:
         return asdict(self)
 
 
+def evidence_line(diagnosis: dict) -> str:
+    """The one line that shows the diagnosis: a known category's first matching line, otherwise the root
+    exception line ("Type: message"); never a traceback's head, which says only that one follows."""
+    evidence = diagnosis.get("evidence") or []
+    if diagnosis.get("category") not in ("unknown", "success") and evidence:
+        return evidence[0]
+    return diagnosis.get("error_line") or next((line for line in evidence if TRACEBACK_HEAD not in line), "")
+
+
 def one_line_why(diagnosis: dict, width: int = 200) -> str:
     """`status`'s one-line why of a failed attempt: the category and the line that shows it."""
-    said = diagnosis.get("error_line") or next(iter(diagnosis.get("evidence") or []), "")
-    if diagnosis.get("category") not in ("unknown", "success") and diagnosis.get("evidence"):
-        said = diagnosis["evidence"][0]
+    said = evidence_line(diagnosis)
     text = f"{diagnosis.get('category')}: {said}" if said else str(diagnosis.get("category"))
     return text if len(text) <= width else text[:width - 3] + "..."
 

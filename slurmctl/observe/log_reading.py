@@ -12,6 +12,7 @@ from pathlib import Path
 from slurmctl.fsutil import tail_bytes
 
 TAIL_BYTES = 512 * 1024
+TRACEBACK_HEAD = "Traceback (most recent call last)"  # a traceback's first line, without its ":"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # torch >= 2.4 prefixes every line a rank writes with "[rankN]:", and a rank that re-logs its own output
 # doubles it ("[rank0]:[rank0]: ..."); some log collectors put the process id in front ("[80746] [rank0]:").
@@ -118,7 +119,7 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True)
 
 def traceback_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
     """(start line, lines up to and including its exception line) for every Python traceback."""
-    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith(TRACEBACK_HEAD)]
     blocks = []
     for n, start in enumerate(starts):
         block = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]

@@ -36,6 +36,15 @@ def _current(events: list[dict]) -> list[dict]:
     return events[last_submit + 1:]
 
 
+def _requeued_by_slurm(start: dict, following: dict) -> bool:
+    """The next start is the same job with a higher restart count: Slurm requeued this attempt."""
+    try:
+        return (following.get("job_id") == start.get("job_id")
+                and int(following.get("restart_count") or 0) > int(start.get("restart_count") or 0))
+    except (TypeError, ValueError):
+        return False
+
+
 def story(events: list[dict], job: Job | None = None) -> list[str]:
     """One line per attempt of the latest submission, from attempts.jsonl: when and where it started,
     from which checkpoint, how it ended (preempted / time limit / crashed / finished / cancelled / no
@@ -64,7 +73,11 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
             lines.append(f"{line}; {_lost(node_lost)}{at}")
             continue
         if end is None:
-            if n + 1 < len(starts):
+            following_start = starts[n + 1][1] if n + 1 < len(starts) else None
+            if following_start is not None and _requeued_by_slurm(start, following_start):
+                line += ("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost "
+                         "node, or a preemption that did not wait for the drain)")
+            elif following_start is not None:
                 line += "; ended without an end record (node lost or batch script killed)"
             elif job is not None and job.active:
                 line += "; running"

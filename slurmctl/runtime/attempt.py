@@ -260,6 +260,46 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     return 0
 
 
+# Slurm's final state of an attempt whose batch script died before `end` -> the outcome `end` would have recorded
+_KILLED_OUTCOMES = {"FAILED": "failed", "OUT_OF_MEMORY": "failed", "TIMEOUT": "time-limit", "CANCELLED": "cancelled"}
+
+
+def record_killed_end(run_dir: Path, job_id: int, restart_count: int, slurm_state: str, exit_code: str) -> dict | None:
+    """The `end` record of an attempt whose batch script was killed before it could run `end` (scancel
+    --signal=KILL of the batch step, the batch step's memory limit, the time limit without a drain).
+    Called by root's epilog on the batch host, in a child running as the job's user, after the job:
+    it writes the record once (none when the attempt recorded its own end, or never started), so
+    status, the story and the `failed` message know how the attempt ended. Returns the record."""
+    outcome = _KILLED_OUTCOMES.get(slurm_state)
+    events = read_jsonl(run_dir / rundir.ATTEMPTS)
+    at = max((i for i, e in enumerate(events) if e.get("event") == "start" and e.get("job_id") == job_id
+              and e.get("restart_count") == restart_count), default=None)
+    if outcome is None or at is None or any(e.get("event") == "end" for e in events[at + 1:]):
+        return None
+    start_record = events[at]
+    code, _, sig = (exit_code or "").partition(":")
+    status = (int(code) if code.isdigit() and int(code) else 128 + int(sig) if sig.isdigit() and int(sig) else 1)
+    ck = _checkpoints(run_dir).latest()
+    beat = read_json(run_dir / rundir.HEARTBEAT, 64 * 1024)
+    last_step = beat.get("step") if isinstance(beat, dict) and str(beat.get("job_id")) == str(job_id) \
+        and float(beat.get("time") or 0) >= float(start_record.get("time") or 0) else None
+    last_step = last_step if isinstance(last_step, int) else None
+    killed = f"signal {sig}" if sig.isdigit() and int(sig) else f"exit code {code or '?'}"
+    reason = {"OUT_OF_MEMORY": "the batch script was killed by its memory limit (Slurm: OUT_OF_MEMORY)",
+              "TIMEOUT": "the job reached its time limit and the batch script was killed before it recorded its end",
+              "CANCELLED": "the job was cancelled before the batch script recorded its end"}.get(
+        slurm_state, f"the batch script was killed ({killed}) before it could record the attempt's end")
+    record = {"event": "end", "time": time.time(), "job_id": job_id, "restart_count": restart_count,
+              "nodes": start_record.get("nodes", ""), "batch_host": start_record.get("batch_host", ""),
+              "exit_code": status, "slurm_state": slurm_state, "recorded_by": "epilog",
+              "drain_requested": (run_dir / DRAIN_REQUEST).exists(), "drain_acked": (run_dir / DRAIN_ACK).exists(),
+              "checkpoint_step": ck.step if ck else None, "last_step": last_step,
+              "steps_lost": (max(0, last_step - ck.step) if ck else last_step + 1) if last_step is not None else None,
+              "outcome": outcome, "action": STOP, "reason": reason}
+    append_jsonl(run_dir / rundir.ATTEMPTS, record)
+    return record
+
+
 def restart_step(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     """0 when the failed training should be started again inside this allocation. First the
     allocation is probed (unless Slurm or the user ordered the end: preemption, time limit, cancel):

@@ -19,7 +19,11 @@ Attempts are counted from attempts.jsonl: every ``start`` (a Slurm attempt) and 
 W&B (offline here: no server): wandb.init(id=WANDB_RUN_ID, resume="allow") and a step axis of our
 own (``slurmctl/step``, wandb.define_metric) -- W&B's internal _step must only grow and an
 offline attempt cannot know the previous attempt's _step, so rewinding it (``resume_from``, a
-server feature) is not used; replayed steps go under the resumed names as for MLflow.
+server feature) is not used; replayed steps go under the resumed names as for MLflow. The drain
+(``Runtime.should_stop``) finishes the W&B run before the checkpoint is written, so a drained
+preemption or time limit loses nothing; a SIGTERM without a drain first (``scontrol requeue``, a
+preemption whose grace time ended before the training polled) kills W&B's writer at once, and only
+the records of its last WANDB_FLUSH_SECONDS are lost.
 
 A tracker that fails never stops the training: the first error is printed once and the bridge
 turns itself off for the rest of the attempt. Standard library at import; mlflow/wandb only when
@@ -44,9 +48,13 @@ ATTEMPT_METRIC = "slurmctl/attempt"
 STEP_METRIC = "slurmctl/step"  # W&B's x axis (its own _step must only grow)
 RESUMED = "{name}/resumed-attempt-{attempt}"
 _HIGH_WATER_RECORDS = 2000  # metrics.jsonl records read for the highest step logged so far
+WANDB_FLUSH_SECONDS = 1.0  # how often W&B's writer puts records into the run file (see _start_wandb)
 
 
 REST_TIMEOUT_SECONDS = 15
+# The login MLflow's client reads from the environment (basic auth); the job script exports both from
+# the user's 0600 credentials file at job start (site.yaml tracking.mlflow_credentials).
+LOGIN_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
 class MlflowError(Exception):
@@ -55,15 +63,41 @@ class MlflowError(Exception):
         self.status, self.code = status, code
 
 
-def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, query: dict | None = None) -> dict:
-    """One MLflow REST call; the JSON answer, or MlflowError with MLflow's error_code."""
+def login_from_env(env=None) -> tuple[str, str] | None:
+    env = os.environ if env is None else env
+    user, password = (env.get(k) for k in LOGIN_KEYS)
+    return (user, password) if user and password else None
+
+
+def login_from_file(path: str | Path | None) -> tuple[str, str] | None:
+    """(user, password) from the caller's own 0600 credentials file; None when there is no such file
+    (a server without authentication needs none). A file that is not safe raises PreflightError."""
+    if not path:
+        return None
+    from slurmctl.runtime.secrets import check_secrets_file  # why: only MLflow submits read a login
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        return None
+    values = check_secrets_file(path, list(LOGIN_KEYS))
+    return values[LOGIN_KEYS[0]], values[LOGIN_KEYS[1]]
+
+
+def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, query: dict | None = None,
+                login: tuple[str, str] | None = None) -> dict:
+    """One MLflow REST call (as `login`, HTTP basic auth); the JSON answer, or MlflowError with MLflow's
+    error_code."""
+    import base64
     import urllib.error  # here: read commands import this package; urllib.request costs ~50 ms
     import urllib.parse
     import urllib.request
 
     url = f"{uri.rstrip('/')}/api/2.0/mlflow/{endpoint}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if login:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=REST_TIMEOUT_SECONDS) as response:  # noqa: S310 - site's URI
             return json.loads(response.read() or b"{}")
@@ -72,7 +106,8 @@ def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, 
             error = json.loads(exc.read() or b"{}")
         except ValueError:
             error = {}
-        raise MlflowError(exc.code, error.get("error_code", ""), error.get("message", exc.reason)) from None
+        code = error.get("error_code", "") or {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}.get(exc.code, "")
+        raise MlflowError(exc.code, code, error.get("message", exc.reason)) from None
 
 
 def attempt_number(run_dir: Path) -> int:
@@ -135,9 +170,14 @@ class TrackerBridge:
 
         import wandb
 
+        # wandb-core (W&B's writer, a Go process in the job step) dies at once on the SIGTERM Slurm sends
+        # every process of a step at a requeue, a preemption's end or a cancel, losing what it has not
+        # written to the run file: it writes every WANDB_FLUSH_SECONDS instead of W&B's 15 s.
+        settings = ({} if "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL" in self.env
+                    else {"settings": wandb.Settings(x_transaction_log_flush_interval=WANDB_FLUSH_SECONDS)})
         self._wandb_run = wandb.init(id=self.env["WANDB_RUN_ID"], resume="allow", dir=str(self.run_dir),
                                      project=self.env.get("WANDB_PROJECT") or None,
-                                     mode=self.env.get("WANDB_MODE") or None)
+                                     mode=self.env.get("WANDB_MODE") or None, **settings)
         self._wandb_run.define_metric(STEP_METRIC)
         self._wandb_run.define_metric("*", step_metric=STEP_METRIC)
         self._wandb_run.config.update({f"{ATTEMPT_TAG}.{self.attempt}.highest_step_before": self.high_water,
@@ -193,7 +233,8 @@ def end_mlflow_run(run_dir: Path, env=None) -> str | None:
         return None
     status = _MLFLOW_STATUS.get(ends[-1].get("outcome"), "FAILED")
     mlflow_call(uri, "POST", "runs/update", {"run_id": run_id, "status": status,
-                                             "end_time": int(float(ends[-1].get("time") or time.time()) * 1000)})
+                                             "end_time": int(float(ends[-1].get("time") or time.time()) * 1000)},
+                login=login_from_env(env))
     return status
 
 

@@ -116,6 +116,8 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "notify": effective_notify(spec) is not None,
         "tracking_uri": site.tracking.mlflow_uri or "",
         "tracked_run_id": (tracked or {}).get("run_id", "") if (tracked or {}).get("backend") == "mlflow" else "",
+        # the job exports the MLflow login from this file at start (never written into the script)
+        "mlflow_credentials_file": _existing_file(site.tracking.mlflow_credentials),
         "secrets": spec.secrets,
         "secrets_file": str(Path(site.secrets_file).expanduser()),
         "checkpoint_dir": checkpoint_dir,
@@ -125,6 +127,10 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "umask": "027" if site.share_runs_with_group else "077",
         **container_context(site, spec, image, run_dir, checkpoint_dir),
     }
+
+
+def _existing_file(path: str | None) -> str:
+    return str(Path(path).expanduser()) if path and Path(path).expanduser().exists() else ""
 
 
 def _one(values: set[str | None]) -> str | None:
@@ -204,7 +210,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
         job_id = client.submit(script_path, opts.extra_sbatch_args)
     except SlurmctlError:
         shutil.rmtree(run.path, ignore_errors=True)  # nothing ran; the user's run.yaml is untouched
-        forget_tracked_run(tracked)
+        forget_tracked_run(tracked, site)
         raise
     run.record("submitted", job_id=job_id, sbatch_args=list(opts.extra_sbatch_args), partition=placement.chosen,
                **({"forced": forced} if forced else {}))
@@ -266,7 +272,9 @@ def run_meta_extras(spec: RunSpec, site: SiteConfig, tracked: dict | None) -> di
         extras["tracking"] = tracked
     notify = effective_notify(spec)
     if notify:
-        extras["notify"] = {**notify, "secrets_file": str(Path(site.secrets_file).expanduser())}
+        # python: the job's own, for a sender the epilog starts when the batch script was killed (ops/hooks/epilog.py)
+        extras["notify"] = {**notify, "secrets_file": str(Path(site.secrets_file).expanduser()),
+                            "python": spec.python or site.python}
     return extras
 
 

@@ -328,7 +328,7 @@ def submit_sweep(spec_path: Path, site: SiteConfig, client: SlurmClient, grid_op
         for path in created:  # nothing ran; the user's run.yaml is untouched
             shutil.rmtree(path, ignore_errors=True)
         for record in made_tracked:
-            forget_tracked_run(record)
+            forget_tracked_run(record, site)
         raise
     meta["array_job_id"] = job_id
     write_atomic(sweep_dir.meta_path, json.dumps(meta, indent=2))

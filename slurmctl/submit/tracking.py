@@ -11,15 +11,21 @@ runs/create, runs/delete) with the standard library rather than through mlflow's
 the client costs ~2.5 s of CPU, which made a tracked submit 12-19 s against 2-3 s untracked on the
 loaded dev machine (measured side by side); these four calls are all submit needs. The job's side
 (runtime/tracking.py) logs through mlflow's client, and the tests check the result through it too.
+
+Every call carries the submitting user's MLflow login (HTTP basic auth) from their own 0600 file
+(site.yaml ``tracking.mlflow_credentials``; deploy/local/mlflow-up writes it). On a server with
+MLflow's authentication the creator of an experiment or run is its only manager and other users get
+no access; so the default experiment is per user (``slurmctl-<user>``), and a ``tracking.project``
+another user already owns is refused with a clear error.
 """
 
 from __future__ import annotations
 
-from slurmctl.errors import ConfigError
-from slurmctl.runtime.tracking import RUN_ID_TAG, SWEEP_TAG, MlflowError, mlflow_call
+from slurmctl.errors import ConfigError, PreflightError
+from slurmctl.runtime.tracking import RUN_ID_TAG, SWEEP_TAG, MlflowError, login_from_file, mlflow_call
 
 PARENT_TAG = "mlflow.parentRunId"
-DEFAULT_EXPERIMENT = "slurmctl"
+DEFAULT_EXPERIMENT = "slurmctl-{user}"
 
 
 def mlflow_uri(spec, site) -> str | None:
@@ -35,21 +41,36 @@ def mlflow_uri(spec, site) -> str | None:
     return uri
 
 
-def _experiment_id(uri: str, name: str) -> str:
+def mlflow_login(site) -> tuple[str, str] | None:
+    """The user's login on the site's MLflow server; None when they have no credentials file."""
+    path = site.tracking.mlflow_credentials
+    try:
+        return login_from_file(path)
+    except PreflightError as exc:
+        raise ConfigError(f"your MLflow login file (site.yaml tracking.mlflow_credentials): {exc.message}",
+                          exc.hint) from None
+
+
+def _experiment_id(uri: str, name: str, login) -> str:
     def lookup() -> str | None:
         try:
-            return mlflow_call(uri, "GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"][
-                "experiment_id"]
+            return mlflow_call(uri, "GET", "experiments/get-by-name", query={"experiment_name": name},
+                               login=login)["experiment"]["experiment_id"]
         except MlflowError as exc:
             if exc.code == "RESOURCE_DOES_NOT_EXIST":
                 return None
+            if exc.status == 403:
+                raise ConfigError(f"the MLflow experiment `{name}` (run.yaml tracking.project) belongs to another "
+                                  "user: you may not add runs to it; nothing was submitted.",
+                                  "Choose another tracking.project (or leave it out: your own experiment "
+                                  "slurmctl-<you> is used), or ask its owner to give you EDIT on it.") from None
             raise
 
     found = lookup()
     if found is not None:
         return found
     try:
-        return mlflow_call(uri, "POST", "experiments/create", {"name": name})["experiment_id"]
+        return mlflow_call(uri, "POST", "experiments/create", {"name": name}, login=login)["experiment_id"]
     except MlflowError as exc:  # another submit created it in between: use theirs
         found = lookup() if exc.code == "RESOURCE_ALREADY_EXISTS" else None
         if found is None:
@@ -70,9 +91,10 @@ def create_tracked_run(spec, site, run_id: str, *, parent: dict | None = None, s
         return None
     import time
 
+    login = mlflow_login(site)
     try:
-        experiment = parent["experiment_id"] if parent else _experiment_id(uri, spec.tracking.project
-                                                                           or DEFAULT_EXPERIMENT)
+        experiment = parent["experiment_id"] if parent else _experiment_id(
+            uri, spec.tracking.project or DEFAULT_EXPERIMENT.format(user=user or "user"), login)
         tags = {RUN_ID_TAG: run_id, "mlflow.user": user, "mlflow.runName": run_id}
         if sweep_id:
             tags[SWEEP_TAG] = sweep_id
@@ -80,15 +102,26 @@ def create_tracked_run(spec, site, run_id: str, *, parent: dict | None = None, s
             tags[PARENT_TAG] = parent["run_id"]
         created = mlflow_call(uri, "POST", "runs/create", {
             "experiment_id": experiment, "run_name": run_id, "start_time": int(time.time() * 1000),
-            "tags": [{"key": k, "value": v} for k, v in tags.items()]})
+            "tags": [{"key": k, "value": v} for k, v in tags.items()]}, login=login)
         mlflow_run_id = created["run"]["info"]["run_id"]
-    except (OSError, ValueError, KeyError, MlflowError) as exc:  # connection, HTTP, a malformed answer
-        raise ConfigError(f"could not create the MLflow run at {uri}: {type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}; nothing was submitted.",
-                          "Check that the tracking server answers (curl <uri>/health), or set "
+    except MlflowError as exc:
+        if exc.status != 401:
+            raise _not_created(uri, exc) from None
+        where = site.tracking.mlflow_credentials or "site.yaml tracking.mlflow_credentials"
+        raise ConfigError(f"the MLflow server at {uri} did not accept your login ({where}"
+                          f"{'' if login else ': no such file'}); nothing was submitted.",
+                          "Ask the platform team for your MLflow login (deploy/local/up writes it), or set "
                           "tracking.backend to none.") from None
+    except (OSError, ValueError, KeyError) as exc:  # connection, a malformed answer
+        raise _not_created(uri, exc) from None
     return {"backend": "mlflow", "uri": uri, "experiment_id": experiment, "run_id": mlflow_run_id,
             "url": run_url(uri, experiment, mlflow_run_id), **({"parent_run_id": parent["run_id"]} if parent else {})}
+
+
+def _not_created(uri: str, exc: Exception) -> ConfigError:
+    return ConfigError(f"could not create the MLflow run at {uri}: {type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''}; nothing was submitted.",
+                       "Check that the tracking server answers (curl <uri>/health), or set tracking.backend to none.")
 
 
 def wandb_record(spec, run_id: str) -> dict | None:
@@ -101,11 +134,11 @@ def tracked_run(spec, site, run_id: str, **kwargs) -> dict | None:
     return create_tracked_run(spec, site, run_id, **kwargs) or wandb_record(spec, run_id)
 
 
-def forget_tracked_run(record: dict | None) -> None:
+def forget_tracked_run(record: dict | None, site) -> None:
     """A submit that failed after creating the MLflow run: delete it (best effort), nothing ran."""
     if not record or record.get("backend") != "mlflow":
         return
     try:
-        mlflow_call(record["uri"], "POST", "runs/delete", {"run_id": record["run_id"]})
-    except (OSError, ValueError, MlflowError):  # the server may be what failed
+        mlflow_call(record["uri"], "POST", "runs/delete", {"run_id": record["run_id"]}, login=mlflow_login(site))
+    except (OSError, ValueError, MlflowError, ConfigError):  # the server may be what failed
         pass

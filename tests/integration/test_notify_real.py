@@ -215,6 +215,44 @@ def test_cancel_sends_nothing_beyond_started(workdir, channels):
     wait_messages(channels, run["run_id"], ["started"], settle=15)
 
 
+def test_a_killed_batch_script_sends_failed_once(workdir, channels):
+    """`scancel --batch --signal=KILL`: the batch script dies before `attempt end`, so nothing in the job
+    records the end or sends. Root's epilog does, on the batch host: a child as alice records the end
+    and starts alice's own sender. The cluster's hooks run the deployed checkout, so this test runs the
+    epilog's step of THIS checkout as the epilog would, with the facts Slurm gives it for the real job
+    (scontrol's record, the job's exit code); once deployed, the real epilog does the same and the
+    journal keeps it to one message."""
+    import subprocess
+
+    from slurmctl.ops.hooks import epilog, jobinfo
+    from slurmctl.ops.hooks.config import HookConfig
+    from slurmctl.ops.hooks.prolog import HookResult
+
+    run = submit(workdir, channels, "ntf-killed", ["--steps", "600", "--sleep", "0.5"], notify=NOTIFY)
+    wait_messages(channels, run["run_id"], ["started"], settle=0)
+    alice = as_user("alice")
+    alice.run(["scancel", "--batch", "--signal=KILL", str(run["job_id"])], check=True, timeout=60)
+    assert wait_job_state(run["job_id"], ENDED, timeout=120) == "FAILED"
+    exit_code = subprocess.run(["sacct", "-j", str(run["job_id"]), "-X", "-n", "-P", "-o", "ExitCode"],
+                               capture_output=True, text=True, timeout=60).stdout.split()[0]
+    cfg = HookConfig.from_env({"SLURMCTL_LOCAL_DIR": os.environ.get("SLURMCTL_LOCAL_DIR", "/var/lib/slurmctl-local")})
+    info = jobinfo.query_job(cfg.slurm, run["job_id"])
+    cfg.node = info.batch_host
+    env = {"SLURM_JOB_ID": str(run["job_id"]), "SLURM_JOB_UID": str(alice.uid), "SLURM_JOB_GID": str(alice.gid),
+           "SLURM_JOB_USER": "alice", "SLURM_JOB_COMMENT": f"slurmctl:{run['run_id']}",
+           "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_EXIT_CODE2": exit_code, "SLURMD_NODENAME": info.batch_host}
+    result, now = HookResult(), time.time()
+    epilog.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
+    ends = [e for e in map(json.loads, Path(run["run_dir"], "attempts.jsonl").read_text().splitlines())
+            if e["event"] == "end"]
+    assert [(e["outcome"], e["recorded_by"], e["exit_code"]) for e in ends] == [("failed", "epilog", 137)], ends
+    wait_messages(channels, run["run_id"], ["started", "failed"], timeout=60)
+    (failed,) = [p["json"] for p in signed_posts(channels, run["run_id"]) if p["json"]["event"] == "failed"]
+    assert "exit code 137" in failed["text"] and "killed (signal 9)" in failed["text"]
+    status = slurmctl_json("status", run["run_id"], env=alice_env(channels))
+    assert "failed" in json.dumps(status).lower()
+
+
 def test_held_job_sends_one_pending_message_with_the_reason(workdir, channels):
     run = submit(workdir, channels, "ntf-pending", ["--steps", "3"], notify={**NOTIFY, "pending_after": "3s"},
                  sbatch=("--hold",))

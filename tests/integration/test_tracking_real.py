@@ -24,7 +24,7 @@ import yaml
 from slurmctl.config.locate import find_site_config
 
 from .conftest import REPO, slurmctl_json, start_requeued_now, write_run
-from .tracking_services import ENDED, start_mlflow, stop_mlflow, wait_job_state, wandb_runs
+from .tracking_services import ENDED, credentials_name, login_of, start_mlflow, stop_mlflow, wait_job_state, wandb_runs
 
 TRAIN_PY = '''"""Counts steps with slurmctl's runtime: crashes once at --crash-at (first time only), drains."""
 import argparse, json, os, sys, time
@@ -64,11 +64,14 @@ def tracking_site(tmp_path_factory):
     folder = Path(f"/tmp/slurmctl-tracking-site-{os.getpid()}")
     folder.mkdir(mode=0o755, exist_ok=True)
     site = yaml.safe_load(find_site_config().read_text())
-    site["tracking"] = {"mlflow_uri": uri}
+    site["tracking"] = {"mlflow_uri": uri, "mlflow_credentials": "~/" + credentials_name(state)}
     path = folder / "site.yaml"
     path.write_text(yaml.safe_dump(site))
     path.chmod(0o644)
+    os.environ.update(login_of(state, "alice"))  # the test reads alice's runs through MLflow's client as alice
     yield path, uri
+    for key in login_of(state, "alice"):
+        os.environ.pop(key, None)
     stop_mlflow(state)
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -132,6 +135,14 @@ def test_requeued_twice_restarted_once_is_one_mlflow_run(workdir, tracking_site)
     assert tracked["backend"] == "mlflow" and tracked["url"].startswith(uri)
     script = Path(run["run_dir"], "job.sbatch").read_text()
     assert f"export MLFLOW_RUN_ID={tracked['run_id']}" in script and f"export MLFLOW_TRACKING_URI={uri}" in script
+    # alice's MLflow password reached the server (the run has every attempt's metrics, below) but none of
+    # the script, the run's files and logs, or what Slurm keeps about the job
+    password = os.environ["MLFLOW_TRACKING_PASSWORD"].encode()
+    kept = [p for p in Path(run["run_dir"]).rglob("*") if p.is_file() and password in p.read_bytes()]
+    assert kept == [], kept
+    for argv in (["scontrol", "show", "job", "-dd", str(run["job_id"])],
+                 ["sacct", "-j", str(run["job_id"]), "-P", "-o", "ALL"]):
+        assert password not in subprocess.run(argv, capture_output=True, timeout=60).stdout, argv
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("trk")
@@ -206,3 +217,52 @@ def test_sweep_of_four_is_four_mlflow_runs_under_one_parent(workdir, tracking_si
     assert sorted(c.data.tags["slurmctl.run_id"] for c in children) == sorted(run_ids)
     for child in children:
         assert sorted(m.step for m in client.get_metric_history(child.info.run_id, "loss")) == [0, 1, 2]
+
+
+WANDB_TRAIN_PY = '''import time
+from slurmctl.runtime import Runtime
+rt = Runtime.from_env()
+for step in range(100000):
+    rt.log(step, loss=1.0 / (step + 1))
+    if rt.should_stop():
+        break
+    time.sleep(0.1)
+'''
+
+
+def test_a_sigterm_without_a_drain_loses_only_w_and_bs_last_second(workdir):
+    """What Slurm does at `scontrol requeue` or at the end of a preemption's grace time: SIGTERM to every
+    process of the step at once, W&B's writer (wandb-core) included, which dies on it. Steps logged
+    more than WANDB_FLUSH_SECONDS + a margin before are in the offline run file (with W&B's default
+    15 s flush interval all of them were lost)."""
+    from .conftest import User
+
+    alice = User("alice")
+    run_dir = workdir / "run"
+    run_dir.mkdir()
+    (workdir / "train.py").write_text(WANDB_TRAIN_PY)
+    env = {"PYTHONPATH": str(REPO), "SLURMCTL_RUN_DIR": str(run_dir), "SLURMCTL_TRACKING": "wandb",
+           "WANDB_RUN_ID": "sigterm-test", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    os.chown(run_dir, alice.uid, alice.gid)
+    os.chown(workdir / "train.py", alice.uid, alice.gid)
+    trainer = subprocess.Popen(alice.argv([os.sys.executable, str(workdir / "train.py")], env), cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: last_step(str(run_dir)) >= 30, "30 steps logged", timeout=120)
+        (python,) = subprocess.run(["pgrep", "-u", "alice", "-f", str(workdir / "train.py")], capture_output=True,
+                                   text=True).stdout.split()
+        # this trainer's own writer only: wandb-core is started with --pid <its python>
+        core = subprocess.run(["pgrep", "-u", "alice", "-f", f"wandb-core.* --pid {python}( |$)"],
+                              capture_output=True, text=True).stdout.split()
+        assert len(core) == 1, core
+        time.sleep(2.5)
+        safe = last_step(str(run_dir)) - 25  # logged >= 2.5 s before the signal
+        for pid in [*core, python]:
+            subprocess.run(["kill", "-TERM", pid], check=False)
+        trainer.wait(timeout=120)
+    finally:
+        trainer.kill()
+    (offline,) = wandb_runs(run_dir)
+    steps = {row["slurmctl/step"] for row in offline["history"]}
+    assert set(range(safe + 1)) <= steps, f"lost steps: {sorted(set(range(safe + 1)) - steps)[:20]}"
+    print(f"W&B after SIGTERM: {len(steps)} steps in the run file, every step up to {safe} (2.5 s before)")

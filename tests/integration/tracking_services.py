@@ -1,7 +1,8 @@
 """Real services for the tracking and notification tests, run by the test process on 127.0.0.1.
 
-* ``mlflow_server``: deploy/local/mlflow-up on a free port with a state dir of its own (SQLite,
-  artifacts on disk), stopped afterwards. Never the cluster's own server.
+* ``start_mlflow``: deploy/local/mlflow-up on a free port with a state dir of its own (SQLite,
+  artifacts through the server, MLflow's authentication with a login per test user written to a file
+  of the test's own), stopped afterwards. Never the cluster's own server or login files.
 * ``MailBox``: aiosmtpd's SMTP server; every message it receives, parsed.
 * ``HookReceiver``: a loopback HTTP server that keeps every POST (path, headers, body): the Slack-
   compatible incoming webhook (apprise's mmost://, which posts Slack's {"text": ...}) and the signed
@@ -17,6 +18,7 @@ import email.policy
 import http.server
 import json
 import os
+import pwd
 import socket
 import struct
 import subprocess
@@ -62,18 +64,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mlflow(state: Path) -> str:
+def credentials_name(state: Path) -> str:
+    """Where (under each user's home) this server's logins go: never the cluster server's own file."""
+    return f".config/slurmctl/mlflow-test-{state.name}"
+
+
+def start_mlflow(state: Path, users: tuple[str, ...] = ("alice",)) -> str:
+    """The server with authentication; each of `users` gets a login in ~/credentials_name(state) (site.yaml
+    tracking.mlflow_credentials: "~/" + that)."""
     port = free_port()
-    env = {**os.environ, "SLURMCTL_MLFLOW": str(Path(os.sys.executable).parent / "mlflow")}
-    out = subprocess.run([str(REPO / "deploy/local/mlflow-up"), str(state), str(port)], capture_output=True,
+    env = {**os.environ, "SLURMCTL_MLFLOW": str(Path(os.sys.executable).parent / "mlflow"),
+           "SLURMCTL_MLFLOW_CREDENTIALS_NAME": credentials_name(state)}
+    out = subprocess.run([str(REPO / "deploy/local/mlflow-up"), str(state), str(port), *users], capture_output=True,
                          text=True, timeout=400, env=env)
     if out.returncode != 0:
         raise AssertionError(f"mlflow-up failed:\n{out.stdout}\n{out.stderr}")
     return out.stdout.strip()
 
 
-def stop_mlflow(state: Path) -> None:
+def login_of(state: Path, user: str) -> dict[str, str]:
+    """`user`'s MLFLOW_TRACKING_USERNAME/PASSWORD on the test server (read by the test, as root)."""
+    from slurmctl.runtime.secrets import parse_secrets_file
+
+    return parse_secrets_file(Path(pwd.getpwnam(user).pw_dir, credentials_name(state)))
+
+
+def stop_mlflow(state: Path, users: tuple[str, ...] = ("alice",)) -> None:
     subprocess.run([str(REPO / "deploy/local/mlflow-up"), "--stop", str(state)], timeout=60)
+    for user in users:
+        Path(pwd.getpwnam(user).pw_dir, credentials_name(state)).unlink(missing_ok=True)
 
 
 @dataclass

@@ -7,7 +7,9 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,7 +58,7 @@ def _context(**overrides) -> dict:
         "tracking_uri": "http://127.0.0.1:5050", "tracked_run_id": "0123abcd", "notify": True, "secrets": [],
         "secrets_file": "/s", "checkpoint_dir": "/c", "checkpoint_interval": 10, "checkpoint_keep": 2, "umask": "077",
         "image": None, "container_runtime": "none", "enroot_image": None, "container_mounts": [],
-        "container_workdir": None, "container_env": [], "podman": "podman"}
+        "container_workdir": None, "container_env": [], "podman": "podman", "mlflow_credentials_file": ""}
     context.update(overrides)
     return context
 
@@ -72,6 +74,23 @@ def test_job_script_exports_the_tracked_run_and_sends_as_the_user(tmp_path):
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
     quiet = render("torchrun.sbatch.j2", _context(notify=False, tracked_run_id=""))
     assert "slurmctl.notify" not in quiet and "MLFLOW_RUN_ID" not in quiet
+
+
+def test_job_script_exports_the_mlflow_login_from_the_users_file_never_the_password(tmp_path):
+    login = tmp_path / "mlflow"
+    login.write_text("MLFLOW_TRACKING_USERNAME=alice\nMLFLOW_TRACKING_PASSWORD=pw-9f8e7d\n")
+    login.chmod(0o600)
+    script = render("torchrun.sbatch.j2", _context(mlflow_credentials_file=str(login)))
+    assert "pw-9f8e7d" not in script and str(login) in script
+    start, end = script.index("mlflow_login="), script.index("unset mlflow_login")
+    fragment = f"PY={sys.executable}\n{script[start:end]}\necho \"$MLFLOW_TRACKING_USERNAME:$MLFLOW_TRACKING_PASSWORD\""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(["bash", "-c", fragment], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == "alice:pw-9f8e7d\n"
+    login.chmod(0o644)  # readable by others: refused, the attempt goes on untracked
+    out = subprocess.run(["bash", "-c", fragment], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == ":\n" and "no MLflow login" in out.stderr and "pw-9f8e7d" not in out.stderr
+    assert "mlflow_login" not in render("torchrun.sbatch.j2", _context())
 
 
 def test_notify_settings_name_secret_keys_never_urls():
@@ -196,3 +215,61 @@ def test_a_stopped_job_marks_its_mlflow_run_and_a_requeue_does_not(tmp_path, rec
     path, _headers, body = posts[0]
     assert path == "/api/2.0/mlflow/runs/update"
     assert json.loads(body) == {"run_id": "r1", "status": "FAILED", "end_time": 7000}
+
+
+def test_a_normal_finish_says_no_step_was_re_run(tmp_path):
+    # the final end's steps_lost (steps past the newest checkpoint) were never run again
+    run = _run(tmp_path, [
+        {"event": "submitted", "job_id": 5}, {"event": "start", "job_id": 5, "restart_count": 0, "time": 1.0},
+        {"event": "end", "job_id": 5, "restart_count": 0, "outcome": "completed", "action": "stop", "exit_code": 0,
+         "last_step": 23, "checkpoint_step": 13, "steps_lost": 10, "time": 9.0}])
+    message = events.ended_message(run)
+    assert message.event == "finished" and "Efficiency: One attempt, no step re-run." in message.body
+    assert "re-run after" not in message.body
+    # a drained requeue lost nothing, the finish neither: two attempts, nothing re-run
+    run = _run(tmp_path / "two", [
+        {"event": "submitted", "job_id": 6}, {"event": "start", "job_id": 6, "restart_count": 0, "time": 1.0},
+        {"event": "end", "job_id": 6, "restart_count": 0, "outcome": "preemption", "action": "requeue",
+         "last_step": 9, "checkpoint_step": 9, "steps_lost": 0, "time": 5.0},
+        {"event": "start", "job_id": 6, "restart_count": 1, "resume_step": 9, "time": 6.0},
+        {"event": "end", "job_id": 6, "restart_count": 1, "outcome": "completed", "action": "stop", "exit_code": 0,
+         "last_step": 23, "checkpoint_step": 19, "steps_lost": 4, "time": 9.0}])
+    assert "2 Slurm attempt(s), 0 restart(s) inside an allocation, no step re-run." in events.ended_message(run).body
+    # a crash restarted from an older checkpoint re-ran what it lost
+    run = _run(tmp_path / "three", [
+        {"event": "submitted", "job_id": 8}, {"event": "start", "job_id": 8, "restart_count": 0, "time": 1.0},
+        {"event": "step-restart", "job_id": 8, "outcome": "failed", "last_step": 7, "checkpoint_step": 4,
+         "steps_lost": 3, "time": 3.0},
+        {"event": "end", "job_id": 8, "restart_count": 0, "outcome": "completed", "action": "stop", "exit_code": 0,
+         "last_step": 23, "checkpoint_step": 19, "steps_lost": 4, "time": 9.0}])
+    assert "1 restart(s) inside an allocation, 3 step(s) re-run" in events.ended_message(run).body
+
+
+def test_a_failure_message_shows_the_exception_line_of_a_real_traceback_and_names_the_run(tmp_path):
+    run = _run(tmp_path, [
+        {"event": "submitted", "job_id": 11}, {"event": "start", "job_id": 11, "restart_count": 0, "time": 1.0},
+        {"event": "end", "job_id": 11, "restart_count": 0, "outcome": "failed", "action": "stop", "exit_code": 1,
+         "checkpoint_step": None, "reason": "no checkpoint to restart from", "time": 9.0}])
+    train = tmp_path / "train.py"
+    train.write_text("def step(lr):\n    if lr < 0:\n        raise ValueError(f'bad learning rate: {lr}')\n"
+                     "step(0.1)\nstep(-1)\n")
+    with open(run.path / "logs" / "11.out", "w") as log:  # a real interpreter's traceback, as the job logs it
+        subprocess.run([sys.executable, str(train)], stdout=log, stderr=subprocess.STDOUT, check=False)
+    assert (run.path / "logs" / "11.out").read_text().startswith("Traceback (most recent call last):")
+    message = events.ended_message(run)
+    assert message.fields["evidence"] == "ValueError: bad learning rate: -1"
+    assert "Evidence: ValueError: bad learning rate: -1\n" in message.body
+    assert "Traceback" not in message.body
+    assert not re.search(r"\bRUN\b|\bJOB\b", message.body), message.body  # placeholders filled in
+    assert f"slurmctl logs {run.run_id} " in message.body.split("Fix:", 1)[1], message.body
+
+
+def test_a_plain_requeue_after_a_recovered_preemption_sends_no_second_recovered(tmp_path):
+    run = _run(tmp_path, [
+        {"event": "submitted", "job_id": 7}, {"event": "start", "job_id": 7, "restart_count": 0, "time": 1.0},
+        {"event": "end", "job_id": 7, "restart_count": 0, "outcome": "preemption", "action": "requeue",
+         "last_step": 19, "steps_lost": 0, "time": 50.0},
+        {"event": "start", "job_id": 7, "restart_count": 1, "resume_step": 19, "time": 80.0},
+        # `scontrol requeue`: the batch script is killed before `attempt end`, no end record
+        {"event": "start", "job_id": 7, "restart_count": 2, "resume_step": 24, "time": 120.0}])
+    assert events.started_message(run) is None

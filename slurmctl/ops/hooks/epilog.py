@@ -1,5 +1,7 @@
 """Slurm Epilog logic: kill orphans, clean /dev/shm and scratch, drop the GPU map, write the
-per-attempt cost record. Cleanup failures are noted, never raised: a failing epilog drains the node.
+per-attempt cost record, and end the run of an attempt whose batch script was killed (its record and
+message, written and sent by the job's user: record_killed_attempt). Cleanup failures are noted,
+never raised: a failing epilog drains the node.
 
 Root here never opens a file in the user's run directory itself. What the record needs about the
 run comes from Slurm (run id: the job's comment ``slurmctl:<run id>``, checked against the run-id
@@ -349,6 +351,77 @@ def _own_user_dir(top: int, user: str) -> int:
     return fd
 
 
+def _record_end_as_user(run_dir: str, run_id: str, job_id: int, restart_count: int, state: str, exit_code: str,
+                        sender_env: dict) -> str | None:
+    """Runs in the child, as the job's user: the end record the killed batch script never wrote
+    (runtime.attempt.record_killed_end) and, for a run with notify settings, its `ended` message, sent
+    by a process of the user's own, detached, in the job's python (`python -m slurmctl.notify ended`:
+    the user's secrets file, deduplicated by the journal), its words appended to the job's log. The
+    outcome recorded."""
+    import subprocess  # why: only an attempt whose batch script was killed gets here
+    import sys
+
+    from slurmctl.rundir import Run  # why: as above
+    from slurmctl.runtime.attempt import record_killed_end  # why: as above
+
+    run = Run(run_id, Path(run_dir))
+    if run.meta.get("run_id") != run_id:
+        return None
+    record = record_killed_end(run.path, job_id, restart_count, state, exit_code)
+    if record is None:
+        return None
+    notify = run.meta.get("notify")
+    if isinstance(notify, dict):
+        python = notify.get("python") if isinstance(notify.get("python"), str) else sys.executable
+        fd = os.open(run.log_path(job_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            subprocess.Popen([python, "-m", "slurmctl.notify", "ended", "--run-dir", str(run.path)],
+                             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=sender_env, cwd=run.path,
+                             start_new_session=True)
+        finally:
+            os.close(fd)
+    return record["outcome"]
+
+
+def record_killed_attempt(cfg: HookConfig, env, info: JobInfo | None, record: CostRecord, now: float,
+                          result: HookResult) -> None:
+    """An attempt of a slurmctl run that ended FAILED, OUT_OF_MEMORY, TIMEOUT or CANCELLED without its batch
+    script's `end` record (the script itself was killed): on the batch host only, never for an attempt
+    being requeued, a child as the job's user records that end and sends the run's message."""
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    if (record.run_id is None or not record.state_final or info is None or info.batch_host != cfg.node
+            or record.state not in ("FAILED", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED") or not uid_text.isdigit()
+            or (info.end_time and info.end_time > now + 1) or info.restarts != record.restart_count):
+        return  # requeued (the end is the next attempt's), another node, or not a run's job
+    run_dir = run_dir_of(cfg, env, info, record.run_id)
+    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
+    user = env.get("SLURM_JOB_USER") or ""
+    if run_dir is None or gid is None or not USER_RE.fullmatch(user):
+        return
+    import pwd  # why: as in _record_end_as_user
+
+    import slurmctl.rundir  # noqa: F401  # why: preloaded for the child (see run_facts)
+    import slurmctl.runtime.attempt  # noqa: F401  # why: the same
+
+    try:
+        home = pwd.getpwuid(int(uid_text)).pw_dir
+    except KeyError:
+        return
+    package_root = str(Path(slurmctl.rundir.__file__).resolve().parents[2])
+    sender_env = {"HOME": home, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin",
+                  "PYTHONPATH": package_root, "SLURM_JOB_ID": str(record.job_id),
+                  **({"SLURMCTL_SITE_CONFIG": env["SLURMCTL_SITE_CONFIG"]} if env.get("SLURMCTL_SITE_CONFIG") else {})}
+    try:
+        outcome = asuser.run_as(int(uid_text), gid, _record_end_as_user, str(run_dir), record.run_id, record.job_id,
+                                record.restart_count, record.state, record.exit_code or "", sender_env,
+                                timeout=cfg.user_read_timeout)
+    except AsUserError as exc:
+        result.notes.append(f"end of the killed batch script not recorded: {exc}")
+        return
+    if outcome:
+        result.notes.append(f"recorded the end the killed batch script did not write: {outcome}")
+
+
 def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     cfg = cfg or HookConfig.from_env(env)
     result = HookResult()
@@ -368,7 +441,12 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
             step()
         except Exception as exc:  # noqa: BLE001 - cleanup must go on; the record must be written
             result.notes.append(f"{label} cleanup failed: {type(exc).__name__}: {exc}")
-    record = build_record(cfg, env, info, time.time(), result)
+    now = time.time()
+    record = build_record(cfg, env, info, now, result)
+    try:
+        record_killed_attempt(cfg, env, info, record, now, result)
+    except Exception as exc:  # noqa: BLE001 - the cost record must be written
+        result.notes.append(f"killed-attempt record failed: {type(exc).__name__}: {exc}")
     try:
         path = write_record(cfg.cost_spool, record)
     except OSError as exc:  # no unsafe fallback: sacct still costs the attempt; the log says why

@@ -1,0 +1,194 @@
+"""The shared MLflow server is per-user safe: real HTTP, as the real users, against a server started by
+deploy/local/mlflow-up (MLflow's basic-auth app) on a port of the test's own.
+
+carol creates an experiment and a run through slurmctl's own submit code (her login from her 0600
+file), logs a metric and uploads an artifact through the server. bob, with his own valid login,
+is refused every read, write and delete of them (403); no login or a wrong password is 401; carol's
+own calls all work. The artifact lands in the server's root-only state dir, written by the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, User
+from .tracking_services import credentials_name, start_mlflow, stop_mlflow
+
+# Run as a cluster user: each request of stdin's JSON list with the login from the file argv[2] ("-": none,
+# "wrong": the file's user with a wrong password); prints [status, ...] per request.
+PROBE = r'''
+import base64, json, sys, urllib.error, urllib.request
+from slurmctl.runtime.tracking import login_from_file
+uri, how = sys.argv[1], sys.argv[2]
+login = None if how == "-" else login_from_file(sys.argv[3])
+if how == "wrong":
+    login = (login[0], "not-" + login[1])
+out = []
+for r in json.load(sys.stdin):
+    headers = {"Content-Type": "application/json"}
+    if login:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
+    data = json.dumps(r["body"]).encode() if r.get("body") is not None else r.get("data", "").encode() or None
+    req = urllib.request.Request(uri + r["path"], data=data, method=r["method"], headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            out.append([resp.status, resp.read().decode(errors="replace")])
+    except urllib.error.HTTPError as exc:
+        out.append([exc.code, exc.read().decode(errors="replace")[:200]])
+print(json.dumps(out))
+'''
+
+# As a cluster user: slurmctl's submit-time creation of a tracked run (argv: run id, user, tracking.project or "").
+CREATE = r'''
+import json, sys
+from slurmctl.config.models import RunSpec, load_site_config
+from slurmctl.errors import ConfigError
+from slurmctl.submit.tracking import create_tracked_run
+run_id, user, project = sys.argv[1:4]
+spec = RunSpec.model_validate({"name": "secret-run", "entrypoint": "train.py", "partition": "h100-ondemand",
+                               "tracking": {"backend": "mlflow", "project": project or None}})
+try:
+    print(json.dumps(create_tracked_run(spec, load_site_config(), run_id, user=user)))
+except ConfigError as exc:
+    print(json.dumps({"error": exc.message, "hint": exc.hint}))
+'''
+
+
+def create(server, user: str, run_id: str, project: str = "") -> dict:
+    out = User(user).run([os.sys.executable, "-c", CREATE, run_id, user, project], check=True, timeout=180,
+                         env={"PYTHONPATH": str(REPO), "SLURMCTL_SITE_CONFIG": str(server["site"])})
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    import yaml
+
+    from slurmctl.config.locate import find_site_config
+
+    state = tmp_path_factory.mktemp("mlflow-auth")
+    users = ("bob", "carol")
+    uri = start_mlflow(state, users)
+    folder = Path(f"/tmp/slurmctl-tracking-auth-{os.getpid()}")
+    folder.mkdir(mode=0o755, exist_ok=True)
+    site = yaml.safe_load(find_site_config().read_text())
+    site["tracking"] = {"mlflow_uri": uri, "mlflow_credentials": "~/" + credentials_name(state)}
+    (folder / "site.yaml").write_text(yaml.safe_dump(site))
+    (folder / "site.yaml").chmod(0o644)
+    yield {"uri": uri, "state": state, "site": folder / "site.yaml"}
+    stop_mlflow(state, users)
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+
+
+def calls(server, user: str, requests: list[dict], how: str = "own") -> list[list]:
+    cred = f"~/{credentials_name(server['state'])}"
+    out = User(user).run([os.sys.executable, "-c", PROBE, server["uri"], how, cred], check=True,
+                         input=json.dumps(requests), env={"PYTHONPATH": str(REPO)}, timeout=180)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def carols_run(server):
+    record = create(server, "carol", "secret-run-1")
+    exp, run = record["experiment_id"], record["run_id"]
+    art = f"/api/2.0/mlflow-artifacts/artifacts/{exp}/{run}/artifacts/notes.txt"
+    done = calls(server, "carol", [
+        {"method": "POST", "path": "/api/2.0/mlflow/runs/log-metric",
+         "body": {"run_id": run, "key": "loss", "value": 0.5, "timestamp": 1, "step": 1}},
+        {"method": "PUT", "path": art, "data": "carol's private notes"}])
+    assert [c[0] for c in done] == [200, 200], done
+    return {"experiment_id": exp, "run_id": run, "artifact": art}
+
+
+def every_kind_of_access(run: dict) -> dict[str, dict]:
+    exp, rid, art = run["experiment_id"], run["run_id"], run["artifact"]
+    listing = f"/api/2.0/mlflow-artifacts/artifacts?path={exp}/{rid}/artifacts"
+    return {
+        "read run": {"method": "GET", "path": f"/api/2.0/mlflow/runs/get?run_id={rid}"},
+        "read metric history": {"method": "GET",
+                                "path": f"/api/2.0/mlflow/metrics/get-history?run_id={rid}&metric_key=loss"},
+        "read experiment": {"method": "GET", "path": f"/api/2.0/mlflow/experiments/get?experiment_id={exp}"},
+        "search runs": {"method": "POST", "path": "/api/2.0/mlflow/runs/search", "body": {"experiment_ids": [exp]}},
+        "list artifacts": {"method": "GET", "path": listing},
+        "download artifact": {"method": "GET", "path": art},
+        "tag run": {"method": "POST", "path": "/api/2.0/mlflow/runs/set-tag",
+                    "body": {"run_id": rid, "key": "owner", "value": "bob"}},
+        "rename run": {"method": "POST", "path": "/api/2.0/mlflow/runs/update",
+                       "body": {"run_id": rid, "run_name": "x"}},
+        "log metric": {"method": "POST", "path": "/api/2.0/mlflow/runs/log-metric",
+                       "body": {"run_id": rid, "key": "loss", "value": 9.0, "timestamp": 2, "step": 2}},
+        "rename experiment": {"method": "POST", "path": "/api/2.0/mlflow/experiments/update",
+                              "body": {"experiment_id": exp, "new_name": "taken"}},
+        "overwrite artifact": {"method": "PUT", "path": art, "data": "bob was here"},
+        "delete artifact": {"method": "DELETE", "path": art},
+        "delete run": {"method": "POST", "path": "/api/2.0/mlflow/runs/delete", "body": {"run_id": rid}},
+        "delete experiment": {"method": "POST", "path": "/api/2.0/mlflow/experiments/delete",
+                              "body": {"experiment_id": exp}},
+    }
+
+
+def test_login_files_are_each_users_own_and_the_admin_secrets_root_only(server):
+    for user in ("bob", "carol"):
+        path = User(user).home / credentials_name(server["state"])
+        st = path.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (User(user).uid, 0o600), path
+        assert f"MLFLOW_TRACKING_USERNAME={user}\n" in path.read_text()
+    for name in ("admin.password", "basic_auth.ini", "flask.secret", "users"):
+        st = (server["state"] / name).stat()
+        assert st.st_uid == 0 and not stat.S_IMODE(st.st_mode) & 0o077, name
+    assert not stat.S_IMODE(server["state"].stat().st_mode) & 0o077
+
+
+def test_bob_is_refused_every_read_write_and_delete_of_carols_run(server, carols_run):
+    access = every_kind_of_access(carols_run)
+    answers = dict(zip(access, calls(server, "bob", list(access.values())), strict=True))
+    searched = answers.pop("search runs")  # a search is filtered to what the caller may read: nothing here
+    assert searched[0] == 200 and not json.loads(searched[1]).get("runs"), searched
+    assert {what: status for what, (status, _) in answers.items()} == dict.fromkeys(answers, 403), answers
+    # nothing bob tried changed carol's run: her view is as she left it
+    (run, history, notes) = calls(server, "carol", [access["read run"], access["read metric history"],
+                                                    access["download artifact"]])
+    assert run[0] == 200 and json.loads(run[1])["run"]["info"]["run_name"] == "secret-run-1"
+    assert "owner" not in {t["key"] for t in json.loads(run[1])["run"]["data"].get("tags", [])}
+    assert [m["value"] for m in json.loads(history[1])["metrics"]] == [0.5]
+    assert notes == [200, "carol's private notes"]
+
+
+def test_no_login_or_a_wrong_password_is_401(server, carols_run):
+    access = every_kind_of_access(carols_run)
+    for how in ("-", "wrong"):
+        statuses = [status for status, _ in calls(server, "bob", [access["read run"], access["delete run"]], how)]
+        assert statuses == [401, 401], how
+
+
+def test_artifacts_are_stored_by_the_server_in_its_root_only_state(server, carols_run):
+    exp, rid = carols_run["experiment_id"], carols_run["run_id"]
+    (experiment,) = calls(server, "carol", [{"method": "GET",
+                                             "path": f"/api/2.0/mlflow/experiments/get?experiment_id={exp}"}])
+    assert json.loads(experiment[1])["experiment"]["artifact_location"] == f"mlflow-artifacts:/{exp}"
+    stored = server["state"] / "artifacts" / exp / rid / "artifacts"
+    assert stored.is_dir() and stored.stat().st_uid == 0  # the server wrote it, not carol's process
+
+
+def test_carol_reads_writes_and_deletes_her_own_run(server, carols_run):
+    access = every_kind_of_access(carols_run)
+    order = ["read run", "read metric history", "read experiment", "search runs", "list artifacts",
+             "download artifact", "tag run", "rename run", "log metric", "overwrite artifact", "delete artifact",
+             "delete run"]
+    answers = dict(zip(order, calls(server, "carol", [access[k] for k in order]), strict=True))
+    assert {k: v[0] for k, v in answers.items()} == dict.fromkeys(order, 200), answers
+
+
+def test_bobs_submit_into_carols_experiment_is_refused_and_his_own_works(server, carols_run):
+    refused = create(server, "bob", "bob-run-1", "slurmctl-carol")
+    assert "`slurmctl-carol` (run.yaml tracking.project) belongs to another user" in refused["error"], refused
+    assert "nothing was submitted" in refused["error"]
+    own = create(server, "bob", "bob-run-2")
+    assert own["backend"] == "mlflow" and own["experiment_id"] != carols_run["experiment_id"]
