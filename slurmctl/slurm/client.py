@@ -294,6 +294,36 @@ class SlurmClient(ClusterQueries):
         """Drain `node` with `reason` (shown by `sinfo -R`; Slurm keeps 250 characters or so)."""
         self._run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
 
+    def node_line(self, node: str, timeout: float = 60.0) -> str:
+        """`scontrol show node -o <node>`: one Key=Value line (Reason/Comment, operators' text, come last)."""
+        return self._run(["scontrol", "show", "node", "-o", node], timeout=timeout).stdout.strip()
+
+    def resume_node(self, node: str, timeout: float = 60.0) -> None:
+        """`state=resume`: a drained node takes jobs again (a reservation on it still fences it)."""
+        self._run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=timeout)
+
+    def create_reservation(self, name: str, node: str, minutes: int, users: str = "root",
+                           timeout: float = 60.0) -> None:
+        """A reservation of `node` from now for `users` only; IGNORE_JOBS: a job still ending there
+        does not refuse it."""
+        self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
+                   "StartTime=now", f"Duration={int(minutes)}", f"Users={users}", "Flags=IGNORE_JOBS"],
+                  timeout=timeout)
+
+    def delete_reservation(self, name: str, timeout: float = 60.0) -> bool:
+        """False when there was none of that name."""
+        result = self._run(["scontrol", "delete", f"ReservationName={name}"], timeout=timeout, check=False)
+        return result.returncode == 0
+
+    def reservation_exists(self, name: str, timeout: float = 60.0) -> bool:
+        result = self._run(["scontrol", "show", "reservation", name], timeout=timeout, check=False)
+        return result.returncode == 0 and f"ReservationName={name} " in result.stdout
+
+    def named_job_ids(self, name: str, user: str, timeout: float = 60.0) -> set[int]:
+        """Active jobs of `user` named `name` (for root's own jobs: no other user can submit as root)."""
+        result = self._run(["squeue", "-h", "-u", user, "-n", name, "-o", "%A"], timeout=timeout)
+        return job_ids(result.stdout, self.rejects, "named_job_ids")
+
     # --- job listings: one query per kind, each returns Job ---------------------------------
     def queue(self, mine: bool = True) -> list[Job]:
         """Active jobs, one squeue call."""

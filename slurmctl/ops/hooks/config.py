@@ -20,6 +20,7 @@ DEFAULT_SCRATCH_ROOT = "/scratch/slurm"
 DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
 DEFAULT_SMOKE_VERDICTS = "/var/spool/slurmctl/smoke-verdicts"  # = SiteConfig.smoke_verdicts_dir's default
 SITE_CONFIG = "/etc/slurmctl/site.yaml"
+DEFAULT_HEALTH_FAULTS_DIR = "/etc/slurmctl/health-faults"  # the fault stub (slurmctl/ops/health/checks.py)
 NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
 
@@ -60,6 +61,8 @@ class HookConfig:
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
     runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
+    health_faults_dir: Path = Path(DEFAULT_HEALTH_FAULTS_DIR)
+    health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -71,9 +74,11 @@ class HookConfig:
             scratch = state / "scratch" / node
             spool = state / "cost-records"
             verdicts = state / "smoke-verdicts"
+            faults = state / "health-faults"
         else:
             gpu_map, scratch, spool = Path(DEFAULT_GPU_MAP_DIR), Path(DEFAULT_SCRATCH_ROOT), Path(DEFAULT_COST_SPOOL)
             verdicts = Path(DEFAULT_SMOKE_VERDICTS)
+            faults = Path(DEFAULT_HEALTH_FAULTS_DIR)
         return cls(
             node=node,
             gpu_map_dir=Path(env.get("SLURMCTL_GPU_MAP_DIR") or gpu_map),
@@ -87,6 +92,9 @@ class HookConfig:
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
             runs_root=_runs_root(env),
             smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
+            health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
+            health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
+                                    if c.strip()),
         )
 
 

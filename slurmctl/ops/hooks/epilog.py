@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from slurmctl.errors import AsUserError
+from slurmctl.ops.health.agent import drain
+from slurmctl.ops.health.checks import Subject, first_failure, run_checks
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
@@ -349,6 +351,17 @@ def _own_user_dir(top: int, user: str) -> int:
     return fd
 
 
+def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
+    """The epilog's health checks, after the cleanup: a failure drains the node with our reason
+    (the epilog itself still exits 0: Slurm's own "Epilog error" drain would hide the cause)."""
+    try:
+        failed = first_failure(run_checks(Subject(cfg, job_id, moment="epilog")))
+        if failed is not None:
+            result.notes.append(f"health: {failed.reason().text()} -> {drain(cfg, failed.reason())}")
+    except Exception as exc:  # noqa: BLE001 - the record must still be written
+        result.notes.append(f"health checks failed to run: {type(exc).__name__}: {exc}")
+
+
 def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     cfg = cfg or HookConfig.from_env(env)
     result = HookResult()
@@ -368,6 +381,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
             step()
         except Exception as exc:  # noqa: BLE001 - cleanup must go on; the record must be written
             result.notes.append(f"{label} cleanup failed: {type(exc).__name__}: {exc}")
+    check_node(cfg, job_id, result)
     record = build_record(cfg, env, info, time.time(), result)
     try:
         path = write_record(cfg.cost_spool, record)

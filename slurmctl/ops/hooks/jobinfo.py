@@ -34,6 +34,16 @@ def active_job_ids(slurm: SlurmClient | None, node: str) -> set[int] | None:
         return None
 
 
+def node_line(slurm: SlurmClient | None, node: str) -> str | None:
+    """`scontrol show node -o <node>` (~10 ms), or None when Slurm is missing, slow or has no such node."""
+    if slurm is None:
+        return None
+    try:
+        return slurm.node_line(node, timeout=TIMEOUT_SECONDS)
+    except SlurmctlError:
+        return None
+
+
 def drain_node(slurm: SlurmClient | None, node: str, reason: str) -> bool:
     """Drain with OUR reason (Slurm's own would be just 'Prolog error'); False when that failed."""
     if slurm is None:
