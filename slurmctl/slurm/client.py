@@ -26,6 +26,7 @@ from slurmctl.slurm.parsing import (
     job_ids,
     listed_twice,
     new_seal,
+    rows,
     split_id_closed,
 )
 from slurmctl.slurm.records import (
@@ -319,10 +320,17 @@ class SlurmClient(ClusterQueries):
         result = self._run(["scontrol", "show", "reservation", name], timeout=timeout, check=False)
         return result.returncode == 0 and f"ReservationName={name} " in result.stdout
 
-    def named_job_ids(self, name: str, user: str, timeout: float = 60.0) -> set[int]:
-        """Active jobs of `user` named `name` (for root's own jobs: no other user can submit as root)."""
-        result = self._run(["squeue", "-h", "-u", user, "-n", name, "-o", "%A"], timeout=timeout)
-        return job_ids(result.stdout, self.rejects, "named_job_ids")
+    def named_job_states(self, name: str, user: str, timeout: float = 60.0) -> dict[int, str]:
+        """{job id: state} of `user`'s jobs named `name` the controller still remembers (ended ones
+        for MinJobAge). For root's own jobs: no other user can submit as root, so the name is ours."""
+        result = self._run(["squeue", "-h", "-t", "all", "-u", user, "-n", name, "-o", "%A|%T"], timeout=timeout)
+        found = {}
+        for parts in rows(result.stdout):
+            if len(parts) == 2 and parts[0].isdigit():
+                found[int(parts[0])] = parts[1]
+            elif parts and parts[0]:
+                self.rejects.add("named_job_states", "|".join(parts))
+        return found
 
     # --- job listings: one query per kind, each returns Job ---------------------------------
     def queue(self, mine: bool = True) -> list[Job]:

@@ -6,12 +6,13 @@ The life of a node we drained:
   2. the checks pass again (periodic run), the node still drained with OUR reason ->
      reservation `slurmctl-verify-<node>` (root only), then resume: the reservation fences the
      node from every other job, and a root job of the same name is submitted into it
-  3. the verification job runs every check plus an active probe on the node:
-       pass -> deletes the reservation: the node is back in service
-       fail -> drains it again, reason "slurmctl:[node_problem] verify: <check>: <detail>" (the
-               evidence), and deletes the reservation
-  4. a reservation left without its job (killed, timed out, never started within the limit) ->
-     drained "verify: ... ended without a verdict" on the next periodic run.
+  3. the verification job runs every check plus an active probe on the node; on a failure it
+     drains the node again, reason "slurmctl:[node_problem] verify: <check>: <detail>" (the evidence)
+  4. the next periodic run sees the job ended (a job cannot delete the reservation it runs in):
+       COMPLETED -> deletes the reservation: the node is back in service
+       anything else -> deletes the reservation, the node drained with the job's evidence, or
+               "verify: ... without a verdict" when the job could not say (killed, timed out, lost)
+  5. a node whose verification failed is verified again after verify_retry_seconds.
 A drain whose reason is not ours (an operator's "maint", Slurm's "Prolog error") is never touched,
 not even when our own checks fail on that node: the operator owns it.
 """
@@ -91,16 +92,24 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
             cfg.slurm.delete_reservation(name, timeout=10.0)
         return Outcome(cfg.node, action, findings, failed.reason().text())
     if verifying:
-        if cfg.slurm.named_job_ids(name, "root", timeout=10.0):
-            return Outcome(cfg.node, "verifying", findings)
-        # the job is gone and did not end the reservation (its last act on either verdict)
-        lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", "the verification job ended without a verdict")
-        cfg.slurm.drain_node(cfg.node, lost.text(), timeout=10.0)
-        cfg.slurm.delete_reservation(name, timeout=10.0)
-        return Outcome(cfg.node, "verify_lost", findings, lost.text())
-    if row.drained and reasons.is_ours(row.reason):
-        return start_verification(cfg, findings)
-    return Outcome(cfg.node, "none", findings)
+        return settle_verification(cfg, row, findings)
+    ours = reasons.parse(row.reason) if row.drained else None
+    if ours is None:
+        return Outcome(cfg.node, "none", findings)
+    age = seconds_since(row.reason_time, now)
+    if ours.check == "verify" and age is not None and age < cfg.verify_retry_seconds:
+        return Outcome(cfg.node, "waiting", findings,
+                       f"the failed verification is retried {cfg.verify_retry_seconds - age:.0f} s from now")
+    return start_verification(cfg, findings)
+
+
+def seconds_since(slurm_time: str, now: float | None = None) -> float | None:
+    """Seconds since Slurm's local ISO timestamp (sinfo's TimeStamp), None when there is none."""
+    try:
+        then = time.mktime(time.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return (now if now is not None else time.time()) - then
 
 
 def start_verification(cfg: HookConfig, findings: list[Finding]) -> Outcome:
@@ -121,27 +130,51 @@ def start_verification(cfg: HookConfig, findings: list[Finding]) -> Outcome:
     return Outcome(cfg.node, "verify_started", findings, f"job {job} in reservation {name}")
 
 
-def verify_command() -> str:
-    """The verification job's command line: this interpreter and this package, as the hooks run it.
-    Both are root's paths (the hook's own), quoted for the job's shell."""
+def verify_command(environ=os.environ) -> str:
+    """The verification job's command line: this interpreter and this package, as the hooks run
+    them, with the health program's own settings (SLURM_CONF, SLURMCTL_*: root's wrapper set them)
+    spelled out. A root job's environment is not inherited from here on every Slurm, and without
+    SLURM_CONF the job's scontrol would speak to another cluster's controller."""
     import shlex  # why: only the step that submits a verification job needs it
 
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    return (f"cd / && PYTHONPATH={shlex.quote(package_root)} exec {shlex.quote(sys.executable)} "
-            f"-m slurmctl.ops.health verify")
+    settings = sorted((k, v) for k, v in environ.items()
+                      if (k == "SLURM_CONF" or k.startswith("SLURMCTL_")) and "\n" not in v and "\0" not in v)
+    assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in [("PYTHONPATH", package_root), *settings])
+    return f"cd / && exec /usr/bin/env {assigns} {shlex.quote(sys.executable)} -m slurmctl.ops.health verify"
+
+
+def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Finding]) -> Outcome:
+    """The reservation is on: wait for the verification job, then end the reservation. A job that
+    completed returns the node; one that failed has drained it with its evidence (or is drained
+    here, when it could not say why: killed, timed out, lost)."""
+    name = verify_name(cfg.node)
+    jobs = cfg.slurm.named_job_states(name, "root", timeout=10.0)
+    newest = jobs[max(jobs)] if jobs else None
+    if newest in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+        return Outcome(cfg.node, "verifying", findings, f"job {max(jobs)} {newest}")
+    if newest == "COMPLETED":
+        cfg.slurm.delete_reservation(name, timeout=10.0)
+        return Outcome(cfg.node, "passed", findings, f"job {max(jobs)} passed; back in service")
+    ours = reasons.parse(row.reason) if row.drained else None
+    if ours is None or ours.check != "verify":
+        lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify",
+                                   f"the verification job ended {newest or 'out of sight'} without a verdict")
+        cfg.slurm.drain_node(cfg.node, lost.text(), timeout=10.0)
+    cfg.slurm.delete_reservation(name, timeout=10.0)
+    return Outcome(cfg.node, "failed", findings, row.reason if ours else f"job ended {newest}")
 
 
 def verify(cfg: HookConfig) -> Outcome:
-    """Inside the verification job, on the node: every check plus the probe decides its return."""
+    """Inside the verification job, on the node: every check plus the probe. A failure drains the
+    node with the evidence; the periodic run ends the reservation either way (a job cannot delete
+    the reservation it runs in)."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="verify"))
     failed = first_failure(findings)
-    name = verify_name(cfg.node)
     if failed is None:
-        cfg.slurm.delete_reservation(name, timeout=10.0)
         return Outcome(cfg.node, "passed", findings)
     evidence = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"{failed.check}: {failed.detail}")
     cfg.slurm.drain_node(cfg.node, evidence.text(), timeout=10.0)
-    cfg.slurm.delete_reservation(name, timeout=10.0)
     return Outcome(cfg.node, "failed", findings, evidence.text())
 
 

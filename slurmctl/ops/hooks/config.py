@@ -36,12 +36,14 @@ def _slurm_bin_dir() -> str | None:
     return next((d for d in SLURM_BIN_DIRS if os.access(os.path.join(d, "scontrol"), os.X_OK)), None)
 
 
-def hook_slurm_client(bin_dir: str | None) -> SlurmClient | None:
+def hook_slurm_client(bin_dir: str | None, slurm_conf: str | None = None) -> SlurmClient | None:
     """SlurmClient for a hook: absolute command paths (no PATH) and a fixed C locale; None
-    without Slurm client tools (the hooks then skip what needs the controller)."""
+    without Slurm client tools (the hooks then skip what needs the controller). SLURM_CONF, when
+    the hook has it (configless slurmd, a second cluster on one host), names the hook's own cluster."""
     if not bin_dir:
         return None
-    return SlurmClient(LocalRunner(bin_dir=bin_dir, env={"LC_ALL": "C"}))
+    env = {"LC_ALL": "C", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+    return SlurmClient(LocalRunner(bin_dir=bin_dir, env=env))
 
 
 @dataclass
@@ -63,6 +65,7 @@ class HookConfig:
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
     health_faults_dir: Path = Path(DEFAULT_HEALTH_FAULTS_DIR)
     health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
+    verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -88,11 +91,12 @@ class HookConfig:
             min_free_shm_mb=int(env.get("SLURMCTL_MIN_FREE_SHM_MB") or 256),
             min_free_scratch_mb=int(env.get("SLURMCTL_MIN_FREE_SCRATCH_MB") or 1024),
             nvidia_smi=env.get("SLURMCTL_NVIDIA_SMI") or _first_executable(NVIDIA_SMI_PATHS),
-            slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir()),
+            slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir(), env.get("SLURM_CONF")),
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
             runs_root=_runs_root(env),
             smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
             health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
+            verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
             health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
                                     if c.strip()),
         )
