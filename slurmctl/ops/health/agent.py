@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from slurmctl.errors import SlurmctlError
-from slurmctl.ops.health import reasons
+from slurmctl.ops.health import blame, reasons
 from slurmctl.ops.health.checks import Finding, Subject, first_failure, run_checks
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.slurm.records import NodeHealthRow
@@ -93,6 +93,14 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, action, findings, failed.reason().text())
     if verifying:
         return settle_verification(cfg, row, findings)
+    if not row.drained:
+        failures = blame.read(cfg.health_failures_dir)
+        suspect = blame.score(failures, now if now is not None else time.time())
+        if suspect >= blame.SUSPECT_SCORE:
+            jobs = ",".join(str(f.job_id) for f in failures if f.category in blame.GPU_CLASS)
+            why = reasons.DrainReason(reasons.NODE_PROBLEM, "suspect",
+                                      f"{suspect} jobs with GPU/NCCL-class failures here within 24 h: {jobs}")
+            return Outcome(cfg.node, drain(cfg, why, row), findings, why.text())
     ours = reasons.parse(row.reason) if row.drained else None
     if ours is None:
         return Outcome(cfg.node, "none", findings)
@@ -155,6 +163,7 @@ def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Find
         return Outcome(cfg.node, "verifying", findings, f"job {max(jobs)} {newest}")
     if newest == "COMPLETED":
         cfg.slurm.delete_reservation(name, timeout=10.0)
+        blame.clear(cfg.health_failures_dir, blame.read(cfg.health_failures_dir))  # answered by the pass
         return Outcome(cfg.node, "passed", findings, f"job {max(jobs)} passed; back in service")
     ours = reasons.parse(row.reason) if row.drained else None
     if ours is None or ours.check != "verify":

@@ -21,6 +21,7 @@ DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
 DEFAULT_SMOKE_VERDICTS = "/var/spool/slurmctl/smoke-verdicts"  # = SiteConfig.smoke_verdicts_dir's default
 SITE_CONFIG = "/etc/slurmctl/site.yaml"
 DEFAULT_HEALTH_FAULTS_DIR = "/etc/slurmctl/health-faults"  # the fault stub (slurmctl/ops/health/checks.py)
+DEFAULT_HEALTH_FAILURES = "/var/spool/slurmctl/health-failures"  # this node's classified failures (health/blame.py)
 NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
 
@@ -65,6 +66,7 @@ class HookConfig:
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
     health_faults_dir: Path = Path(DEFAULT_HEALTH_FAULTS_DIR)
     health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
+    health_failures_dir: Path = Path(DEFAULT_HEALTH_FAILURES)
     verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
 
     @classmethod
@@ -78,10 +80,12 @@ class HookConfig:
             spool = state / "cost-records"
             verdicts = state / "smoke-verdicts"
             faults = state / "health-faults"
+            failures = state / "health-failures" / node
         else:
             gpu_map, scratch, spool = Path(DEFAULT_GPU_MAP_DIR), Path(DEFAULT_SCRATCH_ROOT), Path(DEFAULT_COST_SPOOL)
             verdicts = Path(DEFAULT_SMOKE_VERDICTS)
             faults = Path(DEFAULT_HEALTH_FAULTS_DIR)
+            failures = Path(DEFAULT_HEALTH_FAILURES)
         return cls(
             node=node,
             gpu_map_dir=Path(env.get("SLURMCTL_GPU_MAP_DIR") or gpu_map),
@@ -96,6 +100,7 @@ class HookConfig:
             runs_root=_runs_root(env),
             smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
             health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
+            health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
             verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
             health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
                                     if c.strip()),
