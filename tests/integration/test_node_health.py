@@ -28,7 +28,7 @@ from tests.integration.throwaway_slurm import ThrowawayCluster
 REPO = Path(__file__).resolve().parents[2]
 NODES = {"hn1": "", "hn2": "", "hn3": "", "hn4": ""}
 INTERVAL = 5  # HealthCheckInterval, seconds
-RESULTS = REPO / "benchmarks" / "results" / "node_health_prolog.txt"
+RESULTS = REPO / "benchmarks" / "results" / "node_health_prolog_jobs.txt"
 
 
 def wrapper(c: ThrowawayCluster, plugin: str, timing: bool = False) -> Path:
@@ -58,7 +58,7 @@ def cluster():
             (faults / node).mkdir(parents=True, mode=0o755)
         c.faults = faults
         extra = "\n".join([
-            f"Prolog={wrapper(c, 'prolog', timing=True)}",
+            f"Prolog={wrapper(c, 'prolog', timing=True)}", f"Epilog={wrapper(c, 'epilog')}",
             f"HealthCheckProgram={wrapper(c, 'healthcheck')}", f"HealthCheckInterval={INTERVAL}",
             "HealthCheckNodeState=ANY", "SelectType=select/cons_tres",
             # deploy/slurm/scheduling.conf's: a job whose prolog failed is requeued, not held
@@ -205,9 +205,10 @@ def test_prolog_p99_under_a_second_over_100_jobs(cluster):
     import json
 
     c = cluster
-    for n in NODES:  # every node in service for this one
+    for n in NODES:  # every node in service for this one (as an operator would after the repairs)
         for f in (c.faults / n).iterdir():
             f.unlink()
+        c.run(["scontrol", "update", f"nodename={n}", "state=resume"])
     timings = c.dir / "log" / "prolog-ms.txt"
     before = len(timings.read_text().splitlines()) if timings.exists() else 0
     array = submit(c, "--array=0-99", "--time=1", "--wrap=true")
@@ -228,3 +229,32 @@ def test_prolog_p99_under_a_second_over_100_jobs(cluster):
         f"p99 {ours[98]:.0f} ms  max {ours[-1]:.0f} ms\n")
     print(RESULTS.read_text())
     assert ours[98] < 1000, ours
+
+
+FAIL_IMPORT = "python3 -c 'import a_module_that_is_not_installed'"
+FAIL_NCCL = ("echo '[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+             "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5'; exit 1")
+
+
+def test_user_code_failures_on_three_nodes_drain_nothing_and_nccl_twice_on_one_makes_a_suspect(cluster):
+    c = cluster
+    user_code = [submit(c, f"--nodelist={n}", "--time=1", f"--wrap={FAIL_IMPORT}") for n in ("hn1", "hn2", "hn4")]
+    for job_id in user_code:
+        wait_for(f"job {job_id} failed", lambda j=job_id: job(c, j)["state"] == "FAILED", 60, show=lambda: story(c))
+    time.sleep(2 * INTERVAL + 1)
+    assert [n for n in NODES if n != "hn3" and node(c, n)["drained"]] == [], story(c)
+    assert '"failure classified: import_error"' in c.log("hooks.jsonl")
+
+    nccl = [submit(c, "--nodelist=hn4", "--time=1", f"--wrap={FAIL_NCCL}") for _ in range(2)]
+    for job_id in nccl:
+        wait_for(f"job {job_id} failed", lambda j=job_id: job(c, j)["state"] == "FAILED", 60, show=lambda: story(c))
+    wait_for("hn4 drained as a suspect", lambda: node(c, "hn4")["drained"], 2 * INTERVAL + 1, show=lambda: story(c))
+    reason = node(c, "hn4")["reason"]
+    assert reason == f"slurmctl:[node_problem] suspect: 2 jobs with GPU/NCCL-class failures here within 24 h: " \
+                     f"{max(nccl)},{min(nccl)}", reason
+    # its checks pass: verified, returned, and the answered failures no longer count
+    wait_for("hn4 back after its verification", lambda: not node(c, "hn4")["drained"] and
+             (job_by_name(c, "slurmctl-verify-hn4") or ("",))[0] == "COMPLETED", 6 * INTERVAL + 30,
+             show=lambda: story(c))
+    time.sleep(2 * INTERVAL)
+    assert not node(c, "hn4")["drained"], node(c, "hn4")
