@@ -320,6 +320,11 @@ class SlurmClient(ClusterQueries):
         result = self._run(["scontrol", "show", "reservation", name], timeout=timeout, check=False)
         return result.returncode == 0 and f"ReservationName={name} " in result.stdout
 
+    def reservation_names(self, timeout: float = 60.0) -> list[str]:
+        """Every reservation's name (operators name them; "No reservations in the system" is none)."""
+        result = self._run(["scontrol", "show", "reservation", "-o"], timeout=timeout)
+        return [m[1] for m in re.finditer(r"^ReservationName=(\S+)", result.stdout, re.MULTILINE)]
+
     def named_job_states(self, name: str, user: str, timeout: float = 60.0) -> dict[int, str]:
         """{job id: state} of `user`'s jobs named `name` the controller still remembers (ended ones
         for MinJobAge). For root's own jobs: no other user can submit as root, so the name is ours."""

@@ -14,6 +14,7 @@ the shared cluster is never drained or reconfigured), with our Prolog and Health
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -188,6 +189,16 @@ def test_fault_drains_with_our_prefix_requeues_the_job_and_maint_is_untouched(cl
     assert node(c, "hn3") == maint, (node(c, "hn3"), maint)
     assert job_by_name(c, "slurmctl-verify-hn3") is None
 
+    # the operator's view, as alice sees it (read-only: sinfo and scontrol show reservation)
+    shown = as_alice(c, f"PYTHONPATH={REPO}", "/work/main/.venv/bin/python", "-m", "slurmctl.cli", "nodes", "--json")
+    assert shown.returncode == 0, shown.stderr
+    views = {v["node"]: v for v in json.loads(shown.stdout)}
+    assert views["hn1"]["drained"] is False and views["hn1"]["drained_by"] == ""
+    assert (views["hn2"]["drained_by"], views["hn2"]["blame"], views["hn2"]["check"]) == \
+        ("slurmctl", "node_problem", "verify")
+    assert views["hn2"]["reason"] == "probe: injected fault: simulated bad local disk on write"
+    assert (views["hn3"]["drained_by"], views["hn3"]["check"], views["hn3"]["reason"]) == ("root", "", "maint")
+
 
 def job_by_name(c: ThrowawayCluster, name: str) -> tuple[str, str] | None:
     """(state, node) of root's newest job of that name, from accounting."""
@@ -202,8 +213,6 @@ def test_prolog_p99_under_a_second_over_100_jobs(cluster):
     interpreter start, our code) and our code's own (hooks.jsonl `ms`: from the plugin's first line
     to the verdict, imports and checks included). The bound is on our code: the interpreter start
     under a loaded 2-core machine is the machine's, measured beside it by benchmarks/node_health_prolog.py."""
-    import json
-
     c = cluster
     for n in NODES:  # every node in service for this one (as an operator would after the repairs)
         for f in (c.faults / n).iterdir():
