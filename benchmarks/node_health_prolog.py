@@ -3,7 +3,10 @@ cannot avoid, interleaved in one run (the machine's load hits both alike). As ro
 no Slurm call: the node name is one no process carries (the leftover check finds nothing to ask
 about), state goes to a temporary directory.
 
-    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N]
+    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE]
+
+BASELINE_TREE: a checkout of another commit (`git archive <commit> slurmctl plugins | tar -x -C DIR`):
+its prolog joins the interleaving, e.g. the one before the health checks.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ def p99(values: list[float]) -> float:
     return ordered[max(0, round(0.99 * len(ordered)) - 1)]
 
 
-def main(n: int) -> None:
+def main(n: int, baseline: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="slurmctl-prolog-bench-") as state:
         env = {"SLURMCTL_LOCAL_DIR": state, "SLURMD_NODENAME": "bench-node-none", "SLURM_JOB_ID": "1",
                "SLURM_JOB_UID": "0", "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_MIN_FREE_SCRATCH_MB": "1",
                "SLURMCTL_HOOKS_LOG": f"{state}/hooks.jsonl"}
         commands = {"python3 -c pass": ["/usr/bin/python3", "-c", "pass"],
                     "prolog with health checks": ["/usr/bin/python3", str(REPO / "plugins" / "prolog.py")]}
+        if baseline:
+            commands["baseline prolog"] = ["/usr/bin/python3", str(Path(baseline) / "plugins" / "prolog.py")]
         times: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(n):
             for name, argv in commands.items():
@@ -45,7 +50,11 @@ def main(n: int) -> None:
         print(f"  {name:28s} p50 {statistics.median(values):6.0f} ms   p99 {p99(values):6.0f} ms")
     print(f"  ratio prolog/interpreter     p50 {statistics.median(ours) / statistics.median(floor):.1f}x  "
           f"p99 {p99(ours) / p99(floor):.1f}x")
+    if baseline:
+        base = times["baseline prolog"]
+        print(f"  ratio prolog/baseline        p50 {statistics.median(ours) / statistics.median(base):.2f}x  "
+              f"p99 {p99(ours) / p99(base):.2f}x")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100, sys.argv[2] if len(sys.argv) > 2 else None)

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Slurm HealthCheckProgram (slurmd, as root, NO PATH, every HealthCheckInterval seconds, on nodes
 in any state): thin entry point into `slurmctl.ops.health periodic`.
 

@@ -62,7 +62,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "cleanup": ("slurmctl.cli.ops:cleanup",
                  "Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."),
     "nodes": ("slurmctl.cli.ops:nodes",
-              "Nodes as an operator sees them: state, who drained each and why, checks, suspect score."),
+              "Nodes as an operator sees them: state, who drained each and why, checks, verification, suspect score."),
 }
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slurmctl.slurm.client import SlurmClient
-from slurmctl.slurm.runner import LocalRunner
+if TYPE_CHECKING:
+    from slurmctl.slurm.client import SlurmClient
 
 # dcgm-exporter --hpc-job-mapping-dir / jobstats convention: one file per GPU index holding job ids.
 DEFAULT_GPU_MAP_DIR = "/run/slurmctl/gpu-job-map"
@@ -37,14 +38,29 @@ def _slurm_bin_dir() -> str | None:
     return next((d for d in SLURM_BIN_DIRS if os.access(os.path.join(d, "scontrol"), os.X_OK)), None)
 
 
-def hook_slurm_client(bin_dir: str | None, slurm_conf: str | None = None) -> SlurmClient | None:
+class HookSlurm:
+    """The hooks' SlurmClient, built on first use: most prolog runs never ask Slurm (no leftover
+    processes, no failed check), and importing the client is most of a hook's own start-up."""
+
+    def __init__(self, bin_dir: str, env: dict[str, str]):
+        self._bin_dir, self._env, self._client = bin_dir, env, None
+
+    def __getattr__(self, name: str):
+        if self._client is None:
+            from slurmctl.slurm.client import SlurmClient  # why: on first use only, see the class
+            from slurmctl.slurm.runner import LocalRunner  # why: as above
+
+            self._client = SlurmClient(LocalRunner(bin_dir=self._bin_dir, env=self._env))
+        return getattr(self._client, name)
+
+
+def hook_slurm_client(bin_dir: str | None, slurm_conf: str | None = None) -> SlurmClient | HookSlurm | None:
     """SlurmClient for a hook: absolute command paths (no PATH) and a fixed C locale; None
     without Slurm client tools (the hooks then skip what needs the controller). SLURM_CONF, when
     the hook has it (configless slurmd, a second cluster on one host), names the hook's own cluster."""
     if not bin_dir:
         return None
-    env = {"LC_ALL": "C", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
-    return SlurmClient(LocalRunner(bin_dir=bin_dir, env=env))
+    return HookSlurm(bin_dir, {"LC_ALL": "C", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})})
 
 
 @dataclass
@@ -60,7 +76,7 @@ class HookConfig:
     # reading a run's flags and checkpoints as the job's user takes ~10 ms; a FIFO/NFS hang is cut here
     user_read_timeout: float = 2.0
     nvidia_smi: str | None = None
-    slurm: SlurmClient | None = None  # every Slurm command of the hooks goes through it
+    slurm: SlurmClient | HookSlurm | None = None  # every Slurm command of the hooks goes through it
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
     runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py

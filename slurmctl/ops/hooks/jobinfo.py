@@ -7,9 +7,13 @@ None (unknown) when Slurm does not, and the caller skips what needed the answer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slurmctl.errors import SlurmctlError
-from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.records import JobInfo
+
+if TYPE_CHECKING:
+    from slurmctl.slurm.client import SlurmClient
 
 TIMEOUT_SECONDS = 5.0  # a hook's whole budget is 150 ms in the normal case; this bounds the bad one
 
