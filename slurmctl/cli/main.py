@@ -61,6 +61,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
              "Serve your runs, stories, charts, queue and compare as web pages (tunnel with the printed ssh -L)."),
     "cleanup": ("slurmctl.cli.ops:cleanup",
                  "Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."),
+    "nodes": ("slurmctl.cli.ops:nodes",
+              "Nodes as an operator sees them: state, who drained each and why, checks, verification, suspect score."),
 }
 
 

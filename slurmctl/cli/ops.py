@@ -37,3 +37,29 @@ def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> N
         out.print(f"{o.kind:20} {what}: {o.reason} [{done}]", markup=False)  # paths and reasons are data
     if not apply_:
         out.print("dry run: rerun with --apply to release these")
+
+
+@click.command()
+@click.option("--node", "only", default=None, help="Only this node.")
+@json_option
+@pass_ctx
+def nodes(ctx: Context, only: str | None, as_json: bool) -> None:
+    """Nodes as an operator sees them: state, who drained each and why, checks, verification, suspect score."""
+    import os
+    from pathlib import Path
+
+    from slurmctl.ops.health.view import node_views
+
+    local = os.environ.get("SLURMCTL_LOCAL_DIR")  # the local dev cluster's shared state: the failure spools
+    views = node_views(ctx.client, only, Path(local) if local else None)
+    if as_json:
+        print_json([v.to_dict() for v in views])
+        return
+    out.print(f"{'NODE':12} {'STATE':22} {'DRAINED BY':11} {'CHECK':10} {'SUSPECT':7}  WHY", markup=False)
+    for v in views:
+        check = f"{v.check}{' (verifying)' if v.verifying else ''}" if v.check or v.verifying else "-"
+        score = "-" if v.suspect_score is None else str(v.suspect_score)
+        why = (f"[{v.blame}] " if v.blame else "") + (v.reason or "") + (f" (since {v.since})" if v.since else "")
+        # node names, reasons and users are data, never markup
+        out.print(f"{v.node:12} {v.state:22} {v.drained_by or '-':11} {check:10} {score:7}  {why or '-'}",
+                  markup=False)

@@ -25,6 +25,7 @@ from slurmctl.config.models import SiteConfig
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
+from slurmctl.ops.health import reasons as health_reasons
 from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
@@ -87,7 +88,10 @@ def node_usable(state: str) -> bool:
 
 
 def drain_cause(reason: str, state: str) -> str:
-    """Bounded label for why a node is out: prolog, epilog, not_responding, or admin."""
+    """Bounded label for why a node is out: checks (our health checks), prolog, epilog,
+    not_responding, or admin."""
+    if health_reasons.is_ours(reason):
+        return "checks"
     text = reason.lower()
     if "prolog" in text:
         return "prolog"
@@ -249,6 +253,7 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
     cluster_gpus: dict[tuple, float] = defaultdict(float)  # each node once (nodes sit in several partitions)
     nodes: Counter[tuple] = Counter()
     drained: dict[tuple, float] = {}
+    check_failed: dict[tuple, float] = {}
     counted: set[str] = set()
     for node in snap.nodes:
         gpu_type = node.gpu_type or "none"
@@ -259,6 +264,9 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
         nodes[(node.partition, node_state(node.state))] += 1
         if not usable:
             drained[(node.name, drain_cause(node.reason, node.state))] = 1
+        ours = health_reasons.parse(node.reason) if "drain" in node.state.lower() else None
+        if ours is not None:  # the check name is from our fixed set (reasons.py's pattern): a bounded label
+            check_failed[(node.name, ours.check)] = 1
         if node.name not in counted:
             counted.add(node.name)
             cluster_gpus[(gpu_type, "allocated")] += node.gpus_used
@@ -269,7 +277,10 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
                  ["gpu_type", "state"], cluster_gpus)
     yield _gauge("slurmctl_nodes", "Nodes by partition and state.", ["partition", "state"], nodes)
     yield _gauge("slurmctl_node_unavailable_info", "1 for each node that is down, drained or draining, "
-                 "with the cause (prolog, epilog, not_responding, admin).", ["node", "cause"], drained)
+                 "with the cause (checks, prolog, epilog, not_responding, admin).", ["node", "cause"], drained)
+    yield _gauge("slurmctl_node_health_check_failed", "1 for each node our health checks drained, by the check "
+                 "that failed (suspect: blamed from diagnosed failures; verify: failed its verification job).",
+                 ["node", "check"], check_failed)
     yield _gauge("slurmctl_pending_capacity_elsewhere_oldest_seconds",
                  "Oldest wait of a pending job while another of its acceptable partitions has room for it.",
                  ["partition"], _capacity_elsewhere(snap))

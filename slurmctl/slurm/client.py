@@ -26,6 +26,7 @@ from slurmctl.slurm.parsing import (
     job_ids,
     listed_twice,
     new_seal,
+    rows,
     split_id_closed,
 )
 from slurmctl.slurm.records import (
@@ -293,6 +294,48 @@ class SlurmClient(ClusterQueries):
     def drain_node(self, node: str, reason: str, timeout: float = 60.0) -> None:
         """Drain `node` with `reason` (shown by `sinfo -R`; Slurm keeps 250 characters or so)."""
         self._run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
+
+    def node_line(self, node: str, timeout: float = 60.0) -> str:
+        """`scontrol show node -o <node>`: one Key=Value line (Reason/Comment, operators' text, come last)."""
+        return self._run(["scontrol", "show", "node", "-o", node], timeout=timeout).stdout.strip()
+
+    def resume_node(self, node: str, timeout: float = 60.0) -> None:
+        """`state=resume`: a drained node takes jobs again (a reservation on it still fences it)."""
+        self._run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=timeout)
+
+    def create_reservation(self, name: str, node: str, minutes: int, users: str = "root",
+                           timeout: float = 60.0) -> None:
+        """A reservation of `node` from now for `users` only; IGNORE_JOBS: a job still ending there
+        does not refuse it."""
+        self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
+                   "StartTime=now", f"Duration={int(minutes)}", f"Users={users}", "Flags=IGNORE_JOBS"],
+                  timeout=timeout)
+
+    def delete_reservation(self, name: str, timeout: float = 60.0) -> bool:
+        """False when there was none of that name."""
+        result = self._run(["scontrol", "delete", f"ReservationName={name}"], timeout=timeout, check=False)
+        return result.returncode == 0
+
+    def reservation_exists(self, name: str, timeout: float = 60.0) -> bool:
+        result = self._run(["scontrol", "show", "reservation", name], timeout=timeout, check=False)
+        return result.returncode == 0 and f"ReservationName={name} " in result.stdout
+
+    def reservation_names(self, timeout: float = 60.0) -> list[str]:
+        """Every reservation's name (operators name them; "No reservations in the system" is none)."""
+        result = self._run(["scontrol", "show", "reservation", "-o"], timeout=timeout)
+        return [m[1] for m in re.finditer(r"^ReservationName=(\S+)", result.stdout, re.MULTILINE)]
+
+    def named_job_states(self, name: str, user: str, timeout: float = 60.0) -> dict[int, str]:
+        """{job id: state} of `user`'s jobs named `name` the controller still remembers (ended ones
+        for MinJobAge). For root's own jobs: no other user can submit as root, so the name is ours."""
+        result = self._run(["squeue", "-h", "-t", "all", "-u", user, "-n", name, "-o", "%A|%T"], timeout=timeout)
+        found = {}
+        for parts in rows(result.stdout):
+            if len(parts) == 2 and parts[0].isdigit():
+                found[int(parts[0])] = parts[1]
+            elif parts and parts[0]:
+                self.rejects.add("named_job_states", "|".join(parts))
+        return found
 
     # --- job listings: one query per kind, each returns Job ---------------------------------
     def queue(self, mine: bool = True) -> list[Job]:

@@ -15,10 +15,12 @@ from pathlib import Path
 from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
 from slurmctl.errors import SlurmCommandError
 from slurmctl.slurm.parsing import SEP, columns, gres_gpus, rows
-from slurmctl.slurm.records import Association, NodeInfo, NodeUsage, PartitionInfo, StartEstimate
+from slurmctl.slurm.records import Association, NodeHealthRow, NodeInfo, NodeUsage, PartitionInfo, StartEstimate
 
 _NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
 _NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
+_NODE_HEALTH_FIELDS = ["NodeList", "StateComplete", "UserLong", "TimeStamp", "Gres", "Reason"]
+_NO_VALUE = {"none", "None", "(null)", "Unknown", "n/a"}
 _TEST_ONLY_RE = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition (\S+)")
 
 
@@ -71,6 +73,26 @@ class ClusterQueries:
                                    gpu_type=gpu_type, gpus=gpus, gpus_used=used, state=values["StateLong"],
                                    reason="" if reason in {"none", "None", "(null)"} else reason))
         return found
+
+    def node_health_rows(self, node: str | None = None, timeout: float = 60.0) -> list[NodeHealthRow]:
+        """State, drain reason, who set it and when, per node (one row each: sinfo repeats a node once
+        per partition). Reasons are set by root, operators and slurmd, never by users; still, a reason
+        holding the separator is rejected, not split wrong (Reason is the last column for that)."""
+        fmt = ",".join(f"{name}:{SEP}" for name in _NODE_HEALTH_FIELDS)
+        argv = ["sinfo", "-h", "-N", "-O", fmt, *(["-n", node] if node else [])]
+        result = self._run(argv, timeout=timeout)
+        found: dict[str, NodeHealthRow] = {}
+        for line in result.stdout.splitlines():
+            values = columns(line, _NODE_HEALTH_FIELDS)
+            if values is None:
+                if line.strip():
+                    self.rejects.add("node_health", line)
+                continue
+            clean = {k: ("" if v.strip() in _NO_VALUE else v.strip()) for k, v in values.items()}
+            found.setdefault(clean["NodeList"], NodeHealthRow(
+                name=clean["NodeList"], state=clean["StateComplete"], reason=clean["Reason"],
+                reason_user=clean["UserLong"], reason_time=clean["TimeStamp"], gres=clean["Gres"]))
+        return list(found.values())
 
     def partitions(self) -> dict[str, PartitionInfo]:
         """Each partition's MaxTime and availability, one sinfo call."""

@@ -154,6 +154,22 @@ class NodeInfo:
     state: str = ""
 
 
+@dataclass(frozen=True)
+class NodeHealthRow:
+    """One node as `slurmctl nodes` and the health agent see it: state and who drained it why."""
+
+    name: str
+    state: str  # sinfo's StateComplete: "idle", "idle+drain", "mixed+drain+reserved", ...
+    reason: str  # "" when none
+    reason_user: str  # who set the reason ("root", "slurm", an operator), "" when none
+    reason_time: str  # when, Slurm's ISO timestamp, "" when none
+    gres: str
+
+    @property
+    def drained(self) -> bool:
+        return "drain" in self.state.split("+")
+
+
 @dataclass
 class NodeUsage:
     """One (node, partition) row of sinfo: GPUs configured and in use, state and drain reason."""

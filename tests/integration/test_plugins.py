@@ -79,7 +79,7 @@ def test_failing_prolog_drains_the_node_with_a_readable_reason():
             reason = subprocess.run(["sinfo", "-h", "-R", "-n", node, "-o", "%100E"],
                                     capture_output=True, text=True).stdout.strip()
             time.sleep(0.5)
-        assert reason.startswith(f"slurmctl prolog: test trigger prolog-fail/slurmctl:{tag}"), reason
+        assert reason.startswith(f"slurmctl:[node_problem] trigger: test trigger prolog-fail/slurmctl:{tag}"), reason
         state = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T %r"], capture_output=True, text=True).stdout
         assert "held" in state.lower(), state
     finally:

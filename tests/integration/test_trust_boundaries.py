@@ -107,13 +107,12 @@ def test_prolog_leftover_check_spares_another_users_interactive_salloc():
     proc, job_id, sleep_pid = _salloc_sleep(alice)
     try:
         check = ("import json, sys\n"
-                 "from slurmctl.ops.hooks import prolog\n"
+                 "from slurmctl.ops.health import checks\n"
                  "from slurmctl.ops.hooks.config import HookConfig\n"
                  "import os\n"
                  "cfg = HookConfig.from_env(dict(os.environ))\n"
-                 "result = prolog.HookResult()\n"
-                 "prolog.check_leftovers(cfg, 999999, result)\n"
-                 "print(json.dumps(result.notes))\n")
+                 "finding = checks.check_leftovers(checks.Subject(cfg, 999999, moment='prolog'))\n"
+                 "print(json.dumps(finding.detail if finding else None))\n")
         env = {**CODE, "SLURMD_NODENAME": "h100-1", "SLURM_JOB_ID": "999999", "SLURM_JOB_UID": str(as_user("bob").uid),
                "SLURM_JOB_USER": "bob", "SLURMCTL_SLURM_BIN_DIR": "/usr/bin"}
         notes = ROOT.run([sys.executable, "-c", check], env=env, check=True, timeout=60).stdout

@@ -249,3 +249,15 @@ def test_unparsable_queue_lines_are_counted_not_fatal(tmp_path):
     s = scrape(registry)
     assert value(s, "slurmctl_slurm_unparsed_lines_total", query="queue_snapshot") == 1
     assert value(s, "slurmctl_slurm_up") == 1
+
+
+def test_a_node_our_checks_drained_has_its_check_as_a_series_and_others_have_none(tmp_path):
+    ours = "slurmctl:[node_problem] shm: /dev/shm has 3 MB free, needs 256 MB"
+    sinfo = SINFO.replace("Prolog error", ours)
+    _, registry, _ = make(tmp_path, sinfo=sinfo)
+    s = scrape(registry)
+    assert value(s, "slurmctl_node_health_check_failed", node="h100-3", check="shm") == 1
+    assert value(s, "slurmctl_node_unavailable_info", node="h100-3", cause="checks") == 1
+    _, registry, _ = make(tmp_path)  # Slurm's own "Prolog error" is not ours
+    assert value(scrape(registry), "slurmctl_node_health_check_failed", node="h100-3", check="shm") is None
+    assert drain_cause(ours, "drained") == "checks" and drain_cause("slurmctl prolog: old", "drained") == "prolog"

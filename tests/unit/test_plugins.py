@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from slurmctl.ops.health import checks
 from slurmctl.ops.hooks import epilog, prolog
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import SCHEMA_VERSION, read_records
@@ -50,7 +51,8 @@ def test_prolog_test_trigger_fails_with_one_line_and_only_on_the_local_cluster(t
     (tmp_path / "test-triggers" / "prolog-fail").mkdir(parents=True)
     (tmp_path / "test-triggers" / "prolog-fail" / "slurmctl:r1").touch()
     result = prolog.run_prolog(env, cfg_for(tmp_path))
-    assert not result.ok and result.reason == "test trigger prolog-fail/slurmctl:r1 (local dev cluster)"
+    assert not result.ok and result.reason == ("slurmctl:[node_problem] trigger: "
+                                             "test trigger prolog-fail/slurmctl:r1 (local dev cluster)")
     production = cfg_for(tmp_path)
     production.test_trigger_dir = None
     production.scratch_root, production.gpu_map_dir = tmp_path / "scratch", tmp_path / "map"
@@ -61,7 +63,8 @@ def test_prolog_test_trigger_fails_with_one_line_and_only_on_the_local_cluster(t
 def test_prolog_fails_when_shm_is_too_full(tmp_path):
     cfg = cfg_for(tmp_path, SLURMCTL_MIN_FREE_SHM_MB=str(10**9))
     result = prolog.run_prolog({"SLURM_JOB_ID": "5"}, cfg)
-    assert not result.ok and result.reason.startswith("/dev/shm has") and "needs 1000000000 MB" in result.reason
+    assert not result.ok and result.reason.startswith("slurmctl:[") and "] shm: /dev/shm has" in result.reason
+    assert "needs 1000000000 MB" in result.reason
 
 
 def test_epilog_cleans_up_and_writes_one_record_per_attempt(tmp_path):
@@ -110,11 +113,10 @@ def test_prolog_kills_only_leftovers_slurmd_started_on_its_own_node(tmp_path):
     elsewhere = subprocess.Popen(sleep, env={**env_base, "SLURM_JOB_ID": "4301", "SLURMD_NODENAME": "n2"})
     leftover = subprocess.Popen(sleep, env={**env_base, "SLURM_JOB_ID": "4302", "SLURMD_NODENAME": "n1"})
     try:
-        result = prolog.HookResult()
-        prolog.check_leftovers(cfg, 4399, result)
+        finding = checks.check_leftovers(checks.Subject(cfg, 4399, moment="prolog"))
         assert leftover.wait(timeout=5) is not None
         assert salloc_command.poll() is None and elsewhere.poll() is None
-        assert any(n.startswith("killed 1 leftover") for n in result.notes), result.notes
+        assert finding.ok and finding.detail.startswith("killed 1 leftover"), finding
     finally:
         for p in (salloc_command, elsewhere, leftover):
             p.kill()
@@ -138,9 +140,10 @@ def test_hooks_reach_slurm_only_through_the_client_and_degrade_when_it_is_down(t
     result = epilog.run_epilog({"SLURM_JOB_ID": "31", "SLURM_JOB_UID": "0", "SLURM_JOB_EXIT_CODE2": "0:0"}, cfg)
     assert "Slurm did not describe the job; record has no state/times" in result.notes
     assert (cfg.cost_spool / "31.0.0.json").is_file()
-    assert prolog.drain_node(cfg, "gpu 3 lost") is False
     assert down.calls[0][:6] == ["squeue", "-h", "-t", "all", "-j", "31"]
-    assert down.calls[-1] == ["scontrol", "update", "nodename=n1", "state=drain", "reason=slurmctl prolog: gpu 3 lost"]
+    # a drain needs the node's current reason first (never over someone else's): unknown -> not drained
+    assert prolog.drain_node(cfg, "slurmctl:[node_problem] gpu: GPU 3 lost") is False
+    assert down.calls[-1][:4] == ["sinfo", "-h", "-N", "-O"] and down.calls[-1][-2:] == ["-n", "n1"]
 
 
 def test_epilog_record_uses_the_job_info_from_the_client(tmp_path):

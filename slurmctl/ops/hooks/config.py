@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slurmctl.slurm.client import SlurmClient
-from slurmctl.slurm.runner import LocalRunner
+if TYPE_CHECKING:
+    from slurmctl.slurm.client import SlurmClient
 
 # dcgm-exporter --hpc-job-mapping-dir / jobstats convention: one file per GPU index holding job ids.
 DEFAULT_GPU_MAP_DIR = "/run/slurmctl/gpu-job-map"
@@ -20,6 +21,8 @@ DEFAULT_SCRATCH_ROOT = "/scratch/slurm"
 DEFAULT_COST_SPOOL = "/var/spool/slurmctl/cost-records"
 DEFAULT_SMOKE_VERDICTS = "/var/spool/slurmctl/smoke-verdicts"  # = SiteConfig.smoke_verdicts_dir's default
 SITE_CONFIG = "/etc/slurmctl/site.yaml"
+DEFAULT_HEALTH_FAULTS_DIR = "/etc/slurmctl/health-faults"  # the fault stub (slurmctl/ops/health/checks.py)
+DEFAULT_HEALTH_FAILURES = "/var/spool/slurmctl/health-failures"  # this node's classified failures (health/blame.py)
 NVIDIA_SMI_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/bin/nvidia-smi", "/opt/nvidia/bin/nvidia-smi")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")  # where scontrol/squeue live
 
@@ -35,12 +38,29 @@ def _slurm_bin_dir() -> str | None:
     return next((d for d in SLURM_BIN_DIRS if os.access(os.path.join(d, "scontrol"), os.X_OK)), None)
 
 
-def hook_slurm_client(bin_dir: str | None) -> SlurmClient | None:
+class HookSlurm:
+    """The hooks' SlurmClient, built on first use: most prolog runs never ask Slurm (no leftover
+    processes, no failed check), and importing the client is most of a hook's own start-up."""
+
+    def __init__(self, bin_dir: str, env: dict[str, str]):
+        self._bin_dir, self._env, self._client = bin_dir, env, None
+
+    def __getattr__(self, name: str):
+        if self._client is None:
+            from slurmctl.slurm.client import SlurmClient  # why: on first use only, see the class
+            from slurmctl.slurm.runner import LocalRunner  # why: as above
+
+            self._client = SlurmClient(LocalRunner(bin_dir=self._bin_dir, env=self._env))
+        return getattr(self._client, name)
+
+
+def hook_slurm_client(bin_dir: str | None, slurm_conf: str | None = None) -> SlurmClient | HookSlurm | None:
     """SlurmClient for a hook: absolute command paths (no PATH) and a fixed C locale; None
-    without Slurm client tools (the hooks then skip what needs the controller)."""
+    without Slurm client tools (the hooks then skip what needs the controller). SLURM_CONF, when
+    the hook has it (configless slurmd, a second cluster on one host), names the hook's own cluster."""
     if not bin_dir:
         return None
-    return SlurmClient(LocalRunner(bin_dir=bin_dir, env={"LC_ALL": "C"}))
+    return HookSlurm(bin_dir, {"LC_ALL": "C", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})})
 
 
 @dataclass
@@ -56,10 +76,14 @@ class HookConfig:
     # reading a run's flags and checkpoints as the job's user takes ~10 ms; a FIFO/NFS hang is cut here
     user_read_timeout: float = 2.0
     nvidia_smi: str | None = None
-    slurm: SlurmClient | None = None  # every Slurm command of the hooks goes through it
+    slurm: SlurmClient | HookSlurm | None = None  # every Slurm command of the hooks goes through it
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
     runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
+    health_faults_dir: Path = Path(DEFAULT_HEALTH_FAULTS_DIR)
+    health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
+    health_failures_dir: Path = Path(DEFAULT_HEALTH_FAILURES)
+    verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -71,9 +95,13 @@ class HookConfig:
             scratch = state / "scratch" / node
             spool = state / "cost-records"
             verdicts = state / "smoke-verdicts"
+            faults = state / "health-faults"
+            failures = state / "health-failures" / node
         else:
             gpu_map, scratch, spool = Path(DEFAULT_GPU_MAP_DIR), Path(DEFAULT_SCRATCH_ROOT), Path(DEFAULT_COST_SPOOL)
             verdicts = Path(DEFAULT_SMOKE_VERDICTS)
+            faults = Path(DEFAULT_HEALTH_FAULTS_DIR)
+            failures = Path(DEFAULT_HEALTH_FAILURES)
         return cls(
             node=node,
             gpu_map_dir=Path(env.get("SLURMCTL_GPU_MAP_DIR") or gpu_map),
@@ -83,10 +111,15 @@ class HookConfig:
             min_free_shm_mb=int(env.get("SLURMCTL_MIN_FREE_SHM_MB") or 256),
             min_free_scratch_mb=int(env.get("SLURMCTL_MIN_FREE_SCRATCH_MB") or 1024),
             nvidia_smi=env.get("SLURMCTL_NVIDIA_SMI") or _first_executable(NVIDIA_SMI_PATHS),
-            slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir()),
+            slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir(), env.get("SLURM_CONF")),
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
             runs_root=_runs_root(env),
             smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
+            health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
+            health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
+            verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
+            health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
+                                    if c.strip()),
         )
 
 

@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 from slurmctl.errors import AsUserError
+from slurmctl.ops.health import blame
+from slurmctl.ops.health.agent import drain
+from slurmctl.ops.health.checks import Subject, first_failure, run_checks
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.prolog import HookResult, job_gpu_indices
@@ -422,6 +425,52 @@ def record_killed_attempt(cfg: HookConfig, env, info: JobInfo | None, record: Co
         result.notes.append(f"recorded the end the killed batch script did not write: {outcome}")
 
 
+def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
+    """Runs in the child, as the job's user: the category `diagnose` gives the job's log."""
+    from slurmctl.observe.diagnose import diagnose_file  # why: the child's; preloaded by classify_failure
+
+    return diagnose_file(Path(log_path), slurm_state, exit_code).category
+
+
+def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
+    """A failed job's category on this node (health/blame.py scores them): its log read as the
+    job's user, bounded by cfg.user_read_timeout. Jobs that ended well cost one comparison."""
+    code = env.get("SLURM_JOB_EXIT_CODE2") or ""
+    state = info.state if info else ""
+    if (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL")) or info is None:
+        return
+    uid_text, user = env.get("SLURM_JOB_UID") or "", env.get("SLURM_JOB_USER") or ""
+    log = info.std_out.replace("%j", str(info.job_id)).replace("%A", str(info.job_id)).replace("%u", user)
+    if not uid_text.isdigit() or not log.startswith("/") or "%" in log:
+        return
+    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
+    if gid is None:
+        return
+    from slurmctl.observe import diagnose  # why: only a failed job's epilog classifies; preloaded for the child
+
+    try:
+        category = asuser.run_as(int(uid_text), gid, diagnose_category, log, state if state in ("FAILED", "NODE_FAIL")
+                                 else "FAILED", code, timeout=cfg.user_read_timeout)
+    except AsUserError as exc:
+        result.notes.append(f"failure not classified: {exc}")
+        return
+    if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
+        return
+    blame.record(cfg.health_failures_dir, blame.Failure(info.job_id, category, time.time()))
+    result.notes.append(f"failure classified: {category}")
+
+
+def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
+    """The epilog's health checks, after the cleanup: a failure drains the node with our reason
+    (the epilog itself still exits 0: Slurm's own "Epilog error" drain would hide the cause)."""
+    try:
+        failed = first_failure(run_checks(Subject(cfg, job_id, moment="epilog")))
+        if failed is not None:
+            result.notes.append(f"health: {failed.reason().text()} -> {drain(cfg, failed.reason())}")
+    except Exception as exc:  # noqa: BLE001 - the record must still be written
+        result.notes.append(f"health checks failed to run: {type(exc).__name__}: {exc}")
+
+
 def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     cfg = cfg or HookConfig.from_env(env)
     result = HookResult()
@@ -435,12 +484,14 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("scratch", lambda: remove_scratch(cfg, job_id)),
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
         ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
+        ("failure class", lambda: classify_failure(cfg, env, info, result)),
     )
     for label, step in steps:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - cleanup must go on; the record must be written
             result.notes.append(f"{label} cleanup failed: {type(exc).__name__}: {exc}")
+    check_node(cfg, job_id, result)
     now = time.time()
     record = build_record(cfg, env, info, now, result)
     try:

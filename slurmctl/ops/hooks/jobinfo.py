@@ -7,9 +7,13 @@ None (unknown) when Slurm does not, and the caller skips what needed the answer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slurmctl.errors import SlurmctlError
-from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.records import JobInfo
+
+if TYPE_CHECKING:
+    from slurmctl.slurm.client import SlurmClient
 
 TIMEOUT_SECONDS = 5.0  # a hook's whole budget is 150 ms in the normal case; this bounds the bad one
 
@@ -30,6 +34,16 @@ def active_job_ids(slurm: SlurmClient | None, node: str) -> set[int] | None:
         return None
     try:
         return slurm.node_job_ids(node, timeout=TIMEOUT_SECONDS)
+    except SlurmctlError:
+        return None
+
+
+def node_line(slurm: SlurmClient | None, node: str) -> str | None:
+    """`scontrol show node -o <node>` (~10 ms), or None when Slurm is missing, slow or has no such node."""
+    if slurm is None:
+        return None
+    try:
+        return slurm.node_line(node, timeout=TIMEOUT_SECONDS)
     except SlurmctlError:
         return None
 

@@ -1,20 +1,24 @@
 """Slurm Prolog logic: node health, the job's scratch dir, the GPU->job mapping files.
 
-A failed check returns ``ok=False`` with ONE readable line; the entry point drains the node with
-that line as the reason (``sinfo -R`` shows it) and exits non-zero, so Slurm requeues the job held.
+The health checks are slurmctl.ops.health's (the prolog's fast set). A failed check returns
+``ok=False`` with the drain reason `slurmctl:[node_problem] <check>: <detail>`; the entry point
+drains the node with it (``sinfo -R`` shows it) and exits non-zero, so Slurm requeues the job
+(not held where SchedulerParameters has nohold_on_prolog_fail, as deploy/slurm/scheduling.conf sets).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import HealthError, UnsafeDirectory
-from slurmctl.ops.hooks import jobinfo, procs
+from slurmctl.ops.health.agent import drain
+from slurmctl.ops.health.checks import Subject, first_failure, run_checks
+from slurmctl.ops.health.reasons import NODE_PROBLEM, DrainReason
+from slurmctl.ops.health.reasons import parse as parse_reason
 from slurmctl.ops.hooks.asuser import user_gid
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import mark_attempt_start
@@ -47,69 +51,6 @@ def check_test_trigger(cfg: HookConfig, env) -> None:
         planted = False
     if planted:
         raise HealthError(f"test trigger prolog-fail/{comment} (local dev cluster)")
-
-
-def check_gpus(cfg: HookConfig, env, result: HookResult) -> None:
-    wanted = job_gpu_indices(env)
-    if not cfg.nvidia_smi:
-        result.notes.append("gpu check skipped: nvidia-smi not installed on this node")
-        return
-    try:
-        proc = subprocess.run([cfg.nvidia_smi, "--query-gpu=index", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        raise HealthError("nvidia-smi hung for 20 s (driver or GPU fault)") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise HealthError(f"nvidia-smi failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
-    visible = {line.strip() for line in proc.stdout.splitlines() if line.strip()}
-    missing = [g for g in wanted if g not in visible]
-    if missing:
-        raise HealthError(f"GPU(s) {','.join(missing)} allocated but not visible to nvidia-smi "
-                          f"({len(visible)} visible)")
-    result.notes.append(f"gpus visible: {len(visible)}")
-
-
-def _free_mb(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize // (1024 * 1024)
-
-
-def check_space(cfg: HookConfig, result: HookResult) -> None:
-    for label, path, need in (("/dev/shm", cfg.shm_dir, cfg.min_free_shm_mb),
-                              ("scratch", cfg.scratch_root, cfg.min_free_scratch_mb)):
-        try:
-            free = _free_mb(path)
-        except FileNotFoundError:
-            if label == "scratch":
-                continue  # created (or refused) by make_scratch; nothing to measure yet
-            raise
-        if free < need:
-            where = label if str(path) == label else f"{label} {path}"
-            raise HealthError(f"{where} has {free} MB free, needs {need} MB")
-    result.notes.append("space ok")
-
-
-def check_leftovers(cfg: HookConfig, job_id: int, result: HookResult) -> None:
-    """Processes of jobs that no longer run here: kill them; drain if they survive SIGKILL. Only
-    processes slurmd started on THIS node count (procs.on_node): an interactive salloc's command
-    carries SLURM_JOB_ID but no node, and is no one's leftover here."""
-    others = [p for p in procs.job_processes() if p.job_id != job_id and procs.on_node(p, cfg.node)]
-    if not others:
-        return
-    active = jobinfo.active_job_ids(cfg.slurm, cfg.node)
-    if active is None:
-        result.notes.append("leftover check skipped: squeue did not answer")
-        return
-    stale = [p for p in others if p.job_id not in active]
-    if not stale:
-        return
-    survivors = procs.kill_all([p.pid for p in stale], cfg.kill_grace_seconds)
-    jobs = sorted({str(p.job_id) for p in stale})
-    if survivors:
-        raise HealthError(f"leftover processes of ended job(s) {','.join(jobs)} survive SIGKILL: "
-                          f"pids {','.join(map(str, survivors[:5]))}")
-    result.notes.append(f"killed {len(stale)} leftover process(es) of ended job(s) {','.join(jobs)}")
 
 
 def make_scratch(cfg: HookConfig, env, job_id: int) -> Path | None:
@@ -156,9 +97,12 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     try:
         check_test_trigger(cfg, env)
-        check_gpus(cfg, env, result)
-        check_space(cfg, result)
-        check_leftovers(cfg, job_id, result)
+        findings = run_checks(Subject(cfg, job_id, tuple(job_gpu_indices(env)), "prolog"), stop_at_first_failure=True)
+        result.notes.extend(f"{f.check}: {f.detail}" for f in findings if f.ok)
+        failed = first_failure(findings)
+        if failed is not None:
+            result.ok, result.reason = False, failed.reason().text()
+            return result
         try:
             scratch = make_scratch(cfg, env, job_id)
             result.notes.append(f"scratch {scratch}" if scratch else "scratch skipped: no job uid")
@@ -176,12 +120,15 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
         except UnsafeDirectory as exc:
             result.notes.append(f"gpu map skipped: {exc}")
     except HealthError as exc:
-        result.ok, result.reason = False, str(exc)
-    except OSError as exc:  # a broken scratch/shm filesystem is a node problem too
-        result.ok, result.reason = False, f"{exc.strerror or exc} ({exc.filename or 'filesystem'})"
+        result.ok, result.reason = False, DrainReason(NODE_PROBLEM, "trigger", str(exc)).text()
+    except OSError as exc:  # a broken scratch filesystem is a node problem too
+        detail = f"{exc.strerror or exc} ({exc.filename or 'filesystem'})"
+        result.ok, result.reason = False, DrainReason(NODE_PROBLEM, "scratch", detail).text()
     return result
 
 
 def drain_node(cfg: HookConfig, reason: str) -> bool:
-    """Drain this node with "slurmctl prolog: <reason>" (sinfo -R); False if Slurm did not take it."""
-    return jobinfo.drain_node(cfg.slurm, cfg.node, f"slurmctl prolog: {reason}")
+    """Drain this node with `reason` (ours: slurmctl:[...]) unless someone else's drain is on it;
+    False if Slurm did not take it."""
+    parsed = parse_reason(reason) or DrainReason(NODE_PROBLEM, "prolog", reason)
+    return drain(cfg, parsed) != "failed"

@@ -1,0 +1,60 @@
+"""The prolog's wall time with the health checks, side by side with the bare interpreter start it
+cannot avoid, interleaved in one run (the machine's load hits both alike). As root, like slurmd;
+no Slurm call: the node name is one no process carries (the leftover check finds nothing to ask
+about), state goes to a temporary directory.
+
+    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE]
+
+BASELINE_TREE: a checkout of another commit (`git archive <commit> slurmctl plugins | tar -x -C DIR`):
+its prolog joins the interleaving, e.g. the one before the health checks.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, round(0.99 * len(ordered)) - 1)]
+
+
+def main(n: int, baseline: str | None = None) -> None:
+    with tempfile.TemporaryDirectory(prefix="slurmctl-prolog-bench-") as state:
+        env = {"SLURMCTL_LOCAL_DIR": state, "SLURMD_NODENAME": "bench-node-none", "SLURM_JOB_ID": "1",
+               "SLURM_JOB_UID": "0", "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_MIN_FREE_SCRATCH_MB": "1",
+               "SLURMCTL_HOOKS_LOG": f"{state}/hooks.jsonl"}
+        commands = {"python3 -c pass": ["/usr/bin/python3", "-c", "pass"],
+                    "prolog with health checks": ["/usr/bin/python3", str(REPO / "plugins" / "prolog.py")]}
+        if baseline:
+            commands["baseline prolog"] = ["/usr/bin/python3", str(Path(baseline) / "plugins" / "prolog.py")]
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        for _ in range(n):
+            for name, argv in commands.items():
+                t0 = time.perf_counter()
+                done = subprocess.run(argv, env=env, capture_output=True)
+                times[name].append((time.perf_counter() - t0) * 1000)
+                if done.returncode != 0:
+                    raise SystemExit(f"{name} exited {done.returncode}: {done.stderr.decode().strip()}")
+    floor, ours = times["python3 -c pass"], times["prolog with health checks"]
+    print(f"{n} runs each, interleaved, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    for name, values in times.items():
+        print(f"  {name:28s} p50 {statistics.median(values):6.0f} ms   p99 {p99(values):6.0f} ms")
+    print(f"  ratio prolog/interpreter     p50 {statistics.median(ours) / statistics.median(floor):.1f}x  "
+          f"p99 {p99(ours) / p99(floor):.1f}x")
+    if baseline:
+        base = times["baseline prolog"]
+        print(f"  ratio prolog/baseline        p50 {statistics.median(ours) / statistics.median(base):.2f}x  "
+              f"p99 {p99(ours) / p99(base):.2f}x")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100, sys.argv[2] if len(sys.argv) > 2 else None)

@@ -1,0 +1,66 @@
+"""The operator's view of nodes (`slurmctl nodes`): state, who drained each and why, which check
+failed, whether a verification is running, and the suspect score where this machine can read it.
+
+Read-only: two Slurm calls (sinfo for the nodes, scontrol for the reservations). The suspect score
+comes from a node's own failure spool (health/blame.py), which lives on that node: it is shown
+where the spool is readable from here (on the node itself, or the local dev cluster's shared state
+dir), else taken from a suspect drain's reason, else unknown (None).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurmctl.ops.health import blame, reasons
+from slurmctl.ops.health.agent import VERIFY_PREFIX
+from slurmctl.slurm.client import SlurmClient
+
+_SUSPECT_COUNT = re.compile(r"\A(\d+) jobs with GPU/NCCL-class failures")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: str
+    state: str
+    drained: bool
+    drained_by: str  # "slurmctl", the user who set someone else's reason, or "" when not drained
+    blame: str  # node_problem | user_problem | "" (not ours)
+    check: str  # the failed check of our drain, "" otherwise
+    reason: str
+    reason_user: str
+    since: str
+    verifying: bool
+    suspect_score: int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def failure_spool(state_dir: Path | None, node: str) -> Path | None:
+    return state_dir / "health-failures" / node if state_dir is not None else None
+
+
+def node_views(client: SlurmClient, only: str | None = None, state_dir: Path | None = None,
+               now: float | None = None) -> list[NodeView]:
+    rows = client.node_health_rows(only)
+    verifying = {name.removeprefix(VERIFY_PREFIX) for name in client.reservation_names()
+                 if name.startswith(VERIFY_PREFIX)}
+    views = []
+    for row in sorted(rows, key=lambda r: r.name):
+        ours = reasons.parse(row.reason) if row.reason else None
+        score: int | None = None
+        spool = failure_spool(state_dir, row.name)
+        if spool is not None and spool.is_dir():
+            score = blame.score(blame.read(spool), now if now is not None else time.time())
+        elif ours is not None and ours.check == "suspect" and (m := _SUSPECT_COUNT.match(ours.detail)):
+            score = int(m[1])
+        drained_by = ("slurmctl" if ours else (row.reason_user.split("(")[0] or "unknown")) if row.drained else ""
+        views.append(NodeView(
+            node=row.name, state=row.state, drained=row.drained, drained_by=drained_by,
+            blame=ours.blame if ours else "", check=ours.check if ours else "",
+            reason=ours.detail if ours else row.reason, reason_user=row.reason_user, since=row.reason_time,
+            verifying=row.name in verifying, suspect_score=score))
+    return views
