@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -109,10 +110,29 @@ def test_multi_node_torchrun_script_reads_as_slurm_reads_it(workdir, alice):
     assert statuses["output"].startswith("set by slurmctl") and statuses["job-name"].startswith("set by slurmctl")
     launch = plan["body"]["launches"][-1]
     assert launch["launchers"][:2] == ["srun", "torchrun"] and launch["program"] == "train.py"
-    assert [e["kind"] for e in plan["body"]["environment"]] == ["module", "module", "conda", "export", "export"]
+    assert [e["kind"] for e in plan["body"]["environment"]] == ["module", "module", "conda", "conda", "export",
+                                                                 "export"]
     assert plan["body"]["traps"] and any("passed on to the original script" in n for n in plan["notes"])
     # the original's batch-shell signal reaches the original script's own trap
     assert "trap 'kill -USR1 \"$body_pid\"" in plan["wrapper"]
+
+
+def test_singleton_dependency_still_waits_for_the_users_job_of_that_name(workdir, alice):
+    name = f"nightly-{uuid.uuid4().hex[:6]}"
+    script = _write(workdir, "nightly.sbatch", f"#!/bin/bash\n#SBATCH -J {name}\n#SBATCH -p l4-dev\n#SBATCH -t 3\n"
+                    "#SBATCH --dependency=singleton\n#SBATCH --open-mode=append\nsleep 60\n", alice)
+    first = alice.sbatch("-o", "/dev/null", script)  # the lab's own job of that name, plain sbatch
+    adopted = None
+    try:
+        plan = slurmctl_json("adopt", "--yes", script, cwd=workdir)
+        adopted = plan["job_id"]
+        assert plan["differences"] == [] and plan["wrapper_differences"] == []  # open-mode append is Slurm's 'a'
+        assert {d["option"]: d["status"] for d in plan["directives"]}["job-name"].startswith("kept")
+        row = alice.squeue("-h", "-j", str(adopted), "-o", "%j|%r|%k").strip()
+        assert row == f"{name}|Dependency|slurmctl:{plan['run_id']}", row
+        assert slurmctl_json("status", plan["run_id"])["job_id"] == adopted
+    finally:
+        alice.scancel(first, adopted)
 
 
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):

@@ -152,9 +152,15 @@ def read_shape(script: SbatchScript) -> Shape:
     return shape
 
 
+# Options whose value sbatch -v prints in its own short form (--open-mode=append -> 'a').
+_SLURM_SPELLING = {"open-mode": lambda value: value[:1].lower()}
+
+
 def _same(option: str, ours: str | None, slurms: str) -> bool:
     if ours is None:  # a flag: sbatch prints the flag's name (or "set")
         return True
+    if option in _SLURM_SPELLING:
+        return _SLURM_SPELLING[option](ours) == _SLURM_SPELLING[option](slurms)
     if option == "time":
         return parse_slurm_duration(ours) == parse_slurm_duration(slurms)
     if option == "gres":
@@ -252,9 +258,24 @@ def _unique_lines(script: SbatchScript):
     return found
 
 
-def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int) -> list[str]:
+def uses_singleton(script: SbatchScript) -> bool:
+    """--dependency=singleton waits for the user's other jobs of the same NAME: renaming the job would
+    disarm it."""
+    return "singleton" in re.split(r"[,?:]", script.value("dependency") or "")
+
+
+def _job_name(script: SbatchScript, run_id: str) -> str:
+    """The run id, or, when the script depends on `singleton`, the name the original would run under
+    (its --job-name, else sbatch's default: the script's file name); the run id is in the comment."""
+    if not uses_singleton(script):
+        return run_id
+    return script.value("job-name") or script.path.name
+
+
+def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int,
+                   job_name: str | None = None) -> list[str]:
     log = job_log_path(run_dir, "%j")  # every attempt of the job appended to one log, as for runs
-    args = [f"--job-name={run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
+    args = [f"--job-name={job_name or run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
             f"--error={log}", "--open-mode=append"]
     if add_drain_signal:
         args.append(f"--signal=B:USR1@{int(drain_margin)}")
@@ -282,6 +303,9 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
                      "original script (its own trap gets it) and recorded as a drain request.")
     elif shape.signal:
         notes.append(f"drain: --signal={shape.signal} goes to the job's srun steps, as the script asks.")
+    if uses_singleton(script):
+        notes.append(f"dependency singleton: the job keeps the name {_job_name(script, '')!r}, so it still waits "
+                     "for your other jobs of that name; the run id is in its comment.")
     if shape.requeue is None:
         notes.append("requeue: the script says nothing; the cluster's default applies (JobRequeue).")
     else:
@@ -349,10 +373,11 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     margin = site.drain_margin_seconds
     plan = AdoptPlan(
         script=str(script_path.resolve()), run_id=run_id, run_dir=str(run_dir), shape=shape,
-        directives=[{**d.to_dict(), "status": _status(d)} for d in script.directives], body=body.to_dict(),
+        directives=[{**d.to_dict(), "status": _status(d, uses_singleton(script))} for d in script.directives],
+        body=body.to_dict(),
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
-        platform_args=_platform_args(run_id, run_dir, add_signal, margin),
+        platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
         cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
     block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
@@ -370,7 +395,9 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     return plan, script
 
 
-def _status(d) -> str:
+def _status(d, singleton: bool) -> str:
+    if d.option == "job-name" and singleton:
+        return "kept (--dependency=singleton waits on it; the run id goes in the comment)"
     if d.option in PLATFORM:
         return "set by slurmctl (original shown)"
     return "read, passed through unchanged" if d.kind != "passed-through" else "passed through unchanged"
