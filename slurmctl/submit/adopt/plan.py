@@ -282,15 +282,22 @@ def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_mar
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None) -> dict:
+def _cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
+    """The worst case: GPUs x hours at the GPU price; a job without GPUs by the CPUs Slurm would give
+    it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills it."""
     config = site.partitions.get(partition or "") if partition else None
     price = config.price_per_gpu_hour if config else 0.0
     hours = (shape.time_seconds or 0) / 3600
     copies = shape.array_tasks or 1
     gpus = (shape.gpus_total or 0) * copies
-    return {"partition": partition, "gpus": gpus, "hours": round(hours, 3), "price_per_gpu_hour": price,
+    cost = {"partition": partition, "gpus": gpus, "hours": round(hours, 3), "price_per_gpu_hour": price,
             "max_usd": round(gpus * hours * price, 2), "array_tasks": copies,
             "note": "" if config else f"partition {partition!r} has no price in the site config"}
+    if not gpus and processors:
+        cpu_price = getattr(config, "price_per_cpu_hour", 0.0) if config else 0.0
+        cost.update(cpus=processors * copies, price_per_cpu_hour=cpu_price,
+                    max_usd=round(processors * copies * hours * cpu_price, 2))
+    return cost
 
 
 def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_signal: bool, margin: int) -> list[str]:
@@ -378,7 +385,8 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
         platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
-        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None),
+        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
+                   original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
     block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
     plan.resilience = {**block.to_dict(), "how": how} if block else None
