@@ -135,6 +135,44 @@ def test_singleton_dependency_still_waits_for_the_users_job_of_that_name(workdir
         alice.scancel(first, adopted)
 
 
+DEAF = """import os, time, torch
+os.makedirs("out", exist_ok=True)
+for it in range(100000):
+    if it % 10 == 0:
+        torch.save({"iter_num": it, "model": torch.zeros(2)}, "out/ckpt.tmp")
+        os.replace("out/ckpt.tmp", "out/ckpt.pt")
+    print(f"iter {it}: loss 1.0", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_cancel_of_a_program_that_dies_on_its_drain_signal_reads_cancelled(workdir, alice):
+    _write(workdir, "deaf.py", DEAF, alice)
+    script = _write(workdir, "deaf.sbatch", "#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n#SBATCH -n 1\n"
+                    "srun python deaf.py\n", alice)
+    # told that it saves on USR1, which it does not trap: the signal kills it
+    plan = slurmctl_json("adopt", "--yes", "--framework", "pytorch", "--signal", "USR1", "--checkpoint-dir", "out",
+                         script, cwd=workdir)
+    run_id = plan["run_id"]
+    try:
+        deadline = time.monotonic() + 120
+        while (slurmctl_json("status", run_id).get("latest_checkpoint_step") or 0) < 10:
+            assert time.monotonic() < deadline
+            time.sleep(2)
+        result = alice.slurmctl("cancel", run_id, "--json", check=False)
+        cancelled = json.loads(result.stdout)
+        assert cancelled["final_state"] == "CANCELLED" and cancelled["drain"] == "unacknowledged", cancelled
+        assert "ckpt.pt" in cancelled["note"] and result.returncode == 1  # work since that checkpoint is lost
+        status = slurmctl_json("status", run_id)
+        assert status["phase"] == "cancelled" and status["diagnosis"] is None, status
+        assert "ckpt.pt" in status["headline"] and status["latest_checkpoint_step"] >= 10
+        ends = [json.loads(line) for line in (Path(plan["run_dir"]) / "attempts.jsonl").read_text().splitlines()]
+        assert [e["outcome"] for e in ends if e["event"] == "end"] == ["cancelled"]
+        assert slurmctl_json("resume", run_id)["from_step"] == status["latest_checkpoint_step"]
+    finally:
+        slurmctl("cancel", run_id, "--now", check=False)
+
+
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):
     dep = alice.sbatch("--hold", "-p", "l4-dev", "-o", "/dev/null", "-J", "adopt-dep", "--wrap", "true")
     try:
