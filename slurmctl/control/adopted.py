@@ -134,8 +134,14 @@ def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
         raise ResumeError(f"run {run.run_id} is still {state.lower()} (job {job_id}); it cannot be resumed now.",
                           f"Wait for it to end, or stop it with `slurmctl cancel {run.run_id}` first.")
     block = resilience_of(run)
-    latest = block.latest() if block else None
+    latest = block.restored() if block else None  # what the program's next start restores by itself
     if latest is None:
+        newest = block.latest() if block else None
+        if newest is not None:  # e.g. Lightning's fit(ckpt_path=None) restores hpc_ckpt_* only
+            raise ResumeError(f"run {run.run_id}: {block.framework} would restore none of its checkpoints "
+                              f"(restore rule: {block.restore}); its newest, {newest.path}, would be ignored and "
+                              "training would start from the beginning. Nothing was submitted.",
+                              "Pass that checkpoint to the program (e.g. fit(ckpt_path=...)) and adopt it again.")
         where = f" in {block.checkpoint_dir}" if block else " (no --framework was given when it was adopted)"
         raise ResumeError(f"run {run.run_id} has no complete checkpoint of the program's own{where}.",
                           "Adopt the script again to start from the beginning.")

@@ -83,14 +83,19 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
         except OSError:
             pass
         status.details.append(f"Last progress in its output: step {step}.")
-    latest = block.latest()
+    latest, restored = block.latest(), block.restored()
+    if block.restore and (restored is None or latest is None or restored.path != latest.path):
+        status.details.append(f"Its next start restores {restored.path if restored else 'no checkpoint'} "
+                              f"({block.framework}'s rule for this program: {block.restore}).")
+    latest = restored if block.restore else latest  # what status and resume name: what will be restored
+    label = "the checkpoint its next start restores" if block.restore else "its newest checkpoint of its own"
     if status.phase == "cancelled":
-        status.headline += (f" Its newest checkpoint of its own: {latest.path}"
+        status.headline += (f" {label.capitalize()}: {latest.path}"
                             + (f" (step {latest.step})." if latest.step is not None else ".")
                             if latest is not None else " It had written no checkpoint of its own.")
     if latest is not None:
         status.latest_checkpoint_step = latest.step
         status.checkpoint_age_seconds = max(0.0, now - latest.mtime)
-        status.details.append(f"Newest checkpoint of its own: {latest.path}"
+        status.details.append(f"{label.capitalize()}: {latest.path}"
                               f"{f' (step {latest.step})' if latest.step is not None else ''}, "
                               f"{human_duration(status.checkpoint_age_seconds)} old.")

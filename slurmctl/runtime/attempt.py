@@ -68,21 +68,27 @@ def _max_restarts(run_dir: Path) -> int:
         return 3
 
 
-def _program_checkpoint(run_dir: Path):
-    """An adopted program's (`slurmctl adopt`) own newest checkpoint, read through its checkpoint
-    adapter (run.json's adopt block); None for a run of ours or a program without one."""
+def _program_block(run_dir: Path) -> Resilience | None:
+    """An adopted program's (`slurmctl adopt`) checkpoint adapter (run.json's adopt block); None for a
+    run of ours or a program without one."""
     if os.environ.get("SLURMCTL_ADOPTED") != "1":
         return None
     meta = read_json(run_dir / rundir.RUN_JSON, 1024 * 1024)
     adopted = meta.get("adopted") if isinstance(meta, dict) else None
-    block = Resilience.from_dict(adopted.get("resilience") if isinstance(adopted, dict) else None)
+    return Resilience.from_dict(adopted.get("resilience") if isinstance(adopted, dict) else None)
+
+
+def _program_checkpoint(run_dir: Path):
+    """An adopted program's own newest complete checkpoint."""
+    block = _program_block(run_dir)
     return block.latest() if block else None
 
 
 def _program_checkpoint_step(run_dir: Path) -> int | None:
-    """An adopted program resumes from its own newest checkpoint: its step."""
-    latest = _program_checkpoint(run_dir)
-    return latest.step if latest else None
+    """The step of the checkpoint an adopted program restores by itself (its framework's precedence)."""
+    block = _program_block(run_dir)
+    restored = block.restored() if block else None
+    return restored.step if restored else None
 
 
 def _base_record(event: str) -> dict:

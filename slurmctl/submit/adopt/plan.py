@@ -330,18 +330,18 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
 def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
                 signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
     """The adopt block: given, or detected from the program the script launches (its imports)."""
-    how = "given"
-    if framework is None:
-        for launch in body.launches:
-            program = Path(launch.program) if launch.program else None
-            try:
-                text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
-            except OSError:
-                text = ""
-            framework = detect(text)
-            if framework:
-                how = f"detected: {program} imports it"
-                break
+    how, text = "given", ""
+    for launch in body.launches:
+        program = Path(launch.program) if launch.program else None
+        try:
+            text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
+        except OSError:
+            text = ""
+        found = detect(text)
+        if framework is None and found:
+            framework, how = found, f"detected: {program} imports it"
+        if found and found == framework:
+            break  # the program the block is about: its text says how it restores
     if framework in {None, "none"}:
         return None, "none"
     if framework not in ADAPTERS:
@@ -361,6 +361,8 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
     block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
                        program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
+    if hasattr(adapter, "restore_mode"):  # which of its checkpoints the framework restores by itself
+        block.restore = adapter.restore_mode(text, body.under_srun)
     return block, how
 
 
