@@ -189,18 +189,10 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
 
 
 def _plain_jobs(ctx: Context) -> list:
-    """The caller's queued and running jobs that are no run (one squeue --me); none when Slurm is slow."""
-    from slurmctl.errors import SlurmUnreachable
-    from slurmctl.observe.status import QUERY_SECONDS
-    from slurmctl.rundir import COMMENT_PREFIX
-    from slurmctl.slurm.owned import my_plain_jobs
-    from slurmctl.slurm.runner import answer_within
+    """The caller's plain sbatch jobs: queued, running and recently ended; none when Slurm is slow."""
+    from slurmctl.observe.listing import my_plain_jobs_listing
 
-    try:
-        with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            return my_plain_jobs(ctx.client, COMMENT_PREFIX, ctx.registry.uid)
-    except SlurmUnreachable:
-        return []
+    return my_plain_jobs_listing(ctx.client, ctx.registry.uid)
 
 
 def _unreachable_exit(statuses: list) -> int | None:

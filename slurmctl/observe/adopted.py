@@ -48,7 +48,8 @@ def in_script_words(text: str, resubmit: str = "`slurmctl resume RUN`", script: 
 def script_advice(status, resubmit: str, script: str = "SCRIPT") -> None:
     """Every piece of advice of `status` (a run's or a plain job's) in the script's words."""
     for name in ("action", "headline", "why"):
-        setattr(status, name, in_script_words(getattr(status, name), resubmit, script))
+        if hasattr(status, name):
+            setattr(status, name, in_script_words(getattr(status, name), resubmit, script))
     for name in ("suggestions", "details", "health_notes"):
         if hasattr(status, name):
             setattr(status, name, [in_script_words(t, resubmit, script) for t in getattr(status, name)])

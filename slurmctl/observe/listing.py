@@ -1,5 +1,6 @@
 """The caller's runs as `ls` and the web's runs page list them: the newest run dirs plus every run
-with a job in the queue, however old, with their statuses from one squeue (and at most one sacct)."""
+with a job in the queue, however old, with their statuses from one squeue (and at most one sacct);
+and beside them the caller's plain sbatch jobs, queued, running or ended in the last days."""
 
 from __future__ import annotations
 
@@ -48,3 +49,19 @@ def my_runs(registry: RunRegistry, client: SlurmClient, runs: list[Run], site=No
         except SlurmUnreachable:  # no second wait for the same outage
             return runs, unreachable_statuses(runs, site=site)
     return runs, runs_statuses(runs, client, site=site, queue=snapshot)
+
+
+def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None) -> list:
+    """The caller's plain sbatch jobs (no runs): queued and running (one squeue --me), then those that
+    ended in the last RECENT_DAYS, newest first, at most RECENT_LIMIT (one sacct); none when Slurm
+    does not answer within the read budget."""
+    from slurmctl.slurm.owned import my_ended_plain_jobs, my_plain_jobs  # why: only ls and the runs page list them
+
+    try:
+        with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+            active = my_plain_jobs(client, COMMENT_PREFIX, uid)
+            shown = {row.job_id.split("_")[0] for row in active}
+            ended = [row for row in my_ended_plain_jobs(client, COMMENT_PREFIX, uid) if row.job_id not in shown]
+    except SlurmUnreachable:
+        return []
+    return active + ended
