@@ -173,6 +173,44 @@ def test_cancel_of_a_program_that_dies_on_its_drain_signal_reads_cancelled(workd
         slurmctl("cancel", run_id, "--now", check=False)
 
 
+SELF_REQUEUE = """#!/bin/bash
+#SBATCH -p l4-dev
+#SBATCH -t 5
+#SBATCH -n 1
+#SBATCH --requeue
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  python -c 'import torch; torch.save({"iter_num": 5, "model": torch.zeros(2)}, "ckpt.pt"); print("iter 5")'
+  scontrol requeue "$SLURM_JOB_ID"   # what Lightning does after its own save on SIGUSR1
+  sleep 60
+fi
+sleep 300
+"""
+
+
+def test_a_job_that_requeued_itself_and_was_cancelled_while_waiting_reads_cancelled(workdir, alice):
+    script = _write(workdir, "selfq.sbatch", SELF_REQUEUE, alice)
+    plan = slurmctl_json("adopt", "--yes", "--framework", "pytorch", script, cwd=workdir)
+    run_id, job_id = plan["run_id"], plan["job_id"]
+    try:
+        deadline = time.monotonic() + 120
+        while alice.squeue("-h", "-j", str(job_id), "-o", "%T").strip() != "PENDING" or \
+                not (Path(plan["run_dir"]) / "attempts.jsonl").read_text().count('"start"'):
+            assert time.monotonic() < deadline, "the job never requeued itself"
+            time.sleep(1)
+        assert slurmctl_json("cancel", run_id)["final_state"] == "CANCELLED"
+        deadline = time.monotonic() + 150  # MinJobAge: then only accounting knows the job
+        while alice.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.strip():
+            assert time.monotonic() < deadline
+            time.sleep(3)
+        accounting = alice.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).stdout.split()
+        status = slurmctl_json("status", run_id)
+        assert status["phase"] == "cancelled", (accounting, status)
+        assert status["latest_checkpoint_step"] == 5 and "ckpt.pt" in status["headline"], status
+        print(f"accounting says {accounting}; status says {status['phase']}")
+    finally:
+        slurmctl("cancel", run_id, "--now", check=False)
+
+
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):
     dep = alice.sbatch("--hold", "-p", "l4-dev", "-o", "/dev/null", "-J", "adopt-dep", "--wrap", "true")
     try:
