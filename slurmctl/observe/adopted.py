@@ -84,7 +84,8 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
         except OSError:
             pass
         status.details.append(f"Last progress in its output: step {step}.")
-    latest, restored = block.latest(), block.restored()
+    found = block.checkpoints()  # one scan: opening a program's checkpoints is the costly part
+    latest, restored = (found[-1] if found else None), block.restored(found)
     if block.restore and (restored is None or latest is None or restored.path != latest.path):
         status.details.append(f"Its next start restores {restored.path if restored else 'no checkpoint'} "
                               f"({block.framework}'s rule for this program: {block.restore}).")

@@ -56,10 +56,10 @@ class Resilience:
         found = self.checkpoints()
         return found[-1] if found else None
 
-    def restored(self) -> ProgramCheckpoint | None:
+    def restored(self, found: list[ProgramCheckpoint] | None = None) -> ProgramCheckpoint | None:
         """The checkpoint the program's next start restores by itself (the framework's own precedence,
-        where the adapter knows it; else its newest complete one)."""
-        found = self.checkpoints()
+        where the adapter knows it; else its newest complete one), of `found` (default: a new scan)."""
+        found = self.checkpoints() if found is None else found
         choose = getattr(self.adapter, "restored", None)
         if choose is None:
             return found[-1] if found else None
