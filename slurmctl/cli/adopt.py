@@ -112,8 +112,9 @@ def _print_plan(plan) -> None:
         print_line(("Slurm (--test-only of the original):", "bold"), " ", (f"refused: {slurm['message']}", "red"),
                    to_stderr=True)
     cost = plan.cost
-    print_line(("Cost:", "bold"), f" {cost['gpus']} GPU(s) x ${cost['price_per_gpu_hour']:.2f}/GPU-hour x "
-               f"{cost['hours']:.2f} h = worst case ${cost['max_usd']:,.2f}"
+    priced = (f"{cost['cpus']} CPU(s) x ${cost['price_per_cpu_hour']:.3f}/CPU-hour" if cost.get("cpus") else
+              f"{cost['gpus']} GPU(s) x ${cost['price_per_gpu_hour']:.2f}/GPU-hour")
+    print_line(("Cost:", "bold"), f" {priced} x {cost['hours']:.2f} h = worst case ${cost['max_usd']:,.2f}"
                f"{' (' + cost['note'] + ')' if cost['note'] else ''}", to_stderr=True)
     print_line(("Directives:", "bold"), to_stderr=True)
     for d in plan.directives:

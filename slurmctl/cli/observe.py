@@ -156,7 +156,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
-    plain = [] if all_users or slurm_down else _plain_jobs(ctx)
+    plain = [] if all_users or slurm_down else _plain_jobs(ctx, wanted)
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
@@ -188,19 +188,11 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     return _unreachable_exit(statuses)
 
 
-def _plain_jobs(ctx: Context) -> list:
-    """The caller's queued and running jobs that are no run (one squeue --me); none when Slurm is slow."""
-    from slurmctl.errors import SlurmUnreachable
-    from slurmctl.observe.status import QUERY_SECONDS
-    from slurmctl.rundir import COMMENT_PREFIX
-    from slurmctl.slurm.owned import my_plain_jobs
-    from slurmctl.slurm.runner import answer_within
+def _plain_jobs(ctx: Context, limit: int | None) -> list:
+    """The caller's plain sbatch jobs: queued, running and recently ended; none when Slurm is slow."""
+    from slurmctl.observe.listing import my_plain_jobs_listing
 
-    try:
-        with answer_within(getattr(ctx.client, "runner", None), QUERY_SECONDS):
-            return my_plain_jobs(ctx.client, COMMENT_PREFIX, ctx.registry.uid)
-    except SlurmUnreachable:
-        return []
+    return my_plain_jobs_listing(ctx.client, ctx.registry.uid, limit)
 
 
 def _unreachable_exit(statuses: list) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, print_json
+from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, print_json, print_line
 
 
 @click.command()
@@ -45,12 +45,17 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
         if result.drain == "acknowledged":
             out.print(f"drain acknowledged after {result.drain_seconds:.1f} s: checkpoint at step {result.ack_step}"
                       f" ({result.ack_checkpoint})", markup=False)
+        elif result.drain == "unacknowledged" and result.note:
+            print_line(("DRAIN NOT ACKNOWLEDGED", "red bold"), f" within {result.drain_seconds:.0f} s: {result.note}.",
+                       to_stderr=True)
         elif result.drain == "unacknowledged":
             err.print(f"[red bold]DRAIN NOT ACKNOWLEDGED[/] within {result.drain_seconds:.0f} s: the training did not "
                       "save and confirm; work since its last checkpoint is lost. Make it poll "
                       "`rt.should_stop()` every step (see README), or raise --timeout.")
         out.print(f"job {result.job_id} of {result.run_id} is {result.final_state.lower()} "
-                  f"(verified after {result.seconds:.1f} s)", markup=False)
+                  f"(verified after {result.seconds:.1f} s"
+                  + (f"; Slurm records it as {result.slurm_state.lower()}" if result.slurm_state else "") + ")",
+                  markup=False)
     if not result.ok:
         return 1
 

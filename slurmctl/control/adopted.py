@@ -13,6 +13,7 @@ from slurmctl.control.cancel import CancelResult, ProgressFn
 from slurmctl.control.resume import ResumeResult
 from slurmctl.errors import ResumeError, RunNotFound, SlurmctlError
 from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
+from slurmctl.runtime import write_drain_request
 from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
 from slurmctl.slurm.client import ACTIVE_STATES, SlurmClient
 
@@ -72,8 +73,19 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
     while time.monotonic() - started < drain_timeout + wait_seconds:
         state = _live_state(client, job_id)
         if not _active(state):
-            result.final_state = state or "CANCELLED"
+            # the user asked for this end: a program killed by the signal it was sent (FAILED) or one
+            # that saved and exited (COMPLETED) was cancelled all the same; Slurm's word is kept beside it
+            result.final_state = "CANCELLED"
+            if state not in {None, "CANCELLED"}:
+                result.slurm_state = state
             result.verified, result.seconds = True, time.monotonic() - started
+            if result.drain == "unacknowledged":
+                latest = block.latest() if block else None
+                result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
+                               + (f" (it ended {state.lower()}: it does not save on that signal)" if state
+                                  not in {None, "CANCELLED"} else "")
+                               + (f"; its newest checkpoint is {latest.path} (step {latest.step})" if latest else
+                                  "; it has no checkpoint of its own"))
             return result
         if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and not requeued_cancelled:
             # the program requeued itself after its save (Lightning does) while the first scancel
@@ -89,6 +101,8 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
            poll: float, progress: ProgressFn | None) -> None:
     """The program's own signal, then its own new complete checkpoint as the acknowledgement."""
     before = block.latest()
+    # the batch shell's `attempt end` reads it: the attempt ends `cancelled`, however the program ends
+    write_drain_request(run.path, "cancel", job_id=str(job_id))
     run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=block.signal,
                signal_to=block.signal_to)
     client.cancel(job_id, signal=block.signal, batch_only=block.signal_to == "batch")
@@ -120,8 +134,14 @@ def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
         raise ResumeError(f"run {run.run_id} is still {state.lower()} (job {job_id}); it cannot be resumed now.",
                           f"Wait for it to end, or stop it with `slurmctl cancel {run.run_id}` first.")
     block = resilience_of(run)
-    latest = block.latest() if block else None
+    latest = block.restored() if block else None  # what the program's next start restores by itself
     if latest is None:
+        newest = block.latest() if block else None
+        if newest is not None:  # e.g. Lightning's fit(ckpt_path=None) restores hpc_ckpt_* only
+            raise ResumeError(f"run {run.run_id}: {block.framework} would restore none of its checkpoints "
+                              f"(restore rule: {block.restore}); its newest, {newest.path}, would be ignored and "
+                              "training would start from the beginning. Nothing was submitted.",
+                              "Pass that checkpoint to the program (e.g. fit(ckpt_path=...)) and adopt it again.")
         where = f" in {block.checkpoint_dir}" if block else " (no --framework was given when it was adopted)"
         raise ResumeError(f"run {run.run_id} has no complete checkpoint of the program's own{where}.",
                           "Adopt the script again to start from the beginning.")

@@ -34,6 +34,8 @@ class CancelResult:
     ack_step: int | None = None
     ack_checkpoint: str | None = None
     drain_seconds: float | None = None
+    slurm_state: str | None = None  # Slurm's own end state, when it differs from final_state
+    note: str = ""  # what the drain found, in words (an adopted program's own checkpoint)
 
     @property
     def ok(self) -> bool:

@@ -4,12 +4,57 @@ checkpoint from its own files (slurmctl.runtime.adapters)."""
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from slurmctl.durations import human_duration
 from slurmctl.fsutil import tail_text_lines
 from slurmctl.rundir import Run
 from slurmctl.runtime.adapters import Resilience
 
 LOG_TAIL_BYTES = 256 * 1024  # the newest progress line is near the end
+
+# The advice written for run.yaml runs, in the words of a job that has only its sbatch script: each
+# run.yaml field as the #SBATCH option (or script line) that says the same, tried in this order.
+_SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for p, r in (
+    (r"`time_limit` in run\.yaml", "`#SBATCH --time` in the script"),
+    (r"`nodes` in run\.yaml", "`#SBATCH --nodes` in the script"),
+    (r"`gpus_per_node` in run\.yaml / `--gres=gpu:N`", "`#SBATCH --gres=gpu:N` in the script"),
+    (r"`gpus_per_node` in run\.yaml", "`#SBATCH --gres=gpu:N` in the script"),
+    (r"the GPU type and count in run\.yaml", "the GPU type and count of `#SBATCH --gres` in the script"),
+    (r"\(env: in run\.yaml\)", "(an `export` line in the script)"),
+    (r"run\.yaml env", "the script's `export` lines"),
+    (r"`python:` in run\.yaml / the image", "the script's module/conda/venv lines"),
+    (r"`args:` \(run\.yaml\)", "the program's arguments in the script"),
+    (r"`(?:checkpoint\.keep_last|model\.precision)` in run\.yaml", "the program's own setting"),
+    (r"`slurmctl submit` again", "`slurmctl resume RUN`"),
+    (r"\bin run\.yaml\b", "in the sbatch script"),
+    (r"\brun\.yaml\b", "the sbatch script"),
+))
+
+
+def in_script_words(text: str, resubmit: str = "`slurmctl resume RUN`", script: str = "SCRIPT") -> str:
+    """`text` (advice for run.yaml runs) for a job adopted from, or submitted as, an sbatch script;
+    `resubmit` says how that job is started again."""
+    if "run.yaml" not in text and "slurmctl submit" not in text:
+        return text
+    for pattern, words in _SCRIPT_WORDS:
+        text = pattern.sub(resubmit if words == "`slurmctl resume RUN`" else words, text)
+    if "#SBATCH" in text and "slurmctl adopt" not in text:
+        text += f" Then run the script again with `slurmctl adopt {script}`."
+    return text
+
+
+def script_advice(status, resubmit: str, script: str = "SCRIPT") -> None:
+    """Every piece of advice of `status` (a run's or a plain job's) in the script's words."""
+    for name in ("action", "headline", "why"):
+        if hasattr(status, name):
+            setattr(status, name, in_script_words(getattr(status, name), resubmit, script))
+    for name in ("suggestions", "details", "health_notes"):
+        if hasattr(status, name):
+            setattr(status, name, [in_script_words(t, resubmit, script) for t in getattr(status, name)])
+    if status.diagnosis and isinstance(status.diagnosis.get("hint"), str):
+        status.diagnosis = {**status.diagnosis, "hint": in_script_words(status.diagnosis["hint"], resubmit, script)}
 
 
 def apply_adopted(status, run: Run, job, now: float) -> None:
@@ -24,6 +69,7 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
                              "; no checkpoint adapter (adopt with --framework to have cancel and resume use them)"))
     if status.phase == "starting":  # no heartbeat is expected from it
         status.phase = "training"
+    script_advice(status, f"`slurmctl resume {run.run_id}`", shlex.quote(str(adopted.get("script") or "SCRIPT")))
     if block is None or status.job_id is None:
         return
     try:
@@ -38,10 +84,20 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
         except OSError:
             pass
         status.details.append(f"Last progress in its output: step {step}.")
-    latest = block.latest()
+    found = block.checkpoints()  # one scan: opening a program's checkpoints is the costly part
+    latest, restored = (found[-1] if found else None), block.restored(found)
+    if block.restore and (restored is None or latest is None or restored.path != latest.path):
+        status.details.append(f"Its next start restores {restored.path if restored else 'no checkpoint'} "
+                              f"({block.framework}'s rule for this program: {block.restore}).")
+    latest = restored if block.restore else latest  # what status and resume name: what will be restored
+    label = "the checkpoint its next start restores" if block.restore else "its newest checkpoint of its own"
+    if status.phase == "cancelled":
+        status.headline += (f" {label.capitalize()}: {latest.path}"
+                            + (f" (step {latest.step})." if latest.step is not None else ".")
+                            if latest is not None else " It had written no checkpoint of its own.")
     if latest is not None:
         status.latest_checkpoint_step = latest.step
         status.checkpoint_age_seconds = max(0.0, now - latest.mtime)
-        status.details.append(f"Newest checkpoint of its own: {latest.path}"
+        status.details.append(f"{label.capitalize()}: {latest.path}"
                               f"{f' (step {latest.step})' if latest.step is not None else ''}, "
                               f"{human_duration(status.checkpoint_age_seconds)} old.")

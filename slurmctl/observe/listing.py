@@ -1,5 +1,6 @@
 """The caller's runs as `ls` and the web's runs page list them: the newest run dirs plus every run
-with a job in the queue, however old, with their statuses from one squeue (and at most one sacct)."""
+with a job in the queue, however old, with their statuses from one squeue (and at most one sacct);
+and beside them the caller's plain sbatch jobs, queued, running or ended in the last days."""
 
 from __future__ import annotations
 
@@ -48,3 +49,24 @@ def my_runs(registry: RunRegistry, client: SlurmClient, runs: list[Run], site=No
         except SlurmUnreachable:  # no second wait for the same outage
             return runs, unreachable_statuses(runs, site=site)
     return runs, runs_statuses(runs, client, site=site, queue=snapshot)
+
+
+def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None, limit: int | None = None) -> list:
+    """The caller's plain sbatch jobs (no runs): queued and running (one squeue --me), then those that
+    ended in the last RECENT_DAYS, newest first, at most `limit` (as many as the runs shown) and never
+    more than RECENT_LIMIT (one sacct); none when Slurm does not answer within the read budget."""
+    from slurmctl.slurm.owned import (  # why: only ls and the runs page list them
+        RECENT_LIMIT,
+        my_ended_plain_jobs,
+        my_plain_jobs,
+    )
+
+    try:
+        with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+            active = my_plain_jobs(client, COMMENT_PREFIX, uid)
+            shown = {row.job_id.split("_")[0] for row in active}
+            ended = my_ended_plain_jobs(client, COMMENT_PREFIX, uid, limit=min(limit or RECENT_LIMIT, RECENT_LIMIT))
+            ended = [row for row in ended if row.job_id not in shown]
+    except SlurmUnreachable:
+        return []
+    return active + ended

@@ -176,6 +176,23 @@ class LogReading:
         return {k: v for k, v in d.items() if v not in (None, [], 0)}
 
 
+# A collective that failed because a PEER went away (gloo's transport closed or reset, NCCL's remote
+# process gone): the consequence of another rank's error, never the root of it when that rank's
+# own exception is in the log.
+_PEER_TEARDOWN = re.compile(r"gloo/transport/|Connection (?:closed|reset) by peer|[Rr]emote process exited|"
+                            r"NCCL communicator was aborted|DistNetworkError|Broken pipe")
+
+
+def real_error_first(chosen: tuple[int, list[str]] | None,
+                     blocks: list[tuple[int, list[str]]]) -> tuple[int, list[str]] | None:
+    """`chosen`, unless its exception is a peer's teardown and another traceback of the log ends in a
+    real exception: then the first such one (the rank that failed, not the ones it left hanging)."""
+    if chosen is None or not _PEER_TEARDOWN.search(chosen[1][-1]):
+        return chosen
+    real = [(s, b) for s, b in blocks if _EXCEPTION_LINE.match(b[-1].strip()) and not _PEER_TEARDOWN.search(b[-1])]
+    return real[0] if real else chosen
+
+
 def _frame_text(m: re.Match) -> str:
     return f"{m[1]}:{m[2]}" + (f" in {m[3]}" if m[3] else "")
 
@@ -216,11 +233,14 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
     # log (one rank's error makes the others fail after it), never the launcher's ChildFailedError.
     blocks = [(s, b) for s, b in traceback_blocks(lines) if not is_launcher_block(b)]
     r.failure_markers += len(blocks)
+    every = blocks
     if root and root.get("rank") is not None:
         r.root_rank = root["rank"]
         own = [(s, b) for s, b in blocks if cleaned[s][1] == root["rank"]]
         blocks = own or blocks
-    chosen = blocks[0] if blocks else None
+    chosen = real_error_first(blocks[0] if blocks else None, every)
+    if chosen is not None and blocks and chosen is not blocks[0]:
+        r.root_rank = cleaned[chosen[0]][1]  # the rank whose own error left the launcher's first failure hanging
     if chosen is not None:
         start, block = chosen
         last = block[-1].strip()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned
+from slurmctl.observe.adopted import script_advice
 from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.explain import explain_reason, explain_state
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
@@ -146,6 +147,7 @@ def plain_job_status(plain: PlainJob) -> PlainJobStatus:
         status.diagnosis = diagnose_file(plain.log_path, job.state, job.exit_code).to_dict()
     status.details.append("Submitted with plain sbatch: no heartbeat, checkpoints or drain. "
                           "`slurmctl adopt SCRIPT` runs the same script with them.")
+    script_advice(status, "`sbatch SCRIPT` (or `slurmctl adopt SCRIPT`) again")
     return status
 
 

@@ -23,6 +23,7 @@ from slurmctl.observe.explain import explain_beyond_limit, explain_reason, expla
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
+    cancelled_on_request,
     checkpoint_failure,
     in_allocation_restarts,
     node_loss,
@@ -274,6 +275,7 @@ def _attempts(status: RunStatus, events: list[dict], job: Job | None, spec, queu
     reliability_details(status, events)
     status.history = story(events, job)
     requeue_story(status, job, events)
+    cancelled_on_request(status, job, events)
     status.requeues = _requeues(events)
     status.restarts_in_allocation = in_allocation_restarts(events)
     if spec is not None:

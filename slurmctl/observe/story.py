@@ -151,6 +151,27 @@ def requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> Non
         status.why = f"{told}; {status.why}" if status.why else told
 
 
+def cancelled_on_request(status: RunStatus, job: Job | None, events: list[dict]) -> None:
+    """A job the user cancelled (`slurmctl cancel` recorded the request) reads `cancelled` however Slurm
+    saw it end: a program killed by the drain signal it was sent ends FAILED, a drained one may exit 0
+    (COMPLETED), and one that requeued itself leaves accounting only its REQUEUED record."""
+    if job is None or (job.active and job.source != "sacct"):  # still in the queue: not over yet
+        return
+    current = _current(events)
+    asked = [i for i, e in enumerate(current) if e.get("event") == "cancel-requested" and e.get("job_id") == job.job_id]
+    if not asked or any(e.get("event") == "start" and e.get("job_id") == job.job_id for e in current[asked[-1] + 1:]):
+        return
+    status.phase = "cancelled"
+    status.headline = "Cancelled on request (`slurmctl cancel`)."
+    if job.state == "FAILED":
+        status.details.append(f"Slurm records it as FAILED (exit code {job.exit_code}): the program ended on the "
+                              "drain signal it was sent instead of saving on it.")
+    elif job.state == "REQUEUED":
+        status.details.append("It had requeued itself; accounting keeps only that REQUEUED record.")
+    status.diagnosis, status.why = None, ""
+    status.action = f"Continue it from its newest checkpoint with `slurmctl resume {status.run_id}`."
+
+
 def reliability_details(status: RunStatus, events: list[dict]) -> None:
     """Why the last attempt ended (requeue/stop policy), and an unacknowledged drain, loudly."""
     current = _current(events)

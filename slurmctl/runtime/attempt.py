@@ -68,16 +68,27 @@ def _max_restarts(run_dir: Path) -> int:
         return 3
 
 
-def _program_checkpoint_step(run_dir: Path) -> int | None:
-    """An adopted program (`slurmctl adopt`) resumes from its own newest checkpoint: its step, read
-    through the program's checkpoint adapter (run.json's adopt block)."""
+def _program_block(run_dir: Path) -> Resilience | None:
+    """An adopted program's (`slurmctl adopt`) checkpoint adapter (run.json's adopt block); None for a
+    run of ours or a program without one."""
     if os.environ.get("SLURMCTL_ADOPTED") != "1":
         return None
     meta = read_json(run_dir / rundir.RUN_JSON, 1024 * 1024)
     adopted = meta.get("adopted") if isinstance(meta, dict) else None
-    block = Resilience.from_dict(adopted.get("resilience") if isinstance(adopted, dict) else None)
-    latest = block.latest() if block else None
-    return latest.step if latest else None
+    return Resilience.from_dict(adopted.get("resilience") if isinstance(adopted, dict) else None)
+
+
+def _program_checkpoint(run_dir: Path):
+    """An adopted program's own newest complete checkpoint."""
+    block = _program_block(run_dir)
+    return block.latest() if block else None
+
+
+def _program_checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the checkpoint an adopted program restores by itself (its framework's precedence)."""
+    block = _program_block(run_dir)
+    restored = block.restored() if block else None
+    return restored.step if restored else None
 
 
 def _base_record(event: str) -> dict:
@@ -114,6 +125,9 @@ def drain_signal(run_dir: Path, client: SlurmClient) -> int:
     except SlurmctlError:
         pass
     reason = "preemption" if left is not None and left > margin + _PREEMPTION_SLACK_SECONDS else "time-limit"
+    current = read_drain_request(run_dir)
+    if current and current.get("reason") == "cancel":  # the user's cancel sent this signal: it stays a cancel
+        return 0
     write_drain_request(run_dir, reason, time_left_seconds=left)
     print(f"slurmctl: drain requested ({reason}, {left} s left); waiting for the training to "
           "checkpoint and acknowledge", file=sys.stderr)
@@ -221,6 +235,9 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     previous_ends = [e for e in events[last_submit + 1:] if e.get("event") in {"end", "step-restart"}]
     drain = read_drain_request(run_dir)
     acked = (run_dir / DRAIN_ACK).exists()
+    if drain is not None and not acked:  # an adopted program acknowledges with a new checkpoint of its own
+        own = _program_checkpoint(run_dir)
+        acked = own is not None and own.mtime >= float(drain.get("time") or 0)
     ck = _checkpoints(run_dir).latest()
     start_record, since_start = _this_attempt(events)
     # restart-step probed the allocation after the failed step and recorded the nodes it lost

@@ -28,6 +28,10 @@ OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partiti
 # The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
 PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "name",
                                 "comment"), "squeue -o")
+# The caller's jobs of the last days in accounting (ended ones: the queue has the rest).
+PLAIN_ENDED = JobQuery("plain_ended", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "end_time",
+                                       "user", "name", "comment"), "sacct")
+RECENT_DAYS, RECENT_LIMIT = 7, 50  # how far back ls looks for ended plain jobs, and how many it shows
 
 
 def _user_name(uid: int) -> str | None:
@@ -71,7 +75,7 @@ def owned_job_id(client, job_id: int, uid: int | None = None) -> int:
 
 @dataclass
 class PlainJobRow:
-    """One of the caller's queued or running jobs that is no run of the platform (ls)."""
+    """One of the caller's jobs that is no run of the platform (ls): queued, running or recently ended."""
 
     job_id: str
     state: str
@@ -94,6 +98,25 @@ def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> li
     return [PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
                         human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name)
             for j in jobs if j.user == me and not j.comment.startswith(run_comment_prefix)]
+
+
+def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
+                        limit: int = RECENT_LIMIT) -> list[PlainJobRow]:
+    """The caller's plain jobs that ended in the last `days` (newest first, at most `limit`), one sealed
+    sacct of the caller's own jobs; the owner is checked on each record."""
+    uid = os.geteuid() if uid is None else uid
+    me = _user_name(uid)
+    jobs = client._listing(PLAIN_ENDED, ["sacct", "-n", "-P", "-X", "-S", f"now-{int(days)}days"], source="sacct")
+    ended = [j for j in jobs if j.user == me and not j.active and not j.comment.startswith(run_comment_prefix)]
+    ended.sort(key=lambda j: j.end_time.timestamp() if j.end_time else 0.0, reverse=True)
+    seen, rows = set(), []
+    for j in ended:  # a requeued job has a record per attempt: its newest stands for it
+        if j.job_id not in seen:
+            seen.add(j.job_id)
+            rows.append(PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
+                                    human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-",
+                                    j.name))
+    return rows[:limit]
 
 
 def owned_job(client, job_id: int, uid: int | None = None) -> Job | None:

@@ -19,7 +19,7 @@ from slurmctl.errors import SlurmctlError
 from slurmctl.observe.charts import Chart, Series
 from slurmctl.observe.compare import load_series
 from slurmctl.observe.explain import explain_reason
-from slurmctl.observe.listing import my_runs
+from slurmctl.observe.listing import my_plain_jobs_listing, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
 from slurmctl.ops.accounting import Ledger, run_cost
@@ -80,8 +80,11 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
            "cost": lambda r: r.cost_value}[sort if sort in SORT_KEYS else "created"]
     rows.sort(key=key, reverse=descending)
     down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
-    return {"rows": rows, "phases": phases, "unreachable": datetime.fromtimestamp(min(down)).strftime("%H:%M:%S")
-            if down else None}
+    # as `ls`: the caller's plain sbatch jobs beside the runs (never another user's; none for the operator)
+    plain = [] if operator or down else [p.to_dict() for p in my_plain_jobs_listing(ctx.client, ctx.registry.uid,
+                                                                                      limit)]
+    return {"rows": rows, "phases": phases, "plain": plain,
+            "unreachable": datetime.fromtimestamp(min(down)).strftime("%H:%M:%S") if down else None}
 
 
 def run_page(ctx, run: Run, operator: bool) -> dict:

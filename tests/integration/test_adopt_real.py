@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -109,10 +110,105 @@ def test_multi_node_torchrun_script_reads_as_slurm_reads_it(workdir, alice):
     assert statuses["output"].startswith("set by slurmctl") and statuses["job-name"].startswith("set by slurmctl")
     launch = plan["body"]["launches"][-1]
     assert launch["launchers"][:2] == ["srun", "torchrun"] and launch["program"] == "train.py"
-    assert [e["kind"] for e in plan["body"]["environment"]] == ["module", "module", "conda", "export", "export"]
+    assert [e["kind"] for e in plan["body"]["environment"]] == ["module", "module", "conda", "conda", "export",
+                                                                 "export"]
     assert plan["body"]["traps"] and any("passed on to the original script" in n for n in plan["notes"])
     # the original's batch-shell signal reaches the original script's own trap
     assert "trap 'kill -USR1 \"$body_pid\"" in plan["wrapper"]
+
+
+def test_singleton_dependency_still_waits_for_the_users_job_of_that_name(workdir, alice):
+    name = f"nightly-{uuid.uuid4().hex[:6]}"
+    script = _write(workdir, "nightly.sbatch", f"#!/bin/bash\n#SBATCH -J {name}\n#SBATCH -p l4-dev\n#SBATCH -t 3\n"
+                    "#SBATCH --dependency=singleton\n#SBATCH --open-mode=append\nsleep 60\n", alice)
+    first = alice.sbatch("-o", "/dev/null", script)  # the lab's own job of that name, plain sbatch
+    adopted = None
+    try:
+        plan = slurmctl_json("adopt", "--yes", script, cwd=workdir)
+        adopted = plan["job_id"]
+        assert plan["differences"] == [] and plan["wrapper_differences"] == []  # open-mode append is Slurm's 'a'
+        assert {d["option"]: d["status"] for d in plan["directives"]}["job-name"].startswith("kept")
+        row = alice.squeue("-h", "-j", str(adopted), "-o", "%j|%r|%k").strip()
+        assert row == f"{name}|Dependency|slurmctl:{plan['run_id']}", row
+        assert slurmctl_json("status", plan["run_id"])["job_id"] == adopted
+    finally:
+        alice.scancel(first, adopted)
+
+
+DEAF = """import os, time, torch
+os.makedirs("out", exist_ok=True)
+for it in range(100000):
+    if it % 10 == 0:
+        torch.save({"iter_num": it, "model": torch.zeros(2)}, "out/ckpt.tmp")
+        os.replace("out/ckpt.tmp", "out/ckpt.pt")
+    print(f"iter {it}: loss 1.0", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_cancel_of_a_program_that_dies_on_its_drain_signal_reads_cancelled(workdir, alice):
+    _write(workdir, "deaf.py", DEAF, alice)
+    script = _write(workdir, "deaf.sbatch", "#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n#SBATCH -n 1\n"
+                    "srun python deaf.py\n", alice)
+    # told that it saves on USR1, which it does not trap: the signal kills it
+    plan = slurmctl_json("adopt", "--yes", "--framework", "pytorch", "--signal", "USR1", "--checkpoint-dir", "out",
+                         script, cwd=workdir)
+    run_id = plan["run_id"]
+    try:
+        deadline = time.monotonic() + 120
+        while (slurmctl_json("status", run_id).get("latest_checkpoint_step") or 0) < 10:
+            assert time.monotonic() < deadline
+            time.sleep(2)
+        result = alice.slurmctl("cancel", run_id, "--json", check=False)
+        cancelled = json.loads(result.stdout)
+        assert cancelled["final_state"] == "CANCELLED" and cancelled["drain"] == "unacknowledged", cancelled
+        assert "ckpt.pt" in cancelled["note"] and result.returncode == 1  # work since that checkpoint is lost
+        status = slurmctl_json("status", run_id)
+        assert status["phase"] == "cancelled" and status["diagnosis"] is None, status
+        assert "ckpt.pt" in status["headline"] and status["latest_checkpoint_step"] >= 10
+        ends = [json.loads(line) for line in (Path(plan["run_dir"]) / "attempts.jsonl").read_text().splitlines()]
+        assert [e["outcome"] for e in ends if e["event"] == "end"] == ["cancelled"]
+        assert slurmctl_json("resume", run_id)["from_step"] == status["latest_checkpoint_step"]
+    finally:
+        slurmctl("cancel", run_id, "--now", check=False)
+
+
+SELF_REQUEUE = """#!/bin/bash
+#SBATCH -p l4-dev
+#SBATCH -t 5
+#SBATCH -n 1
+#SBATCH --requeue
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  python -c 'import torch; torch.save({"iter_num": 5, "model": torch.zeros(2)}, "ckpt.pt"); print("iter 5")'
+  scontrol requeue "$SLURM_JOB_ID"   # what Lightning does after its own save on SIGUSR1
+  sleep 60
+fi
+sleep 300
+"""
+
+
+def test_a_job_that_requeued_itself_and_was_cancelled_while_waiting_reads_cancelled(workdir, alice):
+    script = _write(workdir, "selfq.sbatch", SELF_REQUEUE, alice)
+    plan = slurmctl_json("adopt", "--yes", "--framework", "pytorch", script, cwd=workdir)
+    run_id, job_id = plan["run_id"], plan["job_id"]
+    try:
+        deadline = time.monotonic() + 120
+        while alice.squeue("-h", "-j", str(job_id), "-o", "%T").strip() != "PENDING" or \
+                not (Path(plan["run_dir"]) / "attempts.jsonl").read_text().count('"start"'):
+            assert time.monotonic() < deadline, "the job never requeued itself"
+            time.sleep(1)
+        assert slurmctl_json("cancel", run_id)["final_state"] == "CANCELLED"
+        deadline = time.monotonic() + 150  # MinJobAge: then only accounting knows the job
+        while alice.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.strip():
+            assert time.monotonic() < deadline
+            time.sleep(3)
+        accounting = alice.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).stdout.split()
+        status = slurmctl_json("status", run_id)
+        assert status["phase"] == "cancelled", (accounting, status)
+        assert status["latest_checkpoint_step"] == 5 and "ckpt.pt" in status["headline"], status
+        print(f"accounting says {accounting}; status says {status['phase']}")
+    finally:
+        slurmctl("cancel", run_id, "--now", check=False)
 
 
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):

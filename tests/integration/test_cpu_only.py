@@ -10,7 +10,7 @@ import yaml
 
 from slurmctl.config.locate import find_site_config
 
-from .conftest import slurmctl_json, write_run
+from .conftest import REPO, slurmctl_json, write_run
 
 TRAIN = """import os
 import torch.distributed as dist
@@ -24,8 +24,11 @@ dist.destroy_process_group()
 
 
 def test_cpu_only_run_gets_its_cpus_and_memory_and_is_priced(workdir, alice):
+    # the installed site with the partitions (and CPU prices) this repository ships in deploy/local/site.yaml
     site = yaml.safe_load(find_site_config().read_text())
-    site["partitions"]["l4-dev"]["price_per_cpu_hour"] = 0.05
+    site["partitions"] = yaml.safe_load((REPO / "deploy" / "local" / "site.yaml").read_text())["partitions"]
+    price = site["partitions"]["l4-dev"]["price_per_cpu_hour"]
+    assert price > 0
     site_file = workdir / "site.yaml"
     site_file.write_text(yaml.safe_dump(site))
     os.chown(site_file, alice.uid, alice.gid)
@@ -36,7 +39,7 @@ def test_cpu_only_run_gets_its_cpus_and_memory_and_is_priced(workdir, alice):
     dry = slurmctl_json("submit", spec, "--dry-run", env=env)
     assert "#SBATCH --cpus-per-task=2" in dry["script"] and "#SBATCH --mem=1G" in dry["script"]
     assert "--gres" not in dry["script"] and "--nproc-per-node=2" in dry["script"]
-    assert dry["estimate"]["cpus"] == 2 and dry["estimate"]["max_usd"] == pytest.approx(2 * 5 / 60 * 0.05, abs=0.01)
+    assert dry["estimate"]["cpus"] == 2 and dry["estimate"]["max_usd"] == pytest.approx(2 * 5 / 60 * price, abs=0.01)
     run = slurmctl_json("submit", spec, env=env)
     deadline = time.monotonic() + 120
     while (status := slurmctl_json("status", run["run_id"], env=env))["state"] not in {"COMPLETED", "FAILED"}:
@@ -49,4 +52,4 @@ def test_cpu_only_run_gets_its_cpus_and_memory_and_is_priced(workdir, alice):
     (attempt,) = cost["attempts"]
     assert attempt["gpus"] == 0 and cost["cost_usd"] > 0
     elapsed = attempt["elapsed_s"]
-    assert 0 < cost["cost_usd"] <= 2 * elapsed / 3600 * 0.05 + 1e-9  # list price, less any off-peak discount
+    assert 0 < cost["cost_usd"] <= 2 * elapsed / 3600 * price + 1e-9  # list price, less any off-peak discount

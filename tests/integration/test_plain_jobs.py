@@ -48,6 +48,8 @@ def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
 
         listed = [r for r in slurmctl_json("ls") if r.get("kind") == "sbatch"]
         assert [r["job_id"] for r in listed if r["name"] == "plain-held"] == [str(held)]
+        # an ended plain job stays listed (accounting of the last days), once
+        assert [r["state"] for r in listed if r["job_id"] == str(failed)] == ["FAILED"]
         assert not any(r["name"] == "bobs-job" for r in listed)
         human = slurmctl("ls").stdout
         assert "plain-held (sbatch)" in human and "bobs-job" not in human

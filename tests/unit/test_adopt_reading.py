@@ -86,3 +86,41 @@ def test_wrapper_keeps_the_header_and_runs_under_bash_with_hostile_values(tmp_pa
     check = subprocess.run(["bash", "-n", "-c", wrapper], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("source /opt/conda/bin/activate && conda activate train", "conda"),
+    ("source ~/miniconda3/etc/profile.d/conda.sh && conda activate train", "conda"),
+    ('eval "$(conda shell.bash hook)"', "conda"),
+    ('source "$CONDA_PREFIX/bin/activate" train', "conda"),
+    ("source activate train", "conda"),
+    ("source .venv/bin/activate", "venv"),
+    ("module load cuda/12.1 && source venv/bin/activate", "module"),
+])
+def test_environment_lines_are_read_in_every_command_of_a_chain(line, kind):
+    body = read_body([(5, line), (6, "srun python train.py")])
+    assert body.environment == [(5, kind, line)] and not body.other
+
+
+def test_open_mode_is_compared_in_slurms_spelling():
+    from slurmctl.submit.adopt.plan import _same
+
+    assert _same("open-mode", "append", "a") and _same("open-mode", "truncate", "t")
+    assert not _same("open-mode", "append", "t")
+
+
+def test_singleton_keeps_the_jobs_name_and_the_run_id_goes_in_the_comment(tmp_path):
+    from slurmctl.submit.adopt.plan import _job_name, _platform_args
+
+    named = tmp_path / "named.sbatch"
+    named.write_text("#!/bin/bash\n#SBATCH -J nightly\n#SBATCH --dependency=afterok:12,singleton\necho hi\n")
+    unnamed = tmp_path / "unnamed.sbatch"
+    unnamed.write_text("#!/bin/bash\n#SBATCH -d singleton\necho hi\n")
+    plain = tmp_path / "plain.sbatch"
+    plain.write_text("#!/bin/bash\n#SBATCH -J nightly\n#SBATCH -d afterok:12\necho hi\n")
+    run_id = "nightly-20261201-abcd"
+    assert _job_name(parse_script(named), run_id) == "nightly"
+    assert _job_name(parse_script(unnamed), run_id) == "unnamed.sbatch"  # sbatch's default: the file name
+    assert _job_name(parse_script(plain), run_id) == run_id
+    args = _platform_args(run_id, tmp_path / run_id, False, 60, "nightly")
+    assert "--job-name=nightly" in args and f"--comment=slurmctl:{run_id}" in args

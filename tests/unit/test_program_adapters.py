@@ -69,3 +69,25 @@ def test_detect_from_imports():
     assert detect("import torch\nfrom model import GPT\n") == "pytorch"
     assert detect("print('hi')\n") is None
     assert set(ADAPTERS) == {"lightning", "hf-trainer", "pytorch"}
+
+
+def test_lightning_restores_by_its_own_precedence(tmp_path):
+    from slurmctl.runtime.adapters.lightning import restore_mode
+
+    assert restore_mode("trainer.fit(model, loader)", under_srun=True) == "hpc"
+    assert restore_mode("trainer.fit(model, loader)", under_srun=False) == "none"
+    assert restore_mode('trainer.fit(model, ckpt_path="last")', under_srun=True) == "last"
+    assert restore_mode("trainer.fit(model, ckpt_path=args.resume)", under_srun=True) == "program"
+    assert restore_mode("trainer.fit(model, ckpt_path=None)", under_srun=True) == "hpc"
+    out = tmp_path / "lightning_out"
+    (out / "checkpoints").mkdir(parents=True)
+    _torch_like_archive(out / "hpc_ckpt_1.ckpt", {"global_step": 100, "state_dict": {}})
+    _torch_like_archive(out / "hpc_ckpt_2.ckpt", {"global_step": 200, "state_dict": {}})
+    _torch_like_archive(out / "checkpoints" / "last.ckpt", {"global_step": 250, "state_dict": {}})
+    block = Resilience("lightning", str(tmp_path), "USR1", restore="hpc")
+    assert block.restored().path.name == "hpc_ckpt_2.ckpt" and block.latest().path.name == "last.ckpt"
+    block.restore = "last"
+    assert block.restored().step == 250
+    block.restore = "none"  # fit() without ckpt_path outside srun restores nothing
+    assert block.restored() is None
+    assert Resilience.from_dict({**block.to_dict(), "restore": "hpc"}).restored().step == 200

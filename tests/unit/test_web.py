@@ -93,6 +93,21 @@ def test_runs_page_lists_filters_sorts_and_escapes(web):
     assert HOSTILE not in searched and "&lt;script&gt;" in searched
 
 
+def test_runs_page_lists_the_callers_plain_sbatch_jobs_as_ls_does(web):
+    import pwd
+
+    from .fakes import sacct_output
+
+    me = pwd.getpwuid(web.registry.uid).pw_name
+    web.runner.outputs["sacct"] = sacct_output(
+        [4242, "FAILED", "l4-dev", 1, 61, "2026-12-01T10:00:00", me, HOSTILE, ""],
+        [4243, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T11:00:00", "someone-else", "theirs", ""],
+        [4244, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T12:00:00", me, "a-run", "slurmctl:a-run-20261201-abcd"])
+    page = web.get("/").body.decode()
+    assert 'id="plain-jobs"' in page and "slurmctl status 4242" in page and "&lt;script&gt;" in page
+    assert HOSTILE not in page and "4243" not in page and "4244" not in page  # another user's; a run's job
+
+
 def test_run_page_story_charts_log_by_rank_and_escaped_metrics(web):
     log = "slurmctl: attempt 0 of job 77 starting on h100-1\n[rank0]: step 1 " + HOSTILE + "\n[rank1]: other rank\n"
     metrics = [{"step": s, "time": 1000.0 + s, "loss": 4.0 / (s + 1), HOSTILE: 1.0} for s in range(20)]
@@ -265,10 +280,8 @@ def test_runs_and_queue_pages_ask_slurm_exactly_what_ls_and_queue_ask(tmp_path):
         return lambda ctx: CliRunner().invoke(command, args, obj=ctx, catch_exceptions=False)
 
     web_ls, cli_ls = calls(page("/?n=20")), calls(cli(list_runs, ["-n", "20"]))
-    # ls also lists the caller's plain sbatch jobs (one `squeue --me` more); the Runs page lists runs only
-    runs_only = [c for c in cli_ls if c[:4] != ["squeue", "-h", "-r", "--me"]]
-    assert web_ls == runs_only and [c[0] for c in web_ls] == ["squeue", "squeue", "sacct"], (web_ls, cli_ls)
-    assert len(cli_ls) == len(runs_only) + 1
+    # both list the caller's plain sbatch jobs beside the runs (squeue --me, then the ended ones from sacct)
+    assert web_ls == cli_ls and [c[0] for c in web_ls] == ["squeue", "squeue", "sacct", "squeue", "sacct"], web_ls
     assert calls(page("/queue")) == calls(cli(queue, [])) == [calls(cli(queue, []))[0]]
 
 

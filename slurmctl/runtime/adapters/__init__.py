@@ -42,6 +42,7 @@ class Resilience:
     signal: str | None = None
     signal_to: str = "steps"
     step_pattern: str | None = None
+    restore: str | None = None  # which checkpoint the framework restores by itself (lightning.restore_mode)
 
     @property
     def adapter(self):
@@ -54,6 +55,16 @@ class Resilience:
     def latest(self) -> ProgramCheckpoint | None:
         found = self.checkpoints()
         return found[-1] if found else None
+
+    def restored(self, found: list[ProgramCheckpoint] | None = None) -> ProgramCheckpoint | None:
+        """The checkpoint the program's next start restores by itself (the framework's own precedence,
+        where the adapter knows it; else its newest complete one), of `found` (default: a new scan)."""
+        found = self.checkpoints() if found is None else found
+        choose = getattr(self.adapter, "restored", None)
+        if choose is None:
+            return found[-1] if found else None
+        picked = choose([(c.path, c.step, c.mtime) for c in found], self.restore)
+        return ProgramCheckpoint(*picked) if picked else None
 
     def last_step(self, log_lines: list[str]) -> int | None:
         pattern = re.compile(self.step_pattern or self.adapter.STEP_PATTERN)
@@ -72,8 +83,8 @@ class Resilience:
     def from_dict(cls, data: dict | None) -> Resilience | None:
         if not isinstance(data, dict) or data.get("framework") not in ADAPTERS:
             return None
-        return cls(**{k: data.get(k) for k in ("framework", "checkpoint_dir", "signal", "signal_to", "step_pattern")
-                      if k in data})
+        keys = ("framework", "checkpoint_dir", "signal", "signal_to", "step_pattern", "restore")
+        return cls(**{k: data.get(k) for k in keys if k in data})
 
 
 def detect(program_text: str) -> str | None:

@@ -21,13 +21,19 @@ LAUNCHERS: tuple[tuple[str, re.Pattern], ...] = (
     ("mpirun", re.compile(r"(?:^|[\s;&|(/])(?:mpirun|mpiexec)(?:\s|$)")),
     ("python", re.compile(r"(?:^|[\s;&|(/])python[0-9.]*\s")),
 )
+# Tried on each command of a line (`source .../conda.sh && conda activate env` is two), in this
+# order: the first kind any of its commands has names the line (conda before venv: conda's own
+# bin/activate looks like a venv's).
 ENVIRONMENT: tuple[tuple[str, re.Pattern], ...] = (
     ("module", re.compile(r"^\s*(?:module|ml)\s+(?:load|add|purge|use|restore)\b")),
-    ("conda", re.compile(r"^\s*(?:conda|mamba|micromamba)\s+activate\b|^\s*source\s+activate\b")),
+    ("conda", re.compile(r"^\s*(?:conda|mamba|micromamba)\s+activate\b|^\s*(?:source|\.)\s+activate\b"
+                         r"|^\s*(?:source|\.)\s+\S*(?:conda|mamba)\S*/(?:bin/activate|etc/profile\.d/\S+\.sh)\b"
+                         r"|^\s*eval\s+\S*(?:conda|mamba|micromamba)\s+shell\.", re.IGNORECASE)),
     ("venv", re.compile(r"^\s*(?:source|\.)\s+\S*bin/activate\b")),
     ("export", re.compile(r"^\s*export\s+[A-Za-z_][A-Za-z0-9_]*=")),
     ("cd", re.compile(r"^\s*cd\s")),
 )
+_CHAIN = re.compile(r"\s*(?:&&|\|\||;)\s*")
 _PY_SCRIPT = re.compile(r"(?:^|\s)(\S+\.py)(?:\s|$)")
 _STEP_OPTIONS = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--num_processes", "--num_machines",
                  "--num_gpus", "--num_nodes", "--ntasks", "-n", "-N", "--ntasks-per-node")
@@ -95,7 +101,8 @@ def read_body(body: list[tuple[int, str]]) -> BodyReading:
         text = " ".join(line.split())
         if not text or text.startswith("#"):
             continue
-        kind = next((kind for kind, pattern in ENVIRONMENT if pattern.search(text)), None)
+        commands = _CHAIN.split(text)
+        kind = next((kind for kind, pattern in ENVIRONMENT if any(pattern.search(c) for c in commands)), None)
         if kind:
             reading.environment.append((number, kind, text))
         if re.match(r"trap\s", text):

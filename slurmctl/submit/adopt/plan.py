@@ -152,9 +152,15 @@ def read_shape(script: SbatchScript) -> Shape:
     return shape
 
 
+# Options whose value sbatch -v prints in its own short form (--open-mode=append -> 'a').
+_SLURM_SPELLING = {"open-mode": lambda value: value[:1].lower()}
+
+
 def _same(option: str, ours: str | None, slurms: str) -> bool:
     if ours is None:  # a flag: sbatch prints the flag's name (or "set")
         return True
+    if option in _SLURM_SPELLING:
+        return _SLURM_SPELLING[option](ours) == _SLURM_SPELLING[option](slurms)
     if option == "time":
         return parse_slurm_duration(ours) == parse_slurm_duration(slurms)
     if option == "gres":
@@ -252,24 +258,46 @@ def _unique_lines(script: SbatchScript):
     return found
 
 
-def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int) -> list[str]:
+def uses_singleton(script: SbatchScript) -> bool:
+    """--dependency=singleton waits for the user's other jobs of the same NAME: renaming the job would
+    disarm it."""
+    return "singleton" in re.split(r"[,?:]", script.value("dependency") or "")
+
+
+def _job_name(script: SbatchScript, run_id: str) -> str:
+    """The run id, or, when the script depends on `singleton`, the name the original would run under
+    (its --job-name, else sbatch's default: the script's file name); the run id is in the comment."""
+    if not uses_singleton(script):
+        return run_id
+    return script.value("job-name") or script.path.name
+
+
+def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int,
+                   job_name: str | None = None) -> list[str]:
     log = job_log_path(run_dir, "%j")  # every attempt of the job appended to one log, as for runs
-    args = [f"--job-name={run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
+    args = [f"--job-name={job_name or run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
             f"--error={log}", "--open-mode=append"]
     if add_drain_signal:
         args.append(f"--signal=B:USR1@{int(drain_margin)}")
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None) -> dict:
+def _cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
+    """The worst case: GPUs x hours at the GPU price; a job without GPUs by the CPUs Slurm would give
+    it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills it."""
     config = site.partitions.get(partition or "") if partition else None
     price = config.price_per_gpu_hour if config else 0.0
     hours = (shape.time_seconds or 0) / 3600
     copies = shape.array_tasks or 1
     gpus = (shape.gpus_total or 0) * copies
-    return {"partition": partition, "gpus": gpus, "hours": round(hours, 3), "price_per_gpu_hour": price,
+    cost = {"partition": partition, "gpus": gpus, "hours": round(hours, 3), "price_per_gpu_hour": price,
             "max_usd": round(gpus * hours * price, 2), "array_tasks": copies,
             "note": "" if config else f"partition {partition!r} has no price in the site config"}
+    if not gpus and processors:
+        cpu_price = getattr(config, "price_per_cpu_hour", 0.0) if config else 0.0
+        cost.update(cpus=processors * copies, price_per_cpu_hour=cpu_price,
+                    max_usd=round(processors * copies * hours * cpu_price, 2))
+    return cost
 
 
 def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_signal: bool, margin: int) -> list[str]:
@@ -282,6 +310,9 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
                      "original script (its own trap gets it) and recorded as a drain request.")
     elif shape.signal:
         notes.append(f"drain: --signal={shape.signal} goes to the job's srun steps, as the script asks.")
+    if uses_singleton(script):
+        notes.append(f"dependency singleton: the job keeps the name {_job_name(script, '')!r}, so it still waits "
+                     "for your other jobs of that name; the run id is in its comment.")
     if shape.requeue is None:
         notes.append("requeue: the script says nothing; the cluster's default applies (JobRequeue).")
     else:
@@ -299,18 +330,18 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
 def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
                 signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
     """The adopt block: given, or detected from the program the script launches (its imports)."""
-    how = "given"
-    if framework is None:
-        for launch in body.launches:
-            program = Path(launch.program) if launch.program else None
-            try:
-                text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
-            except OSError:
-                text = ""
-            framework = detect(text)
-            if framework:
-                how = f"detected: {program} imports it"
-                break
+    how, text = "given", ""
+    for launch in body.launches:
+        program = Path(launch.program) if launch.program else None
+        try:
+            text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
+        except OSError:
+            text = ""
+        found = detect(text)
+        if framework is None and found:
+            framework, how = found, f"detected: {program} imports it"
+        if found and found == framework:
+            break  # the program the block is about: its text says how it restores
     if framework in {None, "none"}:
         return None, "none"
     if framework not in ADAPTERS:
@@ -330,6 +361,8 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
     block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
                        program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
+    if hasattr(adapter, "restore_mode"):  # which of its checkpoints the framework restores by itself
+        block.restore = adapter.restore_mode(text, body.under_srun)
     return block, how
 
 
@@ -349,11 +382,13 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     margin = site.drain_margin_seconds
     plan = AdoptPlan(
         script=str(script_path.resolve()), run_id=run_id, run_dir=str(run_dir), shape=shape,
-        directives=[{**d.to_dict(), "status": _status(d)} for d in script.directives], body=body.to_dict(),
+        directives=[{**d.to_dict(), "status": _status(d, uses_singleton(script))} for d in script.directives],
+        body=body.to_dict(),
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
-        platform_args=_platform_args(run_id, run_dir, add_signal, margin),
-        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None),
+        platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
+        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
+                   original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
     block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
     plan.resilience = {**block.to_dict(), "how": how} if block else None
@@ -370,7 +405,9 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     return plan, script
 
 
-def _status(d) -> str:
+def _status(d, singleton: bool) -> str:
+    if d.option == "job-name" and singleton:
+        return "kept (--dependency=singleton waits on it; the run id goes in the comment)"
     if d.option in PLATFORM:
         return "set by slurmctl (original shown)"
     return "read, passed through unchanged" if d.kind != "passed-through" else "passed through unchanged"

@@ -28,7 +28,7 @@ SHORT = {"A": "account", "a": "array", "b": "begin", "C": "constraint", "c": "cp
 # long options that take no value (a flag); every other option takes one
 FLAGS = {"exclusive", "hold", "requeue", "no-requeue", "overcommit", "oversubscribe", "contiguous", "no-kill",
          "parsable", "quiet", "test-only", "wait", "use-min-nodes", "spread-job", "reboot", "ignore-pbs",
-         "kill-on-invalid-dep", "verbose", "get-user-env"}
+         "verbose", "get-user-env"}
 # Long spellings sbatch accepts for the same option (sbatch -v prints the first).
 ALIASES = {"gpus-per-task": "gpus-per-task", "gres-flags": "gres-flags", "tasks-per-node": "ntasks-per-node",
            "mincpus": "mincpus", "workdir": "chdir", "name": "job-name", "mail-user": "mail-user"}

@@ -1,0 +1,69 @@
+"""Status of adopted programs and plain jobs: a cancel the user asked for reads `cancelled` however Slurm
+saw the job end (killed by the drain signal it was sent: FAILED; requeued by the program itself before:
+accounting's REQUEUED), with the program's newest checkpoint; advice in the script's words, not run.yaml's."""
+
+import json
+import pickle
+import time
+import zipfile
+
+from slurmctl.observe.adopted import in_script_words
+from slurmctl.observe.status import build_status
+from slurmctl.rundir import Run
+from slurmctl.slurm.client import Job
+
+
+def _adopted_run(tmp_path, job_id: int, *events: dict) -> Run:
+    path = tmp_path / "nanogpt-20261201-abcd"
+    (path / "logs").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir(parents=True)
+    with zipfile.ZipFile(out / "ckpt.pt", "w") as archive:  # laid out as torch.save writes it
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 40, "model": {}}, protocol=2))
+    block = {"framework": "pytorch", "checkpoint_dir": str(out), "signal": "USR1", "signal_to": "steps",
+             "step_pattern": None}
+    (path / "run.json").write_text(json.dumps({"run_id": path.name, "created": time.time(),
+                                               "adopted": {"script": str(tmp_path / "train.sbatch"),
+                                                           "resilience": block}}))
+    lines = [{"event": "submitted", "job_id": job_id}, {"event": "start", "job_id": job_id, "time": 1.0}, *events]
+    (path / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    (path / "logs" / f"{job_id}.out").write_text("iter 40: loss 2.1\nsrun: error: task 0: User defined signal 1\n")
+    return Run(path.name, path)
+
+
+CANCEL = {"event": "cancel-requested", "job_id": 81, "drain": "unacknowledged", "time": 2.0}
+
+
+def test_a_program_killed_by_its_drain_signal_reads_cancelled_with_its_checkpoint(tmp_path):
+    run = _adopted_run(tmp_path, 81, {"event": "drain-requested", "job_id": 81, "reason": "cancel"}, CANCEL)
+    job = Job(job_id=81, state="FAILED", exit_code="138:0", elapsed_seconds=30, source="sacct")
+    status = build_status(run, job)
+    assert status.phase == "cancelled" and status.diagnosis is None
+    assert "ckpt.pt (step 40)" in status.headline and "slurmctl resume" in status.action
+    assert any("FAILED" in d for d in status.details)
+
+
+def test_a_job_that_requeued_itself_before_the_cancel_reads_cancelled(tmp_path):
+    run = _adopted_run(tmp_path, 81, CANCEL)
+    status = build_status(run, Job(job_id=81, state="REQUEUED", source="sacct"))
+    assert status.phase == "cancelled"
+
+
+def test_without_a_cancel_request_the_job_keeps_slurms_word(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    assert build_status(run, Job(job_id=81, state="FAILED", exit_code="1:0", source="sacct")).phase == "failed"
+    assert build_status(run, Job(job_id=81, state="REQUEUED")).phase == "requeued"
+    # a cancel requested, but the job still in the queue: not over yet
+    run = _adopted_run(tmp_path / "b", 81, CANCEL)
+    assert build_status(run, Job(job_id=81, state="RUNNING")).phase == "training"
+
+
+def test_advice_for_an_adopted_run_names_the_script_not_run_yaml(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    status = build_status(run, Job(job_id=81, state="TIMEOUT", exit_code="0:0", source="sacct"))
+    said = " ".join([status.action, status.headline, *status.details, *status.suggestions,
+                     (status.diagnosis or {}).get("hint", "")])
+    assert "run.yaml" not in said and "#SBATCH --time" in said and "slurmctl adopt" in said
+    assert in_script_words("Resume (`slurmctl submit` again), or raise `time_limit` in run.yaml.",
+                           "`slurmctl resume r`") == ("Resume (`slurmctl resume r`), or raise `#SBATCH --time` in the "
+                                                      "script. Then run the script again with `slurmctl adopt SCRIPT`.")
