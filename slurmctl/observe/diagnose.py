@@ -32,6 +32,7 @@ from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.log_reading import (
     ROOT_CAUSE,
     ROOT_FIELD,
+    LineIndex,
     LogReading,
     clean_line,
     is_launcher_block,
@@ -606,6 +607,18 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
+def signature_hits(lines: list[str], noise: set[int]) -> dict[int, list[int]]:
+    """Signature index -> the numbers of the lines it matches (launcher noise never counts). Each signature
+    runs only on the lines that hold one of the literals every match of it must contain."""
+    index = LineIndex(lines)
+    hits: dict[int, list[int]] = {}
+    for n, sig in enumerate(SIGNATURES):
+        found = [i for i in index.where(sig.pattern, lines) if i not in noise and sig.matches(lines[i])]
+        if found:
+            hits[n] = found
+    return hits
+
+
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
     """The cause of one failed attempt from its log text and, when known, Slurm's state and exit code."""
     cleaned = [clean_line(line) for line in text.splitlines()]
@@ -619,13 +632,7 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
             exit_code: str) -> Diagnosis:
     lines = [t for t, _ in cleaned]
-    hits: dict[int, list[int]] = {}  # signature index -> line numbers
-    for i, line in enumerate(lines):
-        if i in reading.noise:
-            continue
-        for n, sig in enumerate(SIGNATURES):
-            if sig.matches(line):
-                hits.setdefault(n, []).append(i)
+    hits = signature_hits(lines, reading.noise)
     # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
     # away (torchrun's agents exit one by one), not the group failing to form.
     rendezvous = [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]
