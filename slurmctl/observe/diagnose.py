@@ -30,6 +30,7 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.log_reading import (
+    MAX_LINE_CHARS,
     ROOT_CAUSE,
     ROOT_FIELD,
     LineIndex,
@@ -652,10 +653,10 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
-def signature_hits(lines: list[str], noise: set[int]) -> dict[int, list[int]]:
+def signature_hits(lines: list[str], noise: set[int], index: LineIndex | None = None) -> dict[int, list[int]]:
     """Signature index -> the numbers of the lines it matches (launcher noise never counts). Each signature
     runs only on the lines that hold one of the literals every match of it must contain."""
-    index = LineIndex(lines)
+    index = index or LineIndex(lines)
     hits: dict[int, list[int]] = {}
     for n, sig in enumerate(SIGNATURES):
         found = [i for i in index.where(sig.pattern, lines) if i not in noise and sig.matches(lines[i])]
@@ -667,17 +668,19 @@ def signature_hits(lines: list[str], noise: set[int]) -> dict[int, list[int]]:
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
     """The cause of one failed attempt from its log text and, when known, Slurm's state and exit code."""
     cleaned = [clean_line(line) for line in text.splitlines()]
-    reading = read_log(cleaned)
-    result = _decide(cleaned, reading, slurm_state, exit_code)
+    # one index of the lines serves reading and deciding, unless reading cuts a long line short
+    index = None if any(len(t) > MAX_LINE_CHARS for t, _ in cleaned) else LineIndex([t for t, _ in cleaned])
+    reading = read_log(cleaned, index)
+    result = _decide(cleaned, reading, slurm_state, exit_code, index)
     result.error_line = reading.exception
     result.failing_exit = reading.exit
     return result
 
 
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
-            exit_code: str) -> Diagnosis:
+            exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
-    hits = signature_hits(lines, reading.noise)
+    hits = signature_hits(lines, reading.noise, index)
     # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
     # away (torchrun's agents exit one by one), not the group failing to form.
     rendezvous = [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]

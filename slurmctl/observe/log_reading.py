@@ -310,14 +310,15 @@ def _frame_text(m: re.Match) -> str:
 
 # Longer lines are read up to this many characters: a frame or exception pattern scanned across a
 # megabyte-long line (a progress bar without newlines, binary junk) costs quadratic time.
-_MAX_LINE_CHARS = 4096
+MAX_LINE_CHARS = 4096
 
 
-def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
-    lines = [t[:_MAX_LINE_CHARS] for t, _ in cleaned]
+def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = None) -> LogReading:
+    """`index`: a LineIndex of the same lines, shared with the caller when no line is longer than MAX_LINE_CHARS."""
+    lines = [t[:MAX_LINE_CHARS] for t, _ in cleaned]
     r = LogReading()
     root = launcher_root_cause(lines)
-    index = LineIndex(lines)
+    index = index or LineIndex(lines)
     r.noise = set(index.where(_LAUNCHER_NOISE, lines))
 
     def where(pattern: re.Pattern, *, strip: bool = False) -> list[int]:
