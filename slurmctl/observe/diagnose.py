@@ -762,9 +762,9 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if sig is None and not (slurm_state or exit_code) and reading.bare_kill is not None \
             and _killed_from_outside(reading, root, lines):
         # No Slurm record to read (a pasted log) and the shell itself said "Killed": a program run by hand that
-        # nothing else kills, and in every thread scored so far (batches 1-10) it was the kernel's OOM killer.
-        # A launcher's exit -9 alone (torchrun, DeepSpeed, exit 137) is not enough: a third of those threads
-        # never found who killed it, so that stays unknown with the kill named. With Slurm's record
+        # nothing else kills; in the scored threads it was the kernel's OOM killer every time (5 of 5).
+        # A launcher's exit -9 alone (torchrun, DeepSpeed, exit 137) is not enough: 2 of 6 such threads never
+        # found who killed it, so that stays unknown with the kill named. With Slurm's record
         # (`diagnose RUN`, status, notifications), its verdict decides: FAILED, not OUT_OF_MEMORY, stays unknown.
         return Diagnosis(
             "host_oom", "The process was killed without a message (SIGKILL from outside the program"
