@@ -257,7 +257,7 @@ def container_context(site: SiteConfig, spec: RunSpec, image: PinnedImage | None
     """Template values for sbatch_templates/_container_launch.j2 (``image`` is None without a container)."""
     if image is None:
         return {"image": None}
-    extra = [checkpoint_dir, *site.containers.mounts, *spec.data]
+    extra = [checkpoint_dir, *site.containers.mounts, *spec.data_paths]
     inside_run_dir = [p for p in extra if Path(p).is_relative_to(run_dir)]  # already mounted with it
     mounts = list(dict.fromkeys([str(run_dir), *(p for p in extra if p not in inside_run_dir)]))
     ref = ImageRef.parse(image.reference)
