@@ -27,6 +27,7 @@ def shards():
             yield fh.read()
 
 
+rt.rank_health().flush()  # its first write looks up the collective backend (imports torch): not data time
 meter = rt.rank_health().meter
 step = 0
 for epoch in range(1, args.epochs + 1):

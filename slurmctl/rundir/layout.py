@@ -57,8 +57,8 @@ NOTIFICATIONS = "notifications.jsonl"
 # Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
 # (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
 DATA_PLAN = "data-plan.json"
-DATA_DIR = "data"
-DATA_STAGE = "stage-{job_id}-{node}.json"  # in data/
+DATA_DIR = "data-stage"
+DATA_STAGE = "stage-{job_id}-{node}.json"  # in data-stage/
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.fsutil import read_json, write_atomic
+from slurmctl.fsutil import read_capped, read_json, write_atomic
 
 CHUNK = 8 * 1024 * 1024
 DOWNLOAD_THREADS = 4
@@ -152,8 +152,9 @@ class UserCache:
                                  "to remove it")
         for sub in ("objects", "locks", "leases", "views"):
             (self.dir / sub).mkdir(mode=0o700, exist_ok=True)
-        with contextlib.suppress(OSError):
-            (self.root / "usage").mkdir(mode=0o755, exist_ok=True)
+        with contextlib.suppress(OSError):  # 1777 as the root: every user publishes their own file
+            os.mkdir(self.root / "usage")
+            os.chmod(self.root / "usage", 0o1777)
         return self
 
     def object_path(self, entry_id: str) -> Path:
@@ -267,12 +268,15 @@ class UserCache:
         return sum(int(e.get("size") or 0) for e in self.entries())
 
     def others_bytes(self) -> int:
-        """What the other users' entries on this cache hold, as they last published it."""
+        """What the other users' entries on this cache hold, as each last published it (a file counts only
+        when its owner is the user it names: nobody can charge the budget to someone else)."""
         total = 0
         for path in (self.root / "usage").glob("*"):
-            if path.name != self.user:
-                with contextlib.suppress(OSError, ValueError):
-                    total += int(path.read_text()[:32].strip() or 0)
+            if path.name == self.user:
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if os.lstat(path).st_uid == pwd.getpwnam(path.name).pw_uid:
+                    total += int(read_capped(path, 32).decode().strip() or 0)
         return total
 
     def publish_usage(self) -> None:

@@ -1,0 +1,51 @@
+"""Whether a run's object-store datasets came from the node cache: the staging steps' records
+(run dir data-stage/stage-<job>-<node>.json, written by slurmctl/runtime/datacache.py) summed per job."""
+
+from __future__ import annotations
+
+from slurmctl import rundir
+from slurmctl.durations import human_duration
+
+
+def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
+    """Totals of the latest job's staging (every node), or of the newest job that staged anything."""
+    records = rundir.stage_records(run.path)
+    if not records:
+        return None
+    mine = [r for r in records if str(r.get("job_id")) == str(job_id)] or [
+        r for r in records if r.get("job_id") == records[-1].get("job_id")]
+    objects = hits = staged = rejected = 0
+    seconds = 0.0
+    names: set[str] = set()
+    for record in mine:
+        for ds in record.get("datasets") or []:
+            if not isinstance(ds, dict):
+                continue
+            names.add(str(ds.get("name")))
+            objects += int(ds.get("objects") or 0)
+            hits += int(ds.get("hits") or 0)
+            staged += int(ds.get("bytes_staged") or 0)
+            rejected += int(ds.get("rejected") or 0)
+            seconds = max(seconds, float(ds.get("seconds") or 0.0))
+    return {"job_id": mine[-1].get("job_id"), "nodes": sorted({str(r.get("node")) for r in mine}),
+            "datasets": sorted(names), "objects": objects, "hits": hits,
+            "hit_rate": round(hits / objects, 4) if objects else None, "bytes_staged": staged,
+            "staging_seconds": round(seconds, 3), "rejected": rejected}
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def data_note(summary: dict) -> str:
+    rate = summary["hit_rate"]
+    served = f"{100 * rate:.0f}% of objects from the node cache" if rate is not None else "no objects"
+    line = (f"Data: {', '.join(summary['datasets'])}: {served} on {', '.join(summary['nodes'])}; "
+            f"{human_bytes(summary['bytes_staged'])} staged, staging took {human_duration(summary['staging_seconds'])}")
+    if summary["rejected"]:
+        line += f"; {summary['rejected']} bad cache entr{'y' if summary['rejected'] == 1 else 'ies'} re-staged"
+    return line + "."
