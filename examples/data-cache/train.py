@@ -27,7 +27,9 @@ def shards():
             yield fh.read()
 
 
-rt.rank_health().flush()  # its first write looks up the collective backend (imports torch): not data time
+# Both look for torch.distributed on first use (importing torch takes seconds): done here, not in epoch 1.
+rt.rank_health().flush()
+rt.should_stop()
 meter = rt.rank_health().meter
 step = 0
 for epoch in range(1, args.epochs + 1):

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import os
+import pwd
+from pathlib import Path
+
 from slurmctl import rundir
 from slurmctl.durations import human_duration
+from slurmctl.fsutil import read_json
 
 
 def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
@@ -49,3 +54,40 @@ def data_note(summary: dict) -> str:
     if summary["rejected"]:
         line += f"; {summary['rejected']} bad cache entr{'y' if summary['rejected'] == 1 else 'ies'} re-staged"
     return line + "."
+
+
+MAX_LISTED_ENTRIES = 100_000  # per user: a bounded walk, whatever a user's directory holds
+
+
+def cache_listing(root: str | os.PathLike, budget: int, *, all_users: bool = False) -> dict:
+    """What a cache directory holds, per user and dataset (the prefix of the objects' URLs): entries,
+    bytes, last use. A researcher sees their own directory; root (`--all-users`) every user's. Nothing
+    is followed: entries are read with lstat and capped JSON reads, as everywhere root reads user files."""
+    root = Path(root)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    users = []
+    try:
+        names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and e.name != "usage")
+    except OSError:
+        names = []
+    for user in names if all_users else [n for n in names if n == me]:
+        objects = root / user / "objects"
+        datasets: dict[str, dict] = {}
+        try:
+            entries = [e for _, e in zip(range(MAX_LISTED_ENTRIES), os.scandir(objects))
+                       if e.name.endswith(".json")]
+        except OSError:
+            continue
+        for entry in entries:
+            record = read_json(entry.path)
+            if not isinstance(record, dict) or not isinstance(record.get("url"), str):
+                continue
+            prefix = record["url"].rsplit("/", 1)[0]
+            ds = datasets.setdefault(prefix, {"src": prefix, "objects": 0, "bytes": 0, "last_used": 0.0})
+            ds["objects"] += 1
+            ds["bytes"] += int(record.get("size") or 0)
+            ds["last_used"] = max(ds["last_used"], float(record.get("last_used") or 0))
+        users.append({"user": user, "datasets": sorted(datasets.values(), key=lambda d: d["src"]),
+                      "bytes": sum(d["bytes"] for d in datasets.values())})
+    return {"root": str(root), "budget_bytes": budget, "users": users,
+            "bytes": sum(u["bytes"] for u in users)}
