@@ -12,8 +12,8 @@ import yaml
 
 from slurmctl.config.models import DataSource, SiteConfig
 from slurmctl.errors import SpecError
-from slurmctl.rundir import RUN_YAML
 from slurmctl.fsutil import write_atomic
+from slurmctl.rundir import RUN_YAML
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.submission import SubmitOptions, SubmitResult, submit
 
