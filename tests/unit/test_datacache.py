@@ -205,3 +205,31 @@ def test_md5_of_single_part_etag_is_the_identity(s3):
     _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
     obj = objects[0][1]
     assert obj.md5 == hashlib.md5(bytes([0]) * SHARD).hexdigest() and obj.size == SHARD
+
+
+def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path):
+    from types import SimpleNamespace
+
+    from prometheus_client.core import CounterMetricFamily
+
+    from slurmctl.ops.exporter import SnapshotCache, data_metrics
+    from slurmctl.rundir import Run, write_stage_record
+
+    run = Run("r-20261201-abcd", tmp_path / "r-20261201-abcd")
+    run.path.mkdir()
+    ds = {"hits": 5, "objects": 6, "bytes_staged": 1024, "seconds": 2.5}
+    write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
+    write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
+    write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
+    cache = SnapshotCache.__new__(SnapshotCache)  # only the staging totals are exercised here
+    cache.data_by_node, cache._data_seen = __import__("collections").defaultdict(lambda: [0, 0, 0, 0.0]), set()
+    job = SimpleNamespace(user="alice", job_id=77)
+    for _ in range(2):  # two snapshots see the same record: counted once
+        cache._read_staging([(run, job)], {"h100-1", "h100-2"})
+    families = {f.name: f for f in data_metrics(cache.data_by_node)}
+    assert all(isinstance(f, CounterMetricFamily) for f in families.values())
+    samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples
+               if s.name.endswith("_total")}
+    assert samples == {("slurmctl_data_cache_hits", "h100-2"): 5, ("slurmctl_data_cache_lookups", "h100-2"): 6,
+                       ("slurmctl_data_staged_bytes", "h100-2"): 1024,
+                       ("slurmctl_data_staging_seconds", "h100-2"): 2.5}
