@@ -7,6 +7,9 @@ one node:
   node-cold   `cache: node` on an empty cache: a staging step downloads the shards, the epochs read the
               node's copies
   node-warm   `cache: node` again (a later run): the staging step finds and verifies the cached shards
+              (re-hashes every byte: site.yaml data.verify_on_reuse, the default)
+  node-quick  the same with verify_on_reuse: false (size, owner and mode checked, no re-hash)
+  node-prefetch  as node-quick, the training reading 4 shards ahead (rt.data(loader, prefetch=4))
 Each epoch "computes" --compute-ms-per-mb per MiB it read (the stand-in for a GPU step). Printed: per run
 the data-wait share of epoch 1 and of epochs 2+ (rt.data's meter), the staging time, bytes staged and the
 cache hit rate, the job's wall time; and the ratios. The cache directory is the benchmark's own (a fresh
@@ -62,14 +65,15 @@ def job_state(job_id: int) -> str:
     return out[0] if out else "PENDING"
 
 
-def one_run(base: Path, label: str, cache: str, src: str, args, env: dict) -> dict:
+def one_run(base: Path, label: str, cache: str, src: str, args, env: dict, prefetch: int = 0) -> dict:
     user = bench_user()
     d = base / label
     d.mkdir()
     shutil.copy(REPO / "examples" / "data-cache" / "train.py", d / "train.py")
     (d / "run.yaml").write_text(yaml.safe_dump({
         "name": f"bench-data-{label}", "entrypoint": "train.py", "partition": args.partition, "gpus_per_node": 0,
-        "time_limit": "60m", "args": ["--epochs", str(args.epochs), "--compute-ms-per-mb", str(args.compute_ms_per_mb)],
+        "time_limit": "60m", "args": ["--epochs", str(args.epochs), "--compute-ms-per-mb", str(args.compute_ms_per_mb),
+                                         "--prefetch", str(prefetch)],
         "data": [{"src": src, "cache": cache, "name": "shards"}]}))
     for p in (d, d / "train.py", d / "run.yaml"):
         os.chown(p, user.pw_uid, user.pw_gid)
@@ -122,28 +126,33 @@ def main() -> int:
     os.chmod(cache_dir, 0o1777)
     site["data"] = {**site["data"], "node_cache_dir": str(cache_dir),
                     "node_cache_budget": str(int(args.shards * args.shard_mb * 2**20 * 2))}
-    own_site = base / "site.yaml"
+    own_site, quick_site = base / "site.yaml", base / "site-quick.yaml"
     own_site.write_text(yaml.safe_dump(site))
+    quick_site.write_text(yaml.safe_dump({**site, "data": {**site["data"], "verify_on_reuse": False}}))
     os.chmod(own_site, 0o644)
+    os.chmod(quick_site, 0o644)
     env = {**os.environ, "SLURMCTL_SITE_CONFIG": str(own_site)}
     os.chown(base, user.pw_uid, user.pw_gid)
     src = f"s3://{BUCKET}/{prefix}"
     total = args.shards * args.shard_mb
     try:
         results = [one_run(base, "none", "none", src, args, env), one_run(base, "node-cold", "node", src, args, env),
-                   one_run(base, "node-warm", "node", src, args, env)]
+                   one_run(base, "node-warm", "node", src, args, env),
+                   one_run(base, "node-quick", "node", src, args, {**env, "SLURMCTL_SITE_CONFIG": str(quick_site)}),
+                   one_run(base, "node-prefetch", "node", src, args, {**env, "SLURMCTL_SITE_CONFIG": str(quick_site)},
+                           prefetch=4)]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    none, cold, warm = results
+    none, cold, warm, quick, ahead = results
     lines = [f"data_cache: {args.shards} shards x {args.shard_mb:g} MiB = {total / 1024:.2f} GiB from {src} "
              f"({endpoint}), {args.epochs} epochs, {args.compute_ms_per_mb:g} ms compute per MiB, as "
              f"{user.pw_name} on {args.partition}; runs one after another in this sitting",
-             f"{'run':<10} {'epoch1 wait':>11} {'epoch2+ wait':>12} {'staging s':>9} {'staged MiB':>10} "
+             f"{'run':<13} {'epoch1 wait':>11} {'epoch2+ wait':>12} {'staging s':>9} {'staged MiB':>10} "
              f"{'hit rate':>8} {'job wall s':>10}  epoch seconds"]
     for r in results:
         staged = "-" if r["bytes_staged"] is None else f"{r['bytes_staged'] / 2**20:.0f}"
         first, later = 100 * r["epoch1_wait_share"], 100 * r["epoch2plus_wait_share"]
-        lines.append(f"{r['label']:<10} {first:>10.1f}% {later:>11.1f}% "
+        lines.append(f"{r['label']:<13} {first:>10.1f}% {later:>11.1f}% "
                      f"{'-' if r['staging_seconds'] is None else r['staging_seconds']:>9} {staged:>10} "
                      f"{'-' if r['hit_rate'] is None else r['hit_rate']:>8} {r['wall_seconds']:>10}  "
                      f"{r['epoch_seconds']}")
@@ -153,14 +162,21 @@ def main() -> int:
         "epoch2plus_seconds_none_over_node": round(sum(none["epoch_seconds"][1:])
                                                    / max(sum(cold["epoch_seconds"][1:]), 1e-3), 2),
         "warm_over_cold_staging_seconds": round(warm["staging_seconds"] / max(cold["staging_seconds"], 1e-3), 3),
+        "quick_over_cold_staging_seconds": round(quick["staging_seconds"] / max(cold["staging_seconds"], 1e-3), 3),
         "job_wall_none_over_warm": round(none["wall_seconds"] / warm["wall_seconds"], 2),
+        "epoch2plus_wait_share_none_over_prefetch": round(none["epoch2plus_wait_share"]
+                                                          / max(ahead["epoch2plus_wait_share"], 1e-4), 1),
     }
     lines += [f"ratio: epoch 2+ data-wait share, cache none / cache node = "
               f"{ratios['epoch2plus_wait_share_none_over_node']}x",
               f"ratio: epochs 2+ time, cache none / cache node = {ratios['epoch2plus_seconds_none_over_node']}x",
               f"ratio: second run's staging / first run's = {ratios['warm_over_cold_staging_seconds']} "
               f"({warm['staging_seconds']} s vs {cold['staging_seconds']} s; the second verifies, downloads nothing)",
-              f"ratio: whole job, cache none / cache node (warm) = {ratios['job_wall_none_over_warm']}x"]
+              f"ratio: second run's staging without the re-hash / first run's = "
+              f"{ratios['quick_over_cold_staging_seconds']} ({quick['staging_seconds']} s)",
+              f"ratio: whole job, cache none / cache node (warm) = {ratios['job_wall_none_over_warm']}x",
+              f"ratio: epoch 2+ data-wait share, cache none / cache node with prefetch = "
+              f"{ratios['epoch2plus_wait_share_none_over_prefetch']}x"]
     text = "\n".join(lines)
     print(text)
     out = REPO / "benchmarks" / "results" / ("data_cache_small" if args.small else "data_cache")

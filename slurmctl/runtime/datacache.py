@@ -138,10 +138,14 @@ class UserCache:
     def open(self) -> UserCache:
         """Make (or check) the user's 0700 directory. One another user made under our name is refused."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            root = os.stat(self.root)
         except OSError as exc:
-            raise CacheError(f"cannot create the cache root {self.root}: {exc.strerror}; the site names it in "
-                             "site.yaml data.node_cache_dir (it must exist, mode 1777, on every node)") from None
+            raise CacheError(f"the cache directory {self.root} is missing on this node ({exc.strerror}); the operator "
+                             "makes it, mode 1777, where site.yaml data.node_cache_dir says") from None
+        if root.st_mode & 0o002 and not root.st_mode & stat.S_ISVTX:
+            # world-writable without the sticky bit: anyone could rename a user's directory away
+            raise CacheError(f"the cache directory {self.root} is writable by everyone without the sticky bit; "
+                             "the operator must make it mode 1777")
         for path in (self.dir,):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)

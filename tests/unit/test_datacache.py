@@ -46,6 +46,8 @@ def dataset(src="shards", name="shards"):
 
 def fresh(tmp_path: Path, budget: int = 64 * SHARD) -> UserCache:
     root = tmp_path / "cache"
+    root.mkdir(mode=0o1777, exist_ok=True)  # what the operator makes (deploy/local/up, the GKE init container)
+    os.chmod(root, 0o1777)
     return UserCache(root, budget).open()
 
 
@@ -132,6 +134,8 @@ def test_concurrent_stagers_download_each_object_once(s3, tmp_path):
     _, options = s3
     results = []
 
+    fresh(tmp_path)
+
     def job(i):
         results.append(stage_dataset(dataset(), UserCache(tmp_path / "cache", 64 * SHARD).open(), f"run-{i}",
                                      str(900000 + i), options))
@@ -147,7 +151,13 @@ def test_concurrent_stagers_download_each_object_once(s3, tmp_path):
 
 def test_another_users_directory_under_our_name_is_refused(tmp_path):
     root = tmp_path / "cache"
+    with pytest.raises(CacheError, match="missing on this node"):
+        UserCache(root, SHARD).open()
     root.mkdir()
+    os.chmod(root, 0o777)
+    with pytest.raises(CacheError, match="sticky bit"):
+        UserCache(root, SHARD).open()
+    os.chmod(root, 0o1777)
     me = UserCache(root, SHARD)
     os.mkdir(me.dir, 0o755)  # not private: someone else could have planted it
     with pytest.raises(CacheError, match="not a private directory"):
