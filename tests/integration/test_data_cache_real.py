@@ -7,12 +7,17 @@ Each test loads shards under a prefix of its own (deploy/local/s3_shards.py: det
 the node cache starts cold for it, and the training checks every byte it reads against them."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import as_user, wait_for_state, write_run
 
@@ -127,3 +132,50 @@ def test_a_corrupted_entry_is_restaged_and_never_read(store, workdir):
     assert (stage["hits"], stage["rejected"], stage["bytes_staged"]) == (SHARDS - 1, 1, SHARD_BYTES), stage
     status = alice.slurmctl("status", second.name).stdout
     assert "1 bad cache entry re-staged" in status and "83% of objects from the node cache" in status, status
+
+
+@pytest.fixture
+def small_cache():
+    """A site.yaml copy (readable by the users) whose node cache is a fresh 1777 dir of 1.5 datasets."""
+    base = Path(tempfile.mkdtemp(prefix="slurmctl-evict-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    cache = base / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o1777)
+    site = yaml.safe_load(Path(os.environ.get("SLURMCTL_SITE_CONFIG", "/etc/slurmctl/site.yaml")).read_text())
+    budget = SHARDS * SHARD_BYTES * 3 // 2
+    site["data"] = {**site["data"], "node_cache_dir": str(cache), "node_cache_budget": str(budget)}
+    (base / "site.yaml").write_text(yaml.safe_dump(site))
+    os.chmod(base / "site.yaml", 0o644)
+    yield cache, budget, {"SLURMCTL_SITE_CONFIG": str(base / "site.yaml")}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_eviction_keeps_the_budget_and_never_takes_a_running_jobs_data(store, workdir, small_cache):
+    """While alice's first job runs (holding dataset A), a second dataset does not fit the budget and its
+    job stops at staging with the budget in its log; once the first job has ended, the same run evicts
+    A's entries and stages."""
+    cache, budget, env = small_cache
+    alice = as_user("alice")
+    first_src, second_src = load_shards(store), load_shards(store)
+    holder = write_run(workdir / "holder", spec("data-holder", first_src),
+                       {"train.py": TRAIN_PY + "import time\ntime.sleep(45)\n"})
+    held = alice.slurmctl_json("submit", holder, "--", "--nodelist=h100-2", env=env)
+    held_dir = Path(held["run_dir"])
+    deadline = time.monotonic() + 240
+    while not list((held_dir / "data-stage").glob("stage-*.json")):
+        assert time.monotonic() < deadline, log_of(held_dir)[-3000:]
+        time.sleep(2)
+    second = write_run(workdir / "second", spec("data-second-ds", second_src), {"train.py": TRAIN_PY})
+    refused = alice.slurmctl_json("submit", second, "--", "--nodelist=h100-2", env=env)
+    state = wait_for_state(refused["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    refused_log = log_of(Path(refused["run_dir"]))
+    assert state["state"] == "FAILED" and "budget" in refused_log and "verified" not in refused_log, refused_log[-3000:]
+    assert len(list((cache / "alice" / "objects").glob("*.json"))) == SHARDS  # the running job's data untouched
+    wait_for_state(held["run_id"], {"COMPLETED", "FAILED"}, timeout=300)
+    again = alice.slurmctl_json("submit", second, "--", "--nodelist=h100-2", env=env)
+    wait_for_state(again["run_id"], {"COMPLETED", "FAILED"}, timeout=300)
+    stage = stage_of(Path(again["run_dir"]))[0]
+    assert stage["evicted"] >= SHARDS // 2 and stage["bytes_staged"] == SHARDS * SHARD_BYTES, stage
+    used = sum(p.stat().st_size for p in (cache / "alice" / "objects").iterdir() if not p.name.endswith(".json"))
+    assert used <= budget
