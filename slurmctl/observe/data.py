@@ -38,6 +38,15 @@ def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
             "staging_seconds": round(seconds, 3), "rejected": rejected}
 
 
+def cache_suggestion(datasets) -> str | None:
+    """For an input-bound run: the datasets it reads from the object store every epoch (`cache: none`)."""
+    uncached = [str(d.name) for d in datasets or () if getattr(d, "cache", None) == "none"]
+    if not uncached:
+        return None
+    return (f"cache {', '.join(uncached)} on the nodes (`cache: node` in run.yaml data:): it is read from the "
+            "object store every epoch now")
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":

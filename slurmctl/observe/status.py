@@ -18,7 +18,7 @@ from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.observe.data import data_note, data_summary
+from slurmctl.observe.data import cache_suggestion, data_note, data_summary
 from slurmctl.observe.diagnose import diagnose_file, one_line_why, watchdog_report
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
@@ -205,6 +205,10 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     status.data_cache = data_summary(run, job_id)
     if status.data_cache:
         status.health_notes.insert(0, data_note(status.data_cache))
+    if status.health.startswith("input-bound") and spec is not None:
+        suggestion = cache_suggestion(getattr(spec, "datasets", None))
+        if suggestion:
+            status.suggestions.append(suggestion)
     if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints
         from slurmctl.observe.adopted import (
             apply_adopted,  # why: read only for adopted runs; status is on every command's path

@@ -243,3 +243,23 @@ def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path)
     assert samples == {("slurmctl_data_cache_hits", "h100-2"): 5, ("slurmctl_data_cache_lookups", "h100-2"): 6,
                        ("slurmctl_data_staged_bytes", "h100-2"): 1024,
                        ("slurmctl_data_staging_seconds", "h100-2"): 2.5}
+
+
+def test_status_words_for_staging_and_uncached_data(tmp_path):
+    from slurmctl.config.views import View
+    from slurmctl.observe.data import cache_suggestion, data_note, data_summary
+    from slurmctl.rundir import Run, write_stage_record
+
+    run = Run("r-20261201-abcd", tmp_path)
+    ds = {"name": "shards", "objects": 6, "hits": 5, "rejected": 1, "bytes_staged": 3 * 2**20, "seconds": 4.2}
+    write_stage_record(tmp_path, "9", "h100-1", {"node": "h100-1", "job_id": "9", "time": 1, "datasets": [ds]})
+    write_stage_record(tmp_path, "9", "h100-2", {"node": "h100-2", "job_id": "9", "time": 2, "datasets": [ds]})
+    summary = data_summary(run, 9)
+    assert (summary["objects"], summary["hits"], summary["hit_rate"], summary["bytes_staged"]) == (12, 10, 0.8333,
+                                                                                                  6 * 2**20)
+    assert data_note(summary) == ("Data: shards: 83% of objects from the node cache on h100-1, h100-2; 6.0 MiB "
+                                  "staged, staging took 4s; 2 bad cache entries re-staged.")
+    spec = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p", "data": [
+        {"src": "s3://bkt/a/train", "cache": "none"}, {"src": "s3://bkt/a/eval"}]})
+    assert "cache train on the nodes" in cache_suggestion(spec.datasets)
+    assert cache_suggestion([View({"name": "eval", "cache": "node"})]) is None
