@@ -11,6 +11,7 @@ them, with the rules that keep run labels bounded and no comment naming a path);
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.health import reasons as health_reasons
 from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
-from slurmctl.rundir import Run, run_id_from_comment
+from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
@@ -148,6 +149,10 @@ class SnapshotCache:
         # The active runs' jobs as the last good snapshot saw them: while Slurm does not answer, their
         # run dirs are still read, so the run series (step, heartbeat, checkpoint) stay current.
         self._last_run_jobs: list[tuple[Run, QueueEntry]] = []
+        # node -> [cache hits, objects looked up, bytes staged, staging seconds], summed over the staging
+        # records (run dir data-stage/) of every job seen running, each (user, run, job, node) once.
+        self.data_by_node: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+        self._data_seen: set[tuple[str, str, str, str]] = set()
 
     def get(self) -> Snapshot:
         with self._lock:
@@ -180,6 +185,7 @@ class SnapshotCache:
                 run_jobs.append((run, job))
         self._last_run_jobs = run_jobs
         runs, health = self._read_runs(run_jobs, now)
+        self._read_staging(run_jobs, {node.name for node in nodes})
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
                         runs=runs, health=health)
 
@@ -194,6 +200,25 @@ class SnapshotCache:
             except OSError:
                 self.run_read_errors += 1
         return runs, health
+
+    def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
+        """Add each new staging record of the running jobs to its node's totals. The record is the job's own
+        file: only a node Slurm lists counts as a label, and only the job's own id."""
+        for run, job in run_jobs:
+            for record in stage_records(run.path):
+                node = str(record.get("node"))
+                key = (job.user, run.run_id, str(record.get("job_id")), node)
+                if node not in node_names or str(record.get("job_id")) != str(job.job_id) or key in self._data_seen:
+                    continue
+                self._data_seen.add(key)
+                totals = self.data_by_node[node]
+                for ds in record.get("datasets") or []:
+                    if isinstance(ds, dict):
+                        with contextlib.suppress(TypeError, ValueError):
+                            totals[0] += max(0, int(ds.get("hits") or 0))
+                            totals[1] += max(0, int(ds.get("objects") or 0))
+                            totals[2] += max(0, int(ds.get("bytes_staged") or 0))
+                            totals[3] += max(0.0, float(ds.get("seconds") or 0.0))
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
         """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
@@ -373,6 +398,19 @@ def health_metrics(snap: Snapshot) -> Iterator:
     yield from (ranks, fallback, wait, idle, util)
 
 
+def data_metrics(by_node: dict[str, list[float]]) -> Iterator:
+    """The node data cache per node: lookups, hits, bytes staged and staging time of running jobs' datasets."""
+    families = [CounterMetricFamily(name, doc, labels=["node"]) for name, doc in (
+        ("slurmctl_data_cache_hits", "Dataset objects a staging step found valid in the node cache."),
+        ("slurmctl_data_cache_lookups", "Dataset objects staging steps looked up in the node cache."),
+        ("slurmctl_data_staged_bytes", "Bytes staging steps downloaded from the object store into the cache."),
+        ("slurmctl_data_staging_seconds", "Seconds spent in staging steps (listing, checking, downloading)."))]
+    for node, totals in sorted(by_node.items()):
+        for family, value in zip(families, totals):
+            family.add_metric([node], value)
+    yield from families
+
+
 def run_metrics(snap: Snapshot) -> Iterator:
     info = GaugeMetricFamily("slurmctl_run_info", "1 per active run: its job, partition, user and state.",
                              labels=["run", "job_id", "partition", "user", "state"])
@@ -433,6 +471,7 @@ class SlurmctlCollector(Collector):
         # (their state label is the last one Slurm gave).
         yield from run_metrics(snap)
         yield from health_metrics(snap)
+        yield from data_metrics(self.cache.data_by_node)
         self._last_collect_seconds = time.perf_counter() - started
 
 

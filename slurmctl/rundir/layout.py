@@ -5,6 +5,7 @@ docstring for the layout and the ownership rules."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
+from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl, write_atomic
 
 # About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
 RECENT_EVENTS_BYTES = 8 * 1024
@@ -53,6 +54,11 @@ COST_RECORDS_DIR = "cost-records"
 ARTIFACTS_DIR = "artifacts"
 # Messages sent about the run (slurmctl/notify): event, channel key and kind, delivered or why not.
 NOTIFICATIONS = "notifications.jsonl"
+# Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
+# (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
+DATA_PLAN = "data-plan.json"
+DATA_DIR = "data-stage"
+DATA_STAGE = "stage-{job_id}-{node}.json"  # in data-stage/
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
@@ -138,6 +144,30 @@ def run_dir_of_log(log_path: str | os.PathLike) -> Path:
 def job_log_path(run_dir: str | os.PathLike, job_id: int | str) -> Path:
     """``<run dir>/logs/<job id>.out``; `job_id` "%j" gives the job script's --output pattern."""
     return Path(run_dir) / LOGS_DIR / JOB_LOG.format(job_id=job_id)
+
+
+def write_stage_record(run_dir: str | os.PathLike, job_id: str | None, node: str, record: dict) -> Path:
+    directory = Path(run_dir) / DATA_DIR
+    directory.mkdir(exist_ok=True)
+    safe_node = re.sub(r"[^A-Za-z0-9._-]", "_", node)[:64]
+    path = directory / DATA_STAGE.format(job_id=int(job_id or 0), node=safe_node)
+    write_atomic(path, json.dumps(record))
+    return path
+
+
+def stage_records(run_dir: str | os.PathLike, limit: int = 256) -> list[dict]:
+    """The staging steps' records of a run (newest last), at most `limit`, each capped in size."""
+    directory = Path(run_dir) / DATA_DIR
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("stage-") and n.endswith(".json"))
+    except OSError:
+        return []
+    out = []
+    for name in names[-limit:]:
+        record = read_json(directory / name)
+        if isinstance(record, dict):
+            out.append(record)
+    return sorted(out, key=lambda r: r.get("time") or 0)
 
 
 def is_health_rank_file(name: str) -> bool:
