@@ -25,7 +25,7 @@ from slurmctl.config.models import SiteConfig
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
-from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
+from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
@@ -152,10 +152,18 @@ class SnapshotCache:
                    now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
         runs, health = [], {}
         for run, job in run_jobs:
+            uid = owner_uid(job.user)
+            if uid is None:
+                continue
             try:
-                sample = read_run(run, job, self.site, now)
+                # one open of the run dir for both readers: every file relative to its fd
+                with run.pinned_as(uid) as pinned:
+                    sample = read_run(pinned, job, self.site, now)
+                    live = read_live(pinned, job.job_id, sample.partition, self.site)
                 runs.append(sample)
-                health[(job.user, run.run_id)] = read_live(run, job.job_id, sample.partition, self.site)
+                health[(job.user, run.run_id)] = live
+            except FileNotFoundError:
+                continue  # a job whose comment names a run that has no directory: no run, no error
             except OSError:
                 self.run_read_errors += 1
         return runs, health

@@ -9,11 +9,14 @@ import os
 import pwd
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
+from slurmctl.rundir.pinned import PinnedDir
 
 # About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
 RECENT_EVENTS_BYTES = 8 * 1024
@@ -69,6 +72,13 @@ def _owned_by_caller(path: Path) -> bool:
         return os.stat(path, follow_symlinks=False).st_uid == os.geteuid()
     except OSError:
         return True
+
+
+def _lstat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def is_run_id(text: str) -> bool:
@@ -192,10 +202,78 @@ def step_rate(records: list[dict], since: float | None = None, window: int = _ST
 
 @dataclass
 class Run:
-    """One run directory. Every path and reader of a run is here; nothing else spells a file name."""
+    """One run directory. Every path and reader of a run is here; nothing else spells a file name.
+
+    A Run from ``pinned_as`` reads through its directory's open fd (slurmctl.rundir.pinned): what
+    root uses for another user's run, so a directory swapped after the check is never read."""
 
     run_id: str
     path: Path
+    pinned: PinnedDir | None = field(default=None, repr=False, compare=False)
+
+    @contextmanager
+    def pinned_as(self, owner: int) -> Iterator[Run]:
+        """This run, its directory opened once and owned by `owner`: every reader below reads
+        relative to that fd, files and subdirectories of `owner` only, no symlinks. UnsafeFile
+        (an OSError) when the directory is not a real directory of `owner`."""
+        with PinnedDir.open(self.path, owner) as pinned:
+            yield Run(self.run_id, self.path, pinned)
+
+    # --- reading a file of the run, by its name in the layout -----------------------------------
+    def _json(self, name: str):
+        return self.pinned.read_json(name) if self.pinned else read_json(self.path / name)
+
+    def _text(self, name: str) -> str:
+        return self.pinned.read_text(name) if self.pinned else read_text_capped(self.path / name)
+
+    def _all_jsonl(self, name: str, cap: int = 64 * 1024 * 1024) -> list[dict]:
+        return self.pinned.read_jsonl(name, cap) if self.pinned else read_jsonl(self.path / name, cap)
+
+    def _tail_jsonl(self, name: str, records: int, max_bytes: int) -> list[dict]:
+        if self.pinned:
+            return self.pinned.tail_jsonl(name, records, max_bytes)
+        return tail_jsonl(self.path / name, records, max_bytes)
+
+    def _exists(self, name: str) -> bool:
+        return self.pinned.exists(name) if self.pinned else os.path.lexists(self.path / name)
+
+    def _owned_by_caller(self, name: str) -> bool:
+        if self.pinned:
+            return self.pinned.owner == os.geteuid()
+        return _owned_by_caller(self.path / name)
+
+    def spec_text(self) -> str:
+        """run.yaml's text (capped)."""
+        return self._text(RUN_YAML)
+
+    def watchdog_scenes(self) -> list[str]:
+        """The scene directories the progress watchdog captured (one per hung step it ended)."""
+        if self.pinned:
+            return self.pinned.subdirs(WATCHDOG_DIR)
+        folder = self.watchdog_dir
+        if not folder.is_dir() or folder.is_symlink():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+
+    def health_records(self, limit: int) -> list[dict]:
+        """The parsed rank-<N>.json files of health/ (at most `limit`, by name)."""
+        if self.pinned:
+            names = [n for n, _ in self.pinned.entries(HEALTH_DIR)]
+        else:
+            try:
+                names = os.listdir(self.health_dir)
+            except OSError:
+                return []
+        records = []
+        for name in sorted(n for n in names if is_health_rank_file(n))[:limit]:
+            data = self._json(f"{HEALTH_DIR}/{name}")
+            if isinstance(data, dict):
+                records.append(data)
+        return records
+
+    def health_idle(self) -> dict | None:
+        data = self._json(f"{HEALTH_DIR}/{HEALTH_IDLE}")
+        return data if isinstance(data, dict) else None
 
     # --- paths ---------------------------------------------------------------------------------
     @property
@@ -260,7 +338,7 @@ class Run:
 
     def notifications(self) -> list[dict]:
         """The messages sent about this run, oldest first (slurmctl/notify/journal.py writes them)."""
-        return read_jsonl(self.notifications_path, 4 * 1024 * 1024)
+        return self._all_jsonl(NOTIFICATIONS, 4 * 1024 * 1024)
 
     def log_path(self, job_id: int) -> Path:
         return job_log_path(self.path, int(job_id))
@@ -273,7 +351,7 @@ class Run:
     # --- readers -------------------------------------------------------------------------------
     @property
     def meta(self) -> dict:
-        data = read_json(self.meta_path)
+        data = self._json(RUN_JSON)
         return data if isinstance(data, dict) else {}
 
     def spec(self):
@@ -282,7 +360,7 @@ class Run:
         from slurmctl.safe_yaml import bounded_safe_load  # why: yaml only here, as above
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
-        return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
+        return RunSpec.model_validate(bounded_safe_load(self.spec_text()))
 
     @property
     def artifacts_dir(self) -> Path:
@@ -302,7 +380,7 @@ class Run:
         try:
             from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
-            frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
+            frozen = bounded_safe_load(self.spec_text()) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")
             return resolve_checkpoint_dir(configured, frozen.get("workdir") or self.path, self.path)
         except Exception:  # noqa: BLE001 - unreadable or malformed (YAMLError too): the default place
@@ -310,21 +388,21 @@ class Run:
 
     def events(self) -> list[dict]:
         """attempts.jsonl: all of it for its owner, the newest OTHERS_EVENTS_BYTES for anyone else."""
-        if _owned_by_caller(self.attempts_path):
-            return read_jsonl(self.attempts_path)
-        return tail_jsonl(self.attempts_path, 0, OTHERS_EVENTS_BYTES)
+        if self._owned_by_caller(ATTEMPTS):
+            return self._all_jsonl(ATTEMPTS)
+        return self._tail_jsonl(ATTEMPTS, 0, OTHERS_EVENTS_BYTES)
 
     def metrics_records(self) -> list[dict]:
         """metrics.jsonl: all of it for its owner, the newest OTHERS_METRICS_BYTES for anyone else."""
-        if _owned_by_caller(self.metrics_path):
-            return read_jsonl(self.metrics_path)
-        return tail_jsonl(self.metrics_path, 0, OTHERS_METRICS_BYTES)
+        if self._owned_by_caller(METRICS):
+            return self._all_jsonl(METRICS)
+        return self._tail_jsonl(METRICS, 0, OTHERS_METRICS_BYTES)
 
     def recent_events(self, max_bytes: int = RECENT_EVENTS_BYTES) -> list[dict]:
         """The newest events only, within `max_bytes` of attempts.jsonl's end: what readers of a run
         they do not own need (root's exporter and cleanup), so a huge (or hard-linked 64 MiB) file
         costs them one bounded read, not a parse of the whole file."""
-        return tail_jsonl(self.attempts_path, 0, max_bytes)
+        return self._tail_jsonl(ATTEMPTS, 0, max_bytes)
 
     def job_ids(self) -> list[int]:
         """Job ids in submission order. A sweep element is submitted as task `array_task_id` of the
@@ -371,11 +449,11 @@ class Run:
         return ids[-1] if ids else None
 
     def heartbeat(self) -> dict | None:
-        data = read_json(self.heartbeat_path)
+        data = self._json(HEARTBEAT)
         return data if isinstance(data, dict) else None
 
     def metrics_tail(self, records: int = _STEP_WINDOW, max_bytes: int = 64 * 1024) -> list[dict]:
-        return tail_jsonl(self.metrics_path, records, max_bytes)
+        return self._tail_jsonl(METRICS, records, max_bytes)
 
     def attempt_start(self) -> float | None:
         starts = [e.get("time") for e in self.recent_events() if e.get("event") == "start"]
@@ -388,22 +466,27 @@ class Run:
 
     def drain_request(self) -> dict | None:
         """The pending drain request; {"reason": "unknown"} when present but unreadable."""
-        if not os.path.lexists(self.drain_request_path):
+        if not self._exists(DRAIN_REQUEST):
             return None
-        data = read_json(self.drain_request_path)
+        data = self._json(DRAIN_REQUEST)
         return data if isinstance(data, dict) else {"reason": "unknown"}
 
     def drain_requested(self) -> bool:
-        return os.path.lexists(self.drain_request_path)
+        return self._exists(DRAIN_REQUEST)
+
+    def drain_requested_time(self) -> float | None:
+        """When the pending drain request was written (its mtime), or None."""
+        st = self.pinned.lstat(DRAIN_REQUEST) if self.pinned else _lstat_or_none(self.drain_request_path)
+        return st.st_mtime if st is not None else None
 
     def drain_ack(self) -> dict | None:
-        if not os.path.lexists(self.drain_ack_path):
+        if not self._exists(DRAIN_ACK):
             return None
-        data = read_json(self.drain_ack_path)
+        data = self._json(DRAIN_ACK)
         return data if isinstance(data, dict) else {}
 
     def drain_acked(self) -> bool:
-        return os.path.lexists(self.drain_ack_path)
+        return self._exists(DRAIN_ACK)
 
     # --- writers -------------------------------------------------------------------------------
     def use_umask(self) -> None:

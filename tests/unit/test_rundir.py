@@ -359,7 +359,7 @@ def test_status_and_exporter_show_the_same_rate_after_a_resume(tmp_path, local_s
     append_jsonl(run.attempts_path, {"event": "start", "time": now - 45})
     write_atomic(run.heartbeat_path, json.dumps({"step": 40, "time": now - 2}))
     status = build_status(run, None, now)
-    sample = read_run(run, Job(job_id=1, state="RUNNING", partition="l4-dev", comment=f"slurmctl:{run.run_id}"),
-                      local_site, now)
+    sample = read_run(run, Job(job_id=1, state="RUNNING", partition="l4-dev", comment=f"slurmctl:{run.run_id}",
+                               user=current_user()), local_site, now)
     assert status.steps_per_second == pytest.approx(0.5)
     assert sample.step_seconds == pytest.approx(1 / status.steps_per_second)
