@@ -152,20 +152,16 @@ class SnapshotCache:
                    now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
         runs, health = [], {}
         for run, job in run_jobs:
-            uid = owner_uid(job.user)
-            if uid is None:
-                continue
             try:
-                # one open of the run dir for both readers: every file relative to its fd
-                with run.pinned_as(uid) as pinned:
-                    sample = read_run(pinned, job, self.site, now)
-                    live = read_live(pinned, job.job_id, sample.partition, self.site)
-                runs.append(sample)
-                health[(job.user, run.run_id)] = live
+                read = read_active_run(run, job, self.site, now)
             except FileNotFoundError:
                 continue  # a job whose comment names a run that has no directory: no run, no error
             except OSError:
                 self.run_read_errors += 1
+                continue
+            if read is not None:
+                runs.append(read[0])
+                health[(job.user, run.run_id)] = read[1]
         return runs, health
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
@@ -183,6 +179,18 @@ class SnapshotCache:
                 counts[-2] += 1
                 counts[-1] += wait
         self._seen_started &= live
+
+
+def read_active_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> tuple[RunSample, LiveHealth] | None:
+    """What the exporter publishes of one active run: its sample and live health, both read through
+    ONE open of the run dir (pinned to the job user's uid: every file relative to that fd). None for
+    a job whose user is no known login name; an OSError when the directory is not that user's."""
+    uid = owner_uid(job.user)
+    if uid is None:
+        return None
+    with run.pinned_as(uid) as pinned:
+        sample = read_run(pinned, job, site, now)
+        return sample, read_live(pinned, job.job_id, sample.partition, site)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple, float]) -> GaugeMetricFamily:
