@@ -15,6 +15,7 @@ the exporter). Every user of the node can connect to them, and every connection 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -66,6 +67,9 @@ class BoundedThreadingMixIn(ThreadingMixIn):
     ``arm`` when it starts waiting for a request and ``disarm`` once it has read all of it."""
 
     daemon_threads = True
+    # socketserver's default backlog of 5 would leave the connections past it to the kernel's SYN
+    # retries (seconds each), where they are no one's to refuse: take them and refuse them here
+    request_queue_size = 256
     max_connections = MAX_CONNECTIONS
     max_per_peer = MAX_PER_PEER
     request_deadline = REQUEST_DEADLINE_SECONDS
@@ -77,6 +81,7 @@ class BoundedThreadingMixIn(ThreadingMixIn):
         self._per_peer: Counter = Counter()
         self._peer_of: dict[socket.socket, object] = {}
         self._deadlines: dict[socket.socket, float] = {}
+        self._cut: set[socket.socket] = set()
         self._reaper_stop = threading.Event()
         threading.Thread(target=self._reap, name="request-deadlines", daemon=True).start()
 
@@ -115,6 +120,7 @@ class BoundedThreadingMixIn(ThreadingMixIn):
     def _release(self, request) -> None:
         with self._limits_lock:
             self._deadlines.pop(request, None)
+            self._cut.discard(request)
             peer = self._peer_of.pop(request, None)
             if peer is not None:
                 self._open -= 1
@@ -137,14 +143,49 @@ class BoundedThreadingMixIn(ThreadingMixIn):
                 late = [r for r, deadline in self._deadlines.items() if deadline <= now]
                 for request in late:
                     del self._deadlines[request]
+                    self._cut.add(request)
             for request in late:
                 try:  # the handler's blocked read returns at once; its thread ends and frees the slot
                     request.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
 
+    def was_cut(self, request) -> bool:
+        with self._limits_lock:
+            return request in self._cut
+
+    def handle_error(self, request, client_address) -> None:
+        # a client gone (or cut at its deadline) while its answer was written is no server error
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
     def server_close(self) -> None:
         stop = getattr(self, "_reaper_stop", None)  # None when binding failed before activation
         if stop is not None:
             stop.set()
         super().server_close()
+
+
+class DeadlineHandlerMixIn:
+    """For the handler (before BaseHTTPRequestHandler or wsgiref's WSGIRequestHandler): each request
+    waits under the server's deadline, and what a cut connection left half-sent is not answered.
+    A handler that reads a body calls ``self.server.disarm(self.connection)`` after it; one that
+    reads none sets ``disarm_after_headers``."""
+
+    disarm_after_headers = False
+
+    def handle_one_request(self) -> None:
+        self.server.arm(self.connection)  # keep-alive: each request has its own deadline
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if self.server.was_cut(self.connection):
+            self.close_connection = True
+            return False
+        parsed = super().parse_request()
+        if self.server.was_cut(self.connection):  # the headers ended only because the deadline cut them
+            self.close_connection = True
+            return False
+        if parsed and self.disarm_after_headers:
+            self.server.disarm(self.connection)
+        return parsed

@@ -9,7 +9,7 @@ import socket
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn
+from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.web.app import MAX_BODY, Response, WebApp
 from slurmctl.web.auth import COOKIE
 
@@ -35,16 +35,12 @@ class _Server(BoundedThreadingMixIn, HTTPServer):
         super().__init__(address, _Handler)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandlerMixIn, BaseHTTPRequestHandler):
     server: _Server
     server_version = "slurmctl-web"
     sys_version = ""
     protocol_version = "HTTP/1.1"
     timeout = SOCKET_TIMEOUT_SECONDS  # per socket operation; the whole request has the server's deadline
-
-    def handle_one_request(self) -> None:
-        self.server.arm(self.connection)  # keep-alive: each request gets its own deadline
-        super().handle_one_request()
 
     def _serve(self, method: str) -> None:
         try:
@@ -55,7 +51,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(Response(413, b"request body too large or its length unreadable", "text/plain"), method)
             return
         body = self.rfile.read(length) if length else b""
-        if len(body) < length:  # the deadline shut the connection mid-body
+        if len(body) < length or self.server.was_cut(self.connection):  # the deadline cut it mid-body
             self.close_connection = True
             return
         self.server.disarm(self.connection)  # the request is in: answering it is not the client's to slow
