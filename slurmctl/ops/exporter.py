@@ -12,19 +12,23 @@ them, with the rules that keep run labels bounded and no comment naming a path);
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from slurmctl.config.models import SiteConfig
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
+from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, QueueEntry, SlurmClient
@@ -409,14 +413,30 @@ def build(site: SiteConfig, interval: float = 15.0, runner: Runner | None = None
     return registry, collector
 
 
+def make_server(registry, port: int, address: str = "127.0.0.1"):
+    """The /metrics server, bound and ready (port 0: any free port), with the connection limits of
+    slurmctl.ops.http_limits: every user of the node can connect to it, and each connection costs a
+    thread, so a request must arrive whole within the deadline and one user gets only a share."""
+    class Server(BoundedThreadingMixIn, WSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    class Handler(DeadlineHandlerMixIn, WSGIRequestHandler):
+        disarm_after_headers = True  # GET /metrics has no body
+        timeout = SOCKET_TIMEOUT_SECONDS
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's signature
+            pass  # a scrape every few seconds is no news
+
+    server = Server((address, port), Handler)
+    server.set_app(make_wsgi_app(registry))
+    return server
+
+
 def serve(site: SiteConfig, port: int, interval: float, address: str = "127.0.0.1") -> None:
     """Serve /metrics until interrupted; on loopback unless another address is given (no auth here)."""
-    from prometheus_client import start_http_server
-
     registry, _ = build(site, interval)
-    server, thread = start_http_server(port, addr=address, registry=registry)
+    server = make_server(registry, port, address)
     try:
-        while thread.is_alive():
-            thread.join(1.0)
+        server.serve_forever()
     finally:
-        server.shutdown()
+        server.server_close()

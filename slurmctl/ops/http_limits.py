@@ -14,6 +14,7 @@ the exporter). Every user of the node can connect to them, and every connection 
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -42,7 +43,20 @@ def _kernel_address(host: str, port: int) -> str | None:
     return "".join(w.hex().upper() for w in words) + f":{port:04X}"
 
 
-def peer_uid(client: tuple, server: tuple) -> int | None:
+def _socket_table(path: str) -> bytes:
+    """The whole table in as few reads as possible: /proc/net/tcp is produced a read at a time, and a
+    table that changes between two reads can skip an entry."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 22):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def peer_uid(client: tuple, server: tuple, tries: int = 3) -> int | None:
     """The uid owning the client end of a TCP connection made on this machine, or None (another
     machine, or not found). The client's socket is the entry whose local end is the client's
     address and whose remote end is ours."""
@@ -50,15 +64,19 @@ def peer_uid(client: tuple, server: tuple) -> int | None:
     if local is None or remote is None:
         return None
     table = "/proc/net/tcp6" if len(local) > 13 else "/proc/net/tcp"
-    try:
-        with open(table) as fh:
-            next(fh, None)
-            for line in fh:
-                fields = line.split()
-                if len(fields) > 7 and fields[1] == local and fields[2] == remote:
-                    return int(fields[7])
-    except (OSError, ValueError):
-        return None
+    wanted = f" {local} {remote} ".encode()
+    for _ in range(tries):
+        try:
+            text = _socket_table(table)
+        except OSError:
+            return None
+        at = text.find(wanted)
+        if at >= 0:
+            fields = text[at:text.find(b"\n", at)].split()
+            try:
+                return int(fields[6])  # local, remote, st, queues, timer, retransmits, uid
+            except (IndexError, ValueError):
+                return None
     return None
 
 
@@ -89,8 +107,9 @@ class BoundedThreadingMixIn(ThreadingMixIn):
         if client_address[0] in ("127.0.0.1", "::1", "::ffff:127.0.0.1") or \
                 client_address[0] == self.server_address[0]:
             uid = peer_uid(client_address, self.server_address)
-            if uid is not None:
-                return ("uid", uid)
+            # a local client whose socket is not found (it closed already) shares one bucket with
+            # every other such client: no fresh share for anyone
+            return ("uid", uid) if uid is not None else ("local, owner unknown",)
         return ("address", client_address[0])
 
     def process_request(self, request, client_address) -> None:
