@@ -199,9 +199,8 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
     if isinstance(metrics.get("loss"), (int, float)):
         sample.loss = float(metrics["loss"])
     # bounded: root reads a user's file once (restarts are counted within its newest events)
-    events = run.recent_events()
-    starts = [e["time"] for e in events if e.get("event") == "start" and isinstance(e.get("time"), (int, float))]
-    rate = step_rate(run.metrics_tail(), since=starts[-1] if starts else None)
+    started, last_start = run.recent_starts()
+    rate = step_rate(run.metrics_tail(), since=last_start)
     sample.step_seconds = 1.0 / rate if rate else None
     if isinstance(metrics.get("samples_per_second"), (int, float)):
         sample.samples_per_second = float(metrics["samples_per_second"])
@@ -214,7 +213,7 @@ def read_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> RunSamp
         sample.checkpoint_age_seconds = now - since if since else None
     if interval_steps and sample.step_seconds:
         sample.checkpoint_interval_seconds = interval_steps * sample.step_seconds
-    sample.starts = len(starts)
+    sample.starts = started
     scenes = run.watchdog_scenes()
     request = run.drain_request()
     if request is not None:

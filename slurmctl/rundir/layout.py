@@ -5,6 +5,7 @@ docstring for the layout and the ownership rules."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
+from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl, tail_text_lines
 from slurmctl.rundir.pinned import PinnedDir
 
 # About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
@@ -63,6 +64,7 @@ RUN_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}-\d{8}-[0-9a-f]{4}")
 COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
 SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
+_START_MARK = '"event": "start"'  # a start event's line as Run.record writes it (json.dumps, keys sorted)
 _STEP_WINDOW = 50  # metrics.jsonl records used for the current step rate
 
 
@@ -234,6 +236,15 @@ class Run:
             return self.pinned.tail_jsonl(name, records, max_bytes)
         return tail_jsonl(self.path / name, records, max_bytes)
 
+    def _tail_lines(self, name: str, max_bytes: int) -> list[str]:
+        """The whole lines within the newest `max_bytes` of a file (an unsafe or missing file: none)."""
+        try:
+            if self.pinned:
+                return self.pinned.tail_lines(name, max_bytes)
+            return tail_text_lines(self.path / name, 0, max_bytes)
+        except OSError:
+            return []
+
     def _exists(self, name: str) -> bool:
         return self.pinned.exists(name) if self.pinned else os.path.lexists(self.path / name)
 
@@ -403,6 +414,26 @@ class Run:
         they do not own need (root's exporter and cleanup), so a huge (or hard-linked 64 MiB) file
         costs them one bounded read, not a parse of the whole file."""
         return self._tail_jsonl(ATTEMPTS, 0, max_bytes)
+
+    def recent_starts(self, max_bytes: int = RECENT_EVENTS_BYTES) -> tuple[int, float | None]:
+        """(how many start events the newest `max_bytes` of attempts.jsonl hold, the newest one's
+        time): the exporter's restart count and attempt start, at the cost of one JSON parse per run
+        instead of one per event. Lines are counted in the form ``record`` writes them
+        (``"event": "start"``, keys sorted); the newest start is the last line that parses as one.
+        A line written another way is the run owner's own and changes only their own count."""
+        lines = self._tail_lines(ATTEMPTS, max_bytes)
+        count = sum(_START_MARK in line and line.rstrip().endswith("}") for line in lines)  # not a torn line
+        for line in reversed(lines):
+            if '"start"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "start" and \
+                    isinstance(event.get("time"), (int, float)) and not isinstance(event.get("time"), bool):
+                return count, float(event["time"])
+        return count, None
 
     def job_ids(self) -> list[int]:
         """Job ids in submission order. A sweep element is submitted as task `array_task_id` of the

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from slurmctl.errors import UnsafeFile
-from slurmctl.fsutil import DEFAULT_READ_CAP, read_capped, read_json, read_jsonl, tail_jsonl
+from slurmctl.fsutil import DEFAULT_READ_CAP, read_capped, read_json, read_jsonl, tail_jsonl, tail_text_lines
 
 MAX_ENTRIES = 10_000  # of one directory listing (health/, watchdog/, checkpoints/)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -109,6 +109,14 @@ class PinnedDir:
             with self._parent_of(relative) as (fd, name):
                 return tail_jsonl(name, records, max_bytes, dir_fd=fd, owner=self.owner)
         except OSError:
+            return []
+
+    def tail_lines(self, relative: str, max_bytes: int) -> list[str]:
+        """The whole lines within the newest `max_bytes`; missing: none; unsafe: UnsafeFile."""
+        try:
+            with self._parent_of(relative) as (fd, name):
+                return tail_text_lines(name, 0, max_bytes, dir_fd=fd, owner=self.owner)
+        except FileNotFoundError:
             return []
 
     # --- entries -------------------------------------------------------------------------------
