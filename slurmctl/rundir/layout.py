@@ -212,6 +212,9 @@ class Run:
     run_id: str
     path: Path
     pinned: PinnedDir | None = field(default=None, repr=False, compare=False)
+    # The uid whose run this is, for a reader who is not that user (root): every read then opens the
+    # run dir afresh through PinnedDir, so a directory swapped for a symlink is never read through.
+    owner: int | None = field(default=None, repr=False, compare=False)
 
     @contextmanager
     def pinned_as(self, owner: int) -> Iterator[Run]:
@@ -219,38 +222,55 @@ class Run:
         relative to that fd, files and subdirectories of `owner` only, no symlinks. UnsafeFile
         (an OSError) when the directory is not a real directory of `owner`."""
         with PinnedDir.open(self.path, owner) as pinned:
-            yield Run(self.run_id, self.path, pinned)
+            yield Run(self.run_id, self.path, pinned, owner)
 
     # --- reading a file of the run, by its name in the layout -----------------------------------
+    def _read(self, through_fd, by_path, refused):
+        """`through_fd(PinnedDir)` for a pinned run or one read for another user (`refused` when its
+        directory is not that user's real directory), else `by_path()`."""
+        if self.pinned is not None:
+            return through_fd(self.pinned)
+        if self.owner is None:
+            return by_path()
+        try:
+            with PinnedDir.open(self.path, self.owner) as pinned:
+                return through_fd(pinned)
+        except OSError:
+            return refused
+
     def _json(self, name: str):
-        return self.pinned.read_json(name) if self.pinned else read_json(self.path / name)
+        return self._read(lambda d: d.read_json(name), lambda: read_json(self.path / name), None)
 
     def _text(self, name: str) -> str:
+        if self.pinned is None and self.owner is not None:
+            with PinnedDir.open(self.path, self.owner) as pinned:
+                return pinned.read_text(name)
         return self.pinned.read_text(name) if self.pinned else read_text_capped(self.path / name)
 
     def _all_jsonl(self, name: str, cap: int = 64 * 1024 * 1024) -> list[dict]:
-        return self.pinned.read_jsonl(name, cap) if self.pinned else read_jsonl(self.path / name, cap)
+        return self._read(lambda d: d.read_jsonl(name, cap), lambda: read_jsonl(self.path / name, cap), [])
 
     def _tail_jsonl(self, name: str, records: int, max_bytes: int) -> list[dict]:
-        if self.pinned:
-            return self.pinned.tail_jsonl(name, records, max_bytes)
-        return tail_jsonl(self.path / name, records, max_bytes)
+        return self._read(lambda d: d.tail_jsonl(name, records, max_bytes),
+                          lambda: tail_jsonl(self.path / name, records, max_bytes), [])
 
     def _tail_lines(self, name: str, max_bytes: int) -> list[str]:
         """The whole lines within the newest `max_bytes` of a file (an unsafe or missing file: none)."""
         try:
-            if self.pinned:
-                return self.pinned.tail_lines(name, max_bytes)
-            return tail_text_lines(self.path / name, 0, max_bytes)
+            return self._read(lambda d: d.tail_lines(name, max_bytes),
+                              lambda: tail_text_lines(self.path / name, 0, max_bytes), [])
         except OSError:
             return []
 
     def _exists(self, name: str) -> bool:
-        return self.pinned.exists(name) if self.pinned else os.path.lexists(self.path / name)
+        return self._read(lambda d: d.exists(name), lambda: os.path.lexists(self.path / name), False)
+
+    def _lstat(self, name: str) -> os.stat_result | None:
+        return self._read(lambda d: d.lstat(name), lambda: _lstat_or_none(self.path / name), None)
 
     def _owned_by_caller(self, name: str) -> bool:
-        if self.pinned:
-            return self.pinned.owner == os.geteuid()
+        if self.pinned is not None or self.owner is not None:
+            return (self.owner if self.owner is not None else self.pinned.owner) == os.geteuid()
         return _owned_by_caller(self.path / name)
 
     def spec_text(self) -> str:
@@ -259,22 +279,21 @@ class Run:
 
     def watchdog_scenes(self) -> list[str]:
         """The scene directories the progress watchdog captured (one per hung step it ended)."""
-        if self.pinned:
-            return self.pinned.subdirs(WATCHDOG_DIR)
-        folder = self.watchdog_dir
-        if not folder.is_dir() or folder.is_symlink():
-            return []
-        return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        def by_path() -> list[str]:
+            folder = self.watchdog_dir
+            if not folder.is_dir() or folder.is_symlink():
+                return []
+            return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        return self._read(lambda d: d.subdirs(WATCHDOG_DIR), by_path, [])
 
     def health_records(self, limit: int) -> list[dict]:
         """The parsed rank-<N>.json files of health/ (at most `limit`, by name)."""
-        if self.pinned:
-            names = [n for n, _ in self.pinned.entries(HEALTH_DIR)]
-        else:
+        def by_path() -> list[str]:
             try:
-                names = os.listdir(self.health_dir)
+                return os.listdir(self.health_dir)
             except OSError:
                 return []
+        names = self._read(lambda d: [n for n, _ in d.entries(HEALTH_DIR)], by_path, [])
         records = []
         for name in sorted(n for n in names if is_health_rank_file(n))[:limit]:
             data = self._json(f"{HEALTH_DIR}/{name}")
@@ -507,7 +526,7 @@ class Run:
 
     def drain_requested_time(self) -> float | None:
         """When the pending drain request was written (its mtime), or None."""
-        st = self.pinned.lstat(DRAIN_REQUEST) if self.pinned else _lstat_or_none(self.drain_request_path)
+        st = self._lstat(DRAIN_REQUEST)
         return st.st_mtime if st is not None else None
 
     def drain_ack(self) -> dict | None:
