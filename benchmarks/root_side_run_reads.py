@@ -133,11 +133,14 @@ def bench_operator_ls(args) -> None:
             site_file.write_text(yaml.safe_dump({**site, "runs_root": str(runs_root)}))
             roots[kind] = site_file
             print(f"made the {kind} runs root in {time.perf_counter() - started:.1f} s")
-        t_clean = operator_ls(roots["clean"], args.repeat, args.code)
-        t_hostile = operator_ls(roots["hostile"], args.repeat, args.code)
-    print(f"operator `ls --all-users` (whole process): clean {args.users} users x {args.jobs} runs {t_clean:.2f} s; "
-          f"hostile (+{args.jobs} runs each with {args.mib} MiB hard-linked attempts.jsonl and metrics.jsonl, "
-          f"+{args.dirs} run dirs) {t_hostile:.2f} s, ratio {t_hostile / t_clean:.2f}x")
+        measured = []
+        for code in [args.code, *args.compare_code]:  # each checkout over the same runs roots, in turn
+            measured.append((code, operator_ls(roots["clean"], args.repeat, code),
+                             operator_ls(roots["hostile"], args.repeat, code)))
+    for code, t_clean, t_hostile in measured:
+        print(f"operator `ls --all-users` (whole process, {code}): clean {args.users} users x {args.jobs} runs "
+              f"{t_clean:.2f} s; hostile (+{args.jobs} runs each with {args.mib} MiB hard-linked attempts.jsonl and "
+              f"metrics.jsonl, +{args.dirs} run dirs) {t_hostile:.2f} s, ratio {t_hostile / t_clean:.2f}x")
 
 
 def main() -> None:
@@ -152,6 +155,8 @@ def main() -> None:
     parser.add_argument("--skip-ls", action="store_true")
     parser.add_argument("--code", type=Path, default=REPO, help="the checkout whose `slurmctl ls` runs (e.g. an "
                         "older one, for the before)")
+    parser.add_argument("--compare-code", type=Path, action="append", default=[],
+                        help="another checkout whose `slurmctl ls` is timed over the same runs roots, side by side")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the operator's view, over runs that other uids own")
