@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from slurmctl.config.models import SiteConfig
@@ -27,7 +30,8 @@ from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.health import reasons as health_reasons
-from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
+from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
+from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
@@ -194,11 +198,15 @@ class SnapshotCache:
         runs, health = [], {}
         for run, job in run_jobs:
             try:
-                sample = read_run(run, job, self.site, now)
-                runs.append(sample)
-                health[(job.user, run.run_id)] = read_live(run, job.job_id, sample.partition, self.site)
+                read = read_active_run(run, job, self.site, now)
+            except FileNotFoundError:
+                continue  # a job whose comment names a run that has no directory: no run, no error
             except OSError:
                 self.run_read_errors += 1
+                continue
+            if read is not None:
+                runs.append(read[0])
+                health[(job.user, run.run_id)] = read[1]
         return runs, health
 
     def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
@@ -235,6 +243,18 @@ class SnapshotCache:
                 counts[-2] += 1
                 counts[-1] += wait
         self._seen_started &= live
+
+
+def read_active_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> tuple[RunSample, LiveHealth] | None:
+    """What the exporter publishes of one active run: its sample and live health, both read through
+    ONE open of the run dir (pinned to the job user's uid: every file relative to that fd). None for
+    a job whose user is no known login name; an OSError when the directory is not that user's."""
+    uid = owner_uid(job.user)
+    if uid is None:
+        return None
+    with run.pinned_as(uid) as pinned:
+        sample = read_run(pinned, job, site, now)
+        return sample, read_live(pinned, job.job_id, sample.partition, site)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple, float]) -> GaugeMetricFamily:
@@ -486,14 +506,30 @@ def build(site: SiteConfig, interval: float = 15.0, runner: Runner | None = None
     return registry, collector
 
 
+def make_server(registry, port: int, address: str = "127.0.0.1"):
+    """The /metrics server, bound and ready (port 0: any free port), with the connection limits of
+    slurmctl.ops.http_limits: every user of the node can connect to it, and each connection costs a
+    thread, so a request must arrive whole within the deadline and one user gets only a share."""
+    class Server(BoundedThreadingMixIn, WSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    class Handler(DeadlineHandlerMixIn, WSGIRequestHandler):
+        disarm_after_headers = True  # GET /metrics has no body
+        timeout = SOCKET_TIMEOUT_SECONDS
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's signature
+            pass  # a scrape every few seconds is no news
+
+    server = Server((address, port), Handler)
+    server.set_app(make_wsgi_app(registry))
+    return server
+
+
 def serve(site: SiteConfig, port: int, interval: float, address: str = "127.0.0.1") -> None:
     """Serve /metrics until interrupted; on loopback unless another address is given (no auth here)."""
-    from prometheus_client import start_http_server
-
     registry, _ = build(site, interval)
-    server, thread = start_http_server(port, addr=address, registry=registry)
+    server = make_server(registry, port, address)
     try:
-        while thread.is_alive():
-            thread.join(1.0)
+        server.serve_forever()
     finally:
-        server.shutdown()
+        server.server_close()
