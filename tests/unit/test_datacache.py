@@ -159,7 +159,8 @@ def test_another_users_directory_under_our_name_is_refused(tmp_path):
         UserCache(root, SHARD).open()
     os.chmod(root, 0o1777)
     me = UserCache(root, SHARD)
-    os.mkdir(me.dir, 0o755)  # not private: someone else could have planted it
+    os.mkdir(me.dir)
+    os.chmod(me.dir, 0o755)  # not private: someone else could have planted it (chmod: the umask may be 077)
     with pytest.raises(CacheError, match="not a private directory"):
         me.open()
 
