@@ -19,10 +19,24 @@ resource "google_container_cluster" "ml" {
   }
   datapath_provider = "ADVANCED_DATAPATH" # Dataplane V2: enforces NetworkPolicy
 
+  # The control plane keeps a public endpoint (so that kubectl/helm from an operator's VPN or CI
+  # works without a bastion), but only the listed ranges reach it: without this block GKE accepts
+  # API connections from any address (authenticated, yet exposed to every credential leak and bug).
   private_cluster_config {
     enable_private_nodes    = true
     enable_private_endpoint = false
     master_ipv4_cidr_block  = var.master_ipv4_cidr_block
+  }
+
+  master_authorized_networks_config {
+    gcp_public_cidrs_access_enabled = false
+    dynamic "cidr_blocks" {
+      for_each = var.master_authorized_cidrs
+      content {
+        cidr_block   = cidr_blocks.value
+        display_name = "operators ${cidr_blocks.value}"
+      }
+    }
   }
 
   workload_identity_config {

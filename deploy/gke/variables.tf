@@ -49,6 +49,15 @@ variable "master_ipv4_cidr_block" {
   description = "GKE control plane range (private cluster): the source of webhook calls to the nodes"
 }
 
+variable "master_authorized_cidrs" {
+  type        = list(string)
+  description = "Public ranges (your operators' VPN egress, CI runners) that may reach the GKE API endpoint; nothing else can"
+  validation {
+    condition     = length(var.master_authorized_cidrs) > 0 && !contains(var.master_authorized_cidrs, "0.0.0.0/0")
+    error_message = "master_authorized_cidrs: give the operators' egress ranges (e.g. [\"203.0.113.0/24\"]); 0.0.0.0/0 or none would leave the API open or unreachable."
+  }
+}
+
 variable "ssh_client_cidrs" {
   type        = list(string)
   default     = ["10.200.0.0/16"]

@@ -49,7 +49,8 @@ COVERED = {
     ".venv/bin/pytest -q tests/unit/test_deploy_*.py": "this module's session: these ARE the deploy tests",
     "cd deploy/gke": "test_terraform_commands_name_declared_variables_and_outputs",
     "terraform init": "test_terraform_commands_name_declared_variables_and_outputs",
-    "terraform plan -var project=$PROJECT -var checkpoint_bucket=$PROJECT-ml-checkpoints -out plan":
+    "terraform plan -var project=$PROJECT -var checkpoint_bucket=$PROJECT-ml-checkpoints "
+    "-var 'master_authorized_cidrs=[\"203.0.113.0/24\"]' -out plan":
         "test_terraform_commands_name_declared_variables_and_outputs",
     "terraform apply plan": "test_terraform_commands_name_declared_variables_and_outputs",
     "$(terraform output -raw get_credentials); cd ../..": "test_terraform_commands_name_declared_variables_and_outputs",
@@ -243,6 +244,8 @@ def test_terraform_commands_name_declared_variables_and_outputs(runbook):
     plan = calls[1]
     assert [a for a in plan if a.startswith(("project=", "checkpoint_bucket="))] == [
         "project=proj", "checkpoint_bucket=proj-ml-checkpoints"]
+    # the control plane answers only the operators' ranges (main.tf master_authorized_networks_config)
+    assert 'master_authorized_cidrs=["203.0.113.0/24"]' in plan
     # the shim refuses unknown -var and output names (exit 2): every block ran, so all are declared
     assert ["container", "clusters", "get-credentials"] == _calls(runbook["log"], "gcloud")[0][:3]
 
