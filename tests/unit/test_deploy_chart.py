@@ -204,6 +204,24 @@ def test_prometheus_scrapes_the_exporter_the_scaling_queries_read(tmp_path):
     assert keda == "http://prometheus-operated.monitoring:9090"  # kube-prometheus-stack's service, RUNBOOK step 4
 
 
+def test_only_prometheus_reaches_the_exporter_and_only_slurmdbd_the_database(tmp_path):
+    """The exporter listens on its pod's addresses (a Service must reach it) and MariaDB on 3306: the
+    rendered NetworkPolicies admit Prometheus's namespace to the one and slurmdbd's pods (slurm-operator's
+    label app.kubernetes.io/name=slurmdbd) to the other, nothing else."""
+    docs = render(tmp_path)
+    policies, services = by_kind(docs, "NetworkPolicy"), by_kind(docs, "Service")
+    exporter, mariadb = policies["slurmctl-exporter-scrape"]["spec"], policies["slurmctl-mariadb"]["spec"]
+    assert exporter["podSelector"]["matchLabels"] == services["slurmctl-exporter"]["spec"]["selector"]
+    [rule] = exporter["ingress"]
+    namespace = yaml.safe_load((CHART / "values.yaml").read_text())["keda"]["prometheus"].split(".")[1].split(":")[0]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": services["slurmctl-exporter"]["spec"]["ports"][0]["port"]}]
+    [service] = [s for name, s in services.items() if "mariadb" in name]
+    assert mariadb["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    assert mariadb["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "slurmdbd"}}}],
+                                   "ports": [{"protocol": "TCP", "port": 3306}]}]
+
+
 # --- the login node from a laptop (RUNBOOK "Reaching the login node") -------------------------------------
 def test_the_login_node_is_an_internal_load_balancer_open_to_the_vpn_clients_only(tmp_path):
     import ipaddress
