@@ -222,6 +222,16 @@ def test_only_prometheus_reaches_the_exporter_and_only_slurmdbd_the_database(tmp
                                    "ports": [{"protocol": "TCP", "port": 3306}]}]
 
 
+def test_a_private_tracking_server_is_reachable_only_when_listed(tmp_path):
+    base = by_kind(render(tmp_path), "NetworkPolicy")["slurm-egress"]["spec"]["egress"]
+    assert not [r for r in base if any("10.30.0.12" in str(p) for p in r.get("to", []))]
+    mlflow = [{"name": "mlflow", "cidr": "10.30.0.12/32", "ports": [5000]}]
+    listed = render(tmp_path, {**VALUES, "network": {**VALUES.get("network", {}), "privateServices": mlflow}})
+    egress = by_kind(listed, "NetworkPolicy")["slurm-egress"]["spec"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "10.30.0.12/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]} in egress
+    assert all(schema_errors(doc) == [] for doc in listed)
+
+
 # --- the login node from a laptop (RUNBOOK "Reaching the login node") -------------------------------------
 def test_the_login_node_is_an_internal_load_balancer_open_to_the_vpn_clients_only(tmp_path):
     import ipaddress
