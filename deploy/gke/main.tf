@@ -93,7 +93,9 @@ resource "google_container_node_pool" "gpu" {
   autoscaling {
     total_min_node_count = 0
     total_max_node_count = each.value.max_nodes
-    # flex-start (and spot) capacity: take it in whichever zone of the location has it
+    # ANY vs BALANCED chooses among the node locations of a pool: this cluster is zonal (var.zone), so
+    # every pool has one zone and both behave alike today. ANY is kept for flex-start and spot, where
+    # taking capacity wherever it exists is what a regional cluster or added node_locations would want.
     location_policy = each.value.flex_start || each.value.spot ? "ANY" : "BALANCED"
   }
 
