@@ -43,6 +43,12 @@ variable "checkpoint_bucket" {
   description = "GCS bucket for runs and checkpoints (mounted with gcsfuse CSI)"
 }
 
+variable "runs_capacity_gb" {
+  type        = number
+  default     = 10240
+  description = "Filestore (zonal) capacity for runs_root: run dirs and their checkpoints, in GiB (1024 minimum)"
+}
+
 variable "master_ipv4_cidr_block" {
   type        = string
   default     = "172.16.0.0/28"

@@ -164,7 +164,8 @@ def demand(query: str, tmp_path: Path, busy: int, waiting: list[int], partition:
     return expected
 
 
-def promql(query: str, tmp_path: Path, series: list[tuple[str, float]], expected: list[dict]) -> subprocess.CompletedProcess:
+def promql(query: str, tmp_path: Path, series: list[tuple[str, float]],
+           expected: list[dict]) -> subprocess.CompletedProcess:
     """promtool's verdict on `query` over `series` (held for 3 minutes) against `expected` samples."""
     test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": [{"series": s, "values": f"{v}x3"} for s, v in series],

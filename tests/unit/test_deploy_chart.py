@@ -29,7 +29,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 VALUES = {
     "image": f"europe-docker.pkg.dev/proj/slurm/login-slurmctl@{DIGEST}",
     "gcpServiceAccount": "slurm-workloads@proj.iam.gserviceaccount.com",
-    "site": {"cluster": "ml-gke", "runs_root": "/mnt/checkpoints/runs"},
+    "site": {"cluster": "ml-gke", "runs_root": "/mnt/runs/runs"},
     "network": {"ldapCIDRs": ["10.20.0.5/32"]},
     "mariadb": {"image": f"europe-docker.pkg.dev/proj/slurm/upstream/mariadb@{DIGEST}"},
 }
