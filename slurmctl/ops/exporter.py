@@ -1,8 +1,9 @@
 """Prometheus exporter: cluster queue/GPU state, per-run progress, and the exporter's own health.
 
 Slurm is asked at most once per interval, however often Prometheus scrapes: ``SnapshotCache``
-keeps ONE snapshot (one ``squeue`` + one ``sinfo`` call, ``-O`` formats, no ``--json``) and rebuilds
-it only when it is older than the interval; scrapes in between read the cached one.
+keeps ONE snapshot (one ``squeue``, two ``sinfo`` and one ``scontrol show partition`` call, no
+``--json``; the QOS limits from ``sacctmgr`` every QOS_REFRESH_SECONDS) and rebuilds it only when it
+is older than the interval; scrapes in between read the cached one.
 
 Runs come from the run directories of the jobs in that snapshot (slurmctl.ops.run_sample reads
 them, with the rules that keep run labels bounded and no comment naming a path); their live health
@@ -34,8 +35,12 @@ from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMix
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
+from slurmctl.slurm.records import PartitionPolicy, QosLimits
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
+# QOS limits change when an operator runs accounting.sh, not between scrapes: sacctmgr (slurmdbd) is
+# asked at most this often, and its last answer kept while it does not answer.
+QOS_REFRESH_SECONDS = 300.0
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
 # responding) makes the node's free GPUs count as down.
@@ -79,6 +84,8 @@ class Snapshot:
     jobs: list[QueueEntry] = field(default_factory=list)
     nodes: list[NodeUsage] = field(default_factory=list)
     partitions: dict[str, PartitionInfo] = field(default_factory=dict)  # MaxTime and availability
+    policies: dict[str, PartitionPolicy] = field(default_factory=dict)  # AllowQos, partition QOS, MaxNodes
+    qos: dict[str, QosLimits] = field(default_factory=dict)  # each QOS's limits (cached: see QOS_REFRESH_SECONDS)
     runs: list[RunSample] = field(default_factory=list)
     health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
 
@@ -107,25 +114,93 @@ def drain_cause(reason: str, state: str) -> str:
     return "admin"
 
 
-def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo]) -> bool:
-    """A pending job that more nodes in its (first) partition would start: a reason more nodes cure,
-    a time limit within the partition's MaxTime, and a shape the pool can reach (nodes up to the
-    site's max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never
-    runs: it asks for no node. (On a partition with no node Slurm says PartitionConfig before it
-    looks at the time limit: an 8-day job there would scale the pool up, then say PartitionTimeLimit
-    and let it go back to zero, again and again.)"""
-    if job.state != "PENDING" or not job.partitions:
+def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo],
+                    policies: dict[str, PartitionPolicy] | None = None) -> bool:
+    """A pending job that more nodes in its (first) partition would start, by itself: a reason more
+    nodes cure, no dependency left, a QOS the partition admits, a time limit within the partition's
+    MaxTime, and a shape the pool can reach (nodes up to the partition's MaxNodes and the site's
+    max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never runs: it
+    asks for no node. On a partition with no node Slurm says PartitionConfig before it looks at the
+    QOS, the time limit or the dependency: an 8-day job, or one under a QOS the partition does not
+    take, would scale the pool up, then pend there with its real reason, again and again. The QOS's
+    own limits need the queue around the job: see node_demand."""
+    if job.state != "PENDING" or not job.partitions or job.dependency:
         return False
     if job.reason not in _WAITING_FOR_NODES_REASONS and not job.reason.startswith("ReqNodeNotAvail"):
         return False
-    limit = partitions.get(job.partitions[0])
+    first = job.partitions[0]
+    policy = (policies or {}).get(first)
+    nodes = max(job.num_nodes, 1)
+    if policy and (not policy.admits(job.qos) or (policy.max_nodes is not None and nodes > policy.max_nodes)):
+        return False
+    limit = partitions.get(first)
     if limit and limit.max_time_seconds is not None and (job.time_limit_seconds or 0) > limit.max_time_seconds:
         return False
-    pool = site.partitions.get(job.partitions[0])
+    pool = site.partitions.get(first)
     if pool is None or pool.max_nodes is None:
         return True  # a fixed partition: no pool to compare with
-    nodes = max(job.num_nodes, 1)
     return nodes <= pool.max_nodes and -(-job.gpus // nodes) <= pool.gpus_per_node
+
+
+_HOLDING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+
+
+class QosUsage:
+    """GPUs, nodes and jobs held per QOS and per (QOS, user): what Slurm compares with GrpTRES,
+    MaxTRESPerUser and MaxJobsPerUser. A job counts under its own QOS and its partition's QOS."""
+
+    def __init__(self, qos: dict[str, QosLimits], policies: dict[str, PartitionPolicy]):
+        self.qos, self.policies = qos, policies
+        self.group: dict[str, Counter[str]] = defaultdict(Counter)
+        self.user: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+
+    def _names(self, job: QueueEntry) -> list[str]:
+        policy = self.policies.get(job.partitions[0]) if job.partitions else None
+        return [name for name in dict.fromkeys([job.qos, policy.qos if policy else ""]) if name]
+
+    @staticmethod
+    def _tres(job: QueueEntry) -> Counter[str]:
+        return Counter({"gres/gpu": job.gpus, "node": max(job.num_nodes, 1), "jobs": 1})
+
+    def add(self, job: QueueEntry) -> None:
+        for name in self._names(job):
+            self.group[name] += self._tres(job)
+            self.user[(name, job.user)] += self._tres(job)
+
+    def fits(self, job: QueueEntry) -> bool:
+        """Whether the job is within every limit of its QOS and its partition's QOS, with what the
+        jobs already counted hold. A QOS not in the table (sacctmgr not answering) limits nothing:
+        counting a job too many costs a node for a while, missing one leaves a job waiting for good."""
+        want = self._tres(job)
+        for name in self._names(job):
+            limits = self.qos.get(name)
+            if limits is None:
+                continue
+            if limits.max_wall_seconds is not None and (job.time_limit_seconds or 0) > limits.max_wall_seconds:
+                return False
+            if limits.jobs_per_user is not None and self.user[(name, job.user)]["jobs"] + 1 > limits.jobs_per_user:
+                return False
+            for caps, held in ((limits.per_job, Counter()), (limits.per_user, self.user[(name, job.user)]),
+                               (limits.group, self.group[name])):
+                if any(key in caps and held[key] + want[key] > caps[key] for key in ("gres/gpu", "node")):
+                    return False
+        return True
+
+
+def node_demand(snap: Snapshot, site: SiteConfig) -> list[QueueEntry]:
+    """The pending jobs more nodes would start (waits_for_nodes), in squeue's order (priority within a
+    partition), each only while its QOS limits leave room for it: the user's running jobs plus the
+    ones counted before it, against MaxTRESPerUser, MaxJobsPerUser, GrpTRES and the per-job MaxTRES."""
+    usage = QosUsage(snap.qos, snap.policies)
+    for job in snap.jobs:
+        if job.state in _HOLDING_STATES:
+            usage.add(job)
+    counted = []
+    for job in snap.jobs:
+        if waits_for_nodes(job, site, snap.partitions, snap.policies) and usage.fits(job):
+            usage.add(job)
+            counted.append(job)
+    return counted
 
 
 def reason_label(reason: str) -> str:
@@ -157,6 +232,8 @@ class SnapshotCache:
         # records (run dir data-stage/) of every job seen running, each (user, run, job, node) once.
         self.data_by_node: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
         self._data_seen: set[tuple[str, str, str, str]] = set()
+        self._qos: dict[str, QosLimits] = {}
+        self._qos_mono = float("-inf")
 
     def get(self) -> Snapshot:
         with self._lock:
@@ -171,6 +248,7 @@ class SnapshotCache:
             jobs = self.client.queue_snapshot()
             nodes = self.client.node_usage()
             partitions = self.client.partitions()
+            policies = self.client.partition_policies()
         except SlurmctlError as exc:
             runs, health = self._read_runs(self._last_run_jobs, now)
             return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message,
@@ -191,7 +269,16 @@ class SnapshotCache:
         runs, health = self._read_runs(run_jobs, now)
         self._read_staging(run_jobs, {node.name for node in nodes})
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
-                        runs=runs, health=health)
+                        policies=policies, qos=self._qos_table(), runs=runs, health=health)
+
+    def _qos_table(self) -> dict[str, QosLimits]:
+        if self.clock() - self._qos_mono >= QOS_REFRESH_SECONDS:
+            self._qos_mono = self.clock()
+            try:
+                self._qos = self.client.qos_table()
+            except SlurmctlError:
+                pass  # slurmdbd down: the last table (or none: no QOS limit is applied) until it answers
+        return self._qos
 
     def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]],
                    now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
@@ -283,11 +370,10 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
                  ["partition"], oldest_pending)
     waiting: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
     biggest: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
-    for job in snap.jobs:
-        if waits_for_nodes(job, site, snap.partitions):
-            key = (job.partitions[0],)
-            waiting[key] = waiting.get(key, 0.0) + 1
-            biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
+    for job in node_demand(snap, site):
+        key = (job.partitions[0],)
+        waiting[key] = waiting.get(key, 0.0) + 1
+        biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
     yield _gauge("slurmctl_jobs_waiting_for_nodes", "Pending jobs that more nodes in their (first) partition "
                  "would start (the autoscaler's demand; no hold, dependency, limit, or shape the pool cannot "
                  "reach).", ["partition"], waiting)
