@@ -38,6 +38,24 @@ def image_slots(values, path=()):
             yield from image_slots(value, (*path, key))
 
 
+def container_lists(values, path=()):
+    """(path, list) of every raw `initContainers` list in a values tree (a node set's podSpec): their
+    `image` is a plain string, and Helm replaces a list whole, so the overlay writes the whole list."""
+    if not isinstance(values, dict):
+        return
+    for key, value in values.items():
+        if key == "initContainers" and isinstance(value, list):
+            yield (*path, key), value
+        else:
+            yield from container_lists(value, (*path, key))
+
+
+def string_images(values) -> set[str]:
+    """Every `repository:tag` the raw container lists name."""
+    return {c["image"] for _, containers in container_lists(values) for c in containers
+            if isinstance(c, dict) and isinstance(c.get("image"), str)}
+
+
 def pinned_image(source: dict, pinned: str) -> dict:
     """{repository, tag} of a digest reference, keeping the source's tag for people to read."""
     if not source.get("tag"):  # the operator chart would print "<repository>:" and the chart version
@@ -65,6 +83,22 @@ def overlay(values: dict, digests: dict[str, str], only_enabled: bool = True) ->
         for key in path:
             source = source[key]
         node[path[-1]] = pinned_image(source, pinned)
+    for path, containers in container_lists(values):
+        if only_enabled and len(path) > 2 and path[0] in ("nodesets", "loginsets"):
+            if not values[path[0]][path[1]].get("enabled"):
+                continue
+        pinned_list = []
+        for container in containers:
+            container = dict(container)
+            pinned = digests.get(container.get("image"))
+            if pinned is None or not DIGEST_REF.fullmatch(pinned):
+                raise SystemExit(f"{'.'.join(path)}: no digest for {container.get('image')} in the digests file")
+            container["image"] = pinned
+            pinned_list.append(container)
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = pinned_list
     return out
 
 
