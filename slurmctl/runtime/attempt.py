@@ -158,8 +158,6 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
     pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
     scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
     `limit` s. Exit code 0 when it expedited the job."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end this
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
     while time.monotonic() < deadline:
         view = client.requeue_wait(job)
@@ -449,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.event == "expedite-requeue":
         exclude = [n for n in args.exclude.split(",") if n]
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude)
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
     if not run_dir:
