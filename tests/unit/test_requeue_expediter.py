@@ -47,3 +47,15 @@ def test_a_held_cancelled_or_forgotten_job_is_left_alone():
         runner = Sequence(states)
         assert expedite_requeue(SlurmClient(runner), 77, [], limit=0.05, poll=0.01) == 1
         assert updates(runner) == []
+
+
+def test_a_preemption_signal_starts_the_expediter_a_time_limit_signal_does_not(tmp_path, monkeypatch):
+    from slurmctl.runtime import attempt
+
+    started = []
+    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None: started.append(exclude))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    for left, expected in (("1:00:00", [None]), ("1:30", [None])):  # 1 h left: preemption; 90 s: time limit
+        runner = Sequence(["x"], {("squeue", "-h", "-j", "77", "-o", "%L"): left + "\n"})
+        assert attempt.drain_signal(tmp_path, SlurmClient(runner)) == 0
+        assert started == expected
