@@ -10,6 +10,9 @@
                   requeue, no Slurm requeue delay). SLURMCTL_RESTART_IN_ALLOCATION=0 turns that off.
   end --exit-code decide requeue or stop (runtime/policy.py; a lost node requeues), record it, and
                   requeue if so
+  expedite-requeue --job REF [--exclude NODES]
+                  detached, as the job's owner: once the requeued job waits in PENDING (BeginTime),
+                  set its StartTime=now (and add NODES to its ExcNodeList), see expedite_requeue
 
 Requeue is enabled from the batch shell (not from the training's save()) because the batch shell
 always runs where Slurm's client commands are, while training images may not have scontrol and a
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +51,11 @@ _NAME_LOST_NODE_SECONDS = 60.0
 # After a node loss the batch script waits this long for Slurm's own NODE_FAIL requeue
 # (SlurmdTimeout is 300 s by default) before requeueing the job itself.
 _NODE_FAIL_WAIT_SECONDS = 600.0
+# How long the detached expediter waits for the requeued job to reach PENDING: Slurm's own requeue
+# after a node loss (the wait above), KillWait and the epilog.
+_EXPEDITE_LIMIT_SECONDS = _NODE_FAIL_WAIT_SECONDS + 300.0
+_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+             "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
 
 
 def _env_int(name: str, default: int = 0) -> int:
@@ -129,9 +139,64 @@ def drain_signal(run_dir: Path, client: SlurmClient) -> int:
     if current and current.get("reason") == "cancel":  # the user's cancel sent this signal: it stays a cancel
         return 0
     write_drain_request(run_dir, reason, time_left_seconds=left)
+    if reason == "preemption":
+        # Slurm requeues a preempted job itself after GraceTime if the drain has not requeued it
+        start_expediter()
     print(f"slurmctl: drain requested ({reason}, {left} s left); waiting for the training to "
           "checkpoint and acknowledge", file=sys.stderr)
     return 0
+
+
+def start_expediter(exclude: list[str] | None = None) -> None:
+    """Start `expedite-requeue` for this job, detached: its own session, reparented to init once this
+    process ends, so it outlives the batch script that `scontrol requeue` (or Slurm's own requeue)
+    kills -- under proctrack/linuxproc, which follows the process tree. Under proctrack/cgroup the
+    job's cgroup is killed whole and the wait stays (docs/node-health.md, "The requeue wait")."""
+    argv = [sys.executable, "-m", "slurmctl.runtime.attempt", "expedite-requeue", "--job", str(job_ref_from_env())]
+    if exclude:
+        argv += ["--exclude", ",".join(exclude)]
+    # It acts on the job from outside, as the user could from a login shell: without the job's
+    # SLURM_* variables the epilog does not take it for an orphan of the ending attempt and kill it
+    # before the requeue is through (it ends by itself, at the latest after _EXPEDITE_LIMIT_SECONDS).
+    env = {k: v for k, v in os.environ.items() if k == "SLURM_CONF" or not k.startswith(("SLURM_", "SLURMD_"))}
+    try:  # its lines go to the job's log, which it inherits
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    except OSError as exc:
+        print(f"slurmctl: could not start the requeue expediter: {exc}", file=sys.stderr)
+
+
+def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = _EXPEDITE_LIMIT_SECONDS,
+                     poll: float = 1.0) -> int:
+    """Take Slurm's requeue wait out: a requeued batch job goes back to PENDING with BeginTime = now +
+    the credential lifetime (121 s by default), set when its epilog ends. The job's owner may move a
+    pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
+    scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
+    `limit` s. Exit code 0 when it expedited the job."""
+    started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
+    while time.monotonic() < deadline:
+        view = client.requeue_wait(job)
+        if view is None or view[0] in _TERMINAL:
+            break
+        state, reason, excluded = view
+        if state == "RUNNING" and seen_pending:
+            break
+        if state == "PENDING":
+            seen_pending = True
+            if reason == "BeginTime" and not done:
+                fields: dict[str, str | int] = {"StartTime": "now"}
+                if exclude:
+                    have = client.hostnames(excluded) if excluded and excluded != "(null)" else []
+                    fields["ExcNodeList"] = ",".join(dict.fromkeys([*have, *exclude]))
+                try:
+                    client.update_job(job, **fields)
+                    done = True
+                    print(f"slurmctl: {time.strftime('%H:%M:%S')} job {job}: requeue wait ended "
+                          f"({' '.join(f'{k}={v}' for k, v in fields.items())}) "
+                          f"{time.monotonic() - started:.1f} s after this watcher started", flush=True)
+                except SlurmctlError as exc:
+                    print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
+        time.sleep(poll)
+    return 0 if done else 1
 
 
 def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
@@ -265,6 +330,9 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
             ok = _smoke_round_trip(run_dir)
         return 0 if ok else (exit_code or 1)
     job_id = _env_int("SLURM_JOB_ID")
+    # Before the requeue, which kills this script: the next attempt starts without Slurm's BeginTime
+    # wait and, after a lost node, never on that node.
+    start_expediter(record.get("nodes_lost") or [])
     try:
         client.update_job(job_ref_from_env(), Requeue=1)  # normally already done by watch-requeue
         if decision.outcome == "node-lost":
@@ -388,9 +456,17 @@ def _smoke_round_trip(run_dir: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
-    parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step"])
+    parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step",
+                                          "expedite-requeue"])
     parser.add_argument("--exit-code", type=int, default=None)
+    parser.add_argument("--job", default=None)
+    parser.add_argument("--exclude", default="")
     args = parser.parse_args(argv)
+    if args.event == "expedite-requeue":
+        exclude = [n for n in args.exclude.split(",") if n]
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude)
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
     if not run_dir:
         print("slurmctl: SLURMCTL_RUN_DIR is not set; not inside a slurmctl job", file=sys.stderr)

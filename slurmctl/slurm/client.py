@@ -206,6 +206,13 @@ class SlurmClient(ClusterQueries):
         """`scontrol update JobId=N Key=Value ...`, e.g. update_job(7, Requeue=1, StartTime="now")."""
         self._run(["scontrol", "update", f"JobId={job_ref(job_id)}", *(f"{k}={v}" for k, v in fields.items())])
 
+    def requeue_wait(self, job_id: int | str) -> tuple[str, str, str] | None:
+        """(state, reason, excluded nodes) of a job as squeue shows it, None once Slurm forgot it. A
+        requeued job stays COMPLETING until its epilog ends, then PENDING with reason BeginTime."""
+        result = self._run(["squeue", "-h", "-j", job_ref(job_id), "-o", "%T|%r|%x"], check=False)
+        fields = result.stdout.strip().split("|") if result.returncode == 0 else []
+        return (fields[0], fields[1], fields[2]) if len(fields) == 3 else None
+
     def release(self, job_id: int) -> None:
         self._run(["scontrol", "release", str(int(job_id))])
 

@@ -94,7 +94,10 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
         def requeue(self, *a):
             pass
 
+    expediters = []  # the detached expediter is tested in test_requeue_expediter / tests/integration
+    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None: expediters.append(exclude))
     attempt.end(run.path, NoSlurm(), 3)
+    assert expediters == [[]]
     end = [json.loads(line) for line in (run.path / "attempts.jsonl").read_text().splitlines()][-1]
     assert (end["last_step"], end["checkpoint_step"], end["steps_lost"]) == (12, 9, 3)
 
@@ -162,14 +165,16 @@ def test_a_lost_node_is_named_recorded_and_requeued_without_counting_a_failure(t
     assert attempt.restart_step(run.path, lost, 1) == 1
     (event,) = [e for e in run.events() if e["event"] == "node-lost"]
     assert (event["nodes_lost"], event["last_step"], event["checkpoint_step"]) == (["h100-2"], 177, 159)
-    waited = []
+    waited, expediters = [], []
     monkeypatch.setattr(attempt, "_await_node_failure", lambda client, nodes: waited.append(nodes))
+    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None: expediters.append(exclude))
     assert attempt.end(run.path, lost, 1) == 0
     end = run.events()[-1]
     assert (end["outcome"], end["action"], end["failures"], end["nodes_lost"]) == ("node-lost", "requeue", 0,
                                                                                     ["h100-2"])
     assert end["reason"] == "node h100-2 was lost at step 177; requeued on healthy nodes from checkpoint step 159."
     assert waited == [["h100-2"]]  # Slurm's own NODE_FAIL requeue first
+    assert expediters == [["h100-2"]]  # the next attempt starts at once, never on the lost node
     status = build_status(run, Job(job_id=7, name="r", state="PENDING", reason="BeginTime"))
     assert status.history[0].endswith("node h100-2 was lost at step 177, newest checkpoint 159, 18 steps lost; "
                                       "requeued (new Slurm attempt)")
