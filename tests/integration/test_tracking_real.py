@@ -24,7 +24,16 @@ import yaml
 from slurmctl.config.locate import find_site_config
 
 from .conftest import REPO, slurmctl_json, start_requeued_now, write_run
-from .tracking_services import ENDED, credentials_name, login_of, start_mlflow, stop_mlflow, wait_job_state, wandb_runs
+from .tracking_services import (
+    ENDED,
+    credentials_name,
+    login_of,
+    mlflow_state,
+    start_mlflow,
+    stop_mlflow,
+    wait_job_state,
+    wandb_runs,
+)
 
 TRAIN_PY = '''"""Counts steps with slurmctl's runtime: crashes once at --crash-at (first time only), drains."""
 import argparse, json, os, sys, time
@@ -57,9 +66,9 @@ save(a.steps - 1)
 
 
 @pytest.fixture(scope="module")
-def tracking_site(tmp_path_factory):
+def tracking_site():
     """A copy of the cluster's site.yaml naming a fresh MLflow server; (site path, MLflow URI)."""
-    state = tmp_path_factory.mktemp("mlflow")
+    state = mlflow_state("mlflow")
     uri = start_mlflow(state)
     folder = Path(f"/tmp/slurmctl-tracking-site-{os.getpid()}")
     folder.mkdir(mode=0o755, exist_ok=True)
