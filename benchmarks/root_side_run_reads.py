@@ -1,8 +1,8 @@
 """What hostile users' run directories cost root, against a clean cluster, side by side in one run:
 
-1. the exporter's per-run read (run_sample.read_run) of 10 users x 10 clean runs against 10 hostile
-   users x 10 runs whose attempts.jsonl is one 64 MiB file hard-linked into every run dir (and the
-   old whole-file parse of those, for comparison);
+1. the exporter's per-run read (run_sample.read_run: through the run dir's fd, as bob, whose runs
+   they are) of 100 clean runs against 100 runs whose attempts.jsonl is one 64 MiB file hard-linked
+   into every run dir (and the old whole-file parse of two of those, scaled, for comparison);
 2. the operator's `slurmctl ls --all-users` as a whole process (as root, as an operator types it)
    over a runs root of 10 users x 10 clean runs, against the same users with 10 hostile runs each
    (64 MiB hard-linked attempts.jsonl and metrics.jsonl) plus 100,000 more run directories
@@ -10,6 +10,7 @@
 
     .venv/bin/python benchmarks/root_side_run_reads.py            # as root
     .venv/bin/python benchmarks/root_side_run_reads.py --dirs 20000 --mib 16   # a quicker look
+    .venv/bin/python benchmarks/root_side_run_reads.py --skip-ls   # the exporter's reads only
 
 It touches no job and no node: the runs are synthetic, under a temporary runs root owned by unused
 uids, with their own copy of the site config; `ls` asks squeue about job ids no job has (read only).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import statistics
 import subprocess
 import sys
@@ -39,7 +41,8 @@ from slurmctl.slurm.records import Job
 EVENT = json.dumps({"event": "start", "job_id": 1, "restart_count": 0, "time": 1.0, "nodes": "h100-1"}) + "\n"
 
 
-def make_runs(root: Path, count: int, attempts: Path | None) -> list[Run]:
+def make_runs(root: Path, count: int, attempts: Path | None, uid: int) -> list[Run]:
+    """`count` run dirs owned by `uid` (the exporter reads a job's run only as its user's)."""
     runs = []
     for i in range(count):
         path = root / f"r{i}-20261201-{i:04x}"
@@ -49,6 +52,8 @@ def make_runs(root: Path, count: int, attempts: Path | None) -> list[Run]:
             (path / "attempts.jsonl").write_text(EVENT * 3)
         else:
             os.link(attempts, path / "attempts.jsonl")
+        for entry in (path, path / "checkpoints", path / "run.json", path / "attempts.jsonl"):
+            os.chown(entry, uid, uid)
         runs.append(Run(path.name, path))
     return runs
 
@@ -128,11 +133,14 @@ def bench_operator_ls(args) -> None:
             site_file.write_text(yaml.safe_dump({**site, "runs_root": str(runs_root)}))
             roots[kind] = site_file
             print(f"made the {kind} runs root in {time.perf_counter() - started:.1f} s")
-        t_clean = operator_ls(roots["clean"], args.repeat, args.code)
-        t_hostile = operator_ls(roots["hostile"], args.repeat, args.code)
-    print(f"operator `ls --all-users` (whole process): clean {args.users} users x {args.jobs} runs {t_clean:.2f} s; "
-          f"hostile (+{args.jobs} runs each with {args.mib} MiB hard-linked attempts.jsonl and metrics.jsonl, "
-          f"+{args.dirs} run dirs) {t_hostile:.2f} s, ratio {t_hostile / t_clean:.2f}x")
+        measured = []
+        for code in [args.code, *args.compare_code]:  # each checkout over the same runs roots, in turn
+            measured.append((code, operator_ls(roots["clean"], args.repeat, code),
+                             operator_ls(roots["hostile"], args.repeat, code)))
+    for code, t_clean, t_hostile in measured:
+        print(f"operator `ls --all-users` (whole process, {code}): clean {args.users} users x {args.jobs} runs "
+              f"{t_clean:.2f} s; hostile (+{args.jobs} runs each with {args.mib} MiB hard-linked attempts.jsonl and "
+              f"metrics.jsonl, +{args.dirs} run dirs) {t_hostile:.2f} s, ratio {t_hostile / t_clean:.2f}x")
 
 
 def main() -> None:
@@ -144,31 +152,36 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-exporter", action="store_true")
+    parser.add_argument("--skip-ls", action="store_true")
     parser.add_argument("--code", type=Path, default=REPO, help="the checkout whose `slurmctl ls` runs (e.g. an "
                         "older one, for the before)")
+    parser.add_argument("--compare-code", type=Path, action="append", default=[],
+                        help="another checkout whose `slurmctl ls` is timed over the same runs roots, side by side")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the operator's view, over runs that other uids own")
     if not args.skip_exporter:
         bench_exporter_reads(args)
-    bench_operator_ls(args)
+    if not args.skip_ls:
+        bench_operator_ls(args)
 
 
 def bench_exporter_reads(args) -> None:
     site = load_site_config()
     job = Job(1, state="RUNNING", partition="h100-ondemand", user="bob", tres="cpu=1,gres/gpu=1",
               start_time=datetime.now())
+    uid = pwd.getpwnam(job.user).pw_uid
     with tempfile.TemporaryDirectory(prefix="bench-root-reads-") as tmp:
         big = write_big(Path(tmp) / "big.jsonl", args.mib)
-        clean = make_runs(Path(tmp) / "clean", args.runs, None)
-        hostile = make_runs(Path(tmp) / "hostile", args.runs, big)
+        clean = make_runs(Path(tmp) / "clean", args.runs, None, uid)
+        hostile = make_runs(Path(tmp) / "hostile", args.runs, big, uid)
         now = time.time()
         t_clean = timed(lambda: [read_run(r, job, site, now) for r in clean], args.repeat)
         t_hostile = timed(lambda: [read_run(r, job, site, now) for r in hostile], args.repeat)
-        t_whole = timed(lambda: [read_jsonl(r.attempts_path) for r in hostile[:10]], 1) * len(hostile) / 10
+        t_whole = timed(lambda: [read_jsonl(r.attempts_path) for r in hostile[:2]], 1) * len(hostile) / 2
     print(f"exporter run reads, {args.runs} runs: clean {t_clean:.3f} s, hostile ({args.mib} MiB hard-linked "
           f"attempts.jsonl) {t_hostile:.3f} s, ratio {t_hostile / t_clean:.2f}x")
-    print(f"the old whole-file parse of those hostile attempts.jsonl (10 timed, scaled to {args.runs}): "
+    print(f"the old whole-file parse of those hostile attempts.jsonl (2 timed, scaled to {args.runs}): "
           f"{t_whole:.1f} s, {t_whole / t_clean:.0f}x clean")
 
 

@@ -25,17 +25,20 @@ DEFAULT_READ_CAP = 1024 * 1024  # small state files (run.json, heartbeat.json): 
 DEFAULT_TAIL_BYTES = 256 * 1024
 
 
-def open_regular(path: str | os.PathLike, *, nofollow: bool = True) -> int:
+def open_regular(path: str | os.PathLike, *, nofollow: bool = True, dir_fd: int | None = None,
+                 owner: int | None = None) -> int:
     """A read-only fd of a regular file, opened without blocking (a FIFO never stalls the caller).
 
     Raises FileNotFoundError when nothing is there, and ``UnsafeFile`` (an OSError, so hook code
-    that catches OSError stays safe) for a symlink (with nofollow), FIFO, device or directory.
+    that catches OSError stays safe) for a symlink (with nofollow), FIFO, device or directory, and
+    for a file whose owner is not `owner` (when given). `dir_fd`: `path` is relative to that open
+    directory (slurmctl.rundir.pinned), not to a name that can be swapped under the reader.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
         flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafeFile(path, "a symbolic link") from None
@@ -43,9 +46,11 @@ def open_regular(path: str | os.PathLike, *, nofollow: bool = True) -> int:
             raise UnsafeFile(path, "a directory") from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFile(path, _kind(mode))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(path, _kind(st.st_mode))
+        if owner is not None and st.st_uid != owner:
+            raise UnsafeFile(path, f"owned by uid {st.st_uid}, not by its directory's owner (uid {owner})")
         # Back to blocking reads: a regular file never blocks, and O_NONBLOCK is only for the open.
         os.set_blocking(fd, True)
     except BaseException:
@@ -77,9 +82,10 @@ def _read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_capped(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True) -> bytes:
+def read_capped(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True,
+                dir_fd: int | None = None, owner: int | None = None) -> bytes:
     """The first `cap` bytes of a regular file (see ``open_regular`` for what is refused)."""
-    fd = open_regular(path, nofollow=nofollow)
+    fd = open_regular(path, nofollow=nofollow, dir_fd=dir_fd, owner=owner)
     try:
         return _read_fd(fd, cap)
     finally:
@@ -90,18 +96,19 @@ def read_text_capped(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, no
     return read_capped(path, cap, nofollow=nofollow).decode(errors="replace")
 
 
-def read_json(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True):
+def read_json(path: str | os.PathLike, cap: int = DEFAULT_READ_CAP, *, nofollow: bool = True,
+              dir_fd: int | None = None, owner: int | None = None):
     """Parsed JSON of a small state file, or None when it is missing, unsafe or not (yet) valid JSON."""
     try:
-        return json.loads(read_capped(path, cap, nofollow=nofollow))
+        return json.loads(read_capped(path, cap, nofollow=nofollow, dir_fd=dir_fd, owner=owner))
     except (OSError, ValueError):
         return None
 
 
 def tail_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_TAIL_BYTES, *,
-               nofollow: bool = True) -> tuple[bytes, bool]:
+               nofollow: bool = True, dir_fd: int | None = None, owner: int | None = None) -> tuple[bytes, bool]:
     """(the last `max_bytes` of a regular file, whether it was cut at the front)."""
-    fd = open_regular(path, nofollow=nofollow)
+    fd = open_regular(path, nofollow=nofollow, dir_fd=dir_fd, owner=owner)
     try:
         size = os.fstat(fd).st_size
         start = max(0, size - max_bytes)
@@ -112,7 +119,7 @@ def tail_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_TAIL_BYTES, *,
 
 
 def tail_text_lines(path: str | os.PathLike, lines: int = 0, max_bytes: int = DEFAULT_TAIL_BYTES, *,
-                    nofollow: bool = True) -> list[str]:
+                    nofollow: bool = True, dir_fd: int | None = None, owner: int | None = None) -> list[str]:
     """THE tail reader: the last `lines` lines (0 = all within the cap) of a log or JSONL file.
 
     Reads at most `max_bytes` from the end; the first line is dropped when the window cut it.
@@ -120,7 +127,7 @@ def tail_text_lines(path: str | os.PathLike, lines: int = 0, max_bytes: int = DE
     ``UnsafeFile`` without blocking.
     """
     try:
-        data, cut = tail_bytes(path, max_bytes, nofollow=nofollow)
+        data, cut = tail_bytes(path, max_bytes, nofollow=nofollow, dir_fd=dir_fd, owner=owner)
     except FileNotFoundError:
         return []
     text = data.decode(errors="replace").splitlines()
@@ -130,13 +137,13 @@ def tail_text_lines(path: str | os.PathLike, lines: int = 0, max_bytes: int = DE
 
 
 def tail_jsonl(path: str | os.PathLike, records: int = 0, max_bytes: int = 64 * 1024, *,
-               nofollow: bool = True) -> list[dict]:
+               nofollow: bool = True, dir_fd: int | None = None, owner: int | None = None) -> list[dict]:
     """The newest records of a JSONL file that grows forever (metrics.jsonl), within `max_bytes`.
 
     Torn lines (a killed writer, the window's cut) are skipped; an unsafe file reads as empty.
     """
     try:
-        lines = tail_text_lines(path, 0, max_bytes, nofollow=nofollow)
+        lines = tail_text_lines(path, 0, max_bytes, nofollow=nofollow, dir_fd=dir_fd, owner=owner)
     except OSError:
         return []
     out = []
@@ -160,10 +167,11 @@ def append_jsonl(path: Path, record: dict, mode: int = 0o640) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: Path, cap: int = 64 * 1024 * 1024) -> list[dict]:
+def read_jsonl(path: str | os.PathLike, cap: int = 64 * 1024 * 1024, *, dir_fd: int | None = None,
+               owner: int | None = None) -> list[dict]:
     """Every record of a JSONL file (attempts.jsonl: a few lines per attempt), up to `cap` bytes."""
     try:
-        text = read_text_capped(path, cap)
+        text = read_capped(path, cap, dir_fd=dir_fd, owner=owner).decode(errors="replace")
     except FileNotFoundError:
         return []
     except OSError:

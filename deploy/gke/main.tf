@@ -19,10 +19,24 @@ resource "google_container_cluster" "ml" {
   }
   datapath_provider = "ADVANCED_DATAPATH" # Dataplane V2: enforces NetworkPolicy
 
+  # The control plane keeps a public endpoint (so that kubectl/helm from an operator's VPN or CI
+  # works without a bastion), but only the listed ranges reach it: without this block GKE accepts
+  # API connections from any address (authenticated, yet exposed to every credential leak and bug).
   private_cluster_config {
     enable_private_nodes    = true
     enable_private_endpoint = false
     master_ipv4_cidr_block  = var.master_ipv4_cidr_block
+  }
+
+  master_authorized_networks_config {
+    gcp_public_cidrs_access_enabled = false
+    dynamic "cidr_blocks" {
+      for_each = var.master_authorized_cidrs
+      content {
+        cidr_block   = cidr_blocks.value
+        display_name = "operators ${cidr_blocks.value}"
+      }
+    }
   }
 
   workload_identity_config {
@@ -79,7 +93,9 @@ resource "google_container_node_pool" "gpu" {
   autoscaling {
     total_min_node_count = 0
     total_max_node_count = each.value.max_nodes
-    # flex-start (and spot) capacity: take it in whichever zone of the location has it
+    # ANY vs BALANCED chooses among the node locations of a pool: this cluster is zonal (var.zone), so
+    # every pool has one zone and both behave alike today. ANY is kept for flex-start and spot, where
+    # taking capacity wherever it exists is what a regional cluster or added node_locations would want.
     location_policy = each.value.flex_start || each.value.spot ? "ANY" : "BALANCED"
   }
 

@@ -13,3 +13,7 @@ output "workload_service_account" {
 output "gpu_pools" {
   value = { for name, pool in var.gpu_pools : name => "${pool.max_nodes} x ${pool.gpus_per_node} ${pool.accelerator_type}" }
 }
+
+output "runs_filestore_ip" {
+  value = google_filestore_instance.runs.networks[0].ip_addresses[0]
+}

@@ -43,10 +43,25 @@ variable "checkpoint_bucket" {
   description = "GCS bucket for runs and checkpoints (mounted with gcsfuse CSI)"
 }
 
+variable "runs_capacity_gb" {
+  type        = number
+  default     = 10240
+  description = "Filestore (zonal) capacity for runs_root: run dirs and their checkpoints, in GiB (1024 minimum)"
+}
+
 variable "master_ipv4_cidr_block" {
   type        = string
   default     = "172.16.0.0/28"
   description = "GKE control plane range (private cluster): the source of webhook calls to the nodes"
+}
+
+variable "master_authorized_cidrs" {
+  type        = list(string)
+  description = "Public ranges (your operators' VPN egress, CI runners) that may reach the GKE API endpoint; nothing else can"
+  validation {
+    condition     = length(var.master_authorized_cidrs) > 0 && !contains(var.master_authorized_cidrs, "0.0.0.0/0")
+    error_message = "master_authorized_cidrs: give the operators' egress ranges (e.g. [\"203.0.113.0/24\"]); 0.0.0.0/0 or none would leave the API open or unreachable."
+  }
 }
 
 variable "ssh_client_cidrs" {

@@ -8,7 +8,9 @@ and forwards a request only when the account may do it:
 - every account may read `slurmctl/*` (the platform's base images) and its own `<user>/*`;
 - an account may write (push, delete) only under `<user>/`; the robot may read and write anything;
 - `/v2/_catalog` (every repository name) is the robot's only;
-- a cross-repository blob mount (`?from=`) must come from a repository the account may read.
+- a cross-repository blob mount (`?from=`) must come from a repository the account may read;
+- only a canonical path is forwarded (plain segments: no dot segments, percent-encoding, `;`, `//`),
+  so the registry sees exactly the path whose namespace was checked.
 
 Standard library plus bcrypt (the repo's venv has it). Usage:
     registry-proxy.py --listen 127.0.0.1:5000 --backend /path/registry.sock --htpasswd FILE --robot NAME
@@ -25,10 +27,16 @@ import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import bcrypt
 
+# The only request targets forwarded: an origin-form path of plain segments (a repository name, a tag,
+# a digest, an upload id), none empty and none starting with a dot, so no `.`/`..` segment, no
+# percent-encoding, no `;` parameter, no backslash and no `//` can make the registry see a path other
+# than the one checked here. (docker-registry cleans such paths into a redirect to another repository.)
+CANONICAL_PATH = re.compile(r"\A/v2/(?:[A-Za-z0-9_:-][A-Za-z0-9._:-]*(?:/[A-Za-z0-9_:-][A-Za-z0-9._:-]*)*/?)?\Z")
+REPO_NAME = re.compile(r"\A[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*\Z")
 REPO_PATH = re.compile(r"\A/v2/(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
                        r"/(?:blobs|manifests|tags)(?:/|\Z)")
 PLATFORM_NAMESPACE = "slurmctl"
@@ -93,7 +101,19 @@ def may(account: str, robot: str, method: str, path: str, query: str) -> bool:
     if namespace != account:
         return False
     source = parse_qs(query).get("from")
-    return not source or all(s.split("/", 1)[0] in (account, PLATFORM_NAMESPACE) for s in source)
+    return not source or all(REPO_NAME.match(s) and s.split("/", 1)[0] in (account, PLATFORM_NAMESPACE)
+                             for s in source)
+
+
+def target(raw: str) -> tuple[str, str] | None:
+    """(path, query) of a request target the proxy forwards, or None for one it refuses: not in
+    origin form (an absolute URL, a fragment), a path that is not canonical, a `;` in the query."""
+    if not raw.startswith("/") or "#" in raw:
+        return None
+    path, _, query = raw.partition("?")
+    if not CANONICAL_PATH.match(path) or ";" in query:
+        return None
+    return path, query
 
 
 class Proxy(BaseHTTPRequestHandler):
@@ -151,13 +171,16 @@ class Proxy(BaseHTTPRequestHandler):
         account = self.accounts.check(self.headers.get("Authorization"))
         if account is None:
             return self._refuse(401, "authentication required")
-        split = urlsplit(self.path)
-        if not may(account, self.accounts.robot, self.command, split.path, split.query):
-            return self._refuse(403, f"{account} may not {self.command} {split.path}")
+        checked = target(self.path)
+        if checked is None:
+            return self._refuse(400, "a request path must be plain segments (no '.', '..', '//', '%', ';' or '#')")
+        path, query = checked
+        if not may(account, self.accounts.robot, self.command, path, query):
+            return self._refuse(403, f"{account} may not {self.command} {path}")
         conn = UnixConnection(self.backend)
         headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP]  # Accept repeats
         chunked = self.headers.get("Transfer-Encoding", "").lower() == "chunked"
-        conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+        conn.putrequest(self.command, f"{path}?{query}" if query else path, skip_host=True, skip_accept_encoding=True)
         for key, value in headers:
             conn.putheader(key, value)
         if chunked:

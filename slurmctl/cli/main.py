@@ -59,6 +59,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
                   "Serve Prometheus metrics: queue, GPUs, nodes, active runs' progress and cost."),
     "web": ("slurmctl.cli.web:web",
              "Serve your runs, stories, charts, queue and compare as web pages (tunnel with the printed ssh -L)."),
+    "data": ("slurmctl.cli.data:data",
+              "Object-store datasets in the node caches: list them, or stage one ahead of a run."),
     "cleanup": ("slurmctl.cli.ops:cleanup",
                  "Find held jobs of dead runs, dev allocations past their TTL and stale drain requests."),
     "nodes": ("slurmctl.cli.ops:nodes",

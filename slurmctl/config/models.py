@@ -148,6 +148,64 @@ class ModelSpec(_Strict):
     activation_checkpointing: bool = Field(False, description="recompute activations in the backward pass")
 
 
+DATA_NAME_RE = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,31}\Z")
+# s3://bucket/prefix or gs://bucket/prefix: bucket names as the stores allow them, a prefix of plain
+# path characters (it becomes directory names of the cache's per-run view).
+DATA_SRC_RE = re.compile(r"\A(s3|gs)://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(/[A-Za-z0-9._/=+-]*)?\Z")
+DATA_CACHE_POLICIES = ("node", "shared", "none")
+
+
+class DataSource(_Strict):
+    """run.yaml `data:` entry that names an object-store dataset and how it is cached. Before the training
+    starts, a job step stages it on every node (slurmctl/runtime/datacache.py); the training finds it at
+    $SLURMCTL_DATA_<NAME> (a local directory; with `cache: none`, the object-store URL itself)."""
+
+    src: str = Field(description="object-store prefix: s3://bucket/prefix or gs://bucket/prefix")
+    cache: Literal[DATA_CACHE_POLICIES] = Field(
+        "node", description="node (the node-local cache), shared (the site's shared-filesystem tier) or none (the "
+        "training reads the object store directly)")
+    name: str | None = Field(None, description="the dataset's name: $SLURMCTL_DATA_<NAME> (letters, digits, '_'); "
+                             "default: the last part of `mount`, else of `src`")
+    mount: str | None = Field(None, description="absolute path the dataset appears at inside the run's container "
+                              "(runs with `image:`), e.g. /data/shards")
+
+    @field_validator("src")
+    @classmethod
+    def _src(cls, v: str) -> str:
+        match = DATA_SRC_RE.fullmatch(v)
+        if not match or ".." in (match.group(3) or "").split("/"):
+            raise ValueError("write the dataset as s3://bucket/prefix or gs://bucket/prefix (bucket: lower-case "
+                             "letters, digits, '.', '-'; prefix: letters, digits and ._/=+-, no '..')")
+        return v.rstrip("/")
+
+    @field_validator("mount")
+    @classmethod
+    def _mount(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or not SAFE_MOUNT_RE.fullmatch(v) or ".." in v.split("/")):
+            raise ValueError("write an absolute path of letters, digits and ._/-, e.g. /data/shards")
+        return v.rstrip("/") if v and v != "/" else v
+
+    @model_validator(mode="after")
+    def _name(self) -> DataSource:
+        if self.name is None:
+            base = (self.mount or self.src).rstrip("/").rsplit("/", 1)[-1]
+            self.name = re.sub(r"[^A-Za-z0-9_]", "_", base) or "data"
+            if not self.name[0].isalpha():
+                self.name = "d_" + self.name
+            self.name = self.name[:32]
+        elif not DATA_NAME_RE.fullmatch(self.name):
+            raise ValueError(f"name {self.name!r} must be letters, digits and '_' (at most 32, starting with a "
+                             "letter): it becomes the environment variable SLURMCTL_DATA_<NAME>")
+        return self
+
+    @property
+    def env_var(self) -> str:
+        return f"SLURMCTL_DATA_{self.name.upper()}"
+
+
+SAFE_MOUNT_RE = re.compile(r"[A-Za-z0-9/._-]{1,200}")
+
+
 class SweepSpec(_Strict):
     """run.yaml `sweep:` (or `slurmctl sweep --grid`): one Slurm array, one run per combination of values.
     The grid is checked (empty values, unknown keys, size) by slurmctl/submit/sweep.py."""
@@ -180,7 +238,10 @@ class RunSpec(_Strict):
     partition: str | list[str] = Field(description="a partition, or a list of acceptable ones")
     time_limit: str = Field("01:00:00", description="wall-clock limit: '2h', '90m' or '01:30:00'")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables (strings)")
-    data: list[str] = Field(default_factory=list, description="data paths the job reads; must exist")
+    data: list[str | DataSource] = Field(
+        default_factory=list, description="data the job reads: a path that must exist, or an object-store dataset "
+        "staged into the node cache before the training, {src: s3://bucket/prefix, cache: node|shared|none, "
+        "name: NAME, mount: /data/NAME}")
     secrets: list[str] = Field(default_factory=list,
                                description="names of keys read from the secrets file at job start")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
@@ -277,6 +338,25 @@ class RunSpec(_Strict):
                 raise ValueError(f"'{key}' is not a valid secret name (use an environment-variable name)")
         return v
 
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: list[str | DataSource]) -> list[str | DataSource]:
+        names = [entry.name for entry in v if isinstance(entry, DataSource)]
+        twice = sorted({name.upper() for name in names if [n.upper() for n in names].count(name.upper()) > 1})
+        if twice:
+            raise ValueError(f"two datasets are named {twice[0]!r} (SLURMCTL_DATA_{twice[0].upper()}); give each "
+                             "entry its own `name:`")
+        return v
+
+    @property
+    def data_paths(self) -> list[str]:
+        """The plain paths of `data:` (checked at submit); object-store datasets are `datasets`."""
+        return [entry for entry in self.data if isinstance(entry, str)]
+
+    @property
+    def datasets(self) -> list[DataSource]:
+        return [entry for entry in self.data if isinstance(entry, DataSource)]
+
     @property
     def partitions(self) -> list[str]:
         return [self.partition] if isinstance(self.partition, str) else list(self.partition)
@@ -360,6 +440,59 @@ class SiteTrackingConfig(_Strict):
         "already has WANDB_MODE or WANDB_API_KEY (offline: a site without a W&B server; `wandb sync` later)")
 
 
+SIZE_RE = re.compile(r"\A([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?\Z", re.IGNORECASE)
+
+
+def parse_size(value: Any) -> int:
+    """'500G', '1.5T', '200MiB' or a byte count -> bytes (powers of 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = SIZE_RE.fullmatch(str(value).strip())
+    if not match:
+        raise ValueError("write a size such as 500G, 1.5T or 200M")
+    unit = (match.group(2) or "B").upper()[0]
+    return int(float(match.group(1)) * 1024 ** "BKMGT".index(unit))
+
+
+class SiteDataConfig(_Strict):
+    """Where object-store datasets (run.yaml `data: [{src: ...}]`) are cached, and how the store is reached."""
+
+    endpoint_url: str | None = Field(None, description="S3 endpoint (http://host:port) of an S3-compatible store; "
+                                     "unset: the provider's own (AWS S3; gs:// always goes to GCS)")
+    storage_options: dict[str, str | bool] = Field(
+        default_factory=dict, description="extra fsspec options of the store's client (s3fs / gcsfs), e.g. "
+        "{anon: true}; never credentials (those come from the node's identity or environment)")
+    node_cache_dir: str = Field("/var/cache/slurmctl/data", description="node-local cache directory (local NVMe/SSD); "
+                                "{node} is replaced by the node's name where several nodes share one host")
+    node_cache_budget: str = Field("100G", description="bytes the node cache may hold (per node), e.g. 500G")
+    shared_cache_dir: str | None = Field(None, description="shared-filesystem tier (`cache: shared`); unset: refused")
+    public_sources: list[str] = Field(
+        default_factory=list, description="object-store prefixes every user may read: their cache entries are shared "
+        "between users (verified by every reader); everything else is cached per user, owner only")
+    verify_on_reuse: bool = Field(True, description="re-hash every cached object before a job uses it (size and "
+                                  "stored digest); false: size, owner and mode only")
+
+    @field_validator("node_cache_budget")
+    @classmethod
+    def _budget(cls, v: str) -> str:
+        parse_size(v)
+        return v
+
+    @property
+    def node_cache_bytes(self) -> int:
+        return parse_size(self.node_cache_budget)
+
+    def client_options(self, src: str) -> dict:
+        """fsspec storage options for `src` (s3fs takes the endpoint in client_kwargs; gcsfs needs none)."""
+        options: dict = dict(self.storage_options)
+        if src.startswith("s3://") and self.endpoint_url:
+            options["client_kwargs"] = {"endpoint_url": self.endpoint_url}
+        return options
+
+    def is_public(self, src: str) -> bool:
+        return any(src == p.rstrip("/") or src.startswith(p.rstrip("/") + "/") for p in self.public_sources)
+
+
 class SiteConfig(_Strict):
     """site.yaml: what an admin writes once per cluster."""
 
@@ -377,6 +510,7 @@ class SiteConfig(_Strict):
     accounting: AccountingConfig = Field(default_factory=AccountingConfig)
     tracking: SiteTrackingConfig = Field(default_factory=SiteTrackingConfig)
     containers: ContainersConfig = Field(default_factory=ContainersConfig)
+    data: SiteDataConfig = Field(default_factory=SiteDataConfig)
     cost_confirm_threshold: float | None = Field(
         None, ge=0, description="worst-case $ above which submit asks to confirm (--yes)")
     require_smoke: bool = Field(

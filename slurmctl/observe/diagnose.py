@@ -30,9 +30,11 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.log_reading import (
+    MAX_LINE_CHARS,
     ROOT_CAUSE,
     ROOT_FIELD,
     TRACEBACK_HEAD,
+    LineIndex,
     LogReading,
     clean_line,
     is_launcher_block,
@@ -88,13 +90,21 @@ SIGNATURES: tuple[Signature, ...] = (
          "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
          "Resubmit (the platform drains the node); resume from the last checkpoint. "
          "Tell the platform team the node name."),
-    _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT",
+    _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT|"
+         # PBS/Torque's mom ("=>> PBS: job killed: walltime 259217 exceeded limit 259200") and its mail ("Job
+         # exceeded its walltime limit"); LSF's exit reason (TERM_RUNLIMIT: job killed after reaching LSF run time
+         # limit); Grid Engine's execd (MSG_EXECD_EXCEEDHWALLCLOCK_UU: "job 48.1 exceeded hard wallclock time")
+         r"job killed: (?:walltime|cput) \d+ exceeded limit \d+|exceeded its walltime limit|TERM_RUNLIMIT|"
+         r"exceeded hard wallclock time",
          "The job reached its time limit and Slurm stopped it.",
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
     _sig("node_lost",
          r"DUE TO NODE FAIL|srun: error: Node failure on|\bNODE_FAIL\b|Node \S+ not responding|"
          r"has been marked dead because the detector has missed too many heartbeats|\bNodeDiedError\b|"
-         r"The node with node id \S+ .{0,80}has been marked dead",
+         r"The node with node id \S+ .{0,80}has been marked dead|"
+         # a scheduler's mail or log saying it ended or requeued the job because its node failed (PBS: "job
+         # preempted (node failure)")
+         r"\bjob\b.{0,60}\b(?:preempted|requeued|killed|aborted|deleted|rerun)\b.{0,40}\bnode fail(?:ure|ed)\b",
          "A node of the job died or stopped answering (Slurm's NODE_FAIL); the other ranks failed because a peer "
          "was gone. This is not your code.",
          "Resubmit: the run resumes from its last checkpoint on healthy nodes (Slurm marks the lost node DOWN). "
@@ -129,6 +139,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
          r"cudaMalloc.{0,40}out of memory|"
+         # XLA's device allocator (stream_executor: "Failed to allocate request for %s (%uB) on device ordinal %d")
+         # and its BFC allocator ("Out of memory while trying to allocate %d bytes"), as JAX raises them
+         r"Failed to allocate request for \S+ \(\d+B\) on device ordinal|"
+         r"Out of memory while trying to allocate \d+ bytes|"
          # the driver API's name (TensorFlow's and JAX's allocators log it); XLA's status text
          r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory",
          "A GPU ran out of memory.",
@@ -160,7 +174,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
          r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
          # Kubernetes' container status when the container's memory cgroup killed it
-         r"\bOOMKilled\b|Reason:\s*OOMKilled",
+         r"\bOOMKilled\b|Reason:\s*OOMKilled|"
+         # PBS/Torque's mom ("job killed: mem 9000000kb exceeded limit 8388608kb"), LSF's exit reason
+         r"job killed: (?:p?mem|vmem) \d+\w* exceeded limit|TERM_MEMLIMIT|"
+         # Ray's memory monitor (raylet node_manager.cc: "N Workers (tasks / actors) killed due to memory pressure
+         # (OOM)"; ray.exceptions.OutOfMemoryError: "Task was killed due to the node running low on memory")
+         r"killed due to memory pressure \(OOM\)|ray\.exceptions\.OutOfMemoryError",
          # "Exceeded step memory limit at some point" is Slurm's warning that the step swapped, not a kill.
          "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
@@ -172,6 +191,15 @@ SIGNATURES: tuple[Signature, ...] = (
          # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
+    # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
+    # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
+    # threads call it; the bus error of the worker that follows is its consequence.
+    _sig("disk_full", r"unable to (?:write to|allocate shared memory\(shm\) for) file </torch_\w+>.{0,40}"
+         r"No space left on device|/dev/shm.{0,120}No space left on device",
+         "The shared-memory filesystem (/dev/shm) is full: a data-loader worker could not hand a batch over "
+         "(No space left on device).",
+         "Use fewer data-loader workers or smaller prefetch, or ask the platform team for a larger /dev/shm on the "
+         "nodes (a container's default is 64 MB: `--shm-size`); free what other jobs left in /dev/shm."),
     _sig("host_oom",
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
          r"insufficient shared memory \(shm\)|"
@@ -180,9 +208,6 @@ SIGNATURES: tuple[Signature, ...] = (
          "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
          "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
          "platform team for a larger /dev/shm on the nodes."),
-    _sig("host_oom", r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly",
-         "A data-loader worker process died without a Python error: it was almost certainly killed for memory "
-         "(host RAM or /dev/shm).", _HOST_OOM_HINT + " Set num_workers=0 once to see the worker's own error."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
          r"not enough (?:free )?disk space|insufficient disk space|"
          # TensorFlow reports ENOSPC as RESOURCE_EXHAUSTED with the file it was writing ("Resource exhausted: /ckpt/..")
@@ -268,6 +293,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Error locating target '|is not in the \w+ registry|GLIBCXX_\S+' not found|DLL load failed|"
          r"CUDA Setup failed despite GPU being available|"
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
+         # jax/_src/lib/__init__.py checking the CUDA libraries against those jaxlib was built with
+         r"Found \w+ version \d+, but JAX was built against version \d+|"
          r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
          r"requires the \S+ library but it was not found in your environment|Error building extension|"
          r"ninja: build stopped: subcommand failed|"
@@ -289,7 +316,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
          # TensorFlow probing for optional GPU libraries: a warning it survives by running on the CPU
-         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\("),
+         # NCCL's INFO lines report optional plugins it did not find (libnccl-net.so) and carries on
+         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\(|\bNCCL INFO\b"),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -331,6 +359,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "the environment variables it reads; for argparse, compare `args:` with the script's --help."),
     _sig("data_shape",
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
+
          r"Unable to create tensor, you should probably activate truncation and/or padding|"
          r"default_collate: batch must contain|too many dimensions 'str'|"
          r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable|"
@@ -346,6 +375,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"
          r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
+         # ultralytics YOLOv3/v5/v7 train.py: a label's class id beyond the data set's class count (nc)
+         r"Label class \S+ exceeds nc=\d+|"
          r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
          r"Dimension out of range|index \d+ is out of bounds for (?:axis|dimension)|"
          r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
@@ -371,7 +402,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
          r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
-         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
+         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
          r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
@@ -401,7 +432,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
-         "(check MASTER_ADDR resolves on every node)."),
+         "(check MASTER_ADDR resolves on every node).",
+         # c10d logs each connect attempt it will retry as a warning ("[W socket.cpp:663] [c10d] The client socket
+         # has failed to connect to ..."); only the error it raises when it gives up says the group did not form
+         # (a server socket that cannot bind its port is different: the master port is taken)
+         unless=r"^\s*\[W[\d :.]*\s*socket\.cpp:\d+\].{0,40}client socket has failed to connect"),
     _sig("nccl_error",
          r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
          r"NCCL failure \S+ '|"
@@ -460,6 +495,7 @@ _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re
 # Lightning's Trainer prints the second at start, torch.utils.collect_env the third.
 _WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
                           r"^\s*Is CUDA available: False\s*$")
+_WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 
 
@@ -529,6 +565,11 @@ def _killed_from_outside(reading: LogReading, root: dict | None, lines: list[str
     return killed and not own_error and not any(_ENDED_BY_SLURM.search(line) for line in lines)
 
 
+def _launcher_said_sigkill(reading: LogReading) -> bool:
+    """A launcher's or shell's line says the process died of SIGKILL, and it is the only error there is."""
+    return reading.sigkill is not None and (not reading.exception or reading.exception_line == reading.sigkill)
+
+
 def _raised_by_data_code(reading: LogReading) -> bool:
     return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS)
                 and any(_DATA_CODE.search(frame) for frame in reading.frames))
@@ -559,9 +600,9 @@ def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
 
 
 def _unknown_hint(reading: LogReading, root: dict | None) -> str:
-    if reading.exception:
+    if reading.exception and not _launcher_said_sigkill(reading):
         return "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks."
-    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None:
+    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None or _launcher_said_sigkill(reading):
         return ("Compare the memory peak with the limit (`slurmctl status RUN`; `sacct -j JOB -o State,MaxRSS,ReqMem`) "
                 "and ask the platform team for the node's kernel log at that time; if it was memory, use fewer "
                 "data-loader workers or ask for more memory per node.")
@@ -578,8 +619,8 @@ def _where_to_look(reading: LogReading) -> str:
 
 def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slurm_state: str = "") -> str:
     summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
-    killed = bool(root and root.get("signal") == "SIGKILL") or (reading.bare_kill is not None
-                                                                and not reading.exception)
+    killed = (bool(root and root.get("signal") == "SIGKILL") or _launcher_said_sigkill(reading)
+              or (reading.bare_kill is not None and not reading.exception))
     if root and root.get("rank") is not None:
         how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
         if root.get("signal"):
@@ -597,6 +638,12 @@ def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slu
             summary += (": often the kernel's out-of-memory killer, but the log does not say so: look at Slurm's "
                         "record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory peak) "
                         "or the node's kernel log before calling it host OOM")
+    if reading.exception and _WORKER_EXITED.search(reading.exception):
+        # torch's data loader saw a worker die without an error of its own: memory (RAM or /dev/shm) in half
+        # the threads scored, the other half never showed it in the log, so it is a lead, not a verdict
+        summary += ("; a data-loader worker died without a Python error of its own: often memory (host RAM or a "
+                    "small /dev/shm), but the log does not say so; rerun with num_workers=0 to see the worker's "
+                    "own error, and compare the memory peak with the limit (`slurmctl status RUN`)")
     if any("memory limit at some point" in line for line in reading.slurm):
         summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
                     "swapped, nothing was killed for it): if the job failed, memory is the first suspect "
@@ -614,26 +661,34 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
+def signature_hits(lines: list[str], noise: set[int], index: LineIndex | None = None) -> dict[int, list[int]]:
+    """Signature index -> the numbers of the lines it matches (launcher noise never counts). Each signature
+    runs only on the lines that hold one of the literals every match of it must contain."""
+    index = index or LineIndex(lines)
+    hits: dict[int, list[int]] = {}
+    for n, sig in enumerate(SIGNATURES):
+        found = [i for i in index.where(sig.pattern, lines) if i not in noise and sig.matches(lines[i])]
+        if found:
+            hits[n] = found
+    return hits
+
+
 def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diagnosis:
     """The cause of one failed attempt from its log text and, when known, Slurm's state and exit code."""
     cleaned = [clean_line(line) for line in text.splitlines()]
-    reading = read_log(cleaned)
-    result = _decide(cleaned, reading, slurm_state, exit_code)
+    # one index of the lines serves reading and deciding, unless reading cuts a long line short
+    index = None if any(len(t) > MAX_LINE_CHARS for t, _ in cleaned) else LineIndex([t for t, _ in cleaned])
+    reading = read_log(cleaned, index)
+    result = _decide(cleaned, reading, slurm_state, exit_code, index)
     result.error_line = reading.exception
     result.failing_exit = reading.exit
     return result
 
 
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
-            exit_code: str) -> Diagnosis:
+            exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
-    hits: dict[int, list[int]] = {}  # signature index -> line numbers
-    for i, line in enumerate(lines):
-        if i in reading.noise:
-            continue
-        for n, sig in enumerate(SIGNATURES):
-            if sig.matches(line):
-                hits.setdefault(n, []).append(i)
+    hits = signature_hits(lines, reading.noise, index)
     # A rendezvous that fails after training steps ran, or after a rank's own error, is a peer's store going
     # away (torchrun's agents exit one by one), not the group failing to form.
     rendezvous = [n for n in hits if SIGNATURES[n].category == "rendezvous_failure"]
@@ -712,9 +767,12 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Check the path in the message against `args:`/the config file: relative paths resolve against the "
             "job's working directory, and the file must be on a filesystem the compute nodes mount.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and not (slurm_state or exit_code) and _killed_from_outside(reading, root, lines):
-        # No Slurm record to read (a pasted log): a SIGKILL nobody explains is, in the threads these rules were
-        # scored on, the kernel's out-of-memory killer far more often than anything else. With Slurm's record
+    if sig is None and not (slurm_state or exit_code) and reading.bare_kill is not None \
+            and _killed_from_outside(reading, root, lines):
+        # No Slurm record to read (a pasted log) and the shell itself said "Killed": a program run by hand that
+        # nothing else kills; in the scored threads it was the kernel's OOM killer every time (5 of 5).
+        # A launcher's exit -9 alone (torchrun, DeepSpeed, exit 137) is not enough: 2 of 6 such threads never
+        # found who killed it, so that stays unknown with the kill named. With Slurm's record
         # (`diagnose RUN`, status, notifications), its verdict decides: FAILED, not OUT_OF_MEMORY, stays unknown.
         return Diagnosis(
             "host_oom", "The process was killed without a message (SIGKILL from outside the program"

@@ -2,21 +2,19 @@
 share of step time spent waiting for data, idle allocation, and (once it ended) how much of what
 it asked for it used.
 
-Reads what the job writes to ``<run dir>/health/`` (slurmctl.runtime.health) through the capped,
-non-blocking readers of slurmctl.fsutil; `status` and the exporter share ``read_live``. Standard
+Reads what the job writes to ``<run dir>/health/`` (slurmctl.runtime.health) through ``Run``'s capped,
+non-blocking readers (pinned to the directory's fd for root); `status` and the exporter share ``read_live``. Standard
 library only at import: `status` imports it at call time and stays light.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from slurmctl import rundir
 from slurmctl.durations import human_duration
-from slurmctl.fsutil import read_json
 from slurmctl.runtime.health import transport_class
 
 # A quarter of every step spent waiting for the next batch is a quarter of the GPUs' time bought for
@@ -63,17 +61,7 @@ class LiveHealth:
 
 
 def _rank_files(run: rundir.Run, job_id) -> list[dict]:
-    folder = run.health_dir
-    try:
-        names = sorted(n for n in os.listdir(folder) if rundir.is_health_rank_file(n))
-    except OSError:
-        return []
-    records = []
-    for name in names[:MAX_RANK_FILES]:
-        data = read_json(folder / name)
-        if isinstance(data, dict) and (job_id is None or str(data.get("job_id")) == str(job_id)):
-            records.append(data)
-    return records
+    return [r for r in run.health_records(MAX_RANK_FILES) if job_id is None or str(r.get("job_id")) == str(job_id)]
 
 
 def _share_of(record: dict) -> tuple[float, int] | None:
@@ -114,8 +102,8 @@ def read_live(run: rundir.Run, job_id, partition: str | None = None, site=None, 
         live.input_wait_share, live.input_wait_rank = round(worst, 4), rank
         live.input_wait_mean = round(sum(s for (s, _), _ in shares) / len(shares), 4)
         live.input_bound = worst >= INPUT_BOUND_SHARE
-    idle = read_json(run.health_dir / rundir.HEALTH_IDLE)
-    if isinstance(idle, dict) and (job_id is None or str(idle.get("job_id")) == str(job_id)):
+    idle = run.health_idle()
+    if idle is not None and (job_id is None or str(idle.get("job_id")) == str(job_id)):
         live.idle = idle
     _words(live, partition)
     return live

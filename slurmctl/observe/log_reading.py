@@ -6,7 +6,10 @@ launcher noise). Pure functions over text, apart from read_tail, which reads a b
 from __future__ import annotations
 
 import re
+import re._parser as sre_parse  # the stdlib's own regex parser: what a pattern must contain, read from its tree
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 from slurmctl.fsutil import tail_bytes
@@ -52,8 +55,9 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
                         re.IGNORECASE)
 # bash's job-status word for SIGKILL, also in the shell's locale
 # (zh_CN "已杀死", ja "強制終了", ru "Убито", de "Getötet").
-# A progress bar without a newline runs into it ("... 1/2 [00:10<00:10, 10.1s/it]Killed").
-_BARE_KILL = re.compile(r"^(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強制終了|Убито|Getötet)(?:\s+.*)?$|"
+# A progress bar without a newline runs into it ("... 1/2 [00:10<00:10, 10.1s/it]Killed"); an issue's
+# Markdown may embolden it ("**Killed**").
+_BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強制終了|Убито|Getötet)\**(?:\s+.*)?$|"
                         r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$")
 # A launcher or shell saying a process died of SIGKILL: torchrun's agent "failed (exitcode: -9) local_rank: 0",
 # the DeepSpeed launcher's "sigkill_handler] exits with return code = -9", subprocess's "died with
@@ -65,6 +69,131 @@ _SIGKILL_EXIT = re.compile(r"\bexitcode\s*:\s*-9\b|\breturn code\s*=\s*-9\b|<Sig
 _SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
 _KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
+
+
+# --- a literal prefilter: a log of thousands of lines is searched by dozens of patterns of dozens of
+# alternatives each; running every pattern on every line costs ~100 us a line a pattern. Each pattern's
+# parse tree tells which literal strings every match must contain (all of a sequence's, one of an
+# alternation's); a casefolded str.find over the whole text finds the few lines that hold them, and only
+# those lines run the pattern. A requirement is a literal, ("all", parts) or ("any", parts).
+Requirement = str | tuple
+
+
+@cache
+def required_literals(pattern: re.Pattern) -> Requirement | None:
+    """What every text `pattern` matches contains (casefolded literals, see Requirement); None when the
+    parse tree shows nothing usable (the caller then runs the pattern on every line)."""
+    try:
+        return _required(sre_parse.parse(pattern.pattern, pattern.flags))
+    except Exception:  # a construct this Python's parser spells otherwise: no prefilter, only slower
+        return None
+
+
+def _required(seq) -> Requirement | None:
+    parts: list[Requirement] = []
+    runs: list[str] = []
+    run = ""
+    for op, av in [*seq, (None, None)]:
+        if op is sre_parse.LITERAL:
+            run += chr(av)
+            continue
+        if run:  # anything but a literal ends a run: each run is required on its own
+            runs.append(run.casefold())
+            run = ""
+        if op is sre_parse.SUBPATTERN:
+            inner = _required(av[3])
+        elif op is sre_parse.ATOMIC_GROUP:
+            inner = _required(av)
+        elif op is sre_parse.BRANCH:
+            alternatives = [_required(branch) for branch in av[1]]
+            inner = ("any", tuple(alternatives)) if all(alternatives) else None
+        elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT) and av[0] >= 1:
+            inner = _required(av[2])
+        else:
+            inner = None
+        if inner:
+            parts.append(inner)
+    # runs of one or two characters are in almost every line: kept only when nothing else is required
+    parts += [r for r in runs if len(r) >= 3] or ([max(runs, key=len)] if runs and not parts else [])
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else ("all", tuple(parts))
+
+
+class LineIndex:
+    """The lines of a log casefolded and joined into one UTF-8 text, to find which lines hold a literal with
+    bytes.find (several times faster than str.find on text with any non-ASCII character in it)."""
+
+    COMMON = 64  # a literal in more lines than this is tested line by line, and only where it must be
+
+    def __init__(self, lines: list[str]):
+        self.folded = [line.casefold() for line in lines]
+        encoded = [line.encode("utf-8", "surrogatepass") for line in self.folded]
+        self.text = b"\n".join(encoded)
+        self.starts, at = [], 0
+        for line in encoded:
+            self.starts.append(at)
+            at += len(line) + 1
+        self._cache: dict[str, set[int] | None] = {}
+
+    def lines_with(self, literal: str) -> set[int] | None:
+        """The lines that hold `literal`, or None when it is in more than COMMON lines."""
+        if literal not in self._cache:
+            needle, found = literal.encode("utf-8", "surrogatepass"), set()
+            at = self.text.find(needle)
+            while at >= 0 and found is not None:
+                if len(found) == self.COMMON:
+                    found = None
+                    break
+                n = bisect_right(self.starts, at) - 1
+                found.add(n)
+                at = self.text.find(needle, self.starts[n + 1] if n + 1 < len(self.starts) else len(self.text))
+            self._cache[literal] = found
+        return self._cache[literal]
+
+    def _meets(self, need: Requirement, n: int) -> bool:
+        if isinstance(need, str):
+            return need in self.folded[n]
+        test = any if need[0] == "any" else all
+        return test(self._meets(part, n) for part in need[1])
+
+    def _lines_meeting(self, need: Requirement, *, listing: bool = False) -> set[int] | None:
+        """The lines that meet `need`; None when one of its literals is too common to list, unless `listing`
+        (then such a literal is listed by a membership test a line)."""
+        if isinstance(need, str):
+            lines = self.lines_with(need)
+            if lines is None and listing:
+                lines = self._cache[need] = {n for n, line in enumerate(self.folded) if need in line}
+            return lines
+        kind, parts = need
+        if kind == "any":
+            found: set[int] = set()
+            for part in parts:
+                lines = self._lines_meeting(part, listing=listing)
+                if lines is None:
+                    return None
+                found |= lines
+            return found
+        known = [(part, self._lines_meeting(part)) for part in parts]
+        sets = sorted((lines for _, lines in known if lines is not None), key=len)
+        if not sets:
+            return self._lines_meeting(parts[0], listing=True) if listing else None
+        found = set.intersection(*sets)
+        common = [part for part, lines in known if lines is None]  # tested on the few lines left only
+        return {n for n in found if all(self._meets(part, n) for part in common)}
+
+    def candidates(self, need: Requirement | None) -> list[int]:
+        """Line numbers, in order, that may match a pattern with this requirement (every line without one)."""
+        if need is None:
+            return list(range(len(self.folded)))
+        lines = self._lines_meeting(need)
+        return sorted(lines if lines is not None else self._lines_meeting(need, listing=True))
+
+    def where(self, pattern: re.Pattern, lines: list[str], *, strip: bool = False) -> list[int]:
+        """The numbers of the lines `pattern` matches (searches; `match`es a pattern anchored with ^ alike)."""
+        test = pattern.search
+        return [i for i in self.candidates(required_literals(pattern))
+                if test(lines[i].strip() if strip else lines[i])]
 
 
 def clean_line(line: str) -> tuple[str, int | None]:
@@ -199,36 +328,34 @@ def _frame_text(m: re.Match) -> str:
 
 # Longer lines are read up to this many characters: a frame or exception pattern scanned across a
 # megabyte-long line (a progress bar without newlines, binary junk) costs quadratic time.
-_MAX_LINE_CHARS = 4096
+MAX_LINE_CHARS = 4096
 
 
-def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
-    lines = [t[:_MAX_LINE_CHARS] for t, _ in cleaned]
+def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = None) -> LogReading:
+    """`index`: a LineIndex of the same lines, shared with the caller when no line is longer than MAX_LINE_CHARS."""
+    lines = [t[:MAX_LINE_CHARS] for t, _ in cleaned]
     r = LogReading()
     root = launcher_root_cause(lines)
-    for i, line in enumerate(lines):
-        if _LAUNCHER_NOISE.search(line):
-            r.noise.add(i)
-            continue
-        if i and _FRAME.match(lines[i - 1]) and not _FRAME.match(line) and not _EXCEPTION_LINE.match(line):
-            r.code.add(i)
-        if _PROGRESS.search(line):
-            r.first_progress = i if r.first_progress is None else r.first_progress
-            r.last_progress = i
-        if _FINISHED.search(line):
-            r.finished = i
-        if _NCCL_WARN.search(line) and len(r.nccl_warn) < 5:
-            r.nccl_warn.append(line.strip())
-        if _SLURMSTEPD.search(line) and len(r.slurm) < 5:
-            r.slurm.append(line.strip())
-        if _KERNEL.search(line) and len(r.kernel) < 5:
-            r.kernel.append(line.strip())
-        if _BARE_KILL.match(line.strip()):
-            r.bare_kill = i
-        if _SIGKILL_EXIT.search(line):
-            r.sigkill = i
-        if _EXCEPTION_LINE.match(line) or _WHAT_LINE.match(line) or _SLURMSTEPD.search(line):
-            r.failure_markers += 1
+    index = index or LineIndex(lines)
+    r.noise = set(index.where(_LAUNCHER_NOISE, lines))
+
+    def where(pattern: re.Pattern, *, strip: bool = False) -> list[int]:
+        return [i for i in index.where(pattern, lines, strip=strip) if i not in r.noise]
+
+    frames = set(index.where(_FRAME, lines))
+    exceptions = set(where(_EXCEPTION_LINE))
+    r.code = {i + 1 for i in frames if i + 1 < len(lines) and i + 1 not in frames | exceptions | r.noise}
+    progress = where(_PROGRESS)
+    if progress:
+        r.first_progress, r.last_progress = progress[0], progress[-1]
+    r.finished = next(reversed(where(_FINISHED)), None)
+    r.nccl_warn = [lines[i].strip() for i in where(_NCCL_WARN)[:5]]
+    slurm = where(_SLURMSTEPD)
+    r.slurm = [lines[i].strip() for i in slurm[:5]]
+    r.kernel = [lines[i].strip() for i in where(_KERNEL)[:5]]
+    r.bare_kill = next(reversed(where(_BARE_KILL, strip=True)), None)
+    r.sigkill = next(reversed(where(_SIGKILL_EXIT)), None)
+    r.failure_markers = len(exceptions | set(where(_WHAT_LINE)) | set(slurm))
     # The root error: the launcher's first-failed rank's own traceback, else the first rank traceback in the
     # log (one rank's error makes the others fail after it), never the launcher's ChildFailedError.
     blocks = [(s, b) for s, b in traceback_blocks(lines) if not is_launcher_block(b)]
@@ -258,16 +385,17 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
     if r.exception is None:  # no traceback header posted: the first exception or C++ what() line
-        for i, line in enumerate(lines):
+        for i in sorted(set(where(_WHAT_LINE)) | exceptions):
+            line = lines[i]
             m = _WHAT_LINE.match(line)
-            if (m or _EXCEPTION_LINE.match(line)) and i not in r.noise and not _LAUNCHER_FRAME.search(line):
+            if not _LAUNCHER_FRAME.search(line):
                 r.exception, r.exception_line = (m[1] if m else line).strip(), i
                 r.root_rank = cleaned[i][1] if r.root_rank is None else r.root_rank
                 break
         else:
-            for i in range(len(lines) - 1, -1, -1):
+            for i in reversed(where(_INLINE_EXCEPTION)):
                 m = _INLINE_EXCEPTION.search(lines[i])
-                if m and i not in r.noise:
+                if m:
                     r.exception, r.exception_line = f"{m[1]}: {m[2]}".strip(), i
                     break
     if r.exception_line is not None and r.raising_frame is None:  # a traceback pasted without its header
@@ -281,8 +409,8 @@ def read_log(cleaned: list[tuple[str, int | None]]) -> LogReading:
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
                   else f"exit code {root['exitcode']}")
     else:
-        for line in lines:
-            m = _EXIT_LINE.search(line)
+        for i in index.where(_EXIT_LINE, lines):
+            m = _EXIT_LINE.search(lines[i])
             if m:
                 said = next((g for g in m.groups() if g), None) or m[0].strip()
                 r.exit = f"exit code {said}" if said.lstrip("-").isdigit() else said

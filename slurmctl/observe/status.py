@@ -18,6 +18,7 @@ from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
+from slurmctl.observe.data import cache_suggestion, data_note, data_summary
 from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
@@ -101,6 +102,7 @@ class RunStatus:
     history: list[str] = field(default_factory=list)  # one line per attempt: how it started and ended
     health_notes: list[str] = field(default_factory=list)  # live health, end-of-run efficiency (observe/health.py)
     live_health: dict | None = None  # the numbers behind them: transport per rank, data wait, idle
+    data_cache: dict | None = None  # the datasets' staging: hit rate, bytes staged, seconds (observe/data.py)
     tracked_run: dict | None = None  # run.json's tracked run: backend, run id, url (MLflow)
     notifications: list[dict] = field(default_factory=list)  # messages sent: event, time, delivered to, failed
     notified: str = ""  # one line for ls: how many messages, to which channels
@@ -202,6 +204,13 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     node_loss(status, events)
     _tracking(status, run)
     apply_live_health(status, run, job, site, now)
+    status.data_cache = data_summary(run, job_id)
+    if status.data_cache:
+        status.health_notes.insert(0, data_note(status.data_cache))
+    if status.health.startswith("input-bound") and spec is not None:
+        suggestion = cache_suggestion(getattr(spec, "datasets", None))
+        if suggestion:
+            status.suggestions.append(suggestion)
     if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints
         from slurmctl.observe.adopted import (
             apply_adopted,  # why: read only for adopted runs; status is on every command's path

@@ -1,8 +1,9 @@
 """Prometheus exporter: cluster queue/GPU state, per-run progress, and the exporter's own health.
 
 Slurm is asked at most once per interval, however often Prometheus scrapes: ``SnapshotCache``
-keeps ONE snapshot (one ``squeue`` + one ``sinfo`` call, ``-O`` formats, no ``--json``) and rebuilds
-it only when it is older than the interval; scrapes in between read the cached one.
+keeps ONE snapshot (one ``squeue``, two ``sinfo`` and one ``scontrol show partition`` call, no
+``--json``; the QOS limits from ``sacctmgr`` every QOS_REFRESH_SECONDS) and rebuilds it only when it
+is older than the interval; scrapes in between read the cached one.
 
 Runs come from the run directories of the jobs in that snapshot (slurmctl.ops.run_sample reads
 them, with the rules that keep run labels bounded and no comment naming a path); their live health
@@ -11,14 +12,18 @@ them, with the rules that keep run labels bounded and no comment naming a path);
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from slurmctl.config.models import SiteConfig
@@ -26,11 +31,16 @@ from slurmctl.errors import SlurmctlError
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.health import reasons as health_reasons
-from slurmctl.ops.run_sample import RunSample, read_run, run_of_job
-from slurmctl.rundir import Run, run_id_from_comment
+from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
+from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
+from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
+from slurmctl.slurm.records import PartitionPolicy, QosLimits
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
+# QOS limits change when an operator runs accounting.sh, not between scrapes: sacctmgr (slurmdbd) is
+# asked at most this often, and its last answer kept while it does not answer.
+QOS_REFRESH_SECONDS = 300.0
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
 # responding) makes the node's free GPUs count as down.
@@ -74,6 +84,8 @@ class Snapshot:
     jobs: list[QueueEntry] = field(default_factory=list)
     nodes: list[NodeUsage] = field(default_factory=list)
     partitions: dict[str, PartitionInfo] = field(default_factory=dict)  # MaxTime and availability
+    policies: dict[str, PartitionPolicy] = field(default_factory=dict)  # AllowQos, partition QOS, MaxNodes
+    qos: dict[str, QosLimits] = field(default_factory=dict)  # each QOS's limits (cached: see QOS_REFRESH_SECONDS)
     runs: list[RunSample] = field(default_factory=list)
     health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
 
@@ -102,25 +114,93 @@ def drain_cause(reason: str, state: str) -> str:
     return "admin"
 
 
-def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo]) -> bool:
-    """A pending job that more nodes in its (first) partition would start: a reason more nodes cure,
-    a time limit within the partition's MaxTime, and a shape the pool can reach (nodes up to the
-    site's max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never
-    runs: it asks for no node. (On a partition with no node Slurm says PartitionConfig before it
-    looks at the time limit: an 8-day job there would scale the pool up, then say PartitionTimeLimit
-    and let it go back to zero, again and again.)"""
-    if job.state != "PENDING" or not job.partitions:
+def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo],
+                    policies: dict[str, PartitionPolicy] | None = None) -> bool:
+    """A pending job that more nodes in its (first) partition would start, by itself: a reason more
+    nodes cure, no dependency left, a QOS the partition admits, a time limit within the partition's
+    MaxTime, and a shape the pool can reach (nodes up to the partition's MaxNodes and the site's
+    max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never runs: it
+    asks for no node. On a partition with no node Slurm says PartitionConfig before it looks at the
+    QOS, the time limit or the dependency: an 8-day job, or one under a QOS the partition does not
+    take, would scale the pool up, then pend there with its real reason, again and again. The QOS's
+    own limits need the queue around the job: see node_demand."""
+    if job.state != "PENDING" or not job.partitions or job.dependency:
         return False
     if job.reason not in _WAITING_FOR_NODES_REASONS and not job.reason.startswith("ReqNodeNotAvail"):
         return False
-    limit = partitions.get(job.partitions[0])
+    first = job.partitions[0]
+    policy = (policies or {}).get(first)
+    nodes = max(job.num_nodes, 1)
+    if policy and (not policy.admits(job.qos) or (policy.max_nodes is not None and nodes > policy.max_nodes)):
+        return False
+    limit = partitions.get(first)
     if limit and limit.max_time_seconds is not None and (job.time_limit_seconds or 0) > limit.max_time_seconds:
         return False
-    pool = site.partitions.get(job.partitions[0])
+    pool = site.partitions.get(first)
     if pool is None or pool.max_nodes is None:
         return True  # a fixed partition: no pool to compare with
-    nodes = max(job.num_nodes, 1)
     return nodes <= pool.max_nodes and -(-job.gpus // nodes) <= pool.gpus_per_node
+
+
+_HOLDING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+
+
+class QosUsage:
+    """GPUs, nodes and jobs held per QOS and per (QOS, user): what Slurm compares with GrpTRES,
+    MaxTRESPerUser and MaxJobsPerUser. A job counts under its own QOS and its partition's QOS."""
+
+    def __init__(self, qos: dict[str, QosLimits], policies: dict[str, PartitionPolicy]):
+        self.qos, self.policies = qos, policies
+        self.group: dict[str, Counter[str]] = defaultdict(Counter)
+        self.user: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+
+    def _names(self, job: QueueEntry) -> list[str]:
+        policy = self.policies.get(job.partitions[0]) if job.partitions else None
+        return [name for name in dict.fromkeys([job.qos, policy.qos if policy else ""]) if name]
+
+    @staticmethod
+    def _tres(job: QueueEntry) -> Counter[str]:
+        return Counter({"gres/gpu": job.gpus, "node": max(job.num_nodes, 1), "jobs": 1})
+
+    def add(self, job: QueueEntry) -> None:
+        for name in self._names(job):
+            self.group[name] += self._tres(job)
+            self.user[(name, job.user)] += self._tres(job)
+
+    def fits(self, job: QueueEntry) -> bool:
+        """Whether the job is within every limit of its QOS and its partition's QOS, with what the
+        jobs already counted hold. A QOS not in the table (sacctmgr not answering) limits nothing:
+        counting a job too many costs a node for a while, missing one leaves a job waiting for good."""
+        want = self._tres(job)
+        for name in self._names(job):
+            limits = self.qos.get(name)
+            if limits is None:
+                continue
+            if limits.max_wall_seconds is not None and (job.time_limit_seconds or 0) > limits.max_wall_seconds:
+                return False
+            if limits.jobs_per_user is not None and self.user[(name, job.user)]["jobs"] + 1 > limits.jobs_per_user:
+                return False
+            for caps, held in ((limits.per_job, Counter()), (limits.per_user, self.user[(name, job.user)]),
+                               (limits.group, self.group[name])):
+                if any(key in caps and held[key] + want[key] > caps[key] for key in ("gres/gpu", "node")):
+                    return False
+        return True
+
+
+def node_demand(snap: Snapshot, site: SiteConfig) -> list[QueueEntry]:
+    """The pending jobs more nodes would start (waits_for_nodes), in squeue's order (priority within a
+    partition), each only while its QOS limits leave room for it: the user's running jobs plus the
+    ones counted before it, against MaxTRESPerUser, MaxJobsPerUser, GrpTRES and the per-job MaxTRES."""
+    usage = QosUsage(snap.qos, snap.policies)
+    for job in snap.jobs:
+        if job.state in _HOLDING_STATES:
+            usage.add(job)
+    counted = []
+    for job in snap.jobs:
+        if waits_for_nodes(job, site, snap.partitions, snap.policies) and usage.fits(job):
+            usage.add(job)
+            counted.append(job)
+    return counted
 
 
 def reason_label(reason: str) -> str:
@@ -148,6 +228,12 @@ class SnapshotCache:
         # The active runs' jobs as the last good snapshot saw them: while Slurm does not answer, their
         # run dirs are still read, so the run series (step, heartbeat, checkpoint) stay current.
         self._last_run_jobs: list[tuple[Run, QueueEntry]] = []
+        # node -> [cache hits, objects looked up, bytes staged, staging seconds], summed over the staging
+        # records (run dir data-stage/) of every job seen running, each (user, run, job, node) once.
+        self.data_by_node: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+        self._data_seen: set[tuple[str, str, str, str]] = set()
+        self._qos: dict[str, QosLimits] = {}
+        self._qos_mono = float("-inf")
 
     def get(self) -> Snapshot:
         with self._lock:
@@ -162,6 +248,7 @@ class SnapshotCache:
             jobs = self.client.queue_snapshot()
             nodes = self.client.node_usage()
             partitions = self.client.partitions()
+            policies = self.client.partition_policies()
         except SlurmctlError as exc:
             runs, health = self._read_runs(self._last_run_jobs, now)
             return Snapshot(now, time.perf_counter() - started, slurm_up=False, error=exc.message,
@@ -180,20 +267,53 @@ class SnapshotCache:
                 run_jobs.append((run, job))
         self._last_run_jobs = run_jobs
         runs, health = self._read_runs(run_jobs, now)
+        self._read_staging(run_jobs, {node.name for node in nodes})
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
-                        runs=runs, health=health)
+                        policies=policies, qos=self._qos_table(), runs=runs, health=health)
+
+    def _qos_table(self) -> dict[str, QosLimits]:
+        if self.clock() - self._qos_mono >= QOS_REFRESH_SECONDS:
+            self._qos_mono = self.clock()
+            try:
+                self._qos = self.client.qos_table()
+            except SlurmctlError:
+                pass  # slurmdbd down: the last table (or none: no QOS limit is applied) until it answers
+        return self._qos
 
     def _read_runs(self, run_jobs: list[tuple[Run, QueueEntry]],
                    now: float) -> tuple[list[RunSample], dict[tuple[str, str], LiveHealth]]:
         runs, health = [], {}
         for run, job in run_jobs:
             try:
-                sample = read_run(run, job, self.site, now)
-                runs.append(sample)
-                health[(job.user, run.run_id)] = read_live(run, job.job_id, sample.partition, self.site)
+                read = read_active_run(run, job, self.site, now)
+            except FileNotFoundError:
+                continue  # a job whose comment names a run that has no directory: no run, no error
             except OSError:
                 self.run_read_errors += 1
+                continue
+            if read is not None:
+                runs.append(read[0])
+                health[(job.user, run.run_id)] = read[1]
         return runs, health
+
+    def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
+        """Add each new staging record of the running jobs to its node's totals. The record is the job's own
+        file: only a node Slurm lists counts as a label, and only the job's own id."""
+        for run, job in run_jobs:
+            for record in stage_records(run.path):
+                node = str(record.get("node"))
+                key = (job.user, run.run_id, str(record.get("job_id")), node)
+                if node not in node_names or str(record.get("job_id")) != str(job.job_id) or key in self._data_seen:
+                    continue
+                self._data_seen.add(key)
+                totals = self.data_by_node[node]
+                for ds in record.get("datasets") or []:
+                    if isinstance(ds, dict):
+                        with contextlib.suppress(TypeError, ValueError):
+                            totals[0] += max(0, int(ds.get("hits") or 0))
+                            totals[1] += max(0, int(ds.get("objects") or 0))
+                            totals[2] += max(0, int(ds.get("bytes_staged") or 0))
+                            totals[3] += max(0.0, float(ds.get("seconds") or 0.0))
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
         """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
@@ -210,6 +330,18 @@ class SnapshotCache:
                 counts[-2] += 1
                 counts[-1] += wait
         self._seen_started &= live
+
+
+def read_active_run(run: Run, job: QueueEntry, site: SiteConfig, now: float) -> tuple[RunSample, LiveHealth] | None:
+    """What the exporter publishes of one active run: its sample and live health, both read through
+    ONE open of the run dir (pinned to the job user's uid: every file relative to that fd). None for
+    a job whose user is no known login name; an OSError when the directory is not that user's."""
+    uid = owner_uid(job.user)
+    if uid is None:
+        return None
+    with run.pinned_as(uid) as pinned:
+        sample = read_run(pinned, job, site, now)
+        return sample, read_live(pinned, job.job_id, sample.partition, site)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple, float]) -> GaugeMetricFamily:
@@ -238,11 +370,10 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
                  ["partition"], oldest_pending)
     waiting: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
     biggest: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
-    for job in snap.jobs:
-        if waits_for_nodes(job, site, snap.partitions):
-            key = (job.partitions[0],)
-            waiting[key] = waiting.get(key, 0.0) + 1
-            biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
+    for job in node_demand(snap, site):
+        key = (job.partitions[0],)
+        waiting[key] = waiting.get(key, 0.0) + 1
+        biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
     yield _gauge("slurmctl_jobs_waiting_for_nodes", "Pending jobs that more nodes in their (first) partition "
                  "would start (the autoscaler's demand; no hold, dependency, limit, or shape the pool cannot "
                  "reach).", ["partition"], waiting)
@@ -373,6 +504,19 @@ def health_metrics(snap: Snapshot) -> Iterator:
     yield from (ranks, fallback, wait, idle, util)
 
 
+def data_metrics(by_node: dict[str, list[float]]) -> Iterator:
+    """The node data cache per node: lookups, hits, bytes staged and staging time of running jobs' datasets."""
+    families = [CounterMetricFamily(name, doc, labels=["node"]) for name, doc in (
+        ("slurmctl_data_cache_hits", "Dataset objects a staging step found valid in the node cache."),
+        ("slurmctl_data_cache_lookups", "Dataset objects staging steps looked up in the node cache."),
+        ("slurmctl_data_staged_bytes", "Bytes staging steps downloaded from the object store into the cache."),
+        ("slurmctl_data_staging_seconds", "Seconds spent in staging steps (listing, checking, downloading)."))]
+    for node, totals in sorted(by_node.items()):
+        for family, value in zip(families, totals):
+            family.add_metric([node], value)
+    yield from families
+
+
 def run_metrics(snap: Snapshot) -> Iterator:
     info = GaugeMetricFamily("slurmctl_run_info", "1 per active run: its job, partition, user and state.",
                              labels=["run", "job_id", "partition", "user", "state"])
@@ -433,6 +577,7 @@ class SlurmctlCollector(Collector):
         # (their state label is the last one Slurm gave).
         yield from run_metrics(snap)
         yield from health_metrics(snap)
+        yield from data_metrics(self.cache.data_by_node)
         self._last_collect_seconds = time.perf_counter() - started
 
 
@@ -447,14 +592,30 @@ def build(site: SiteConfig, interval: float = 15.0, runner: Runner | None = None
     return registry, collector
 
 
+def make_server(registry, port: int, address: str = "127.0.0.1"):
+    """The /metrics server, bound and ready (port 0: any free port), with the connection limits of
+    slurmctl.ops.http_limits: every user of the node can connect to it, and each connection costs a
+    thread, so a request must arrive whole within the deadline and one user gets only a share."""
+    class Server(BoundedThreadingMixIn, WSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    class Handler(DeadlineHandlerMixIn, WSGIRequestHandler):
+        disarm_after_headers = True  # GET /metrics has no body
+        timeout = SOCKET_TIMEOUT_SECONDS
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's signature
+            pass  # a scrape every few seconds is no news
+
+    server = Server((address, port), Handler)
+    server.set_app(make_wsgi_app(registry))
+    return server
+
+
 def serve(site: SiteConfig, port: int, interval: float, address: str = "127.0.0.1") -> None:
     """Serve /metrics until interrupted; on loopback unless another address is given (no auth here)."""
-    from prometheus_client import start_http_server
-
     registry, _ = build(site, interval)
-    server, thread = start_http_server(port, addr=address, registry=registry)
+    server = make_server(registry, port, address)
     try:
-        while thread.is_alive():
-            thread.join(1.0)
+        server.serve_forever()
     finally:
-        server.shutdown()
+        server.server_close()

@@ -38,6 +38,9 @@ from slurmctl.rundir.layout import (
     CHECKPOINTS_DIR,
     COMMENT_PREFIX,
     COST_RECORDS_DIR,
+    DATA_DIR,
+    DATA_PLAN,
+    DATA_STAGE,
     DRAIN_ACK,
     DRAIN_REQUEST,
     HEALTH_DIR,
@@ -68,20 +71,24 @@ from slurmctl.rundir.layout import (
     run_dir_of_log,
     run_id_from_comment,
     run_path,
+    stage_records,
     step_rate,
     sweep_element_id,
     user_runs_dir,
     watchdog_scene_dir,
     watchdog_state_path,
+    write_stage_record,
 )
 from slurmctl.rundir.registry import RunRegistry, check_owned_dir
 
 __all__ = [
-    "ADOPTED_SCRIPT", "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DRAIN_ACK",
+    "ADOPTED_SCRIPT", "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DATA_DIR",
+    "DATA_PLAN", "DATA_STAGE", "DRAIN_ACK",
     "DRAIN_REQUEST", "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_LOG", "JOB_SCRIPT", "LOGS_DIR",
     "METRICS", "NOTIFICATIONS", "PREFLIGHT_JSON", "RUN_ID_RE", "RUN_JSON", "RUN_YAML", "SCENE_GPUS",
     "SCENE_LOG_TAIL", "SCENE_STACKS",
     "WATCHDOG_DIR", "WATCHDOG_STATE", "Run", "RunRegistry", "check_owned_dir", "current_user", "is_health_rank_file",
     "is_run_id", "job_log_path", "new_run_id", "resolve_checkpoint_dir", "run_dir_of_log", "run_id_from_comment",
-    "run_path", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir", "watchdog_state_path",
+    "run_path", "stage_records", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir",
+    "watchdog_state_path", "write_stage_record",
 ]

@@ -5,15 +5,27 @@ docstring for the layout and the ownership rules."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_jsonl
+from slurmctl.fsutil import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    read_text_capped,
+    tail_jsonl,
+    tail_text_lines,
+    write_atomic,
+)
+from slurmctl.rundir.pinned import PinnedDir
 
 # About 100 bytes per event: the newest ~80 events (some 25 attempts: submitted, start, end).
 RECENT_EVENTS_BYTES = 8 * 1024
@@ -53,6 +65,11 @@ COST_RECORDS_DIR = "cost-records"
 ARTIFACTS_DIR = "artifacts"
 # Messages sent about the run (slurmctl/notify): event, channel key and kind, delivered or why not.
 NOTIFICATIONS = "notifications.jsonl"
+# Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
+# (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
+DATA_PLAN = "data-plan.json"
+DATA_DIR = "data-stage"
+DATA_STAGE = "stage-{job_id}-{node}.json"  # in data-stage/
 
 # <name>-<YYYYMMDD>-<4 hex>; the name part is RunSpec's name rule. A run id is one path component
 # (no '/', never '.' or '..'), so it is safe as a directory name and as a metric label.
@@ -60,6 +77,7 @@ RUN_ID_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,47}-\d{8}-[0-9a-f]{4}")
 COMMENT_PREFIX = "slurmctl:"
 # #SBATCH lines are not parsed by a shell, so paths in them must not need quoting.
 SAFE_PATH_RE = re.compile(r"[A-Za-z0-9/._+@-]+")
+_START_MARK = '"event": "start"'  # a start event's line as Run.record writes it (json.dumps, keys sorted)
 _STEP_WINDOW = 50  # metrics.jsonl records used for the current step rate
 
 
@@ -69,6 +87,13 @@ def _owned_by_caller(path: Path) -> bool:
         return os.stat(path, follow_symlinks=False).st_uid == os.geteuid()
     except OSError:
         return True
+
+
+def _lstat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def is_run_id(text: str) -> bool:
@@ -140,6 +165,30 @@ def job_log_path(run_dir: str | os.PathLike, job_id: int | str) -> Path:
     return Path(run_dir) / LOGS_DIR / JOB_LOG.format(job_id=job_id)
 
 
+def write_stage_record(run_dir: str | os.PathLike, job_id: str | None, node: str, record: dict) -> Path:
+    directory = Path(run_dir) / DATA_DIR
+    directory.mkdir(exist_ok=True)
+    safe_node = re.sub(r"[^A-Za-z0-9._-]", "_", node)[:64]
+    path = directory / DATA_STAGE.format(job_id=int(job_id or 0), node=safe_node)
+    write_atomic(path, json.dumps(record))
+    return path
+
+
+def stage_records(run_dir: str | os.PathLike, limit: int = 256) -> list[dict]:
+    """The staging steps' records of a run (newest last), at most `limit`, each capped in size."""
+    directory = Path(run_dir) / DATA_DIR
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("stage-") and n.endswith(".json"))
+    except OSError:
+        return []
+    out = []
+    for name in names[-limit:]:
+        record = read_json(directory / name)
+        if isinstance(record, dict):
+            out.append(record)
+    return sorted(out, key=lambda r: r.get("time") or 0)
+
+
 def is_health_rank_file(name: str) -> bool:
     """A file name of health/ that one rank writes (``rank-<N>.json``)."""
     prefix, suffix = HEALTH_RANK.split("{rank}")
@@ -192,10 +241,106 @@ def step_rate(records: list[dict], since: float | None = None, window: int = _ST
 
 @dataclass
 class Run:
-    """One run directory. Every path and reader of a run is here; nothing else spells a file name."""
+    """One run directory. Every path and reader of a run is here; nothing else spells a file name.
+
+    A Run from ``pinned_as`` reads through its directory's open fd (slurmctl.rundir.pinned): what
+    root uses for another user's run, so a directory swapped after the check is never read."""
 
     run_id: str
     path: Path
+    pinned: PinnedDir | None = field(default=None, repr=False, compare=False)
+    # The uid whose run this is, for a reader who is not that user (root): every read then opens the
+    # run dir afresh through PinnedDir, so a directory swapped for a symlink is never read through.
+    owner: int | None = field(default=None, repr=False, compare=False)
+
+    @contextmanager
+    def pinned_as(self, owner: int) -> Iterator[Run]:
+        """This run, its directory opened once and owned by `owner`: every reader below reads
+        relative to that fd, files and subdirectories of `owner` only, no symlinks. UnsafeFile
+        (an OSError) when the directory is not a real directory of `owner`."""
+        with PinnedDir.open(self.path, owner) as pinned:
+            yield Run(self.run_id, self.path, pinned, owner)
+
+    # --- reading a file of the run, by its name in the layout -----------------------------------
+    def _read(self, through_fd, by_path, refused):
+        """`through_fd(PinnedDir)` for a pinned run or one read for another user (`refused` when its
+        directory is not that user's real directory), else `by_path()`."""
+        if self.pinned is not None:
+            return through_fd(self.pinned)
+        if self.owner is None:
+            return by_path()
+        try:
+            with PinnedDir.open(self.path, self.owner) as pinned:
+                return through_fd(pinned)
+        except OSError:
+            return refused
+
+    def _json(self, name: str):
+        return self._read(lambda d: d.read_json(name), lambda: read_json(self.path / name), None)
+
+    def _text(self, name: str) -> str:
+        if self.pinned is None and self.owner is not None:
+            with PinnedDir.open(self.path, self.owner) as pinned:
+                return pinned.read_text(name)
+        return self.pinned.read_text(name) if self.pinned else read_text_capped(self.path / name)
+
+    def _all_jsonl(self, name: str, cap: int = 64 * 1024 * 1024) -> list[dict]:
+        return self._read(lambda d: d.read_jsonl(name, cap), lambda: read_jsonl(self.path / name, cap), [])
+
+    def _tail_jsonl(self, name: str, records: int, max_bytes: int) -> list[dict]:
+        return self._read(lambda d: d.tail_jsonl(name, records, max_bytes),
+                          lambda: tail_jsonl(self.path / name, records, max_bytes), [])
+
+    def _tail_lines(self, name: str, max_bytes: int) -> list[str]:
+        """The whole lines within the newest `max_bytes` of a file (an unsafe or missing file: none)."""
+        try:
+            return self._read(lambda d: d.tail_lines(name, max_bytes),
+                              lambda: tail_text_lines(self.path / name, 0, max_bytes), [])
+        except OSError:
+            return []
+
+    def _exists(self, name: str) -> bool:
+        return self._read(lambda d: d.exists(name), lambda: os.path.lexists(self.path / name), False)
+
+    def _lstat(self, name: str) -> os.stat_result | None:
+        return self._read(lambda d: d.lstat(name), lambda: _lstat_or_none(self.path / name), None)
+
+    def _owned_by_caller(self, name: str) -> bool:
+        if self.pinned is not None or self.owner is not None:
+            return (self.owner if self.owner is not None else self.pinned.owner) == os.geteuid()
+        return _owned_by_caller(self.path / name)
+
+    def spec_text(self) -> str:
+        """run.yaml's text (capped)."""
+        return self._text(RUN_YAML)
+
+    def watchdog_scenes(self) -> list[str]:
+        """The scene directories the progress watchdog captured (one per hung step it ended)."""
+        def by_path() -> list[str]:
+            folder = self.watchdog_dir
+            if not folder.is_dir() or folder.is_symlink():
+                return []
+            return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        return self._read(lambda d: d.subdirs(WATCHDOG_DIR), by_path, [])
+
+    def health_records(self, limit: int) -> list[dict]:
+        """The parsed rank-<N>.json files of health/ (at most `limit`, by name)."""
+        def by_path() -> list[str]:
+            try:
+                return os.listdir(self.health_dir)
+            except OSError:
+                return []
+        names = self._read(lambda d: [n for n, _ in d.entries(HEALTH_DIR)], by_path, [])
+        records = []
+        for name in sorted(n for n in names if is_health_rank_file(n))[:limit]:
+            data = self._json(f"{HEALTH_DIR}/{name}")
+            if isinstance(data, dict):
+                records.append(data)
+        return records
+
+    def health_idle(self) -> dict | None:
+        data = self._json(f"{HEALTH_DIR}/{HEALTH_IDLE}")
+        return data if isinstance(data, dict) else None
 
     # --- paths ---------------------------------------------------------------------------------
     @property
@@ -260,7 +405,7 @@ class Run:
 
     def notifications(self) -> list[dict]:
         """The messages sent about this run, oldest first (slurmctl/notify/journal.py writes them)."""
-        return read_jsonl(self.notifications_path, 4 * 1024 * 1024)
+        return self._all_jsonl(NOTIFICATIONS, 4 * 1024 * 1024)
 
     def log_path(self, job_id: int) -> Path:
         return job_log_path(self.path, int(job_id))
@@ -273,7 +418,7 @@ class Run:
     # --- readers -------------------------------------------------------------------------------
     @property
     def meta(self) -> dict:
-        data = read_json(self.meta_path)
+        data = self._json(RUN_JSON)
         return data if isinstance(data, dict) else {}
 
     def spec(self):
@@ -282,7 +427,7 @@ class Run:
         from slurmctl.safe_yaml import bounded_safe_load  # why: yaml only here, as above
 
         # bounded: an alias bomb planted in run.yaml must not expand while pydantic walks it
-        return RunSpec.model_validate(bounded_safe_load(read_text_capped(self.spec_path)))
+        return RunSpec.model_validate(bounded_safe_load(self.spec_text()))
 
     @property
     def artifacts_dir(self) -> Path:
@@ -302,7 +447,7 @@ class Run:
         try:
             from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
-            frozen = bounded_safe_load(read_text_capped(self.spec_path)) or {}
+            frozen = bounded_safe_load(self.spec_text()) or {}
             configured = (frozen.get("checkpoint") or {}).get("dir")
             return resolve_checkpoint_dir(configured, frozen.get("workdir") or self.path, self.path)
         except Exception:  # noqa: BLE001 - unreadable or malformed (YAMLError too): the default place
@@ -310,21 +455,41 @@ class Run:
 
     def events(self) -> list[dict]:
         """attempts.jsonl: all of it for its owner, the newest OTHERS_EVENTS_BYTES for anyone else."""
-        if _owned_by_caller(self.attempts_path):
-            return read_jsonl(self.attempts_path)
-        return tail_jsonl(self.attempts_path, 0, OTHERS_EVENTS_BYTES)
+        if self._owned_by_caller(ATTEMPTS):
+            return self._all_jsonl(ATTEMPTS)
+        return self._tail_jsonl(ATTEMPTS, 0, OTHERS_EVENTS_BYTES)
 
     def metrics_records(self) -> list[dict]:
         """metrics.jsonl: all of it for its owner, the newest OTHERS_METRICS_BYTES for anyone else."""
-        if _owned_by_caller(self.metrics_path):
-            return read_jsonl(self.metrics_path)
-        return tail_jsonl(self.metrics_path, 0, OTHERS_METRICS_BYTES)
+        if self._owned_by_caller(METRICS):
+            return self._all_jsonl(METRICS)
+        return self._tail_jsonl(METRICS, 0, OTHERS_METRICS_BYTES)
 
     def recent_events(self, max_bytes: int = RECENT_EVENTS_BYTES) -> list[dict]:
         """The newest events only, within `max_bytes` of attempts.jsonl's end: what readers of a run
         they do not own need (root's exporter and cleanup), so a huge (or hard-linked 64 MiB) file
         costs them one bounded read, not a parse of the whole file."""
-        return tail_jsonl(self.attempts_path, 0, max_bytes)
+        return self._tail_jsonl(ATTEMPTS, 0, max_bytes)
+
+    def recent_starts(self, max_bytes: int = RECENT_EVENTS_BYTES) -> tuple[int, float | None]:
+        """(how many start events the newest `max_bytes` of attempts.jsonl hold, the newest one's
+        time): the exporter's restart count and attempt start, at the cost of one JSON parse per run
+        instead of one per event. Lines are counted in the form ``record`` writes them
+        (``"event": "start"``, keys sorted); the newest start is the last line that parses as one.
+        A line written another way is the run owner's own and changes only their own count."""
+        lines = self._tail_lines(ATTEMPTS, max_bytes)
+        count = sum(_START_MARK in line and line.rstrip().endswith("}") for line in lines)  # not a torn line
+        for line in reversed(lines):
+            if '"start"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "start" and \
+                    isinstance(event.get("time"), (int, float)) and not isinstance(event.get("time"), bool):
+                return count, float(event["time"])
+        return count, None
 
     def job_ids(self) -> list[int]:
         """Job ids in submission order. A sweep element is submitted as task `array_task_id` of the
@@ -371,11 +536,11 @@ class Run:
         return ids[-1] if ids else None
 
     def heartbeat(self) -> dict | None:
-        data = read_json(self.heartbeat_path)
+        data = self._json(HEARTBEAT)
         return data if isinstance(data, dict) else None
 
     def metrics_tail(self, records: int = _STEP_WINDOW, max_bytes: int = 64 * 1024) -> list[dict]:
-        return tail_jsonl(self.metrics_path, records, max_bytes)
+        return self._tail_jsonl(METRICS, records, max_bytes)
 
     def attempt_start(self) -> float | None:
         starts = [e.get("time") for e in self.recent_events() if e.get("event") == "start"]
@@ -388,22 +553,27 @@ class Run:
 
     def drain_request(self) -> dict | None:
         """The pending drain request; {"reason": "unknown"} when present but unreadable."""
-        if not os.path.lexists(self.drain_request_path):
+        if not self._exists(DRAIN_REQUEST):
             return None
-        data = read_json(self.drain_request_path)
+        data = self._json(DRAIN_REQUEST)
         return data if isinstance(data, dict) else {"reason": "unknown"}
 
     def drain_requested(self) -> bool:
-        return os.path.lexists(self.drain_request_path)
+        return self._exists(DRAIN_REQUEST)
+
+    def drain_requested_time(self) -> float | None:
+        """When the pending drain request was written (its mtime), or None."""
+        st = self._lstat(DRAIN_REQUEST)
+        return st.st_mtime if st is not None else None
 
     def drain_ack(self) -> dict | None:
-        if not os.path.lexists(self.drain_ack_path):
+        if not self._exists(DRAIN_ACK):
             return None
-        data = read_json(self.drain_ack_path)
+        data = self._json(DRAIN_ACK)
         return data if isinstance(data, dict) else {}
 
     def drain_acked(self) -> bool:
-        return os.path.lexists(self.drain_ack_path)
+        return self._exists(DRAIN_ACK)
 
     # --- writers -------------------------------------------------------------------------------
     def use_umask(self) -> None:

@@ -151,9 +151,12 @@ class RunRegistry:
             return entries
         return sorted(entries, key=lambda e: e.stat(follow_symlinks=False).st_mtime)[-limit:]
 
-    @staticmethod
-    def _sorted_runs(entries) -> list[Run]:
-        runs = [Run(e.name, Path(e.path)) for e in entries if os.path.isfile(os.path.join(e.path, RUN_JSON))]
+    def _sorted_runs(self, entries) -> list[Run]:
+        # a reader who is not the runs' owner (root) reads each of them through its directory's fd,
+        # the owner checked there (Run.owner): a run dir swapped for a symlink shows nothing
+        owner = self.uid if self.uid != os.geteuid() else None
+        runs = [Run(e.name, Path(e.path), owner=owner) for e in entries
+                if os.path.isfile(os.path.join(e.path, RUN_JSON))]
         return sorted(runs, key=lambda r: (r.meta.get("created") or 0, r.run_id))
 
     def _runs_in(self, directory: Path, uid: int | None) -> list[Run]:

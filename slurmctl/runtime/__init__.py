@@ -41,6 +41,7 @@ from slurmctl.errors import CheckpointSaveFailed
 from slurmctl.fsutil import append_jsonl, write_atomic
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.health import RankHealth
+from slurmctl.runtime.prefetch import prefetched
 from slurmctl.runtime.tracking import TrackerBridge
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
@@ -148,13 +149,14 @@ class Runtime:
             self.health = RankHealth(self.run_dir, self.rank, self.world_size)
         return self.health
 
-    def data(self, loader):
+    def data(self, loader, prefetch: int = 0):
         """`for batch in rt.data(loader)`: the same batches, plus the time spent waiting for each one
         vs the rest of the step (two clock reads per batch; `benchmarks/health_data_wrapper.py`).
         Host time: a loop that never synchronises with the GPU (no .item(), no logging) can count
-        time the GPU is still busy with queued work as waiting."""
+        time the GPU is still busy with queued work as waiting. `prefetch=N`: a background thread reads
+        up to N batches ahead (runtime/prefetch.py), so the transfer overlaps the step."""
         health = self.rank_health()
-        return health.meter.wrap(loader, health.tick)
+        return health.meter.wrap(prefetched(loader, prefetch) if prefetch else loader, health.tick)
 
     def log(self, step: int, **metrics: float) -> None:
         """Rank 0 appends to metrics.jsonl and rewrites heartbeat.json (the watchdog's signal).

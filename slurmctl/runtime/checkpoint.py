@@ -38,7 +38,7 @@ from slurmctl.errors import CheckpointError, CheckpointSaveFailed
 
 COMPLETE_MARKER = ".complete"
 LATEST_POINTER = "latest"
-_NAME_RE = re.compile(r"^checkpoint-(\d+)$")
+CHECKPOINT_NAME_RE = re.compile(r"^checkpoint-(\d+)$")
 _RANK_DONE = ".rank-{rank}.done"
 
 WriteFn = Callable[[Path], None]
@@ -147,7 +147,7 @@ class CheckpointManager:
             return []
         found = []
         for entry in self.root.iterdir():
-            m = _NAME_RE.match(entry.name)
+            m = CHECKPOINT_NAME_RE.match(entry.name)
             if m and entry.is_dir():
                 found.append(Checkpoint(int(m.group(1)), entry))
         return sorted(found, key=lambda c: c.step)

@@ -14,8 +14,17 @@ from pathlib import Path
 
 from slurmctl.durations import parse_slurm_duration, parse_slurm_timestamp
 from slurmctl.errors import SlurmCommandError
-from slurmctl.slurm.parsing import SEP, columns, gres_gpus, rows
-from slurmctl.slurm.records import Association, NodeHealthRow, NodeInfo, NodeUsage, PartitionInfo, StartEstimate
+from slurmctl.slurm.parsing import SEP, columns, gres_gpus, rows, tres_counts
+from slurmctl.slurm.records import (
+    Association,
+    NodeHealthRow,
+    NodeInfo,
+    NodeUsage,
+    PartitionInfo,
+    PartitionPolicy,
+    QosLimits,
+    StartEstimate,
+)
 
 _NODES_FORMAT = ["%N", "%P", "%G", "%c", "%m", "%T"]
 _NODE_USAGE_FIELDS = ["NodeList", "Partition", "Gres", "GresUsed", "StateLong", "Reason"]
@@ -103,6 +112,43 @@ class ClusterQueries:
             if values is not None:
                 found[values["name"]] = PartitionInfo(values["name"], parse_slurm_duration(values["limit"]),
                                                       values["available"])
+        return found
+
+    def partition_policies(self) -> dict[str, PartitionPolicy]:
+        """Each partition's AllowQos, DenyQos, partition QOS and MaxNodes, one scontrol call (every
+        field of `scontrol show partition` is the operator's: no user writes one)."""
+        result = self._run(["scontrol", "show", "partition", "-o"])
+        found = {}
+        for line in result.stdout.splitlines():
+            values = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            name = values.get("PartitionName")
+            if not name:
+                if line.strip():
+                    self.rejects.add("partition_policies", line)
+                continue
+            allow, deny = values.get("AllowQos", "ALL"), values.get("DenyQos", "")
+            max_nodes = values.get("MaxNodes", "UNLIMITED")
+            found[name] = PartitionPolicy(
+                name, allow_qos=None if allow == "ALL" else frozenset(q for q in allow.split(",") if q),
+                deny_qos=frozenset(q for q in deny.split(",") if q and q != "(null)"),
+                qos="" if values.get("QoS", "N/A") in {"N/A", "(null)"} else values["QoS"],
+                max_nodes=int(max_nodes) if max_nodes.isdigit() else None)
+        return found
+
+    def qos_table(self) -> dict[str, QosLimits]:
+        """Every QOS's job, user and group caps and MaxWall, one sacctmgr call (-P: '|' apart; no
+        field of a QOS is written by a user)."""
+        fields = ["Name", "MaxTRES", "MaxTRESPU", "GrpTRES", "MaxJobsPU", "MaxWall"]
+        result = self._run(["sacctmgr", "-n", "-P", "show", "qos", f"format={','.join(fields)}"])
+        found = {}
+        for values in rows(result.stdout):
+            if len(values) != len(fields) or not values[0]:
+                self.rejects.add("qos_table", "|".join(values))
+                continue
+            name, per_job, per_user, group, jobs, wall = values
+            found[name] = QosLimits(per_job=tres_counts(per_job), per_user=tres_counts(per_user),
+                                    group=tres_counts(group), jobs_per_user=int(jobs) if jobs.isdigit() else None,
+                                    max_wall_seconds=parse_slurm_duration(wall) if wall else None)
         return found
 
     # --- preflight and placement ----------------------------------------------------------------

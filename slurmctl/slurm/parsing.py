@@ -213,6 +213,8 @@ FIELDS = {f.attr: f for f in [
     Field("account", "%a", "Account", "Account", str),
     Field("qos", "%q", "QOS", "QOS", str),
     Field("tres", None, "tres-alloc", "AllocTRES", _text),
+    # what is left of the job's dependency ('afterok:12(unfulfilled)'); Slurm removes what is met
+    Field("dependency", None, "Dependency", None, _text),
     Field("restarts", None, "RestartCnt", None, _int),
     Field("batch_host", None, "BatchHost", None, lambda s: "" if s in _NULL or s == "n/a" else s),
     # written by users: any byte, our marks included (the seal keeps them inside their field)
@@ -290,6 +292,17 @@ def job_ids(stdout: str, rejects: Rejects, query: str) -> set[int]:
             found.add(int(line))
         else:
             rejects.add(query, line)
+    return found
+
+
+def tres_counts(text: str) -> dict[str, int]:
+    """A TRES limit as sacctmgr prints it -> counts: 'gres/gpu=16,node=4' -> {'gres/gpu': 16, 'node': 4}.
+    Entries that are not 'name=<count>' (an empty field, a memory size such as 'mem=4G') are left out."""
+    found = {}
+    for item in text.split(","):
+        key, _, value = item.strip().partition("=")
+        if key and value.isdigit():
+            found[key] = int(value)
     return found
 
 

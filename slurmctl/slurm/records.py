@@ -59,6 +59,7 @@ class Job:
     account: str = ""
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
+    dependency: str = ""  # the part of --dependency not yet met ('' when none is left)
     restarts: int = 0
     batch_host: str = ""
     work_dir: str = ""  # user-written, like name and comment
@@ -199,6 +200,38 @@ class PartitionInfo:
     name: str
     max_time_seconds: int | None  # None = UNLIMITED
     available: str = "up"
+
+
+@dataclass(frozen=True)
+class PartitionPolicy:
+    """Which QOS a partition admits and what it adds to every job there (scontrol show partition):
+    Slurm checks these only once the partition has nodes, so on a pool scaled to zero a job it will
+    never start there still pends with PartitionConfig."""
+
+    name: str
+    allow_qos: frozenset[str] | None = None  # None: ALL
+    deny_qos: frozenset[str] = frozenset()
+    qos: str = ""  # the partition QOS: its limits apply to every job in the partition
+    max_nodes: int | None = None  # None: UNLIMITED
+
+    def admits(self, qos: str) -> bool:
+        """False when the job's QOS is named by DenyQos or missing from AllowQos ('' = not known: True)."""
+        if not qos:
+            return True
+        return qos not in self.deny_qos and (self.allow_qos is None or qos in self.allow_qos)
+
+
+@dataclass(frozen=True)
+class QosLimits:
+    """The limits of one QOS that decide whether a job can ever start (sacctmgr show qos): TRES caps
+    as {'gres/gpu': 16, 'node': 4} per job, per user and for the whole QOS, running jobs per user,
+    and the wall time."""
+
+    per_job: dict[str, int] = field(default_factory=dict)
+    per_user: dict[str, int] = field(default_factory=dict)
+    group: dict[str, int] = field(default_factory=dict)
+    jobs_per_user: int | None = None
+    max_wall_seconds: int | None = None
 
 
 @dataclass

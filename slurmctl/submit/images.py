@@ -21,6 +21,7 @@ from slurmctl.config.models import BuildSpec, RunSpec, SiteConfig
 from slurmctl.errors import ImageError
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.rundir import RUN_JSON, current_user
+from slurmctl.submit.datasets import dataset_path
 from slurmctl.submit.image_registry import Credential, SkopeoRegistry
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -257,9 +258,18 @@ def container_context(site: SiteConfig, spec: RunSpec, image: PinnedImage | None
     """Template values for sbatch_templates/_container_launch.j2 (``image`` is None without a container)."""
     if image is None:
         return {"image": None}
-    extra = [checkpoint_dir, *site.containers.mounts, *spec.data]
+    extra = [checkpoint_dir, *site.containers.mounts, *spec.data_paths]
     inside_run_dir = [p for p in extra if Path(p).is_relative_to(run_dir)]  # already mounted with it
     mounts = list(dict.fromkeys([str(run_dir), *(p for p in extra if p not in inside_run_dir)]))
+    # Cached datasets: the user's cache directory at its own path ($SLURMCTL_DATA_<NAME>'s symlinks point
+    # into it), and the run's view again at `mount:` where the dataset names one (HOST:CONTAINER).
+    for dataset in spec.datasets:
+        if dataset.cache == "none":
+            continue
+        view = Path(dataset_path(dataset, site, current_user(), Path(run_dir).name))
+        mounts = list(dict.fromkeys([*mounts, str(view.parents[2])]))
+        if dataset.mount:
+            mounts.append(f"{view}:{dataset.mount}")
     ref = ImageRef.parse(image.reference)
     return {
         "image": image.reference,

@@ -18,10 +18,11 @@ from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
 from slurmctl.durations import parse_duration, slurm_time
 from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError
 from slurmctl.fsutil import write_atomic
-from slurmctl.rundir import Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
+from slurmctl.rundir import DATA_PLAN, Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.facts import ClusterFacts
 from slurmctl.submit.cost import CostEstimate, estimate
+from slurmctl.submit.datasets import data_context, data_plan
 from slurmctl.submit.images import PinnedImage, container_context, record_image, resolve_run_image
 from slurmctl.submit.placement import Placement, place
 from slurmctl.submit.preflight import ClusterView, PreflightReport, run_preflight, secret_leaks
@@ -127,6 +128,7 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         # Files the job writes (logs, checkpoints, heartbeat): owner only, or the team group.
         "umask": "027" if site.share_runs_with_group else "077",
         **container_context(site, spec, image, run_dir, checkpoint_dir),
+        **data_context(spec, site, current_user(), run_id),
     }
 
 
@@ -305,5 +307,8 @@ def _freeze(run: Run, spec: RunSpec, spec_path: Path, workdir: Path, site: SiteC
             "source_spec": str(spec_path.resolve()), "cluster": site.cluster, "partition": placement.chosen,
             "code_hash": code_hash, "smoke": smoke, "forced": forced, **(extra_meta or {})}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
+    plan = data_plan(spec, site, current_user(), run.run_id)
+    if plan is not None:
+        write_atomic(run.path / DATA_PLAN, json.dumps(plan, indent=2))
     write_atomic(run.preflight_path, json.dumps({**report.to_dict(), "forced": forced,
                                                           "placement": placement.to_dict()}, indent=2))

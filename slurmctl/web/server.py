@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
+from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.web.app import MAX_BODY, Response, WebApp
 from slurmctl.web.auth import COOKIE
 
@@ -22,47 +22,25 @@ SECURITY_HEADERS = {
 }
 
 
-# Anyone on the login node can open connections to a user's server: each costs a thread, so a
-# connection that sends nothing is dropped after CONNECTION_TIMEOUT_SECONDS, and past
-# MAX_CONNECTIONS at once a new one is closed at once instead of getting a thread.
-CONNECTION_TIMEOUT_SECONDS = 20.0
-MAX_CONNECTIONS = 48
+class _Server(BoundedThreadingMixIn, HTTPServer):
+    """Anyone on the login node can open connections to a user's server: slurmctl.ops.http_limits
+    bounds them (a whole-request deadline, a cap at once and a cap per connecting user)."""
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address, app: WebApp, allowed_hosts: set[str] | None):
         self.app, self.allowed_hosts = app, allowed_hosts
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
-    def process_request(self, request, client_address) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
 
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandlerMixIn, BaseHTTPRequestHandler):
     server: _Server
     server_version = "slurmctl-web"
     sys_version = ""
     protocol_version = "HTTP/1.1"
-    timeout = CONNECTION_TIMEOUT_SECONDS  # per socket operation: a stalled client loses its thread
+    timeout = SOCKET_TIMEOUT_SECONDS  # per socket operation; the whole request has the server's deadline
 
     def _serve(self, method: str) -> None:
         try:
@@ -73,6 +51,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._write(Response(413, b"request body too large or its length unreadable", "text/plain"), method)
             return
         body = self.rfile.read(length) if length else b""
+        if len(body) < length or self.server.was_cut(self.connection):  # the deadline cut it mid-body
+            self.close_connection = True
+            return
+        self.server.disarm(self.connection)  # the request is in: answering it is not the client's to slow
         host = (self.headers.get("Host") or "").lower()
         if self.server.allowed_hosts is not None and host not in self.server.allowed_hosts:
             # a page on another site that rebinds its name to 127.0.0.1 arrives with its own Host
@@ -104,8 +86,7 @@ class _Handler(BaseHTTPRequestHandler):
         # that timed out before sending a request line has no command or path yet.
         command, path = getattr(self, "command", None), getattr(self, "path", None)
         if command is None:
-            print(f"slurmctl web: {self.address_string()} closed: no request within {self.timeout:.0f} s",
-                  file=sys.stderr)
+            print(f"slurmctl web: {self.address_string()} closed: no whole request in time", file=sys.stderr)
             return
         print(f"slurmctl web: {self.address_string()} {command} {(path or '').split('?')[0]} "
               f"{args[1] if len(args) > 1 else ''}", file=sys.stderr)

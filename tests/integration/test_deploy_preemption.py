@@ -58,8 +58,9 @@ while :; do sleep 0.2; done
 """
 
 
-def ours_on_22_05() -> str:
-    """scheduling.conf + partitions.conf (with this cluster's nodes), in 22.05's spelling."""
+def ours_on_22_05(nodes: dict[str, str] | None = None) -> str:
+    """scheduling.conf + partitions.conf (with this cluster's nodes: NODES unless given), in 22.05's spelling."""
+    nodes = NODES if nodes is None else nodes
     lines = []
     for line in (SLURM_PARTS / "scheduling.conf").read_text().splitlines():
         if line.startswith("PreemptParameters="):
@@ -70,7 +71,7 @@ def ours_on_22_05() -> str:
     for line in (SLURM_PARTS / "partitions.conf").read_text().splitlines():
         if line.startswith("PartitionName="):
             name, rest = line.split(" ", 1)
-            members = ",".join(n for n, part in NODES.items() if f"PartitionName={part}" == name)
+            members = ",".join(n for n, part in nodes.items() if f"PartitionName={part}" == name)
             lines.append(f"{name} Nodes={members} {rest}" if members else line)
     return "\n".join(lines) + "\n"
 

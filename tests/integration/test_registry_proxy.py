@@ -157,3 +157,99 @@ def test_bob_pushes_only_under_bob_and_reads_neither_alices_images_nor_the_catal
     direct = as_user("bob").run(["curl", "-s", "--unix-socket", str(registry["socket"]), "http://x/v2/_catalog"])
     assert direct.returncode != 0 and "alice" not in direct.stdout
     assert _skopeo("alice", pw["alice"], "inspect", f"{at}/alice/demo:1").returncode == 0  # alice's image is intact
+
+
+# bob's requests, sent byte for byte (http.client does not clean a path): dot segments, encoded dots
+# and slashes, empty segments, `;` parameters, a second `from=` and the absolute form, each aimed at
+# alice's repository from a path that starts in his own
+ATTACK = r"""
+import base64, http.client, json, sys
+port, password, manifest, config = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+auth = "Basic " + base64.b64encode(f"bob:{password}".encode()).decode()
+accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+reads = [
+    "/v2/alice/demo/manifests/1",
+    "/v2/bob/../alice/demo/manifests/1",
+    "/v2/bob/./../alice/demo/manifests/1",
+    "/v2/bob/%2e%2e/alice/demo/manifests/1",
+    "/v2/bob/%2E%2E/alice/demo/manifests/1",
+    "/v2/bob%2f..%2falice/demo/manifests/1",
+    "/v2/bob/x/manifests/1/../../../../alice/demo/manifests/1",
+    "/v2/bob/x/manifests/%2e%2e/%2e%2e/%2e%2e/alice/demo/manifests/1",
+    "/v2/bob/x/manifests/..%2f..%2f..%2falice%2fdemo%2fmanifests%2f1",
+    "/v2/bob/x/blobs/..%2f..%2f..%2falice%2fdemo%2fmanifests%2f1",
+    "/v2/bob/x/tags/list/../../../../alice/demo/tags/list",
+    "//v2/alice/demo/manifests/1",
+    "/v2//alice/demo/manifests/1",
+    "/v2/bob//../alice/demo/manifests/1",
+    "/v2/bob;x=1/../alice/demo/manifests/1",
+    "/v2/bob/x/manifests/1;/../../../../alice/demo/manifests/1",
+    "/v2/alice/demo/manifests/1;bob",
+    "/v2/bob/x/manifests/1?/../../../../alice/demo/manifests/1",
+    "/v2/bob/x/manifests/1#/../../../../alice/demo/manifests/1",
+    "http://127.0.0.1/v2/bob/../alice/demo/manifests/1",
+    "/v2/alice/demo/tags/list",
+    "/v2/bob/x/manifests/1\\..\\..\\..\\..\\alice\\demo\\manifests\\1",
+]
+writes = [
+    ("POST", "/v2/bob/../alice/demo/blobs/uploads/"),
+    ("POST", "/v2/bob/%2e%2e/alice/demo/blobs/uploads/"),
+    ("POST", "/v2/bob/x/blobs/uploads/../../../../alice/demo/blobs/uploads/"),
+    ("POST", "/v2/bob/x/blobs/uploads/..%2f..%2f..%2f..%2falice%2fdemo%2fblobs%2fuploads%2f"),
+    ("POST", "/v2/bob/x/blobs/uploads/?mount=" + manifest + "&from=bob/x;from=alice/demo"),
+    ("POST", "/v2/bob/x/blobs/uploads/?mount=" + manifest + "&from=alice%2fdemo"),
+    ("POST", "/v2/bob/x/blobs/uploads/?mount=" + manifest + "&fr%6fm=alice/demo"),
+    ("POST", "/v2/bob/x/blobs/uploads/?mount=" + manifest + "&from=bob/../alice/demo"),
+    ("POST", "/v2/bob/x/blobs/uploads/?mount=" + manifest + ";from=alice/demo"),
+    ("PUT", "/v2/bob/x/manifests/..%2f..%2f..%2falice%2fdemo%2fmanifests%2fevil"),
+    ("PUT", "/v2/bob/x/manifests/1/../../../../alice/demo/manifests/evil"),
+    ("DELETE", "/v2/bob/x/manifests/1/../../../../alice/demo/manifests/" + manifest),
+    ("DELETE", "/v2/bob/%2e%2e/alice/demo/manifests/" + manifest),
+]
+out = []
+for method, path in [("GET", p) for p in reads] + [("HEAD", p) for p in reads[:6]] + writes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.putrequest(method, path, skip_accept_encoding=True)
+    conn.putheader("Authorization", auth)
+    conn.putheader("Accept", accept)
+    body = b"{}" if method == "PUT" else b""
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body)
+    answer = conn.getresponse()
+    data = answer.read()
+    out.append({"method": method, "path": path, "status": answer.status,
+                "location": answer.getheader("Location") or "", "alices": config.encode() in data})
+    conn.close()
+print(json.dumps(out))
+"""
+
+
+def test_paths_and_queries_bob_bends_never_reach_alices_repository(registry):
+    """Path normalisation tricks (`..`, `%2e%2e`, `%2f`, `//`, `;`, a query or fragment, the
+    absolute form) and second `from=` values, as bob over real HTTP: every one is refused by the
+    proxy itself (or answered without alice's data), and alice's image and tags are unchanged."""
+    port, pw, image = registry["port"], registry["passwords"], registry["image"]
+    at = f"docker://127.0.0.1:{port}"
+    assert _skopeo("alice", pw["alice"], "copy", "-q", f"oci:{image}:latest", f"{at}/alice/demo:1").returncode == 0
+    assert _skopeo("bob", pw["bob"], "copy", "-q", f"oci:{image}:latest", f"{at}/bob/x:1").returncode == 0
+    manifest = json.loads((image / "index.json").read_text())["manifests"][0]["digest"]
+    config = json.loads((image / "blobs" / "sha256" / manifest.split(":")[1]).read_text())["config"]["digest"]
+    before = _status(port, "/v2/alice/demo/tags/list", ROBOT, pw[ROBOT])
+
+    done = as_user("bob").run([sys.executable, "-c", ATTACK, str(port), pw["bob"], manifest, config],
+                              check=True, timeout=300)
+    answers = json.loads(done.stdout)
+    # the proxy refuses all of them itself (403: not bob's; 400: a path that is not canonical), but
+    # one: after `?` it is a query, so that request reads bob's own manifest (the same image as alice's)
+    own = "/v2/bob/x/manifests/1?/../../../../alice/demo/manifests/1"
+    leaks = [a for a in answers if (a["alices"] and a["path"] != own) or "alice" in a["location"]]
+    assert leaks == [], leaks
+    assert [a for a in answers if a["status"] not in (400, 403) and a["path"] != own] == []
+    assert [a["status"] for a in answers if a["path"] == own] == [200]
+
+    tags = urllib.request.Request(f"http://127.0.0.1:{port}/v2/alice/demo/tags/list")
+    tags.add_header("Authorization", "Basic " + b64encode(f"{ROBOT}:{pw[ROBOT]}".encode()).decode())
+    with urllib.request.urlopen(tags, timeout=10) as answer:
+        assert json.load(answer)["tags"] == ["1"]
+    assert before == 200
+    assert _skopeo("alice", pw["alice"], "inspect", f"{at}/alice/demo:1").returncode == 0

@@ -121,7 +121,7 @@ def exporter_series(tmp_path: Path, partition: str, busy: int, waiting: list[int
     jobs = [(WAITING_REASONS[i % len(WAITING_REASONS)], nodes, 8 * nodes) for i, nodes in enumerate(waiting)]
     records = [[str(100 + i), "PENDING", reason, partition, str(nodes),
                 f"cpu={nodes},mem=1000M,node={nodes},billing={nodes},gres/gpu={gpus}", "2026-12-01T10:00:00",
-                "N/A", limit, "alice", "(null)"]
+                "N/A", limit, "alice", "production", "(null)", "(null)"]
                for i, (reason, nodes, gpus, limit) in enumerate([(*job, "1-00:00:00") for job in jobs]
                                                                 + NEVER_STARTED_BY_NODES)]
     other = "h100-flex" if partition != "h100-flex" else "h100-spot"
@@ -139,7 +139,7 @@ def exporter_series(tmp_path: Path, partition: str, busy: int, waiting: list[int
     found = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.startswith(("slurmctl_nodes", "slurmctl_jobs", "slurmctl_job_")):
+            if sample.name.startswith(("slurmctl_nodes", "slurmctl_jobs", "slurmctl_job_", "slurmctl_slurm_up")):
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
                 found.append((f"{sample.name}{{{labels}}}", sample.value))
     return found
@@ -162,6 +162,54 @@ def demand(query: str, tmp_path: Path, busy: int, waiting: list[int], partition:
     assert out.returncode == 0, ("the query over the exporter's series is not busy + max(jobs waiting for nodes, "
                                  f"the biggest one's nodes):\n{out.stdout}")
     return expected
+
+
+def promql(query: str, tmp_path: Path, series: list[tuple[str, float]],
+           expected: list[dict]) -> subprocess.CompletedProcess:
+    """promtool's verdict on `query` over `series` (held for 3 minutes) against `expected` samples."""
+    test = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [{"series": s, "values": f"{v}x3"} for s, v in series],
+        "promql_expr_test": [{"expr": query, "eval_time": "1m", "exp_samples": expected}]}]}
+    path = tmp_path / "outage-test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_an_outage_is_no_data_and_the_fallback_holds_the_pool(tmp_path):
+    """Slurm unreachable (the exporter says slurmctl_slurm_up 0 and drops the cluster series) or the
+    exporter not scraped (no series at all): the query returns NO data, not 0, and KEDA, told that no
+    data is an error (ignoreNullValues false), holds the current replicas after failureThreshold polls."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from slurmctl.config.models import load_site_config
+    from slurmctl.ops.exporter import build
+
+    from .fakes import ReplayRunner
+
+    spec = _scaled_objects(tmp_path)["h100-ondemand"]
+    [trigger] = spec["triggers"]
+    query = trigger["metadata"]["query"]
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
+    assert spec["fallback"]["behavior"] == "currentReplicas" and spec["fallback"]["failureThreshold"] >= 1
+    site = load_site_config(REPO / "deploy" / "slinky" / "site.yaml").model_copy(update={"runs_root": str(tmp_path)})
+    registry, _ = build(site, 15.0, ReplayRunner({}, returncode=1, stderr="Unable to contact slurm controller"))
+    down = [(f"{s.name}{{}}", s.value) for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples if s.name.startswith(("slurmctl_nodes", "slurmctl_jobs", "slurmctl_slurm_up"))]
+    assert down == [("slurmctl_slurm_up{}", 0.0)]
+    for series in (down, [("other_metric{}", 1)]):
+        out = promql(query, tmp_path, series, [])
+        assert out.returncode == 0, f"the query gives data during an outage ({series}):\n{out.stdout}"
+    # and data when Slurm answers, even with nothing to do (0 is a real answer then)
+    assert promql(query, tmp_path, [("slurmctl_slurm_up{}", 1)], [{"labels": "{}", "value": 0}]).returncode == 0
+
+
+def test_a_draining_node_that_still_runs_a_job_is_busy(tmp_path):
+    query = _scaled_objects(tmp_path)["h100-spot"]["triggers"][0]["metadata"]["query"]
+    series = [("slurmctl_slurm_up{}", 1), ('slurmctl_nodes{partition="h100-spot",state="draining"}', 2),
+              ('slurmctl_nodes{partition="h100-spot",state="drained"}', 1)]
+    out = promql(query, tmp_path, series, [{"labels": "{}", "value": 2}])
+    assert out.returncode == 0, out.stdout
 
 
 def run(spec: dict, timeline: list[tuple[float, int]]) -> list[int]:

@@ -29,7 +29,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 VALUES = {
     "image": f"europe-docker.pkg.dev/proj/slurm/login-slurmctl@{DIGEST}",
     "gcpServiceAccount": "slurm-workloads@proj.iam.gserviceaccount.com",
-    "site": {"cluster": "ml-gke", "runs_root": "/mnt/checkpoints/runs"},
+    "site": {"cluster": "ml-gke", "runs_root": "/mnt/runs/runs"},
     "network": {"ldapCIDRs": ["10.20.0.5/32"]},
     "mariadb": {"image": f"europe-docker.pkg.dev/proj/slurm/upstream/mariadb@{DIGEST}"},
 }
@@ -202,6 +202,34 @@ def test_prometheus_scrapes_the_exporter_the_scaling_queries_read(tmp_path):
                                                    f"{port['port']}"]
     keda = yaml.safe_load((CHART / "values.yaml").read_text())["keda"]["prometheus"]
     assert keda == "http://prometheus-operated.monitoring:9090"  # kube-prometheus-stack's service, RUNBOOK step 4
+
+
+def test_only_prometheus_reaches_the_exporter_and_only_slurmdbd_the_database(tmp_path):
+    """The exporter listens on its pod's addresses (a Service must reach it) and MariaDB on 3306: the
+    rendered NetworkPolicies admit Prometheus's namespace to the one and slurmdbd's pods (slurm-operator's
+    label app.kubernetes.io/name=slurmdbd) to the other, nothing else."""
+    docs = render(tmp_path)
+    policies, services = by_kind(docs, "NetworkPolicy"), by_kind(docs, "Service")
+    exporter, mariadb = policies["slurmctl-exporter-scrape"]["spec"], policies["slurmctl-mariadb"]["spec"]
+    assert exporter["podSelector"]["matchLabels"] == services["slurmctl-exporter"]["spec"]["selector"]
+    [rule] = exporter["ingress"]
+    namespace = yaml.safe_load((CHART / "values.yaml").read_text())["keda"]["prometheus"].split(".")[1].split(":")[0]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": services["slurmctl-exporter"]["spec"]["ports"][0]["port"]}]
+    [service] = [s for name, s in services.items() if "mariadb" in name]
+    assert mariadb["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    assert mariadb["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "slurmdbd"}}}],
+                                   "ports": [{"protocol": "TCP", "port": 3306}]}]
+
+
+def test_a_private_tracking_server_is_reachable_only_when_listed(tmp_path):
+    base = by_kind(render(tmp_path), "NetworkPolicy")["slurm-egress"]["spec"]["egress"]
+    assert not [r for r in base if any("10.30.0.12" in str(p) for p in r.get("to", []))]
+    mlflow = [{"name": "mlflow", "cidr": "10.30.0.12/32", "ports": [5000]}]
+    listed = render(tmp_path, {**VALUES, "network": {**VALUES.get("network", {}), "privateServices": mlflow}})
+    egress = by_kind(listed, "NetworkPolicy")["slurm-egress"]["spec"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "10.30.0.12/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]} in egress
+    assert all(schema_errors(doc) == [] for doc in listed)
 
 
 # --- the login node from a laptop (RUNBOOK "Reaching the login node") -------------------------------------

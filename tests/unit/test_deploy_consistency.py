@@ -221,6 +221,18 @@ def test_terraform_private_nodes_have_nat_and_the_webhook_port_is_open():
         assert set(rule["target_tags"]) <= set(body["node_config"][0]["tags"])
 
 
+def test_terraform_control_plane_answers_only_authorized_networks():
+    tf = _terraform()
+    cluster = _tf_resources(tf, "google_container_cluster")["ml"]
+    [authorized] = cluster["master_authorized_networks_config"]
+    assert authorized["gcp_public_cidrs_access_enabled"] is False
+    [blocks] = authorized["dynamic"]
+    assert blocks["cidr_blocks"]["for_each"] == "${var.master_authorized_cidrs}"
+    variable = next(v["master_authorized_cidrs"] for v in tf["variable"] if "master_authorized_cidrs" in v)
+    assert "default" not in variable  # the operator must name the ranges
+    assert "0.0.0.0/0" in variable["validation"][0]["condition"]
+
+
 def test_helm_nodesets_and_partitions_match_the_pools():
     values, pools = _values(), _gpu_pools()
     nodesets, partitions = _enabled(values["nodesets"]), _enabled(values["partitions"])

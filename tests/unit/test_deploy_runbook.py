@@ -49,7 +49,8 @@ COVERED = {
     ".venv/bin/pytest -q tests/unit/test_deploy_*.py": "this module's session: these ARE the deploy tests",
     "cd deploy/gke": "test_terraform_commands_name_declared_variables_and_outputs",
     "terraform init": "test_terraform_commands_name_declared_variables_and_outputs",
-    "terraform plan -var project=$PROJECT -var checkpoint_bucket=$PROJECT-ml-checkpoints -out plan":
+    "terraform plan -var project=$PROJECT -var checkpoint_bucket=$PROJECT-ml-checkpoints "
+    "-var 'master_authorized_cidrs=[\"203.0.113.0/24\"]' -out plan":
         "test_terraform_commands_name_declared_variables_and_outputs",
     "terraform apply plan": "test_terraform_commands_name_declared_variables_and_outputs",
     "$(terraform output -raw get_credentials); cd ../..": "test_terraform_commands_name_declared_variables_and_outputs",
@@ -78,6 +79,8 @@ COVERED = {
         "test_kubectl_objects_are_valid",
     "kubectl -n slurm create secret generic slurm-sssd-conf --from-file=sssd.conf=/secure/sssd.conf":
         "test_kubectl_objects_are_valid",
+    'sed "s/RUNS_FILESTORE_IP/$(terraform -chdir=deploy/gke output -raw runs_filestore_ip)/" '
+    'deploy/gke/k8s/runs.yaml | kubectl apply -f -': "test_kubectl_objects_are_valid",
     'sed "s/CHECKPOINT_BUCKET/$PROJECT-ml-checkpoints/" deploy/gke/k8s/checkpoints.yaml | kubectl apply -f -':
         "test_kubectl_objects_are_valid",
     "helm install slurmctl deploy/chart -n slurm -f build/images/chart-images.yaml --set "
@@ -243,6 +246,8 @@ def test_terraform_commands_name_declared_variables_and_outputs(runbook):
     plan = calls[1]
     assert [a for a in plan if a.startswith(("project=", "checkpoint_bucket="))] == [
         "project=proj", "checkpoint_bucket=proj-ml-checkpoints"]
+    # the control plane answers only the operators' ranges (main.tf master_authorized_networks_config)
+    assert 'master_authorized_cidrs=["203.0.113.0/24"]' in plan
     # the shim refuses unknown -var and output names (exit 2): every block ran, so all are declared
     assert ["container", "clusters", "get-credentials"] == _calls(runbook["log"], "gcloud")[0][:3]
 
@@ -434,6 +439,11 @@ def test_kubectl_objects_are_valid(runbook):
     assert created[1]["data"]["password"] and "sssd.conf" in created[2]["data"]
     assert {d["kind"] for d in applied} >= {"PersistentVolume", "PersistentVolumeClaim"}
     assert "CHECKPOINT_BUCKET" not in json.dumps(applied) and "proj-ml-checkpoints" in json.dumps(applied)
+    # runs_root on Filestore (NFS keeps owners and modes), its address from terraform's output
+    [runs] = [d for d in applied if d["kind"] == "PersistentVolume" and d["metadata"]["name"] == "runs"]
+    assert runs["spec"]["nfs"]["server"] == "10.3.0.2" and "RUNS_FILESTORE_IP" not in json.dumps(applied)
+    [bucket] = [d for d in applied if d["kind"] == "PersistentVolume" and d["metadata"]["name"] == "checkpoints"]
+    assert {"uid=0", "gid=0", "file-mode=644", "dir-mode=755"} <= set(bucket["spec"]["mountOptions"])
     for doc in created + applied:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     [exec_call] = [c for c in _calls(runbook["log"], "kubectl") if "exec" in c]

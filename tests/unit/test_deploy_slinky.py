@@ -177,6 +177,24 @@ def test_pods_that_mount_the_bucket_have_the_gcsfuse_annotation_and_a_workload_i
         assert sa == ("slurm-login" if section == "loginsets" else "slurm-compute"), (section, name)
 
 
+def test_runs_root_is_on_the_filestore_volume_of_every_login_and_compute_pod():
+    """site.yaml's runs_root (run dirs, checkpoints) and the operators' data are on the `runs` claim
+    (Filestore NFS: owners and modes hold), never on the gcsfuse bucket (one owner for the mount)."""
+    values = _values()
+    site = yaml.safe_load((REPO / "deploy" / "slinky" / "site.yaml").read_text())
+    paths = [site["runs_root"], site["cost_records_dir"], *site["accounting"].values()]
+    sets = [s for n, s in values["nodesets"].items() if s.get("enabled")]
+    sets += [s for n, s in values["loginsets"].items() if s.get("enabled")]
+    for entry in sets:
+        container = entry.get("slurmd") or entry.get("login")
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in entry["podSpec"]["volumes"]
+                  if "persistentVolumeClaim" in v}
+        mounts = {m["mountPath"]: claims.get(m["name"]) for m in container["volumeMounts"]}
+        for path in paths:
+            [owner] = [claim for mount, claim in mounts.items() if path.startswith(mount.rstrip("/") + "/")]
+            assert owner == "runs", (path, mounts)
+
+
 # --- the checks above can fail ----------------------------------------------------------------------
 def _mutate(values: dict, how: str) -> dict:
     values = copy.deepcopy(values)

@@ -178,8 +178,50 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # c10/core/impl/alloc_cpu.cpp (Windows wording)
     ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to "
      "allocate 1073741824 bytes.", "host_oom"),
-    # aten/src/ATen/MapAllocator.cpp: a data-loader batch sent through a full /dev/shm
-    ("RuntimeError: unable to write to file </torch_18692_1954506624_0>: No space left on device (28)", "host_oom"),
+    # aten/src/ATen/MapAllocator.cpp: a data-loader batch sent through a full /dev/shm is ENOSPC, even after the
+    # worker's bus error (dataloader.py's "is killed by signal: Bus error")
+    ("RuntimeError: unable to write to file </torch_18692_1954506624_0>: No space left on device (28)", "disk_full"),
+    ("RuntimeError: DataLoader worker (pid 729) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory.\nRuntimeError: unable to write to file </torch_739_1_4>: No space left on "
+     "device (28)", "disk_full"),
+    # other schedulers' time limits: PBS/Torque's mom (src/resmom/mom_main.c "job killed: walltime %ld exceeded
+    # limit %ld") and its mail, LSF's exit reason, Grid Engine's execd (MSG_EXECD_EXCEEDHWALLCLOCK_UU)
+    ("=>> PBS: job killed: walltime 259217 exceeded limit 259200", "time_limit"),
+    ("Aborted by PBS Server\nJob exceeded its walltime limit. Job was aborted\nExit_status=-11", "time_limit"),
+    ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.", "time_limit"),
+    ("05/04/2011 03:36:38|  main|node001|W|job 48.1 exceeded hard wallclock time - initiate terminate method",
+     "time_limit"),
+    # their memory limits: PBS/Torque's mom, LSF's TERM_MEMLIMIT
+    ("=>> PBS: job killed: mem 9437184kb exceeded limit 8388608kb", "host_oom"),
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "host_oom"),
+    # a PBS mail: the job ended because its node failed
+    ("PBS Job Id: 2600365.server\nExec host:  gpu-2-17/5\njob deleted\njob preempted (node failure)", "node_lost"),
+    # Ray's memory monitor (src/ray/raylet/node_manager.cc) and the exception a killed task raises
+    ("(raylet) node_manager.cc:3040: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+     "crashed due to other reasons at node (ID: 2c82, IP: 172.31.183.172)", "host_oom"),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "host_oom"),
+    # XLA's device allocator (xla/stream_executor/integrations/device_mem_allocator.h: "Failed to allocate request
+    # for %s (%uB) on device ordinal %d") and BFC allocator, as JAX raises them
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 176.00MiB "
+     "(184549376B) on device ordinal 0", "cuda_oom"),
+    ("XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.", "cuda_oom"),
+    # jax/_src/lib/__init__.py: a CUDA library older than the one jaxlib was built against
+    ("CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against version 8906, which "
+     "is newer. The copy of cuDNN that is installed must be at least as new as the version against which JAX was "
+     "built.", "import_error"),
+    # detectron2's loss dict printed with torch's tensor repr (engine/train_loop.py), and its own check
+    ("loss_dict = {'loss_cls': tensor(nan, device='cuda:0', grad_fn=<DivBackward0>)}", "nan_loss"),
+    ("FloatingPointError: Loss became infinite or NaN at iteration=88!", "nan_loss"),
+    # torch/utils/data/dataloader.py when a worker died without an error of its own: memory in half the threads
+    # scored, never shown in the log in the other half, so a lead named in the summary rather than a verdict
+    ("RuntimeError: DataLoader worker (pid(s) 76) exited unexpectedly", "unknown"),
+    # ultralytics YOLOv5/v7 train.py's label check
+    ("AssertionError: Label class 15 exceeds nc=2 in data/ship.yaml. Possible class labels are 0-1", "data_shape"),
+    # NCCL's INFO about an optional network plugin it did not find is not the failure (init/net.cc)
+    ("n1:23:24 [3] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object "
+     "file: No such file or directory\n[rank1]:[E1119 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
+     "collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST) ran for 1800000 milliseconds before "
+     "timing out.", "nccl_timeout"),
     # TensorFlow's/JAX's allocator logging the driver API's error; XLA's status
     ("E tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 3.77G (4046333952 bytes) from "
      "device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", "cuda_oom"),

@@ -255,3 +255,21 @@ def test_init_writes_a_non_root_dockerfile_when_the_site_runs_images(local_site,
     assert f"FROM {local_site.containers.base_image}" in dockerfile and "USER trainer" in dockerfile
     init_run("bare", tmp_path / "bare", site=with_runtime(local_site, "none"))
     assert not (tmp_path / "bare" / "Dockerfile").exists()
+
+
+def test_cached_datasets_are_mounted_into_the_container(local_site, tmp_path):
+    from slurmctl.config.models import RunSpec
+    from slurmctl.submit.images import PinnedImage, container_context
+
+    spec = RunSpec(name="x", entrypoint="t.py", partition="l4-dev", data=[
+        {"src": "s3://slurmctl-datasets/synthetic", "name": "shards", "mount": "/data/shards"},
+        {"src": "s3://slurmctl-datasets/eval", "cache": "none"}])
+    image = PinnedImage(reference="127.0.0.1:5000/a/b@sha256:" + "0" * 64, digest="sha256:" + "0" * 64,
+                        source="pinned", architecture="amd64", os="linux")
+    run_dir = tmp_path / "alice" / "x-20261201-abcd"
+    mounts = container_context(local_site, spec, image, run_dir, str(run_dir / "checkpoints"))["container_mounts"]
+    user = __import__("pwd").getpwuid(__import__("os").geteuid()).pw_name
+    cache_user = f"{local_site.data.node_cache_dir}/{user}"
+    assert cache_user in mounts  # the view's symlinks point into it
+    assert f"{cache_user}/views/x-20261201-abcd/shards:/data/shards" in mounts
+    assert not any("eval" in m for m in mounts)

@@ -359,7 +359,22 @@ def test_status_and_exporter_show_the_same_rate_after_a_resume(tmp_path, local_s
     append_jsonl(run.attempts_path, {"event": "start", "time": now - 45})
     write_atomic(run.heartbeat_path, json.dumps({"step": 40, "time": now - 2}))
     status = build_status(run, None, now)
-    sample = read_run(run, Job(job_id=1, state="RUNNING", partition="l4-dev", comment=f"slurmctl:{run.run_id}"),
-                      local_site, now)
+    sample = read_run(run, Job(job_id=1, state="RUNNING", partition="l4-dev", comment=f"slurmctl:{run.run_id}",
+                               user=current_user()), local_site, now)
     assert status.steps_per_second == pytest.approx(0.5)
     assert sample.step_seconds == pytest.approx(1 / status.steps_per_second)
+
+
+def test_recent_starts_counts_start_events_and_parses_only_the_newest(tmp_path):
+    run = Run("demo-20261130-abcd", tmp_path)
+    assert run.recent_starts() == (0, None)
+    for t in (1.0, 2.0, 3.0):
+        append_jsonl(run.attempts_path, {"event": "start", "time": t})
+        append_jsonl(run.attempts_path, {"event": "end", "time": t + 0.5, "note": '"event": "start"'})
+    with open(run.attempts_path, "a") as fh:
+        fh.write('{"event": "start", "time": 9.0, "torn')  # a killed writer's last line
+    assert run.recent_starts() == (3, 3.0)  # the torn line is cut off; the quoted mark inside a note is no start
+    pinned_counts = None
+    with run.pinned_as(os.geteuid()) as pinned:
+        pinned_counts = pinned.recent_starts()
+    assert pinned_counts == (3, 3.0)

@@ -304,31 +304,88 @@ def test_run_page_links_the_tracked_run_and_lists_where_messages_went(web):
     assert "javascript:" not in web.get(f"/run/{run_id}").body.decode()
 
 
-def test_stalled_connections_get_no_thread_past_the_cap_and_are_dropped_after_the_timeout(tmp_path, monkeypatch):
-    """Anyone on the login node can connect: 200 connections that never send a request cost at most
-    MAX_CONNECTIONS threads, and each is closed after the timeout; a real request then still works."""
-    import socket
-
+def _bounded_server(tmp_path, monkeypatch, *, at_once: int, per_peer: int, deadline: float):
     from slurmctl.web import server as server_module
 
-    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 8)
-    monkeypatch.setattr(server_module._Handler, "timeout", 1.0)
+    monkeypatch.setattr(server_module._Server, "max_connections", at_once)
+    monkeypatch.setattr(server_module._Server, "max_per_peer", per_peer)
+    monkeypatch.setattr(server_module._Server, "request_deadline", deadline)
     ctx = SimpleNamespace(registry=RunRegistry(tmp_path), client=SlurmClient(ReplayRunner({"squeue": ""})), site=None)
     server = make_server(WebApp(ctx, Sessions("tok")), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _still_served(port: int) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:  # served: 403 without the token
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+    assert refused.value.code == 403
+
+
+def test_stalled_connections_get_no_thread_past_the_cap_and_are_dropped_after_the_deadline(tmp_path, monkeypatch):
+    """Anyone on the login node can connect: 200 connections that never send a request cost at most
+    max_connections threads, and each is closed at the request deadline; a real request then still works."""
+    import socket
+
+    server = _bounded_server(tmp_path, monkeypatch, at_once=8, per_peer=1000, deadline=1.0)
     port = server.server_address[1]
     before = threading.active_count()
     stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
     try:
-        time.sleep(0.5)
-        assert threading.active_count() - before <= 8
-        time.sleep(1.5)  # past the timeout: every stalled connection was closed by the server
-        assert threading.active_count() - before <= 1
-        with pytest.raises(urllib.error.HTTPError) as refused:  # served again: 403 without the token
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
-        assert refused.value.code == 403
+        most, until = 0, time.monotonic() + 2.5
+        while time.monotonic() < until:  # the cap holds all along, while the deadline frees and refills slots
+            most = max(most, threading.active_count() - before)
+            time.sleep(0.05)
+        assert most <= 8 + 1  # + the deadline reaper
+        cut = 0
+        for sock in stalled:  # the server closed the ones it took at the deadline, and refused the rest
+            sock.setblocking(False)
+            try:
+                cut += sock.recv(1) == b""
+            except BlockingIOError:
+                pass
+        assert cut >= 8, cut
+        for sock in stalled:
+            sock.close()
+        time.sleep(1.5)  # the slots still held by stalled ones come free at their deadline
+        _still_served(port)
     finally:
         for sock in stalled:
             sock.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_trickling_client_is_cut_at_the_whole_request_deadline_not_per_read(tmp_path, monkeypatch):
+    """One byte of a request every 0.2 s never trips a 20 s per-read timeout; the whole request has
+    1 s here, so the server closes the connection after about 1 s."""
+    import socket
+
+    server = _bounded_server(tmp_path, monkeypatch, at_once=8, per_peer=8, deadline=1.0)
+    port = server.server_address[1]
+    sock = socket.create_connection(("127.0.0.1", port))
+    started = time.monotonic()
+    closed_after = None
+    try:
+        for byte in b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            time.sleep(0.2)
+            sock.setblocking(False)
+            try:
+                if sock.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except BlockingIOError:
+                pass
+            finally:
+                sock.setblocking(True)
+        assert closed_after is not None and 0.9 <= closed_after <= 3.0, closed_after
+        _still_served(port)
+    finally:
+        sock.close()
         server.shutdown()
         server.server_close()

@@ -58,6 +58,7 @@ spec:
       volumeMounts:
         - {name: slurm-key, mountPath: /etc/slurm/slurm.key, subPath: slurm.key, readOnly: true}
         - {name: site, mountPath: /etc/slurmctl, readOnly: true}
+        - {name: runs, mountPath: /mnt/runs}
         - {name: checkpoints, mountPath: /mnt/checkpoints}
   volumes:
     - name: slurm-key
@@ -67,6 +68,8 @@ spec:
         items: [{key: {{ $root.Values.slurm.keySecret.key }}, path: slurm.key}]
     - name: site
       configMap: {name: slurmctl-site}
+    - name: runs
+      persistentVolumeClaim: {claimName: {{ $root.Values.slurm.runsClaim }}}
     - name: checkpoints
       persistentVolumeClaim: {claimName: {{ $root.Values.slurm.checkpointsClaim }}}
 {{- end }}

@@ -39,7 +39,7 @@ def run_preflight(spec: RunSpec, site: SiteConfig, view: ClusterView, workdir: P
         check_config_files(spec, workdir),
         check_entrypoint(spec, workdir),
         check_imports(spec, workdir, spec.python or site.python),
-        check_data(spec, workdir),
+        check_data(spec, workdir, site.data),
         check_secrets(spec, site),
         check_env_credentials(spec, site),
         check_image(spec, allow_mutable_image),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from slurmctl.config.models import RunSpec
+from slurmctl.config.models import RunSpec, SiteDataConfig
 from slurmctl.errors import YAMLTooLarge
 from slurmctl.fsutil import read_capped, read_text_capped
 from slurmctl.safe_yaml import bounded_safe_load
@@ -30,7 +30,8 @@ _COMMENT_PREFIXES = {".yaml": "#", ".yml": "#", ".toml": "#", ".env": "#"}
 def check_placeholders(spec: RunSpec, workdir: Path) -> CheckResult:
     result = CheckResult("placeholders", "no unresolved ${VAR} in run.yaml, env or config files")
     values = [("entrypoint", spec.entrypoint), *((f"args[{i}]", a) for i, a in enumerate(spec.args)),
-              *((f"env.{k}", v) for k, v in spec.env.items()), *((f"data[{i}]", d) for i, d in enumerate(spec.data)),
+              *((f"env.{k}", v) for k, v in spec.env.items()),
+              *((f"data[{i}]", d if isinstance(d, str) else d.src) for i, d in enumerate(spec.data)),
               ("workdir", spec.workdir or ""), ("image", spec.image or ""),
               ("checkpoint.dir", spec.checkpoint.dir or ""),
               *((f"config_files[{i}]", c) for i, c in enumerate(spec.config_files))]
@@ -143,9 +144,19 @@ def check_imports(spec: RunSpec, workdir: Path, python: str) -> CheckResult:
     return result
 
 
-def check_data(spec: RunSpec, workdir: Path) -> CheckResult:
+def check_data(spec: RunSpec, workdir: Path, site_data: SiteDataConfig | None = None) -> CheckResult:
+    """`site_data`: the site's object store and caches (site.yaml `data:`), for datasets."""
     result = CheckResult("data", "data paths exist and are readable")
-    for data_path in spec.data:
+    site_data = site_data or SiteDataConfig()
+    for dataset in spec.datasets:
+        if dataset.cache == "shared" and not site_data.shared_cache_dir:
+            result.findings.append(error("no-shared-cache", f"dataset {dataset.name} asks for `cache: shared`, but "
+                                         "this site has no shared cache tier (site.yaml data.shared_cache_dir).",
+                                         "Use `cache: node` (or none), or ask the platform team for a shared tier."))
+        finding = _check_remote(dataset.src, site_data.client_options(dataset.src))
+        if finding:
+            result.findings.append(finding)
+    for data_path in spec.data_paths:
         if PLACEHOLDER_RE.search(data_path):
             continue  # reported by check_placeholders
         if _REMOTE_RE.match(data_path):
@@ -161,18 +172,19 @@ def check_data(spec: RunSpec, workdir: Path) -> CheckResult:
         elif kind == "denied" or not os.access(path, os.R_OK) or (kind == "dir" and not os.access(path, os.X_OK)):
             result.findings.append(error("unreadable-data", f"data path {data_path} is not readable by you.",
                                          f"Fix its permissions (`chmod -R a+rX {path}`) or ask its owner."))
-    result.note = f"{len(spec.data)} path(s)" if spec.data else "none declared"
+    result.note = (f"{len(spec.data_paths)} path(s), {len(spec.datasets)} dataset(s)" if spec.datasets
+                   else f"{len(spec.data)} path(s)" if spec.data else "none declared")
     return result
 
 
-def _check_remote(url: str):
+def _check_remote(url: str, storage_options: dict | None = None):
     try:
         import fsspec
     except ImportError:
         return warning("cannot-verify-data", f"cannot verify {url}: fsspec is not installed here.",
                        "Install fsspec with its backend (gcsfs / s3fs) to check remote data at submit.")
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         exists = fs.exists(path)
     except ImportError as exc:
         return warning("cannot-verify-data", f"cannot verify {url}: {exc}.",

@@ -1,0 +1,102 @@
+"""Whether a run's object-store datasets came from the node cache: the staging steps' records
+(run dir data-stage/stage-<job>-<node>.json, written by slurmctl/runtime/datacache.py) summed per job."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+from slurmctl import rundir
+from slurmctl.durations import human_duration
+from slurmctl.fsutil import read_json
+
+
+def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
+    """Totals of the latest job's staging (every node), or of the newest job that staged anything."""
+    records = rundir.stage_records(run.path)
+    if not records:
+        return None
+    mine = [r for r in records if str(r.get("job_id")) == str(job_id)] or [
+        r for r in records if r.get("job_id") == records[-1].get("job_id")]
+    objects = hits = staged = rejected = 0
+    seconds = 0.0
+    names: set[str] = set()
+    for record in mine:
+        for ds in record.get("datasets") or []:
+            if not isinstance(ds, dict):
+                continue
+            names.add(str(ds.get("name")))
+            objects += int(ds.get("objects") or 0)
+            hits += int(ds.get("hits") or 0)
+            staged += int(ds.get("bytes_staged") or 0)
+            rejected += int(ds.get("rejected") or 0)
+            seconds = max(seconds, float(ds.get("seconds") or 0.0))
+    return {"job_id": mine[-1].get("job_id"), "nodes": sorted({str(r.get("node")) for r in mine}),
+            "datasets": sorted(names), "objects": objects, "hits": hits,
+            "hit_rate": round(hits / objects, 4) if objects else None, "bytes_staged": staged,
+            "staging_seconds": round(seconds, 3), "rejected": rejected}
+
+
+def cache_suggestion(datasets) -> str | None:
+    """For an input-bound run: the datasets it reads from the object store every epoch (`cache: none`)."""
+    uncached = [str(d.name) for d in datasets or () if getattr(d, "cache", None) == "none"]
+    if not uncached:
+        return None
+    return (f"cache {', '.join(uncached)} on the nodes (`cache: node` in run.yaml data:): it is read from the "
+            "object store every epoch now")
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def data_note(summary: dict) -> str:
+    rate = summary["hit_rate"]
+    served = f"{100 * rate:.0f}% of objects from the node cache" if rate is not None else "no objects"
+    line = (f"Data: {', '.join(summary['datasets'])}: {served} on {', '.join(summary['nodes'])}; "
+            f"{human_bytes(summary['bytes_staged'])} staged, staging took {human_duration(summary['staging_seconds'])}")
+    if summary["rejected"]:
+        line += f"; {summary['rejected']} bad cache entr{'y' if summary['rejected'] == 1 else 'ies'} re-staged"
+    return line + "."
+
+
+MAX_LISTED_ENTRIES = 100_000  # per user: a bounded walk, whatever a user's directory holds
+
+
+def cache_listing(root: str | os.PathLike, budget: int, *, all_users: bool = False) -> dict:
+    """What a cache directory holds, per user and dataset (the prefix of the objects' URLs): entries,
+    bytes, last use. A researcher sees their own directory; root (`--all-users`) every user's. Nothing
+    is followed: entries are read with lstat and capped JSON reads, as everywhere root reads user files."""
+    root = Path(root)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    users = []
+    try:
+        names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and e.name != "usage")
+    except OSError:
+        names = []
+    for user in names if all_users else [n for n in names if n == me]:
+        objects = root / user / "objects"
+        datasets: dict[str, dict] = {}
+        try:
+            entries = [e for _, e in zip(range(MAX_LISTED_ENTRIES), os.scandir(objects))
+                       if e.name.endswith(".json")]
+        except OSError:
+            continue
+        for entry in entries:
+            record = read_json(entry.path)
+            if not isinstance(record, dict) or not isinstance(record.get("url"), str):
+                continue
+            prefix = record["url"].rsplit("/", 1)[0]
+            ds = datasets.setdefault(prefix, {"src": prefix, "objects": 0, "bytes": 0, "last_used": 0.0})
+            ds["objects"] += 1
+            ds["bytes"] += int(record.get("size") or 0)
+            ds["last_used"] = max(ds["last_used"], float(record.get("last_used") or 0))
+        users.append({"user": user, "datasets": sorted(datasets.values(), key=lambda d: d["src"]),
+                      "bytes": sum(d["bytes"] for d in datasets.values())})
+    return {"root": str(root), "budget_bytes": budget, "users": users,
+            "bytes": sum(u["bytes"] for u in users)}

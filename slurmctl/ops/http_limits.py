@@ -1,0 +1,210 @@
+"""Connection limits for the HTTP servers slurmctl starts on a shared login node (`slurmctl web`,
+the exporter). Every user of the node can connect to them, and every connection costs a thread.
+
+- A whole-request deadline: a connection must deliver its request (line, headers and, for
+  `slurmctl web`, its body) within REQUEST_DEADLINE_SECONDS of when it started waiting for one, or
+  it is shut down. A timeout per read is not enough: a client that sends one byte every few seconds
+  never trips it and holds its thread for ever.
+- A cap on connections at once (MAX_CONNECTIONS); past it a new connection is closed at once.
+- A cap per peer (MAX_PER_PEER). On loopback every client has the address 127.0.0.1, so the peer is
+  the uid that owns the client's socket (from /proc/net/tcp, as identd does); elsewhere it is the
+  address. One user who opens a hundred connections gets MAX_PER_PEER of them; everyone else
+  still gets in.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from socketserver import ThreadingMixIn
+
+REQUEST_DEADLINE_SECONDS = 10.0
+SOCKET_TIMEOUT_SECONDS = 20.0  # per read or write, also while the response is written
+MAX_CONNECTIONS = 48
+MAX_PER_PEER = 12
+_REAP_INTERVAL = 0.25
+
+
+def _kernel_address(host: str, port: int) -> str | None:
+    """An address as /proc/net/tcp{,6} prints it: the address's 32-bit words in host (little-endian)
+    byte order, in hex, then ':' and the port in hex."""
+    try:
+        if ":" in host:
+            packed = socket.inet_pton(socket.AF_INET6, host.split("%")[0])
+        else:
+            packed = socket.inet_pton(socket.AF_INET, host)
+    except OSError:
+        return None
+    words = [packed[i:i + 4][::-1] for i in range(0, len(packed), 4)]
+    return "".join(w.hex().upper() for w in words) + f":{port:04X}"
+
+
+def _socket_table(path: str) -> bytes:
+    """The whole table in as few reads as possible: /proc/net/tcp is produced a read at a time, and a
+    table that changes between two reads can skip an entry."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 22):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def peer_uid(client: tuple, server: tuple, tries: int = 3) -> int | None:
+    """The uid owning the client end of a TCP connection made on this machine, or None (another
+    machine, or not found). The client's socket is the entry whose local end is the client's
+    address and whose remote end is ours."""
+    local, remote = _kernel_address(client[0], client[1]), _kernel_address(server[0], server[1])
+    if local is None or remote is None:
+        return None
+    table = "/proc/net/tcp6" if len(local) > 13 else "/proc/net/tcp"
+    wanted = f" {local} {remote} ".encode()
+    for _ in range(tries):
+        try:
+            text = _socket_table(table)
+        except OSError:
+            return None
+        at = text.find(wanted)
+        if at >= 0:
+            fields = text[at:text.find(b"\n", at)].split()
+            try:
+                return int(fields[6])  # local, remote, st, queues, timer, retransmits, uid
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+class BoundedThreadingMixIn(ThreadingMixIn):
+    """ThreadingMixIn with the limits above. Mix in before an HTTPServer class; the handler calls
+    ``arm`` when it starts waiting for a request and ``disarm`` once it has read all of it."""
+
+    daemon_threads = True
+    # socketserver's default backlog of 5 would leave the connections past it to the kernel's SYN
+    # retries (seconds each), where they are no one's to refuse: take them and refuse them here
+    request_queue_size = 256
+    max_connections = MAX_CONNECTIONS
+    max_per_peer = MAX_PER_PEER
+    request_deadline = REQUEST_DEADLINE_SECONDS
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._limits_lock = threading.Lock()
+        self._open = 0
+        self._per_peer: Counter = Counter()
+        self._peer_of: dict[socket.socket, object] = {}
+        self._deadlines: dict[socket.socket, float] = {}
+        self._cut: set[socket.socket] = set()
+        self._reaper_stop = threading.Event()
+        threading.Thread(target=self._reap, name="request-deadlines", daemon=True).start()
+
+    def _peer(self, client_address) -> object:
+        if client_address[0] in ("127.0.0.1", "::1", "::ffff:127.0.0.1") or \
+                client_address[0] == self.server_address[0]:
+            uid = peer_uid(client_address, self.server_address)
+            # a local client whose socket is not found (it closed already) shares one bucket with
+            # every other such client: no fresh share for anyone
+            return ("uid", uid) if uid is not None else ("local, owner unknown",)
+        return ("address", client_address[0])
+
+    def process_request(self, request, client_address) -> None:
+        peer = self._peer(client_address)
+        with self._limits_lock:
+            refused = self._open >= self.max_connections or self._per_peer[peer] >= self.max_per_peer
+            if not refused:
+                self._open += 1
+                self._per_peer[peer] += 1
+                self._peer_of[request] = peer
+        if refused:
+            self.shutdown_request(request)
+            return
+        self.arm(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(request)
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(request)
+
+    def _release(self, request) -> None:
+        with self._limits_lock:
+            self._deadlines.pop(request, None)
+            self._cut.discard(request)
+            peer = self._peer_of.pop(request, None)
+            if peer is not None:
+                self._open -= 1
+                self._per_peer[peer] -= 1
+                if not self._per_peer[peer]:
+                    del self._per_peer[peer]
+
+    def arm(self, request) -> None:
+        with self._limits_lock:
+            self._deadlines[request] = time.monotonic() + self.request_deadline
+
+    def disarm(self, request) -> None:
+        with self._limits_lock:
+            self._deadlines.pop(request, None)
+
+    def _reap(self) -> None:
+        while not self._reaper_stop.wait(_REAP_INTERVAL):
+            now = time.monotonic()
+            with self._limits_lock:
+                late = [r for r, deadline in self._deadlines.items() if deadline <= now]
+                for request in late:
+                    del self._deadlines[request]
+                    self._cut.add(request)
+            for request in late:
+                try:  # the handler's blocked read returns at once; its thread ends and frees the slot
+                    request.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def was_cut(self, request) -> bool:
+        with self._limits_lock:
+            return request in self._cut
+
+    def handle_error(self, request, client_address) -> None:
+        # a client gone (or cut at its deadline) while its answer was written is no server error
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    def server_close(self) -> None:
+        stop = getattr(self, "_reaper_stop", None)  # None when binding failed before activation
+        if stop is not None:
+            stop.set()
+        super().server_close()
+
+
+class DeadlineHandlerMixIn:
+    """For the handler (before BaseHTTPRequestHandler or wsgiref's WSGIRequestHandler): each request
+    waits under the server's deadline, and what a cut connection left half-sent is not answered.
+    A handler that reads a body calls ``self.server.disarm(self.connection)`` after it; one that
+    reads none sets ``disarm_after_headers``."""
+
+    disarm_after_headers = False
+
+    def handle_one_request(self) -> None:
+        self.server.arm(self.connection)  # keep-alive: each request has its own deadline
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if self.server.was_cut(self.connection):
+            self.close_connection = True
+            return False
+        parsed = super().parse_request()
+        if self.server.was_cut(self.connection):  # the headers ended only because the deadline cut them
+            self.close_connection = True
+            return False
+        if parsed and self.disarm_after_headers:
+            self.server.disarm(self.connection)
+        return parsed

@@ -1,0 +1,495 @@
+"""Object-store datasets staged into a node cache before the training starts (run.yaml `data: [{src: ...}]`).
+
+The job script runs `python -m slurmctl.runtime.datacache stage RUN_DIR` as one srun task per node,
+before the training step. It lists the dataset's objects, and for each object reuses the node's
+cached copy (after checking it) or downloads it, then exposes the dataset at a stable per-run path
+(the job script exports it as $SLURMCTL_DATA_<NAME>). Later attempts, later runs and the other
+elements of a sweep on the node find the same entries.
+
+Layout under a cache root (site.yaml data.node_cache_dir on every node, or data.shared_cache_dir):
+  <root>/                         1777 (like /tmp): every user makes their own directory in it
+  <root>/usage/<user>             bytes the user's entries hold (what the budget adds up)
+  <root>/<user>/                  0700, the user's own: nobody else reads or plants entries here
+      objects/<id>                one object, 0400; <id> = sha256 of (url, etag/generation, size)
+      objects/<id>.json           its record: url, etag, size, md5, when staged and last used
+      locks/<id>.lock             flock held while one job stages it (a second job waits, then reuses)
+      leases/<job id>.json        the entries a job holds; eviction never removes a live job's entries
+      views/<run id>/<name>/...   the run's dataset: one symlink per object, named by its key
+
+An entry is used only when it is a regular file owned by the user, not writable by anyone else, of
+the size the store lists, and (site.yaml data.verify_on_reuse, the default) its MD5 still equals the
+digest recorded when it was staged and the store's own MD5 where the store gives one; anything else is
+removed and staged again, never read. Eviction: least recently used entries of the user, none a live
+job holds, until the node's entries fit the budget.
+
+The cache itself is standard library; the object store is reached through fsspec (s3fs for s3://,
+gcsfs for gs://), imported only when a dataset is staged.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurmctl import rundir
+from slurmctl.fsutil import read_capped, read_json, write_atomic
+
+CHUNK = 8 * 1024 * 1024
+DOWNLOAD_THREADS = 4
+# A key that is not a plain relative path (a '..', an empty part, a control character) cannot name a
+# file of the view: such objects are skipped and counted.
+_BAD_PART = {"", ".", ".."}
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One object as the store lists it: its identity is (url, version, size)."""
+
+    url: str  # s3://bucket/key
+    relative: str  # the key below the dataset's prefix: the file name in the run's view
+    size: int
+    version: str  # S3 ETag or GCS generation
+    md5: str | None  # hex MD5 of the bytes when the store states it (single-part ETag, GCS md5Hash)
+
+    @property
+    def entry_id(self) -> str:
+        return hashlib.sha256(f"{self.url}\0{self.version}\0{self.size}".encode()).hexdigest()[:40]
+
+
+@dataclass
+class StageStats:
+    name: str
+    src: str
+    cache: str
+    objects: int = 0
+    hits: int = 0
+    misses: int = 0
+    rejected: int = 0  # entries found corrupt, planted or altered: removed and staged again
+    skipped_keys: int = 0
+    bytes_total: int = 0
+    bytes_staged: int = 0
+    evicted: int = 0
+    bytes_evicted: int = 0
+    seconds: float = 0.0
+    verify_seconds: float = 0.0
+    path: str = ""
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.objects if self.objects else 1.0
+
+
+class CacheError(Exception):
+    """A dataset cannot be staged; the message says why and what to do."""
+
+
+def describe(info: dict, url: str, relative: str) -> RemoteObject:
+    """fsspec's listing of one object (s3fs: ETag; gcsfs: generation + md5Hash) -> RemoteObject."""
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    generation = str(info.get("generation") or "")
+    md5 = None
+    if info.get("md5Hash"):
+        md5 = base64.b64decode(info["md5Hash"]).hex()
+    elif etag and "-" not in etag and len(etag) == 32:  # a single-part S3 upload: the ETag is the MD5
+        md5 = etag.lower()
+    return RemoteObject(url=url, relative=relative, size=int(info.get("size") or 0),
+                        version=generation or etag, md5=md5)
+
+
+def _file_md5(fd: int) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def safe_relative(relative: str) -> bool:
+    parts = relative.split("/")
+    return all(p not in _BAD_PART for p in parts) and not any(ord(c) < 32 or c == "\x7f" for c in relative)
+
+
+class UserCache:
+    """One user's entries under a cache root (the calling process's user: a job stages as its owner)."""
+
+    def __init__(self, root: Path, budget_bytes: int, verify: bool = True):
+        self.root = Path(root)
+        self.uid = os.geteuid()
+        self.user = pwd.getpwuid(self.uid).pw_name
+        self.budget = budget_bytes
+        self.verify = verify
+        self.dir = self.root / self.user
+
+    # --- directories ---------------------------------------------------------------------------------
+    def open(self) -> UserCache:
+        """Make (or check) the user's 0700 directory. One another user made under our name is refused."""
+        try:
+            root = os.stat(self.root)
+        except OSError as exc:
+            raise CacheError(f"the cache directory {self.root} is missing on this node ({exc.strerror}); the operator "
+                             "makes it, mode 1777, where site.yaml data.node_cache_dir says") from None
+        if root.st_mode & 0o002 and not root.st_mode & stat.S_ISVTX:
+            # world-writable without the sticky bit: anyone could rename a user's directory away
+            raise CacheError(f"the cache directory {self.root} is writable by everyone without the sticky bit; "
+                             "the operator must make it mode 1777")
+        for path in (self.dir,):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != self.uid or info.st_mode & 0o077:
+                raise CacheError(f"{path} is not a private directory of {self.user} (owner uid {info.st_uid}, mode "
+                                 f"{stat.S_IMODE(info.st_mode):o}); nothing is cached or read there. Ask the operator "
+                                 "to remove it")
+        for sub in ("objects", "locks", "leases", "views"):
+            (self.dir / sub).mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):  # 1777 as the root: every user publishes their own file
+            os.mkdir(self.root / "usage")
+            os.chmod(self.root / "usage", 0o1777)
+        return self
+
+    def object_path(self, entry_id: str) -> Path:
+        return self.dir / "objects" / entry_id
+
+    def record_path(self, entry_id: str) -> Path:
+        return self.dir / "objects" / f"{entry_id}.json"
+
+    # --- one entry -----------------------------------------------------------------------------------
+    def check(self, obj: RemoteObject) -> bool | None:
+        """True: a good entry (its last use is now). None: no entry. False: a bad one, removed."""
+        path, record = self.object_path(obj.entry_id), read_json(self.record_path(obj.entry_id))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError:  # a symlink (ELOOP) or something unopenable in our own directory: remove it
+            self.remove(obj.entry_id)
+            return False
+        try:
+            info = os.fstat(fd)
+            good = (stat.S_ISREG(info.st_mode) and info.st_uid == self.uid and not info.st_mode & 0o022
+                    and isinstance(record, dict) and record.get("url") == obj.url
+                    and record.get("size") == obj.size == info.st_size and record.get("version") == obj.version)
+            if good and self.verify:
+                actual = _file_md5(fd)
+                good = actual == record.get("md5") and (obj.md5 is None or actual == obj.md5)
+        finally:
+            os.close(fd)
+        if not good:
+            self.remove(obj.entry_id)
+            return False
+        record["last_used"] = time.time()
+        write_atomic(self.record_path(obj.entry_id), json.dumps(record))
+        return True
+
+    def remove(self, entry_id: str) -> None:
+        for path in (self.object_path(entry_id), self.record_path(entry_id)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def store(self, obj: RemoteObject, fs, remote_path: str) -> None:
+        """Download into a temporary file, hashing as it goes; keep it only if size and MD5 match."""
+        objects = self.dir / "objects"
+        fd, tmp = tempfile.mkstemp(dir=objects, prefix=".staging-")
+        try:
+            digest = hashlib.md5(usedforsecurity=False)
+            size = 0
+            with os.fdopen(fd, "wb") as out, fs.open(remote_path, "rb", block_size=CHUNK) as src:
+                while chunk := src.read(CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            md5 = digest.hexdigest()
+            if size != obj.size or (obj.md5 is not None and md5 != obj.md5):
+                raise CacheError(f"{obj.url} arrived as {size} bytes with MD5 {md5}; the store lists {obj.size} "
+                                 f"bytes, MD5 {obj.md5}. It changed while being read, or the transfer is broken; "
+                                 "run the job again")
+            os.chmod(tmp, 0o400)
+            os.replace(tmp, self.object_path(obj.entry_id))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        now = time.time()
+        write_atomic(self.record_path(obj.entry_id), json.dumps({
+            "url": obj.url, "version": obj.version, "size": obj.size, "md5": md5, "staged": now, "last_used": now}))
+
+    @contextlib.contextmanager
+    def locked(self, entry_id: str):
+        """One stager per entry on this cache: a second job waits here, then finds the entry made."""
+        fd = os.open(self.dir / "locks" / f"{entry_id}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # --- leases and eviction -------------------------------------------------------------------------
+    def hold(self, job_id: str, entry_ids: list[str]) -> None:
+        """Record (adding to what this job already holds) that `job_id` uses these entries."""
+        path = self.dir / "leases" / f"{job_id}.json"
+        held = set((read_json(path) or {}).get("entries", []))
+        write_atomic(path, json.dumps({"job_id": job_id, "time": time.time(),
+                                       "entries": sorted(held | set(entry_ids))}))
+
+    def held(self, current_job: str | None) -> set[str]:
+        """Entries of live jobs' leases; the leases of ended jobs are removed."""
+        out: set[str] = set()
+        for path in (self.dir / "leases").glob("*.json"):
+            lease = read_json(path) or {}
+            job_id = path.stem
+            if job_id == current_job or job_alive(job_id):
+                out.update(lease.get("entries", []))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return out
+
+    def entries(self) -> list[dict]:
+        out = []
+        for path in (self.dir / "objects").glob("*.json"):
+            record = read_json(path)
+            if isinstance(record, dict) and (self.dir / "objects" / path.stem).exists():
+                out.append({**record, "id": path.stem})
+        return out
+
+    def used_bytes(self) -> int:
+        return sum(int(e.get("size") or 0) for e in self.entries())
+
+    def others_bytes(self) -> int:
+        """What the other users' entries on this cache hold, as each last published it (a file counts only
+        when its owner is the user it names: nobody can charge the budget to someone else)."""
+        total = 0
+        for path in (self.root / "usage").glob("*"):
+            if path.name == self.user:
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if os.lstat(path).st_uid == pwd.getpwnam(path.name).pw_uid:
+                    total += int(read_capped(path, 32).decode().strip() or 0)
+        return total
+
+    def publish_usage(self) -> None:
+        with contextlib.suppress(OSError):
+            write_atomic(self.root / "usage" / self.user, str(self.used_bytes()))
+            os.chmod(self.root / "usage" / self.user, 0o644)
+
+    def make_room(self, need: int, keep: set[str], current_job: str | None) -> tuple[int, int]:
+        """Evict the least recently used entries nobody holds until `need` more bytes fit the budget.
+        Returns (entries, bytes) evicted; raises CacheError when it cannot fit."""
+        entries = self.entries()
+        used = sum(int(e.get("size") or 0) for e in entries) + self.others_bytes()
+        if used + need <= self.budget:
+            return 0, 0
+        held = self.held(current_job) | keep
+        evicted = freed = 0
+        for entry in sorted(entries, key=lambda e: e.get("last_used") or 0):
+            if used + need <= self.budget:
+                break
+            if entry["id"] in held:
+                continue
+            self.remove(entry["id"])
+            used -= int(entry.get("size") or 0)
+            evicted += 1
+            freed += int(entry.get("size") or 0)
+        self.publish_usage()
+        if used + need > self.budget:
+            raise CacheError(f"the dataset needs {need} more bytes, but the cache at {self.root} holds {used} of its "
+                             f"{self.budget}-byte budget in entries that running jobs hold or that other users "
+                             "own. Use `cache: none` for this run, or ask the operator for a larger "
+                             "data.node_cache_budget")
+        return evicted, freed
+
+    # --- the run's view ------------------------------------------------------------------------------
+    def view_dir(self, run_id: str, name: str) -> Path:
+        return view_path(self.root, self.user, run_id, name)
+
+    def make_view(self, run_id: str, name: str, objects: list[RemoteObject]) -> Path:
+        """A fresh directory of symlinks (key -> entry), swapped in whole so a reader never sees half."""
+        final = self.view_dir(run_id, name)
+        final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
+        for obj in objects:
+            link = tmp / obj.relative
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(self.object_path(obj.entry_id), link)
+        old = None
+        if final.exists() or final.is_symlink():
+            old = final.parent / f".{name}-old-{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+
+def view_path(root: str | os.PathLike, user: str, run_id: str, name: str) -> Path:
+    """The run's stable path of a dataset in a cache (what $SLURMCTL_DATA_<NAME> names)."""
+    return Path(root) / user / "views" / run_id / name
+
+
+def job_alive(job_id: str) -> bool:
+    """Whether Slurm still knows `job_id` as pending or running (an unanswered query counts as alive:
+    eviction must never take data from under a job it could not ask about)."""
+    if not job_id.isdigit():
+        return False
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if out.returncode != 0:
+        return "Invalid job id" not in out.stderr
+    return bool(out.stdout.strip())
+
+
+def list_objects(src: str, options: dict):
+    """(filesystem, [(remote path, RemoteObject)]) of every object under `src`, in key order."""
+    import fsspec  # the object-store client: only a job that stages a dataset needs it
+
+    fs, prefix = fsspec.core.url_to_fs(src, **options)
+    scheme = src.split("://", 1)[0]
+    found = fs.find(prefix, detail=True)
+    out, skipped = [], 0
+    for path, info in sorted(found.items()):
+        if info.get("type", "file") != "file":
+            continue
+        relative = path[len(prefix):].lstrip("/") if path.startswith(prefix) else None
+        if not relative or not safe_relative(relative):
+            skipped += 1
+            continue
+        out.append((path, describe(info, f"{scheme}://{path}", relative)))
+    return fs, out, skipped
+
+
+def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | None, options: dict) -> StageStats:
+    stats = StageStats(name=dataset["name"], src=dataset["src"], cache=dataset["cache"])
+    started = time.monotonic()
+    fs, objects, stats.skipped_keys = list_objects(dataset["src"], options)
+    if not objects:
+        raise CacheError(f"{dataset['src']} holds no objects (dataset {dataset['name']}); check `data:` in run.yaml")
+    stats.objects = len(objects)
+    stats.bytes_total = sum(obj.size for _, obj in objects)
+    ids = [obj.entry_id for _, obj in objects]
+    if job_id:
+        cache.hold(job_id, ids)  # before any eviction below: a concurrent stager must not take these
+
+    def one(item) -> tuple[str, int, float]:
+        remote, obj = item
+        with cache.locked(obj.entry_id):
+            t0 = time.monotonic()
+            state = cache.check(obj)
+            verify = time.monotonic() - t0
+            if state:
+                return "hit", 0, verify
+            cache.store(obj, fs, remote)
+            return ("rejected" if state is False else "miss"), obj.size, verify
+
+    missing = [item for item in objects if not cache.object_path(item[1].entry_id).exists()]
+    stats.evicted, stats.bytes_evicted = cache.make_room(sum(obj.size for _, obj in missing), set(ids), job_id)
+    with ThreadPoolExecutor(DOWNLOAD_THREADS) as pool:
+        for outcome, staged, verify in pool.map(one, objects):
+            stats.verify_seconds += verify
+            stats.bytes_staged += staged
+            if outcome == "hit":
+                stats.hits += 1
+            else:
+                stats.misses += 1
+                stats.rejected += outcome == "rejected"
+    cache.publish_usage()
+    stats.path = str(cache.make_view(run_id, dataset["name"], [obj for _, obj in objects]))
+    stats.seconds = round(time.monotonic() - started, 3)
+    stats.verify_seconds = round(stats.verify_seconds, 3)
+    return stats
+
+
+def cache_root(plan: dict, policy: str) -> tuple[Path, int]:
+    if policy == "shared":
+        return Path(plan["shared_cache_dir"]), int(plan.get("shared_cache_budget") or plan["node_cache_budget"])
+    return Path(plan["node_cache_dir"]), int(plan["node_cache_budget"])
+
+
+def stage_run(run_dir: Path) -> dict:
+    """Stage every cached dataset of the run's plan on this node; record what happened in the run dir."""
+    plan = read_json(Path(run_dir) / rundir.DATA_PLAN)
+    if not isinstance(plan, dict):
+        raise CacheError(f"{Path(run_dir) / rundir.DATA_PLAN} is missing or unreadable; submit the run again")
+    run_id = Path(run_dir).name
+    job_id = os.environ.get("SLURM_JOB_ID")
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    record = {"node": node, "job_id": job_id, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+              "time": time.time(), "datasets": []}
+    for dataset in plan.get("datasets", []):
+        if dataset["cache"] == "none":
+            continue
+        root, budget = cache_root(plan, dataset["cache"])
+        cache = UserCache(root, budget, verify=bool(plan.get("verify_on_reuse", True))).open()
+        stats = stage_dataset(dataset, cache, run_id, job_id, plan.get("options", {}).get(dataset["src"], {}))
+        record["datasets"].append({**asdict(stats), "hit_rate": round(stats.hit_rate, 4)})
+    rundir.write_stage_record(run_dir, job_id, node, record)
+    return record
+
+
+class Dataset:
+    """A run's dataset as the training reads it: `open_dataset("shards")` -> .files, .open(file).
+    Cached: the files of the run's view on this node. `cache: none`: the objects in the store, read
+    through fsspec with the site's options (the plan in the run dir)."""
+
+    def __init__(self, name: str, run_dir: str | os.PathLike | None = None):
+        run_dir = Path(run_dir or os.environ.get("SLURMCTL_RUN_DIR", "."))
+        plan = read_json(run_dir / rundir.DATA_PLAN) or {}
+        entry = next((d for d in plan.get("datasets", []) if d.get("name") == name), None)
+        if entry is None:
+            raise CacheError(f"the run declares no dataset {name!r} (run.yaml data:)")
+        self.name, self.cache, self.location = name, entry["cache"], entry["path"]
+        if self.cache == "none":
+            self._fs, objects, _ = list_objects(entry["src"], plan.get("options", {}).get(entry["src"], {}))
+            self.files = [remote for remote, _obj in objects]
+        else:
+            self._fs = None
+            base = Path(self.location)
+            self.files = sorted(str(p) for p in base.rglob("*") if p.is_file())
+
+    def open(self, file: str):
+        return self._fs.open(file, "rb", block_size=CHUNK) if self._fs is not None else open(file, "rb")
+
+
+def open_dataset(name: str, run_dir: str | os.PathLike | None = None) -> Dataset:
+    return Dataset(name, run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] != "stage":
+        print("usage: python -m slurmctl.runtime.datacache stage RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        record = stage_run(Path(argv[1]))
+    except CacheError as exc:
+        print(f"slurmctl data: {exc}.", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"slurmctl data: staging failed: {exc}.", file=sys.stderr)
+        return 1
+    for ds in record["datasets"]:
+        print(f"slurmctl data: {ds['name']} on {record['node']}: {ds['objects']} objects, {ds['hits']} from cache, "
+              f"{ds['bytes_staged']} bytes staged in {ds['seconds']:.1f} s ({ds['rejected']} bad entries "
+              f"re-staged) -> {ds['path']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

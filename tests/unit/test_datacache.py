@@ -1,0 +1,266 @@
+"""The node data cache against a real S3 HTTP API (moto's server on a free loopback port) through the real
+s3fs client: staging, reuse, corrupt and planted entries, eviction within the budget and leases,
+concurrent stagers, the run's view; plus run.yaml `data:` validation and rt.data's prefetch."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+from pydantic import ValidationError
+
+from slurmctl.config.models import DataSource, RunSpec, SiteDataConfig, parse_size
+from slurmctl.runtime.datacache import CacheError, UserCache, list_objects, stage_dataset
+from slurmctl.runtime.prefetch import prefetched
+
+BUCKET = "unit-datasets"
+SHARD = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="unit", aws_secret_access_key="unit")
+    client.create_bucket(Bucket=BUCKET)
+    for i in range(6):
+        client.put_object(Bucket=BUCKET, Key=f"shards/part-{i}.bin", Body=bytes([i]) * SHARD)
+    client.put_object(Bucket=BUCKET, Key="other/a.bin", Body=b"x" * SHARD)
+    options = {"key": "unit", "secret": "unit", "client_kwargs": {"endpoint_url": endpoint}}
+    yield client, options
+    server.stop()
+
+
+def dataset(src="shards", name="shards"):
+    return {"name": name, "src": f"s3://{BUCKET}/{src}", "cache": "node"}
+
+
+def fresh(tmp_path: Path, budget: int = 64 * SHARD) -> UserCache:
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o1777, exist_ok=True)  # what the operator makes (deploy/local/up, the GKE init container)
+    os.chmod(root, 0o1777)
+    return UserCache(root, budget).open()
+
+
+def test_stage_then_reuse_serves_from_cache(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path)
+    first = stage_dataset(dataset(), cache, "run-a", "1", options)
+    assert (first.objects, first.misses, first.hits, first.bytes_staged) == (6, 6, 0, 6 * SHARD)
+    second = stage_dataset(dataset(), cache, "run-b", "2", options)
+    assert (second.hits, second.misses, second.bytes_staged) == (6, 0, 0)
+    view = Path(second.path)
+    assert sorted(p.name for p in view.iterdir()) == [f"part-{i}.bin" for i in range(6)]
+    assert (view / "part-3.bin").read_bytes() == bytes([3]) * SHARD
+    assert oct(os.stat(cache.dir).st_mode & 0o777) == "0o700"
+
+
+def test_corrupted_entry_is_detected_and_restaged_never_read(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path)
+    stage_dataset(dataset(), cache, "run-a", "1", options)
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    victim = cache.object_path(objects[2][1].entry_id)
+    os.chmod(victim, 0o600)
+    with open(victim, "r+b") as fh:  # same size, one byte flipped
+        fh.seek(100)
+        fh.write(b"\xff")
+    os.chmod(victim, 0o400)
+    again = stage_dataset(dataset(), cache, "run-b", "2", options)
+    assert (again.hits, again.rejected, again.bytes_staged) == (5, 1, SHARD)
+    assert (Path(again.path) / "part-2.bin").read_bytes() == bytes([2]) * SHARD
+
+
+def test_planted_symlink_or_writable_entry_is_replaced(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path)
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    secret = tmp_path / "elsewhere"
+    secret.write_bytes(bytes([0]) * SHARD)
+    os.symlink(secret, cache.object_path(objects[0][1].entry_id))  # a planted link to some other file
+    writable = cache.object_path(objects[1][1].entry_id)
+    writable.write_bytes(bytes([1]) * SHARD)
+    os.chmod(writable, 0o666)  # anyone could have altered it
+    result = stage_dataset(dataset(), cache, "run-a", "1", options)
+    assert result.rejected == 2 and result.bytes_staged == 6 * SHARD
+    assert not cache.object_path(objects[0][1].entry_id).is_symlink()
+    assert secret.read_bytes() == bytes([0]) * SHARD  # the link's target was never written through
+
+
+def test_eviction_keeps_the_budget_and_spares_held_entries(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path, budget=7 * SHARD)
+    stage_dataset(dataset(), cache, "run-a", "4242", options)  # 6 shards, held by job 4242
+    # Job 4242 is "live" only as the current job: a second dataset that needs 1 more shard fits exactly.
+    other = stage_dataset(dataset("other", "other"), cache, "run-b", "4242", options)
+    assert other.evicted == 0 and cache.used_bytes() == 7 * SHARD
+    # A new job (the old lease's job is unknown to Slurm, so its lease is dead) needs the 6 shards: it
+    # holds them itself (hits), and nothing else needs room.
+    again = stage_dataset(dataset(), cache, "run-c", "999999991", options)
+    assert again.hits == 6
+    # One more shard's room: the unheld `other` entry goes; the six the live job holds stay.
+    assert cache.make_room(SHARD, set(), "999999991") == (1, SHARD)
+    assert cache.used_bytes() == 6 * SHARD
+    # Room for two more cannot be made without taking the live job's entries: refused, nothing taken.
+    with pytest.raises(CacheError, match="budget"):
+        cache.make_room(2 * SHARD, set(), "999999991")
+    assert len(cache.entries()) == 6  # every entry the live job holds survived
+
+
+def test_least_recently_used_goes_first(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path, budget=7 * SHARD)
+    stage_dataset(dataset(), cache, "run-a", None, options)
+    time.sleep(0.01)
+    stage_dataset(dataset("other", "other"), cache, "run-b", None, options)
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    evicted, freed = cache.make_room(SHARD, set(), None)
+    assert (evicted, freed) == (1, SHARD)
+    gone = [obj for _, obj in objects if not cache.object_path(obj.entry_id).exists()]
+    assert len(gone) == 1  # one of the older shards, never the newest `other` entry
+    assert cache.used_bytes() + SHARD <= cache.budget
+
+
+def test_concurrent_stagers_download_each_object_once(s3, tmp_path):
+    _, options = s3
+    results = []
+
+    fresh(tmp_path)
+
+    def job(i):
+        results.append(stage_dataset(dataset(), UserCache(tmp_path / "cache", 64 * SHARD).open(), f"run-{i}",
+                                     str(900000 + i), options))
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.bytes_staged for r in results) == 6 * SHARD
+    assert sum(r.hits for r in results) == 3 * 6
+
+
+def test_another_users_directory_under_our_name_is_refused(tmp_path):
+    root = tmp_path / "cache"
+    with pytest.raises(CacheError, match="missing on this node"):
+        UserCache(root, SHARD).open()
+    root.mkdir()
+    os.chmod(root, 0o777)
+    with pytest.raises(CacheError, match="sticky bit"):
+        UserCache(root, SHARD).open()
+    os.chmod(root, 0o1777)
+    me = UserCache(root, SHARD)
+    os.mkdir(me.dir)
+    os.chmod(me.dir, 0o755)  # not private: someone else could have planted it (chmod: the umask may be 077)
+    with pytest.raises(CacheError, match="not a private directory"):
+        me.open()
+
+
+def test_data_entries_validate_with_clear_errors():
+    ok = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p",
+                                 "data": ["/data/local", {"src": "s3://bucket-1/a/b/", "mount": "/data/shards"}]})
+    assert ok.data_paths == ["/data/local"]
+    assert ok.datasets[0].src == "s3://bucket-1/a/b" and ok.datasets[0].name == "shards"
+    assert ok.datasets[0].env_var == "SLURMCTL_DATA_SHARDS" and ok.datasets[0].cache == "node"
+    for bad, words in (({"src": "http://x/y"}, "s3://bucket/prefix"), ({"src": "s3://b1/../etc"}, "no '..'"),
+                       ({"src": "s3://bkt/a", "cache": "disk"}, "'node', 'shared' or 'none'"),
+                       ({"src": "s3://bkt/a", "mount": "data"}, "absolute path"),
+                       ({"src": "s3://bkt/a", "name": "has space"}, "SLURMCTL_DATA_")):
+        with pytest.raises(ValidationError, match=words.replace("(", r"\(")):
+            DataSource.model_validate(bad)
+    with pytest.raises(ValidationError, match="two datasets"):
+        RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p",
+                                "data": [{"src": "s3://bkt/a/x"}, {"src": "s3://bkt/b/x"}]})
+
+
+def test_site_data_config():
+    site = SiteDataConfig(endpoint_url="http://127.0.0.1:1", node_cache_budget="1.5G")
+    assert site.node_cache_bytes == int(1.5 * 2**30) and parse_size("200MiB") == 200 * 2**20
+    assert site.client_options("s3://b/p") == {"client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
+    assert site.client_options("gs://b/p") == {}
+    with pytest.raises(ValidationError, match="size"):
+        SiteDataConfig(node_cache_budget="lots")
+
+
+def test_prefetch_keeps_order_bounds_memory_and_raises_where_it_failed():
+    produced = []
+
+    def loader():
+        for i in range(10):
+            produced.append(i)
+            yield i
+        raise RuntimeError("shard 10 is unreadable")
+
+    out = []
+    stream = prefetched(loader(), 2)
+    out.append(next(stream))
+    time.sleep(0.2)
+    assert len(produced) <= 1 + 2 + 1  # taken, queued (2), and the one waiting to be put
+    with pytest.raises(RuntimeError, match="shard 10"):
+        for item in stream:
+            out.append(item)
+    assert out == list(range(10))
+
+
+def test_md5_of_single_part_etag_is_the_identity(s3):
+    _, options = s3
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    obj = objects[0][1]
+    assert obj.md5 == hashlib.md5(bytes([0]) * SHARD).hexdigest() and obj.size == SHARD
+
+
+def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path):
+    from types import SimpleNamespace
+
+    from prometheus_client.core import CounterMetricFamily
+
+    from slurmctl.ops.exporter import SnapshotCache, data_metrics
+    from slurmctl.rundir import Run, write_stage_record
+
+    run = Run("r-20261201-abcd", tmp_path / "r-20261201-abcd")
+    run.path.mkdir()
+    ds = {"hits": 5, "objects": 6, "bytes_staged": 1024, "seconds": 2.5}
+    write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
+    write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
+    write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
+    cache = SnapshotCache.__new__(SnapshotCache)  # only the staging totals are exercised here
+    cache.data_by_node, cache._data_seen = __import__("collections").defaultdict(lambda: [0, 0, 0, 0.0]), set()
+    job = SimpleNamespace(user="alice", job_id=77)
+    for _ in range(2):  # two snapshots see the same record: counted once
+        cache._read_staging([(run, job)], {"h100-1", "h100-2"})
+    families = {f.name: f for f in data_metrics(cache.data_by_node)}
+    assert all(isinstance(f, CounterMetricFamily) for f in families.values())
+    samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples
+               if s.name.endswith("_total")}
+    assert samples == {("slurmctl_data_cache_hits", "h100-2"): 5, ("slurmctl_data_cache_lookups", "h100-2"): 6,
+                       ("slurmctl_data_staged_bytes", "h100-2"): 1024,
+                       ("slurmctl_data_staging_seconds", "h100-2"): 2.5}
+
+
+def test_status_words_for_staging_and_uncached_data(tmp_path):
+    from slurmctl.config.views import View
+    from slurmctl.observe.data import cache_suggestion, data_note, data_summary
+    from slurmctl.rundir import Run, write_stage_record
+
+    run = Run("r-20261201-abcd", tmp_path)
+    ds = {"name": "shards", "objects": 6, "hits": 5, "rejected": 1, "bytes_staged": 3 * 2**20, "seconds": 4.2}
+    write_stage_record(tmp_path, "9", "h100-1", {"node": "h100-1", "job_id": "9", "time": 1, "datasets": [ds]})
+    write_stage_record(tmp_path, "9", "h100-2", {"node": "h100-2", "job_id": "9", "time": 2, "datasets": [ds]})
+    summary = data_summary(run, 9)
+    assert (summary["objects"], summary["hits"], summary["hit_rate"], summary["bytes_staged"]) == (12, 10, 0.8333,
+                                                                                                  6 * 2**20)
+    assert data_note(summary) == ("Data: shards: 83% of objects from the node cache on h100-1, h100-2; 6.0 MiB "
+                                  "staged, staging took 4s; 2 bad cache entries re-staged.")
+    spec = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p", "data": [
+        {"src": "s3://bkt/a/train", "cache": "none"}, {"src": "s3://bkt/a/eval"}]})
+    assert "cache train on the nodes" in cache_suggestion(spec.datasets)
+    assert cache_suggestion([View({"name": "eval", "cache": "node"})]) is None
