@@ -83,6 +83,26 @@ def _stored_location(fields: dict, path: str) -> tuple[str, str | None] | None:
     return None
 
 
+def _graphql_run(body: bytes) -> tuple[str, str | None] | None:
+    """The first run named anywhere in a GraphQL request (mlflowListArtifacts takes a run id, as an inline
+    argument or a variable of any name) whose artifacts are outside the store. Every 32-hex word is
+    tried as a run id: the query is not parsed, so no spelling of it slips by."""
+    import re
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.handlers import _get_tracking_store
+
+    store = _get_tracking_store()
+    for word in dict.fromkeys(re.findall(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", body[:65536])):
+        try:
+            location = store.get_run(word.decode()).info.artifact_uri
+        except MlflowException:
+            continue
+        if _outside_store(location):
+            return "run", location
+    return None
+
+
 def guard():
     """Flask before-request hook: refuse what would let the server touch files outside its store."""
     from flask import request
@@ -107,7 +127,8 @@ def guard():
             and is_local_uri(fields["source"]):
         return _refuse("a model version's source must be a runs:/, models:/ or mlflow-artifacts:/ URI on "
                        "this server, not a local path.")
-    found = _stored_location(fields, path)
+    found = _graphql_run(request.get_data(cache=True)) if path.startswith("/graphql") \
+        else _stored_location(fields, path)
     if found and _outside_store(found[1]):
         return _refuse(f"this {found[0]}'s artifacts are outside the server's store ({found[1]}); the server "
                        "does not serve them. Create a new experiment without an artifact_location.", 403)

@@ -257,8 +257,14 @@ def test_bob_cannot_point_the_server_at_a_folder_of_symlinks(server, carols_run)
             {"method": "GET", "path": f"/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run}"},
             {"method": "POST", "path": f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run}&path=planted",
              "data": "bob was here"},
-            {"method": "POST", "path": "/api/2.0/mlflow/runs/create", "body": {"experiment_id": experiment}}])
-        assert [status for status, _ in tried] == [403] * 6, tried
+            {"method": "POST", "path": "/api/2.0/mlflow/runs/create", "body": {"experiment_id": experiment}},
+            {"method": "POST", "path": "/graphql",
+             "body": {"query": "query { mlflowListArtifacts(input: {runId: " + json.dumps(run)
+                               + "}) { files { path } } }"}},
+            {"method": "POST", "path": "/graphql",
+             "body": {"query": "query Q($r: String) { mlflowListArtifacts(input: {runId: $r}) { files { path } } }",
+                      "variables": {"r": run}}}])
+        assert [status for status, _ in tried] == [403] * 8, tried
         assert not (server["state"] / "server" / "planted").exists()
     finally:
         subprocess.run(["rm", "-rf", str(folder)], check=False)
