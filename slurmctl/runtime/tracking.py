@@ -223,13 +223,17 @@ class TrackerBridge:
 _MLFLOW_STATUS = {"completed": "FINISHED", "cancelled": "KILLED", "idle": "KILLED"}
 
 
-def end_mlflow_run(run_dir: Path, env=None) -> str | None:
+def end_mlflow_run(run_dir: Path, env=None, *, only_running: bool = False) -> str | None:
     """The job script, after `attempt end` decided to stop: mark the MLflow run FINISHED, KILLED or
-    FAILED (a requeue never gets here: the next attempt continues the run). The status set, or None."""
+    FAILED (a requeue never gets here: the next attempt continues the run). The status set, or None.
+    `only_running`: leave a run that is not RUNNING (ended already) as it is."""
     env = os.environ if env is None else env
     uri, run_id = env.get("MLFLOW_TRACKING_URI"), env.get("MLFLOW_RUN_ID")
     ends = [e for e in read_jsonl(Path(run_dir) / rundir.ATTEMPTS) if e.get("event") == "end"]
     if not uri or not run_id or not ends or ends[-1].get("action") != "stop":
+        return None
+    if only_running and mlflow_call(uri, "GET", "runs/get", query={"run_id": run_id}, login=login_from_env(env))[
+            "run"]["info"].get("status") != "RUNNING":
         return None
     status = _MLFLOW_STATUS.get(ends[-1].get("outcome"), "FAILED")
     mlflow_call(uri, "POST", "runs/update", {"run_id": run_id, "status": status,
@@ -272,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(args) == 3:
             env = killed_run_env(Path(run_dir))
-        status = end_mlflow_run(Path(run_dir), env)
-    except (OSError, ValueError, MlflowError, SlurmctlError) as exc:
+        status = end_mlflow_run(Path(run_dir), env, only_running=len(args) == 3)
+    except (OSError, ValueError, KeyError, MlflowError, SlurmctlError) as exc:
         print(f"slurmctl: could not mark the MLflow run ended: {exc}", file=sys.stderr)
         return 0
     if status:

@@ -142,7 +142,7 @@ def test_a_killed_batch_script_ends_its_mlflow_run_with_the_users_login(tmp_path
 
     import yaml
 
-    calls = []
+    calls, gets, status = [], [], ["RUNNING"]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server's method name
@@ -151,6 +151,12 @@ def test_a_killed_batch_script_ends_its_mlflow_run_with_the_users_login(tmp_path
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"{}")
+
+        def do_GET(self):  # noqa: N802 - runs/get: a run still RUNNING is ended, one ended already is left
+            gets.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps({"run": {"info": {"status": status[0]}}}).encode())
 
         def log_message(self, *args):
             pass
@@ -180,5 +186,15 @@ def test_a_killed_batch_script_ends_its_mlflow_run_with_the_users_login(tmp_path
         assert path == "/api/2.0/mlflow/runs/update" and body["run_id"] == "abc123" and body["status"] == "KILLED"
         assert auth == "Basic " + base64.b64encode(b"root:pw").decode()
         assert "MLflow run abc123 marked KILLED" in (run_dir / "logs" / "91.out").read_text()
+        assert gets and gets[0].startswith("/api/2.0/mlflow/runs/get?run_id=abc123")
+        # a run ended already (the batch script's own end, or an earlier epilog): read, left as it is
+        status[0] = "KILLED"
+        (run_dir / "attempts.jsonl").write_text(json.dumps(_ends(run_dir)[0]) + "\n")
+        _epilog(tmp_path, done, {**ENV, "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml")})
+        deadline = time.monotonic() + 60
+        while len(gets) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        assert len(gets) == 2 and len(calls) == 1
     finally:
         server.shutdown()

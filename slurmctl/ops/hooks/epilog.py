@@ -372,15 +372,15 @@ def _record_end_as_user(run_dir: str, run_id: str, job_id: int, restart_count: i
     if run.meta.get("run_id") != run_id:
         return None
     record = record_killed_end(run.path, job_id, restart_count, state, exit_code)
-    if record is None:
-        return None
     meta = run.meta
     notify, tracking = meta.get("notify"), meta.get("tracking")
     python = notify.get("python") if isinstance(notify, dict) and isinstance(notify.get("python"), str) \
         else sys.executable
+    # The MLflow run even when the end was recorded already (by another epilog of this checkout or an
+    # older one): the command ends only a run still RUNNING after a stop, so a second call changes nothing.
     commands = [["slurmctl.runtime.tracking", "end"]] if isinstance(tracking, dict) \
         and tracking.get("backend") == "mlflow" else []
-    commands += [["slurmctl.notify", "ended"]] if isinstance(notify, dict) else []
+    commands += [["slurmctl.notify", "ended"]] if isinstance(notify, dict) and record is not None else []
     for module in commands:
         fd = os.open(run.log_path(job_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -389,7 +389,7 @@ def _record_end_as_user(run_dir: str, run_id: str, job_id: int, restart_count: i
                              start_new_session=True)
         finally:
             os.close(fd)
-    return record["outcome"]
+    return record["outcome"] if record else None
 
 
 def record_killed_attempt(cfg: HookConfig, env, info: JobInfo | None, record: CostRecord, now: float,
