@@ -11,7 +11,7 @@ import time
 
 from slurmctl.control.cancel import CancelResult, ProgressFn
 from slurmctl.control.resume import ResumeResult
-from slurmctl.errors import ResumeError, RunNotFound, SlurmctlError
+from slurmctl.errors import ResumeError, RunNotFound, SlurmCommandError, SlurmctlError
 from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
 from slurmctl.runtime import write_drain_request
 from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
@@ -101,6 +101,14 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
            poll: float, progress: ProgressFn | None) -> None:
     """The program's own signal, then its own new complete checkpoint as the acknowledgement."""
     before = block.latest()
+    info = client.job_info(job_id)
+    restarts = info.restarts if info is not None else 0
+    # A user's cancel never restarts the job: the script's own USR1 trap (`scontrol requeue`) or the
+    # framework's (Lightning's) would requeue it on this signal; with Requeue=0 Slurm refuses that.
+    try:
+        client.update_job(job_id, Requeue=0)
+    except SlurmCommandError as exc:
+        run.record("requeue-not-disabled", job_id=job_id, error=str(exc)[:200])
     # the batch shell's `attempt end` reads it: the attempt ends `cancelled`, however the program ends
     write_drain_request(run.path, "cancel", job_id=str(job_id))
     run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=block.signal,
@@ -115,8 +123,9 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
             run.record("drain-acknowledged", job_id=job_id, step=latest.step, checkpoint=str(latest.path),
                        by="the program's own checkpoint")
             return
-        if not _active(_live_state(client, job_id)):
-            break
+        info = client.job_info(job_id)
+        if info is None or info.state != "RUNNING" or info.restarts != restarts:
+            break  # ended, or requeued all the same: a checkpoint of a later attempt is no acknowledgement
         if progress:
             progress(waited, None)
         time.sleep(poll)
