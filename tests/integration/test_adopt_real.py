@@ -276,6 +276,23 @@ def test_cancel_never_requeues_a_script_whose_usr1_trap_requeues(workdir, alice)
         slurmctl("cancel", run_id, "--now", check=False)
 
 
+def test_dry_run_detects_imports_as_python_reads_them_and_says_when_it_found_none(workdir, alice):
+    _write(workdir, "nano.py", "import argparse, os, time, torch\nprint('iter 1')\n", alice)
+    _write(workdir, "plain.py", "import numpy as np\nprint('hello')\n", alice)
+    for program, framework in (("nano.py", "pytorch"), ("plain.py", None)):
+        script = _write(workdir, f"{program}.sbatch", f"#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n"
+                        f"srun python {program}\n", alice)
+        plan = slurmctl_json("adopt", "--dry-run", script, cwd=workdir)
+        told = " ".join(plan["notes"])
+        if framework:
+            assert plan["resilience"]["framework"] == framework and "detected" in plan["resilience"]["how"], plan
+        else:
+            assert plan["resilience"] is None and "resilience: NONE" in told and "--framework" in told, told
+            assert "cancel --now" in told and "resume" in told, told
+        shown = slurmctl("adopt", "--dry-run", script, cwd=workdir).stderr  # the plan; stdout is the job
+        assert ("resilience: NONE" in shown) == (framework is None), shown
+
+
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):
     dep = alice.sbatch("--hold", "-p", "l4-dev", "-o", "/dev/null", "-J", "adopt-dep", "--wrap", "true")
     try:

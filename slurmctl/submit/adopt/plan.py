@@ -344,7 +344,9 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
             framework, how = found, f"detected: {program} imports it"
         if found and found == framework:
             break  # the program the block is about: its text says how it restores
-    if framework in {None, "none"}:
+    if framework is None:
+        return None, "not detected"
+    if framework == "none":
         return None, "none"
     if framework not in ADAPTERS:
         raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
@@ -405,6 +407,15 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
                           "listed and used by resume; it saves on no signal, so cancel stops it at once "
                           "(give --signal if it does).")
+    elif how == "not detected":
+        programs = ", ".join(str(launch.program) for launch in body.launches if launch.program) or \
+            "the script's commands (no .py program named)"
+        plan.notes.append(
+            f"resilience: NONE — no framework slurmctl knows (Lightning, HF Trainer, PyTorch) is imported by "
+            f"{programs}. So cancel cannot ask the program to save (only `cancel --now`, which loses the work "
+            "since its last save), and resume finds no checkpoint of its own. If it does checkpoint, adopt it "
+            f"again with --framework {'|'.join(ADAPTERS)} --checkpoint-dir DIR (and --signal SIG if it saves "
+            "on one).")
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
                                   "027" if site.share_runs_with_group else "077")
     return plan, script
