@@ -74,8 +74,21 @@ def test_an_attempt_without_an_end_record_and_a_running_one():
                          "or a preemption that did not wait for the drain)")
     assert "attempt 0" in lost and "ended without an end record" not in lost
     assert running.endswith("from checkpoint step 40; running")
-    # a resume is a new submission: the story starts again
-    assert story(events + [{"event": "submitted", "job_id": 10}]) == []
+    # a resume is a new job of the same run: its attempts follow the earlier job's, which is no longer running
+    resumed = story(events + [{"event": "submitted", "job_id": 10},
+                              {"event": "start", "job_id": 10, "restart_count": 0, "nodes": "h100-2",
+                               "resume_step": 40, "time": T0 + 400}], Job(job_id=10, name="r", state="RUNNING"))
+    assert len(resumed) == 3 and resumed[1].endswith("from checkpoint step 40; no end record"), resumed
+    assert resumed[2].startswith("attempt 0 (job 10)") and resumed[2].endswith("; running")
+
+
+def test_a_cancelled_attempt_without_an_end_record_reads_cancelled():
+    events = [{"event": "submitted", "job_id": 9},
+              {"event": "start", "job_id": 9, "restart_count": 0, "nodes": "h100-1", "time": T0},
+              {"event": "cancel-requested", "job_id": 9, "drain": "skipped", "time": T0 + 50}]
+    for job in (None, Job(job_id=9, name="r", state="RUNNING")):  # Slurm may still show it ending
+        (line,) = story(events, job)
+        assert line.endswith("; cancelled on request (`slurmctl cancel`)"), line
 
 
 def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
