@@ -588,7 +588,8 @@ def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
     progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
     blocks = [b for _, b in traceback_blocks(lines) if not is_launcher_block(b)]
     if blocks or reading.exception:
-        return last_traceback(lines)
+        # ranks in the log: the failing rank's own traceback, not a later one of a peer it left hanging
+        return last_traceback(lines, ending_at=reading.exception_line if reading.root_rank is not None else None)
     said = [lines[reading.last_progress].strip()] if reading.last_progress is not None else []
     for i, line in enumerate(lines):
         if ROOT_CAUSE.search(line):
