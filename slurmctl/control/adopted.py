@@ -55,9 +55,9 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
     block = resilience_of(run)
     if state == "RUNNING" and not now:
         if block is None or not block.signal:
-            latest = block.latest() if block else None
-            kept = f"its newest own checkpoint is {latest.path} (step {latest.step})" if latest else \
-                "it has no checkpoint slurmctl can see"
+            latest = block.restored() if block else None
+            kept = f"its next start restores {latest.path} (step {latest.step})" if latest else \
+                "it has no checkpoint slurmctl can see that its next start would restore"
             raise SlurmctlError(
                 f"run {run.run_id} runs an adopted program that cannot be asked to save: it sends no heartbeat and "
                 f"slurmctl knows no signal it saves on; {kept}. Nothing was cancelled.",
@@ -80,12 +80,12 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
                 result.slurm_state = state
             result.verified, result.seconds = True, time.monotonic() - started
             if result.drain == "unacknowledged":
-                latest = block.latest() if block else None
+                latest = block.restored() if block else None  # what the next start restores, as status says
                 result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
                                + (f" (it ended {state.lower()}: it does not save on that signal)" if state
                                   not in {None, "CANCELLED"} else "")
-                               + (f"; its newest checkpoint is {latest.path} (step {latest.step})" if latest else
-                                  "; it has no checkpoint of its own"))
+                               + (f"; its next start restores {latest.path} (step {latest.step})" if latest else
+                                  "; its next start restores no checkpoint of its own"))
             return result
         if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and not requeued_cancelled:
             # the program requeued itself after its save (Lightning does) while the first scancel
@@ -119,9 +119,17 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
         latest = block.latest()
         if _newer(latest, before):
             result.drain, result.drain_seconds = "acknowledged", waited
-            result.ack_step, result.ack_checkpoint = latest.step, str(latest.path)
+            # named: what the program's next start restores (Lightning's ckpt_path="last" skips the
+            # hpc_ckpt it just saved), as status and resume name it
+            restored = block.restored()
+            named = restored or latest
+            result.ack_step, result.ack_checkpoint = named.step, str(named.path)
+            if restored is None or restored.path != latest.path:
+                result.note = (f"it saved {latest.path} (step {latest.step}), but its next start restores "
+                               f"{f'{restored.path} (step {restored.step})' if restored else 'no checkpoint'} "
+                               f"({block.framework}'s rule for this program: {block.restore})")
             run.record("drain-acknowledged", job_id=job_id, step=latest.step, checkpoint=str(latest.path),
-                       by="the program's own checkpoint")
+                       by="the program's own checkpoint", restores=str(named.path) if restored else None)
             return
         info = client.job_info(job_id)
         if info is None or info.state != "RUNNING" or info.restarts != restarts:

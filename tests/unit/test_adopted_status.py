@@ -67,3 +67,21 @@ def test_advice_for_an_adopted_run_names_the_script_not_run_yaml(tmp_path):
     assert in_script_words("Resume (`slurmctl submit` again), or raise `time_limit` in run.yaml.",
                            "`slurmctl resume r`") == ("Resume (`slurmctl resume r`), or raise `#SBATCH --time` in the "
                                                       "script. Then run the script again with `slurmctl adopt SCRIPT`.")
+
+
+def test_a_cancelled_program_without_a_checkpoint_is_told_to_adopt_again_not_resume(tmp_path):
+    run = _adopted_run(tmp_path, 81, CANCEL)
+    (tmp_path / "out" / "ckpt.pt").unlink()  # it never saved
+    status = build_status(run, Job(job_id=81, state="CANCELLED", source="sacct"))
+    assert status.phase == "cancelled" and "slurmctl resume" in status.action and "would refuse" in status.action
+    assert "slurmctl adopt" in status.action and "train.sbatch" in status.action, status.action
+    # the history line of the cancelled attempt says so, not "running" or "no end record"
+    assert status.history[-1].endswith("; cancelled on request (`slurmctl cancel`)"), status.history
+
+
+def test_progress_is_read_from_the_checkpoints_when_they_are_newer_than_the_output(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    with zipfile.ZipFile(tmp_path / "out" / "ckpt.pt", "w") as archive:  # saved on to 1180; the output says 40
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 1180, "model": {}}, protocol=2))
+    status = build_status(run, Job(job_id=81, state="RUNNING"))
+    assert status.last_step == 1180 and "Last progress in its newest checkpoint: step 1180." in status.details
