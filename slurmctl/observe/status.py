@@ -323,7 +323,8 @@ def _checkpoint(status: RunStatus, run: Run, events: list[dict], job_id: int | N
         status.details.append(f"Newest valid checkpoint: step {latest_ck.step}.")
     elif job_id is not None:
         status.details.append("No valid checkpoint yet.")
-        if "slurmctl resume" in status.action:  # resume refuses a run without one: advise what works
+        # resume refuses a run without one: advise what works (an adopted program's own: observe.adopted)
+        if "slurmctl resume" in status.action and "adopted" not in run.meta:
             status.action = ("It saved no checkpoint, so `slurmctl resume` has nothing to continue from: submit "
                              f"its run.yaml again to start from step 0 (`slurmctl submit {run.path / 'run.yaml'}`).")
     checkpoint_failure(status, events, now)

@@ -40,6 +40,7 @@ def test_a_program_killed_by_its_drain_signal_reads_cancelled_with_its_checkpoin
     status = build_status(run, job)
     assert status.phase == "cancelled" and status.diagnosis is None
     assert "ckpt.pt (step 40)" in status.headline and "slurmctl resume" in status.action
+    assert "run.yaml" not in status.action and "sbatch script" not in status.action, status.action
     assert any("FAILED" in d for d in status.details)
 
 
