@@ -26,6 +26,13 @@ _SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for
     (r"run\.yaml env", "the script's `export` lines"),
     (r"`python:` in run\.yaml / the image", "the script's module/conda/venv lines"),
     (r"`args:` \(run\.yaml\)", "the program's arguments in the script"),
+    (r"`args:`/the config file", "the program's arguments in the script/the config file"),
+    (r"the override in `args:`", "the override in the program's arguments"),
+    (r"`args:`", "the program's arguments in the script"),
+    (r" \(list it under `config_files:` in run\.yaml so submit checks it\)", ""),
+    (r"\(relative to `workdir`\)", "(relative to the job's working directory: the script's --chdir, else where "
+                                   "it was submitted)"),
+    (r"results are in the run directory", "results are where the script writes them"),
     (r"`(?:checkpoint\.keep_last|model\.precision)` in run\.yaml", "the program's own setting"),
     (r"`slurmctl submit` again", "`slurmctl resume RUN`"),
     (r"\bin run\.yaml\b", "in the sbatch script"),
@@ -33,10 +40,13 @@ _SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for
 ))
 
 
+_RUN_YAML_TERMS = ("run.yaml", "slurmctl submit", "args:", "workdir", "config_files:", "run directory")
+
+
 def in_script_words(text: str, resubmit: str = "`slurmctl resume RUN`", script: str = "SCRIPT") -> str:
     """`text` (advice for run.yaml runs) for a job adopted from, or submitted as, an sbatch script;
     `resubmit` says how that job is started again."""
-    if "run.yaml" not in text and "slurmctl submit" not in text:
+    if not any(word in text for word in _RUN_YAML_TERMS):
         return text
     for pattern, words in _SCRIPT_WORDS:
         text = pattern.sub(resubmit if words == "`slurmctl resume RUN`" else words, text)

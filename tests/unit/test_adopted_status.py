@@ -86,3 +86,22 @@ def test_progress_is_read_from_the_checkpoints_when_they_are_newer_than_the_outp
         archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 1180, "model": {}}, protocol=2))
     status = build_status(run, Job(job_id=81, state="RUNNING"))
     assert status.last_step == 1180 and "Last progress in its newest checkpoint: step 1180." in status.details
+
+
+def test_advice_in_script_words_has_no_run_yaml_field_left():
+    from slurmctl.observe.diagnose import SIGNATURES
+    from slurmctl.observe.explain import explain_state
+
+    hints = [sig.hint for sig in SIGNATURES] + [explain_state("COMPLETED").action]
+    for hint in hints:
+        said = in_script_words(hint, "`slurmctl resume r`")
+        for term in ("run.yaml", "`args:`", "`workdir`", "config_files:", "run directory"):
+            assert term not in said, (term, said)
+    completed = in_script_words(explain_state("COMPLETED").action, "`slurmctl resume r`")
+    assert completed == "Nothing to do; results are where the script writes them."
+
+
+def test_a_completed_job_is_not_told_to_make_its_script_exit_0():
+    from slurmctl.observe.diagnose import diagnose_text
+
+    assert diagnose_text("step 9 loss 1.0\n", "COMPLETED", "0:0").hint == "Nothing to fix."
