@@ -68,6 +68,9 @@ NOTIFICATIONS = "notifications.jsonl"
 # Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
 # (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
 DATA_PLAN = "data-plan.json"
+# The latest ended job's diagnosis, with what it was read from (observe.status): `ls` and `status` of
+# a failed run read it instead of scanning the log with every rule again.
+DIAGNOSIS_CACHE = "diagnosis.cache.json"
 DATA_DIR = "data-stage"
 DATA_STAGE = "stage-{job_id}-{node}.json"  # in data-stage/
 
