@@ -79,6 +79,9 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
                              "; no checkpoint adapter (adopt with --framework to have cancel and resume use them)"))
     if status.phase == "starting":  # no heartbeat is expected from it
         status.phase = "training"
+    shape = adopted.get("shape") if isinstance(adopted.get("shape"), dict) else {}
+    if not status.gpus and isinstance(shape.get("gpus_total"), int) and shape["gpus_total"] > 0:
+        status.gpus = shape["gpus_total"]  # the script's own ask, as adopt read it (ls's GPUS column)
     script = shlex.quote(str(adopted.get("script") or "SCRIPT"))
     script_advice(status, f"`slurmctl resume {run.run_id}`", script)
     if block is None or status.job_id is None:

@@ -105,3 +105,11 @@ def test_a_completed_job_is_not_told_to_make_its_script_exit_0():
     from slurmctl.observe.diagnose import diagnose_text
 
     assert diagnose_text("step 9 loss 1.0\n", "COMPLETED", "0:0").hint == "Nothing to fix."
+
+
+def test_an_adopted_run_shows_the_gpus_its_script_asked_for(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    meta = json.loads((run.path / "run.json").read_text())
+    meta["adopted"]["shape"] = {"nodes": "2", "gres": "gpu:h100:2", "gpus_total": 4}
+    (run.path / "run.json").write_text(json.dumps(meta))
+    assert build_status(Run(run.run_id, run.path), Job(job_id=81, state="RUNNING")).gpus == 4
