@@ -9,16 +9,20 @@ number of Slurm commands: one squeue for every run, one sacct for the ones squeu
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
+from slurmctl.fsutil import read_json, write_atomic
+from slurmctl.observe import diagnose, log_reading
 from slurmctl.observe.data import cache_suggestion, data_note, data_summary
 from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
@@ -278,11 +282,6 @@ def _diagnosis(run: Run, job: Job) -> dict:
     attempts.jsonl, the watchdog's state, Slurm's state and exit code, the diagnosis code itself), else
     a new one, cached. Every rule compiled and run over the log costs ~0.3 s a run in `ls`; a failed
     run's log no longer changes. Only the run's owner reads or writes the cache."""
-    import json
-
-    from slurmctl.fsutil import read_json, write_atomic
-    from slurmctl.observe import diagnose, log_reading
-
     def stamp(path) -> list[int]:
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -482,8 +481,6 @@ def unreachable_statuses(runs: list[Run], site=None) -> list[RunStatus]:
 
 
 def _outage_file():
-    from pathlib import Path
-
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "slurmctl" / "slurm-unreachable-since"
 

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from slurmctl import rundir
+from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import read_jsonl, tail_jsonl
 
 ATTEMPT_TAG = "slurmctl.attempt"
@@ -261,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m slurmctl.runtime.tracking end`: see end_mlflow_run, inside the job. With `--run-dir DIR`:
     the epilog's process as the job's user, after the batch script was killed (killed_run_env). Never
     fails the job."""
-    from slurmctl.errors import SlurmctlError
-
     args = sys.argv[1:] if argv is None else argv
     env: dict | os._Environ = os.environ
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
