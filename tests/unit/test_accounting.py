@@ -210,3 +210,22 @@ def test_the_ledger_and_the_hooks_log_are_the_operators_not_the_users(site, tmp_
     log.chmod(0o644)  # an older version made it world-readable: tightened on the next write
     log_hook({"SLURMCTL_HOOKS_LOG": str(log), "SLURM_JOB_ID": "1"}, "prolog", time.monotonic())
     assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text().count("\n") == 1
+
+
+def test_the_ledger_uses_the_rollback_journal_on_a_network_filesystem(tmp_path, monkeypatch):
+    """SQLite's WAL needs memory shared by every process that opens the database: not the case for a
+    ledger on Filestore read on the login pods and written by the cron pods."""
+    from slurmctl.ops import accounting
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\n10.0.0.2:/runs {tmp_path}/nfs nfs rw,vers=3,hard 0 0\n")
+    (tmp_path / "nfs" / "acct").mkdir(parents=True)
+    assert accounting.on_network_filesystem(tmp_path / "nfs" / "acct", str(mounts))
+    assert not accounting.on_network_filesystem(tmp_path / "nfs-other", str(mounts))
+    assert not accounting.on_network_filesystem(tmp_path / "nfs", str(tmp_path / "missing"))
+    real = accounting.on_network_filesystem
+    monkeypatch.setattr(accounting, "on_network_filesystem", lambda path: real(path, str(mounts)))
+    nfs = accounting.Ledger(tmp_path / "nfs" / "acct" / "ledger.sqlite")
+    assert nfs.db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    local = accounting.Ledger(tmp_path / "local" / "ledger.sqlite")
+    assert local.db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
