@@ -35,7 +35,7 @@ from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMix
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
-from slurmctl.slurm.parsing import parse_tres
+from slurmctl.slurm.parsing import gres_gpus, parse_tres
 from slurmctl.slurm.records import PartitionPolicy, QosLimits, tres_gpus
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
@@ -136,6 +136,7 @@ def _pool_can_hold(job: QueueEntry, partition: str, site: SiteConfig, partitions
     if pool is None or pool.max_nodes is None:
         return True  # a fixed partition: no pool to compare with
     gpus, model = tres_gpus(job.tres)
+    model = model or gres_gpus(job.tres_per_node.replace("gres:", "").replace("gres/", ""))[1]
     asked = parse_tres(job.tres)
     return (nodes <= pool.max_nodes and -(-gpus // nodes) <= pool.gpus_per_node
             and (not model or model == pool.gpu_type)

@@ -75,6 +75,7 @@ class Job:
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
     dependency: str = ""  # the part of --dependency not yet met ('' when none is left)
+    tres_per_node: str = ""  # what the job asked per node: 'gres:gpu:l4:1' (--gres, --gpus-per-node)
     array_tasks: str = ""  # a pending array's tasks not yet started, as squeue prints them: '0-9,15%2'
     restarts: int = 0
     batch_host: str = ""

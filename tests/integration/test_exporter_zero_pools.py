@@ -110,6 +110,7 @@ def test_jobs_that_can_never_start_on_a_pool_scaled_to_zero_are_not_demand(clust
     print("CAPTURE sacctmgr:\n" + c.run(["sacctmgr", "-n", "-P", "show", "qos",
                                           "format=Name,MaxTRES,MaxTRESPU,GrpTRES,MaxJobsPU,MaxWall"]).stdout)
     print(f"\nrefused at submit: {refused}\nsqueue:\n{queue}exporter: {demand}")
+    print(c.run(["squeue", "-h", "-O", "JobID:8,Name:26,tres-alloc:70,ArrayTaskID:12"]).stdout)
     # every job sent to a partition with no node pends with PartitionConfig (Slurm's reason says nothing
     # of AllowQos or the QOS limits there), but for a hold and a dependency on a job not yet done
     reasons = {line.split("|")[1]: line.split("|")[7] for line in queue.splitlines()}

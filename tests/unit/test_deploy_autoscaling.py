@@ -142,7 +142,7 @@ def exporter_series(tmp_path: Path, partition: str, busy: int, waiting: list[int
     jobs = [(WAITING_REASONS[i % len(WAITING_REASONS)], nodes, 8 * nodes) for i, nodes in enumerate(waiting)]
     records = [[str(100 + i), "PENDING", reason, partition, str(nodes),
                 f"cpu={nodes},mem=1000M,node={nodes},billing={nodes},gres/gpu={gpus}", "2026-12-01T10:00:00",
-                "N/A", limit, "alice", "production", "(null)", "N/A", "(null)"]
+                "N/A", limit, "alice", "production", "(null)", "N/A", "N/A", "(null)"]
                for i, (reason, nodes, gpus, limit) in enumerate([(*job, "1-00:00:00") for job in jobs]
                                                                 + NEVER_STARTED_BY_NODES)]
     other = "h100-flex" if partition != "h100-flex" else "h100-spot"

@@ -29,10 +29,10 @@ MAXTIME = "".join(f"{name}{SEP}{'04:00:00' if name == 'l4-dev' else '7-00:00:00'
 
 
 def job(job_id, partition, qos, nodes=1, gpus=0, state="PENDING", reason="PartitionConfig", user="alice",
-        dependency="(null)", tres=None, array="N/A"):
+        dependency="(null)", tres=None, array="N/A", per_node="N/A"):
     tres = tres or f"cpu={nodes},node={nodes},gres/gpu={gpus}"
     return [str(job_id), state, reason, partition, str(nodes), tres,
-            "2026-12-01T10:00:00", "N/A", "10:00", user, qos, dependency, array, "(null)"]
+            "2026-12-01T10:00:00", "N/A", "10:00", user, qos, dependency, per_node, array, "(null)"]
 
 
 # the integration test's queue, as squeue -O prints it (flex-after-production waits on job 9)
@@ -138,6 +138,11 @@ def test_jobs_no_node_of_the_pool_can_hold_ask_for_no_node():
         {"h100-ondemand": 0, "h100-spot": 0, "h100-flex": 2, "l4-dev": 0}
     assert waiting([job(45 + i, "h100-flex", "production", n, tres=t) for i, (n, t) in enumerate(never)]) == \
         {"h100-ondemand": 0, "h100-spot": 0, "h100-flex": 0, "l4-dev": 0}
+    # production tracks gres/gpu only (AccountingStorageTRES): tres-alloc has no model, tres-per-node does
+    untyped = "cpu=1,mem=100M,node=1,billing=1,gres/gpu=1"
+    assert waiting([job(49, "h100-flex", "production", tres=untyped, per_node="gres:gpu:l4:1"),
+                    job(50, "h100-flex", "production", tres=untyped, per_node="gres/gpu:h100:1"),
+                    job(51, "h100-flex", "production", tres=untyped, per_node="gres:gpu:1")])["h100-flex"] == 2
     assert waiting([job(50, "l4-dev", "experiments", tres="cpu=2,node=1,gres/gpu=1,gres/gpu:l4=1")])["l4-dev"] == 1
 
 
