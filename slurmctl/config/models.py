@@ -397,6 +397,12 @@ class PartitionConfig(_Strict):
         None, ge=1, description="an autoscaled pool (e.g. a GKE node pool scaled from zero): nodes are added for "
         "pending jobs, up to this many. Jobs are checked against gpus_per_node and this, not the nodes present, "
         "and a job the present nodes cannot hold pends until the pool scales up; unset: the nodes are fixed")
+    cpus_per_node: int | None = Field(
+        None, ge=1, description="an autoscaled pool's CPUs per node (its machine type's vCPUs): a job asking more "
+        "per node never runs there and asks the pool for no node; unset: not checked")
+    mem_per_node_mb: int | None = Field(
+        None, ge=1, description="an autoscaled pool's memory per node in MiB (its machine type's): a job asking "
+        "more per node never runs there and asks the pool for no node; unset: not checked")
 
 
 class ContainersConfig(_Strict):

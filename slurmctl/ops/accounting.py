@@ -239,6 +239,30 @@ _AS_ROW = attrgetter(*_COLUMNS)
 _KEY = ("cluster", "job_id", "start")
 
 
+# Filesystems whose clients share no memory: SQLite's WAL index (the -shm file) is an mmap that is not
+# coherent between two hosts, so WAL "does not work over a network filesystem" (sqlite.org/wal.html).
+_NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "9p", "ceph", "glusterfs", "lustre", "fuse.gcsfuse")
+
+
+def on_network_filesystem(path: Path, mounts: str = "/proc/self/mounts") -> bool:
+    """Whether `path` lies on a network filesystem: the filesystem type of the longest mount point
+    above it (/proc/self/mounts; False when that cannot be read)."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return False
+    target, best, fstype = str(path.resolve()), "", ""
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, parts[2]
+    return fstype in _NETWORK_FS
+
+
 class Ledger:
     """The attempts of every user, priced: the operators' (root's, and the site's operators_group's
     when it names one), never the users'. A ledger root makes gets a 0700 (0750) directory and a
@@ -251,7 +275,11 @@ class Ledger:
         self.db = sqlite3.connect(self.path)
         if os.geteuid() == 0:
             _restrict_to_operators(self.path, operators_group, made_dir)
-        self.db.execute("PRAGMA journal_mode=WAL")  # readers (reports) never block the cron ingester
+        # WAL: readers (reports) never block the cron ingester, but only on one host's own disk. On
+        # Filestore (GKE: the cron pods and the login pods' readers on different VMs) the rollback
+        # journal, whose locks are the NFS server's: a reader waits out an ingest's commit.
+        mode = "DELETE" if on_network_filesystem(self.path.parent) else "WAL"
+        self.db.execute(f"PRAGMA journal_mode={mode}")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"CREATE TABLE IF NOT EXISTS attempts ({', '.join(_COLUMNS)}, "
                         f"PRIMARY KEY ({', '.join(_KEY)}))")

@@ -35,7 +35,8 @@ from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMix
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment, stage_records
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
-from slurmctl.slurm.records import PartitionPolicy, QosLimits
+from slurmctl.slurm.parsing import gres_gpus, parse_tres
+from slurmctl.slurm.records import PartitionPolicy, QosLimits, tres_gpus
 from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 
 # QOS limits change when an operator runs accounting.sh, not between scrapes: sacctmgr (slurmdbd) is
@@ -114,32 +115,56 @@ def drain_cause(reason: str, state: str) -> str:
     return "admin"
 
 
-def waits_for_nodes(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo],
-                    policies: dict[str, PartitionPolicy] | None = None) -> bool:
-    """A pending job that more nodes in its (first) partition would start, by itself: a reason more
-    nodes cure, no dependency left, a QOS the partition admits, a time limit within the partition's
-    MaxTime, and a shape the pool can reach (nodes up to the partition's MaxNodes and the site's
-    max_nodes, GPUs per node up to its gpus_per_node). A 20-node job on an 8-node pool never runs: it
-    asks for no node. On a partition with no node Slurm says PartitionConfig before it looks at the
-    QOS, the time limit or the dependency: an 8-day job, or one under a QOS the partition does not
-    take, would scale the pool up, then pend there with its real reason, again and again. The QOS's
-    own limits need the queue around the job: see node_demand."""
-    if job.state != "PENDING" or not job.partitions or job.dependency:
-        return False
-    if job.reason not in _WAITING_FOR_NODES_REASONS and not job.reason.startswith("ReqNodeNotAvail"):
-        return False
-    first = job.partitions[0]
-    policy = (policies or {}).get(first)
+# On a multi-partition job Slurm reports the reason of the last partition it tried: a partition that
+# refuses the QOS hides that another listed one would take the job once it has a node.
+_QOS_REFUSED_HERE = "Job's QOS not permitted to use this partition"
+
+
+def _pool_can_hold(job: QueueEntry, partition: str, site: SiteConfig, partitions: dict[str, PartitionInfo],
+                   policies: dict[str, PartitionPolicy]) -> bool:
+    """Whether `partition`, grown to its pool's size, would ever start the job: a QOS it admits, a time
+    limit within its MaxTime, nodes up to its MaxNodes and the pool's max_nodes, and per node no more
+    GPUs, CPUs or memory than the pool's node has, and its GPU model if the job names one."""
+    policy = policies.get(partition)
     nodes = max(job.num_nodes, 1)
     if policy and (not policy.admits(job.qos) or (policy.max_nodes is not None and nodes > policy.max_nodes)):
         return False
-    limit = partitions.get(first)
+    limit = partitions.get(partition)
     if limit and limit.max_time_seconds is not None and (job.time_limit_seconds or 0) > limit.max_time_seconds:
         return False
-    pool = site.partitions.get(first)
+    pool = site.partitions.get(partition)
     if pool is None or pool.max_nodes is None:
         return True  # a fixed partition: no pool to compare with
-    return nodes <= pool.max_nodes and -(-job.gpus // nodes) <= pool.gpus_per_node
+    gpus, model = tres_gpus(job.tres)
+    model = model or gres_gpus(job.tres_per_node.replace("gres:", "").replace("gres/", ""))[1]
+    asked = parse_tres(job.tres)
+    return (nodes <= pool.max_nodes and -(-gpus // nodes) <= pool.gpus_per_node
+            and (not model or model == pool.gpu_type)
+            and (pool.cpus_per_node is None or asked.get("cpu", 0) / nodes <= pool.cpus_per_node)
+            and (pool.mem_per_node_mb is None or asked.get("mem", 0) / nodes <= pool.mem_per_node_mb))
+
+
+def demand_partition(job: QueueEntry, site: SiteConfig, partitions: dict[str, PartitionInfo],
+                     policies: dict[str, PartitionPolicy] | None = None) -> str | None:
+    """The partition whose pool more nodes would start this pending job in, by itself; None when no
+    node would: a reason more nodes cure, no dependency left, and a partition that can hold it
+    (_pool_can_hold). A 20-node job on an 8-node pool, `-c 256` on a 208-vCPU node or an L4 job on
+    an H100 pool never runs: it asks for no node. On a partition with no node Slurm says
+    PartitionConfig before it looks at the QOS, the time limit, the dependency or the node shape: such
+    a job would scale the pool up, then pend there with its real reason, again and again. A job sent
+    to several partitions counts for the cheapest one (site price per GPU-hour) that can hold it.
+    The QOS's own limits need the queue around the job: see node_demand."""
+    if job.state != "PENDING" or not job.partitions or job.dependency:
+        return None
+    several = len(job.partitions) > 1
+    if not (job.reason in _WAITING_FOR_NODES_REASONS or job.reason.startswith("ReqNodeNotAvail")
+            or (several and job.reason.startswith(_QOS_REFUSED_HERE))):
+        return None
+    able = [p for p in job.partitions if _pool_can_hold(job, p, site, partitions, policies or {})]
+    if not able:
+        return None
+    unpriced = float("inf")
+    return min(able, key=lambda p: site.partitions[p].price_per_gpu_hour if p in site.partitions else unpriced)
 
 
 _HOLDING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
@@ -154,25 +179,27 @@ class QosUsage:
         self.group: dict[str, Counter[str]] = defaultdict(Counter)
         self.user: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
 
-    def _names(self, job: QueueEntry) -> list[str]:
-        policy = self.policies.get(job.partitions[0]) if job.partitions else None
+    def _names(self, job: QueueEntry, partition: str | None = None) -> list[str]:
+        """The job's QOS and the QOS of its partition (the one it runs in, or is counted for)."""
+        partition = partition or (job.partitions[0] if job.partitions else "")
+        policy = self.policies.get(partition)
         return [name for name in dict.fromkeys([job.qos, policy.qos if policy else ""]) if name]
 
     @staticmethod
     def _tres(job: QueueEntry) -> Counter[str]:
         return Counter({"gres/gpu": job.gpus, "node": max(job.num_nodes, 1), "jobs": 1})
 
-    def add(self, job: QueueEntry) -> None:
-        for name in self._names(job):
+    def add(self, job: QueueEntry, partition: str | None = None) -> None:
+        for name in self._names(job, partition):
             self.group[name] += self._tres(job)
             self.user[(name, job.user)] += self._tres(job)
 
-    def fits(self, job: QueueEntry) -> bool:
+    def fits(self, job: QueueEntry, partition: str | None = None) -> bool:
         """Whether the job is within every limit of its QOS and its partition's QOS, with what the
         jobs already counted hold. A QOS not in the table (sacctmgr not answering) limits nothing:
         counting a job too many costs a node for a while, missing one leaves a job waiting for good."""
         want = self._tres(job)
-        for name in self._names(job):
+        for name in self._names(job, partition):
             limits = self.qos.get(name)
             if limits is None:
                 continue
@@ -187,19 +214,30 @@ class QosUsage:
         return True
 
 
-def node_demand(snap: Snapshot, site: SiteConfig) -> list[QueueEntry]:
-    """The pending jobs more nodes would start (waits_for_nodes), in squeue's order (priority within a
-    partition), each only while its QOS limits leave room for it: the user's running jobs plus the
-    ones counted before it, against MaxTRESPerUser, MaxJobsPerUser, GrpTRES and the per-job MaxTRES."""
+def node_demand(snap: Snapshot, site: SiteConfig) -> list[tuple[QueueEntry, str]]:
+    """The pending jobs more nodes would start, each with the partition it counts for
+    (demand_partition), in squeue's order (priority within a partition), each only while its QOS
+    limits leave room for it: the user's running jobs plus the ones counted before it, against
+    MaxTRESPerUser, MaxJobsPerUser, GrpTRES and the per-job MaxTRES. A pending array counts each of
+    its tasks (at most its throttle, and no more than the pool has nodes: each task needs one)."""
     usage = QosUsage(snap.qos, snap.policies)
     for job in snap.jobs:
         if job.state in _HOLDING_STATES:
             usage.add(job)
     counted = []
     for job in snap.jobs:
-        if waits_for_nodes(job, site, snap.partitions, snap.policies) and usage.fits(job):
-            usage.add(job)
-            counted.append(job)
+        partition = demand_partition(job, site, snap.partitions, snap.policies)
+        if partition is None:
+            continue
+        pool = site.partitions.get(partition)
+        tasks = job.pending_tasks
+        if pool is not None and pool.max_nodes is not None:
+            tasks = min(tasks, pool.max_nodes)
+        for _task in range(tasks):
+            if not usage.fits(job, partition):
+                break
+            usage.add(job, partition)
+            counted.append((job, partition))
     return counted
 
 
@@ -370,13 +408,13 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
                  ["partition"], oldest_pending)
     waiting: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
     biggest: dict[tuple, float] = {(p,): 0.0 for p in site.partitions}
-    for job in node_demand(snap, site):
-        key = (job.partitions[0],)
+    for job, partition in node_demand(snap, site):
+        key = (partition,)
         waiting[key] = waiting.get(key, 0.0) + 1
         biggest[key] = max(biggest.get(key, 0.0), float(max(job.num_nodes, 1)))
-    yield _gauge("slurmctl_jobs_waiting_for_nodes", "Pending jobs that more nodes in their (first) partition "
-                 "would start (the autoscaler's demand; no hold, dependency, limit, or shape the pool cannot "
-                 "reach).", ["partition"], waiting)
+    yield _gauge("slurmctl_jobs_waiting_for_nodes", "Pending jobs (array tasks) that more nodes in a partition "
+                 "would start, a job sent to several under the cheapest that can hold it (the autoscaler's "
+                 "demand; no hold, dependency, limit, or shape the pool cannot reach).", ["partition"], waiting)
     yield _gauge("slurmctl_job_waiting_for_nodes_max_nodes", "Node count of the biggest job waiting for nodes.",
                  ["partition"], biggest)
 

@@ -69,7 +69,8 @@ def _user_name() -> str | None:
 # squeue -O (not -o) where GPUs count: only -O has tres-alloc, which counts GPUs however they were
 # asked for (--gres, --gpus, --gpus-per-node).
 SNAPSHOT = JobQuery("queue_snapshot", ("job_id", "state", "reason", "partition", "num_nodes", "tres", "submit_time",
-                                       "start_time", "time_limit_seconds", "user", "qos", "dependency", "comment"),
+                                       "start_time", "time_limit_seconds", "user", "qos", "dependency",
+                                       "tres_per_node", "array_tasks", "comment"),
                     "squeue -O")
 QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tres"), "squeue -O")
 # the node hooks' view of one job (JobInfo): what `scontrol show job` would say, sealed

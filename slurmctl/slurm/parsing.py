@@ -215,6 +215,11 @@ FIELDS = {f.attr: f for f in [
     Field("tres", None, "tres-alloc", "AllocTRES", _text),
     # what is left of the job's dependency ('afterok:12(unfulfilled)'); Slurm removes what is met
     Field("dependency", None, "Dependency", None, _text),
+    # the GPU model a job asked for: tres-alloc names it only where AccountingStorageTRES tracks the
+    # typed GPU (production tracks gres/gpu alone)
+    Field("tres_per_node", None, "tres-per-node", None, lambda s: "" if s in _NULL or s == "N/A" else s),
+    # a pending array's rest ('0-9,15%2'); 'N/A' for any other job
+    Field("array_tasks", None, "ArrayTaskID", None, lambda s: "" if s in _NULL or s == "N/A" else s),
     Field("restarts", None, "RestartCnt", None, _int),
     Field("batch_host", None, "BatchHost", None, lambda s: "" if s in _NULL or s == "n/a" else s),
     # written by users: any byte, our marks included (the seal keeps them inside their field)

@@ -37,6 +37,21 @@ def tres_gpus(tres: str) -> tuple[int, str]:
     return total, model
 
 
+def array_task_count(spec: str) -> int:
+    """'0-9,15%2' -> 2, '0-9:3' -> 4, '' or a single index or anything unreadable -> 1."""
+    ranges, _, throttle = spec.strip("[]").partition("%")
+    count = 0
+    for part in ranges.split(","):
+        bounds, _, step = part.partition(":")
+        first, _, last = bounds.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()) or (step and not step.isdigit()):
+            return 1
+        count += (int(last or first) - int(first)) // max(int(step or 1), 1) + 1
+    if throttle.isdigit() and int(throttle) > 0:
+        count = min(count, int(throttle))
+    return max(count, 1)
+
+
 @dataclass
 class Job:
     """One Slurm job as slurmctl sees it, from squeue (live) or sacct (accounting)."""
@@ -60,6 +75,8 @@ class Job:
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
     dependency: str = ""  # the part of --dependency not yet met ('' when none is left)
+    tres_per_node: str = ""  # what the job asked per node: 'gres:gpu:l4:1' (--gres, --gpus-per-node)
+    array_tasks: str = ""  # a pending array's tasks not yet started, as squeue prints them: '0-9,15%2'
     restarts: int = 0
     batch_host: str = ""
     work_dir: str = ""  # user-written, like name and comment
@@ -84,6 +101,12 @@ class Job:
     def gpus(self) -> int:
         """GPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
         return tres_gpus(self.tres)[0]
+
+    @property
+    def pending_tasks(self) -> int:
+        """How many tasks this record stands for: an array's pending rest ('0-9:2,15%2') counts its
+        indices, at most its throttle (%N tasks run at once); any other job is one."""
+        return array_task_count(self.array_tasks)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -374,13 +374,14 @@ def test_the_exporter_counts_only_jobs_more_nodes_would_start(observed, monkeypa
                for s in family.samples if s.name.startswith("slurmctl_job")}
     queue = c.run(["squeue", "-h", "-t", "PD", "-o", "%j|%P|%D|%r"]).stdout
     print(f"\npending:\n{queue}exporter: { {k: v for k, v in samples.items() if 'waiting' in k[0]} }")
-    # h100-ondemand: od-production-2 and ondemand-or-flex (production); not the four whose QOS it refuses
-    assert samples[("slurmctl_jobs_waiting_for_nodes", "h100-ondemand")] == 2, queue
-    # h100-flex (no node): flex-production, flex-default; not flex-too-long (over MaxTime: Slurm says
-    # PartitionConfig there, as for every job, so the exporter compares the time limits itself) or
-    # flex-7-nodes; + slurmctl's 2-node flex-empty run when that test ran before
+    # h100-ondemand: od-production-2; not the four whose QOS it refuses, nor ondemand-or-flex, which
+    # counts for the cheaper of its two partitions (h100-flex, site.yaml prices)
+    assert samples[("slurmctl_jobs_waiting_for_nodes", "h100-ondemand")] == 1, queue
+    # h100-flex (no node): flex-production, flex-default, ondemand-or-flex; not flex-too-long (over
+    # MaxTime: Slurm says PartitionConfig there, as for every job, so the exporter compares the time
+    # limits itself) or flex-7-nodes; + slurmctl's 2-node flex-empty run when that test ran before
     flex = [line for line in queue.splitlines() if line.split("|")[1].startswith("h100-flex")]
     assert "flex-too-long|h100-flex|1|PartitionConfig" in flex, flex
     submitted = any(line.startswith("flex-empty-") for line in flex)
-    assert samples[("slurmctl_jobs_waiting_for_nodes", "h100-flex")] == 2 + submitted, flex
+    assert samples[("slurmctl_jobs_waiting_for_nodes", "h100-flex")] == 3 + submitted, flex
     assert samples[("slurmctl_job_waiting_for_nodes_max_nodes", "h100-flex")] == (2 if submitted else 1), flex

@@ -86,6 +86,14 @@ def test_jobs_that_can_never_start_on_a_pool_scaled_to_zero_are_not_demand(clust
         "l4-production": ("l4-dev", "production", []),
         "l4-first": ("l4-dev", None, ["--gres=gpu:1"]),
         "l4-second": ("l4-dev", None, ["--gres=gpu:1"]),
+        # no A3 node (site.yaml: 208 vCPUs, 1872 GiB, H100) can ever hold these: never demand
+        "flex-cpus": ("h100-flex", "production", ["-c", "256"]),
+        "flex-mem": ("h100-flex", "production", ["--mem=4000000"]),
+        "flex-l4type": ("h100-flex", "production", ["--gres=gpu:l4:1"]),
+        # ten tasks, three at a time: three nodes' worth of demand, not one
+        "flex-array": ("h100-flex", "production", ["-a", "0-9%3"]),
+        # h100-ondemand refuses experiments, h100-flex takes it: counted for flex
+        "flex-or-od-experiments": ("h100-flex,h100-ondemand", "experiments", gpus8),
     }
     ids, refused = {}, {}
     for name, (partition, qos, extra) in wanted.items():
@@ -102,15 +110,19 @@ def test_jobs_that_can_never_start_on_a_pool_scaled_to_zero_are_not_demand(clust
     print("CAPTURE sacctmgr:\n" + c.run(["sacctmgr", "-n", "-P", "show", "qos",
                                           "format=Name,MaxTRES,MaxTRESPU,GrpTRES,MaxJobsPU,MaxWall"]).stdout)
     print(f"\nrefused at submit: {refused}\nsqueue:\n{queue}exporter: {demand}")
+    print(c.run(["squeue", "-h", "-O", "JobID:8,Name:26,tres-alloc:70,ArrayTaskID:12"]).stdout)
     # every job sent to a partition with no node pends with PartitionConfig (Slurm's reason says nothing
     # of AllowQos or the QOS limits there), but for a hold and a dependency on a job not yet done
     reasons = {line.split("|")[1]: line.split("|")[7] for line in queue.splitlines()}
     assert reasons.pop("flex-held") == "JobHeldUser" and reasons.pop("flex-after-production") == "Dependency"
     assert reasons.pop("spot-missing-dependency") == "None", queue  # running: the dependency was lifted
+    # a job sent to several partitions: the reason of the one that refuses its QOS
+    assert reasons.pop("flex-or-od-experiments").startswith("Job's QOS not permitted"), queue
     assert set(reasons.values()) == {"PartitionConfig"}, queue
+    assert not refused, refused
     waiting = {p: demand[("slurmctl_jobs_waiting_for_nodes", p)] for p in ("h100-ondemand", "h100-flex", "l4-dev")}
-    # h100-ondemand: od-production only; h100-flex: flex-production, flex-missing-dependency and one of
-    # the two burst jobs that do not fit alice's 16 burst GPUs together; l4-dev: one of alice's two
-    # jobs (dev: one job per user)
-    assert waiting == {"h100-ondemand": 1, "h100-flex": 3, "l4-dev": 1}, queue
+    # h100-ondemand: od-production only; h100-flex: flex-production, flex-missing-dependency, one of
+    # the two burst jobs that do not fit alice's 16 burst GPUs together, three tasks of flex-array and
+    # flex-or-od-experiments; l4-dev: one of alice's two jobs (dev: one job per user)
+    assert waiting == {"h100-ondemand": 1, "h100-flex": 7, "l4-dev": 1}, queue
     assert demand[("slurmctl_job_waiting_for_nodes_max_nodes", "h100-flex")] in (1, 2), queue

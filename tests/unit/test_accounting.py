@@ -244,3 +244,22 @@ def test_cost_reads_an_adopted_programs_acknowledged_drain_from_the_runs_story(s
     assert "job 22: a drain was requested but never acknowledged" in told, told  # a real one still says so
     by_job = {a.job_id: a for a in cost.attempts}
     assert by_job[21].drain_acked == 1 and by_job[21].waste_cause != "drain-unacknowledged"
+
+
+def test_the_ledger_uses_the_rollback_journal_on_a_network_filesystem(tmp_path, monkeypatch):
+    """SQLite's WAL needs memory shared by every process that opens the database: not the case for a
+    ledger on Filestore read on the login pods and written by the cron pods."""
+    from slurmctl.ops import accounting
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\n10.0.0.2:/runs {tmp_path}/nfs nfs rw,vers=3,hard 0 0\n")
+    (tmp_path / "nfs" / "acct").mkdir(parents=True)
+    assert accounting.on_network_filesystem(tmp_path / "nfs" / "acct", str(mounts))
+    assert not accounting.on_network_filesystem(tmp_path / "nfs-other", str(mounts))
+    assert not accounting.on_network_filesystem(tmp_path / "nfs", str(tmp_path / "missing"))
+    real = accounting.on_network_filesystem
+    monkeypatch.setattr(accounting, "on_network_filesystem", lambda path: real(path, str(mounts)))
+    nfs = accounting.Ledger(tmp_path / "nfs" / "acct" / "ledger.sqlite")
+    assert nfs.db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    local = accounting.Ledger(tmp_path / "local" / "ledger.sqlite")
+    assert local.db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -171,7 +171,7 @@ def test_a_comment_may_hold_anything():
 
 def test_snapshot_counts_gpus_from_tres():
     fields = ["5", "RUNNING", "None", "a,b", "2", "cpu=2,gres/gpu=4,gres/gpu:h100=4",
-              "2026-11-30T10:00:00", "N/A", "1-00:00:00", "bob", "burst", "afterok:4(unfulfilled)",
+              "2026-11-30T10:00:00", "N/A", "1-00:00:00", "bob", "burst", "afterok:4(unfulfilled)", "N/A", "N/A",
               "slurmctl:r-20261130-0001"]
     (job,) = SlurmClient(ReplayRunner({"squeue": squeue_output(fields)})).queue_snapshot()
     assert (job.gpus, job.partitions, job.user, job.time_limit_seconds) == (4, ["a", "b"], "bob", 86400)

@@ -7,9 +7,13 @@ the upstream sources, not from our expectations:
   `AverageValue` it gives ceil(usage / target); no change while |ratio - 1| <= 0.1 (tolerance);
   the result is clamped to [minReplicas, maxReplicas]; a scale-down takes the highest
   recommendation of the last 300 s (default stabilization window);
-- KEDA (keda.sh ScaledObject spec): at 0 replicas KEDA itself activates to minReplicaCount once
-  the metric is above activationThreshold; after cooldownPeriod without activity it sets
-  idleReplicaCount (0); in between the HPA owns the count.
+- KEDA 2.20.2 (pkg/scaling/executor/scale_scaledobjects.go RequestScale, pkg/fallback): at 0
+  replicas KEDA itself activates to minReplicaCount once the metric is above activationThreshold;
+  after cooldownPeriod without activity it sets idleReplicaCount (0); in between the HPA owns the
+  count. No data is a scaler error (ignoreNullValues false): with no fallback KEDA changes nothing
+  and the HPA, which cannot read its metric, keeps the count; with a fallback, once the failures
+  pass failureThreshold the trigger counts as ACTIVE (scale_handler.go isActiveOrFallback), so a set
+  at 0 is scaled to minReplicaCount, and the HPA is fed the fallback's replicas.
 The metric value of each scenario is what Prometheus computes from the rendered query over the
 series the real exporter (slurmctl.ops.exporter, with the production site.yaml) serves for the
 scenario's queue and nodes: promtool evaluates it (the real PromQL engine), so exporter, query and
@@ -60,9 +64,26 @@ class NodeSetScaler:
         self.idle, self.cooldown, self.poll = spec["idleReplicaCount"], spec["cooldownPeriod"], spec["pollingInterval"]
         self.replicas, self.now, self.last_active = 0, 0, None
         self.recommendations: list[tuple[int, int]] = []
+        self.fallback, self.failures = spec.get("fallback"), 0
 
-    def step(self, usage: float, ready: int) -> int:
+    def step(self, usage: float | None, ready: int) -> int:
+        """One poll; usage None: the query returned no data (a scaler error)."""
         self.now += self.poll
+        if usage is None:
+            if self.fallback is None:
+                return self.replicas  # "isError && Fallback == nil": no scaling; the HPA has no metric
+            self.failures += 1
+            if self.failures <= self.fallback["failureThreshold"]:
+                return self.replicas  # not active, error, fallback replicas != 0: no change yet
+            behavior = self.fallback.get("behavior", "static")
+            usage = {"static": self.fallback["replicas"], "currentReplicas": self.replicas,
+                     "currentReplicasIfHigher": max(self.replicas, self.fallback["replicas"]),
+                     "currentReplicasIfLower": min(self.replicas, self.fallback["replicas"])}[behavior] * self.target
+            if self.replicas == 0:  # fallback active = trigger active: scaleFromZeroOrIdle
+                self.last_active, self.replicas = self.now, self.lo
+                return self.replicas
+        else:
+            self.failures = 0
         if usage > self.activation:
             self.last_active = self.now
         if self.replicas == 0:  # the HPA is off at 0: KEDA activates
@@ -121,7 +142,7 @@ def exporter_series(tmp_path: Path, partition: str, busy: int, waiting: list[int
     jobs = [(WAITING_REASONS[i % len(WAITING_REASONS)], nodes, 8 * nodes) for i, nodes in enumerate(waiting)]
     records = [[str(100 + i), "PENDING", reason, partition, str(nodes),
                 f"cpu={nodes},mem=1000M,node={nodes},billing={nodes},gres/gpu={gpus}", "2026-12-01T10:00:00",
-                "N/A", limit, "alice", "production", "(null)", "(null)"]
+                "N/A", limit, "alice", "production", "(null)", "N/A", "N/A", "(null)"]
                for i, (reason, nodes, gpus, limit) in enumerate([(*job, "1-00:00:00") for job in jobs]
                                                                 + NEVER_STARTED_BY_NODES)]
     other = "h100-flex" if partition != "h100-flex" else "h100-spot"
@@ -175,10 +196,11 @@ def promql(query: str, tmp_path: Path, series: list[tuple[str, float]],
     return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
 
 
-def test_an_outage_is_no_data_and_the_fallback_holds_the_pool(tmp_path):
+def test_an_outage_is_no_data_and_no_pool_moves(tmp_path):
     """Slurm unreachable (the exporter says slurmctl_slurm_up 0 and drops the cluster series) or the
-    exporter not scraped (no series at all): the query returns NO data, not 0, and KEDA, told that no
-    data is an error (ignoreNullValues false), holds the current replicas after failureThreshold polls."""
+    exporter not scraped (no series at all): the query returns NO data, not 0; KEDA, told that no data
+    is an error (ignoreNullValues false) and given no fallback, scales nothing, and the HPA keeps its
+    count: an idle pool is not scaled up, a busy one not down, for an outage longer than the cooldown."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -191,7 +213,14 @@ def test_an_outage_is_no_data_and_the_fallback_holds_the_pool(tmp_path):
     [trigger] = spec["triggers"]
     query = trigger["metadata"]["query"]
     assert trigger["metadata"]["ignoreNullValues"] == "false"
-    assert spec["fallback"]["behavior"] == "currentReplicas" and spec["fallback"]["failureThreshold"] >= 1
+    outage = [(None, 0)] * (2 * spec["cooldownPeriod"] // spec["pollingInterval"])
+    assert run(spec, outage) == [0] * len(outage), "an outage scales an idle pool up"
+    busy = NodeSetScaler(spec)
+    busy.replicas, busy.last_active = 3, 0
+    assert [busy.step(None, 3) for _ in outage] == [3] * len(outage), "an outage scales a busy pool down"
+    # what a fallback would do (KEDA >= 2.19 applies it from zero): the idle pool gets a GPU VM
+    with_fallback = {**spec, "fallback": {"failureThreshold": 3, "behavior": "currentReplicas", "replicas": 1}}
+    assert run(with_fallback, outage[:4]) == [0, 0, 0, 1]
     site = load_site_config(REPO / "deploy" / "slinky" / "site.yaml").model_copy(update={"runs_root": str(tmp_path)})
     registry, _ = build(site, 15.0, ReplayRunner({}, returncode=1, stderr="Unable to contact slurm controller"))
     down = [(f"{s.name}{{}}", s.value) for f in text_string_to_metric_families(generate_latest(registry).decode())

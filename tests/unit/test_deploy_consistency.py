@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 PRODUCTION_PARTITIONS = {"h100-ondemand", "h100-spot", "h100-flex", "l4-dev"}
 ACCELERATOR_GPU_TYPE = {"nvidia-h100-80gb": "h100", "nvidia-l4": "l4"}
+# vCPUs and memory (MiB) of the pools' machine types (cloud.google.com/compute/docs/gpus: A3 High
+# a3-highgpu-8g 208 vCPUs, 1,872 GB; G2 g2-standard-8 8 vCPUs, 32 GB; GB as Compute Engine counts it, GiB)
+MACHINE_SHAPE = {"a3-highgpu-8g": (208, 1872 * 1024), "g2-standard-8": (8, 32 * 1024)}
 K8S_VERSION = "1.30"
 
 # slurm.conf keys the Slinky operator (1.1.2, controller_config.go) writes itself: a line in our
@@ -353,6 +356,8 @@ def test_the_production_site_config_loads_and_sends_each_partition_a_qos_it_admi
         assert part.gpu_type == ACCELERATOR_GPU_TYPE[pools[name]["accelerator_type"]], name
         assert part.preemptible == pools[name]["spot"], name
         assert part.max_nodes == pools[name]["max_nodes"], name  # autoscaled from zero up to the pool's size
+        # the node shape the exporter checks pending jobs against is the pool's machine type
+        assert (part.cpus_per_node, part.mem_per_node_mb) == MACHINE_SHAPE[pools[name]["machine_type"]], name
     assert site.cluster == yaml.safe_load((DEPLOY / "slinky" / "values.yaml").read_text())["clusterName"]
     shared, script = _shared_partitions(), (DEPLOY / "slurm" / "accounting.sh").read_text()
     account_qos = set(re.search(r"modify account .* set Fairshare=\S+ *\\?\n? *QOS=([\w,]+)", script)

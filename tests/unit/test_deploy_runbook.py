@@ -94,6 +94,8 @@ COVERED = {
     "loginsets.login.rootSshAuthorizedKeys=admin_keys.pub": "test_the_slurm_chart_runs_our_slurm_conf_parts_and_images",
     'kubectl -n slurm exec -i statefulset/slurm-controller -c reconfigure -- env SLURMCTL_USERS="$(cat users.txt)" '
     "bash -s < deploy/slurm/accounting.sh": "test_kubectl_objects_are_valid",
+    'kubectl -n slurm exec -i deploy/slurm-login-login -- env SLURMCTL_USERS="$(cat users.txt)" '
+    "bash -s < deploy/slurm/runs-dirs.sh": "test_kubectl_objects_are_valid",
 }
 SELF_BLOCK = ".venv/bin/pytest"  # the block that runs these tests is not run from inside them
 
@@ -446,10 +448,15 @@ def test_kubectl_objects_are_valid(runbook):
     assert {"uid=0", "gid=0", "file-mode=644", "dir-mode=755"} <= set(bucket["spec"]["mountOptions"])
     for doc in created + applied:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    [exec_call] = [c for c in _calls(runbook["log"], "kubectl") if "exec" in c]
-    assert exec_call[exec_call.index("--") + 1:] == ["env", "SLURMCTL_USERS=alice ml-research\nbob ml-applied",
-                                                      "bash", "-s"]
-    assert (runbook["log"] / "exec-stdin").read_text() == (REPO / "deploy" / "slurm" / "accounting.sh").read_text()
+    exec_call, runs_call = [c for c in _calls(runbook["log"], "kubectl") if "exec" in c]
+    for call in (exec_call, runs_call):
+        assert call[call.index("--") + 1:] == ["env", "SLURMCTL_USERS=alice ml-research\nbob ml-applied",
+                                               "bash", "-s"]
+    assert (runbook["log"] / "exec-stdin-1").read_text() == \
+        (REPO / "deploy" / "slurm" / "accounting.sh").read_text()
+    # the runs root and the users' directories: from the login pod (the share mounted, the LDAP users known)
+    assert (runbook["log"] / "exec-stdin-2").read_text() == (REPO / "deploy" / "slurm" / "runs-dirs.sh").read_text()
+    assert runs_call[runs_call.index("exec") + 1:runs_call.index("--")] == ["-i", "deploy/slurm-login-login"]
     # not the default container (slurmctld: crash-looping on a fresh database until this step has run)
     # but the reconfigure sidecar, which runs all the time with slurmctld's image (scontrol's client
     # package has sacctmgr) and /etc/slurm (slurm-operator 1.1.2 controllerbuilder.reconfigureContainer)
@@ -466,3 +473,44 @@ def test_files_that_cite_a_runbook_step_cite_the_step_that_uses_them():
              for m in re.finditer(r"^(\d+)\. \*\*.*?(?=^\d+\. \*\*|^## )", runbook, re.M | re.S)}
     cited = re.findall(r"RUNBOOK step (\d+)", (REPO / "deploy" / "gke" / "k8s" / "checkpoints.yaml").read_text())
     assert cited and all("deploy/gke/k8s/checkpoints.yaml" in steps[n] for n in cited), cited
+
+
+def test_step_9_runs_dirs_script_makes_what_submit_needs_on_a_fresh_share(tmp_path):
+    """deploy/slurm/runs-dirs.sh for real (root, the local cluster's users), on an empty "share": the
+    runs root root's 0755, each user's directory theirs 0700, an existing one left alone; then alice's
+    own slurmctl accepts her runs directory (what `slurmctl submit` checks first)."""
+    import pwd
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root (the script chowns, as on the login pod)")
+    # a share alice can reach (pytest's tmp_path is under root's 0700 directory)
+    share = Path(tempfile.mkdtemp(prefix="slurmctl-share-"))
+    share.chmod(0o755)
+    try:
+        _runs_dirs_on(share, tmp_path, pwd)
+    finally:
+        shutil.rmtree(share)
+
+
+def _runs_dirs_on(share: Path, tmp_path: Path, pwd) -> None:
+    (tmp_path / "site.yaml").write_text(f"cluster: t\nruns_root: {share}/runs   # Filestore\n")
+    (share / "runs" / "bob").mkdir(parents=True)
+    os.chown(share / "runs" / "bob", pwd.getpwnam("bob").pw_uid, -1)
+    (share / "runs" / "bob").chmod(0o750)
+    env = {"PATH": "/usr/bin:/bin", "SLURMCTL_SITE": str(tmp_path / "site.yaml"),
+           "SLURMCTL_USERS": "alice ml-research\nbob ml-applied\n"}
+    script = REPO / "deploy" / "slurm" / "runs-dirs.sh"
+    out = subprocess.run(["bash", "-s"], stdin=script.open(), env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    modes = {p.name: (p.owner(), oct(p.stat().st_mode & 0o7777)) for p in [share / "runs", *(share / "runs").iterdir()]}
+    assert modes == {"runs": ("root", "0o755"), "alice": ("alice", "0o700"), "bob": ("bob", "0o750")}
+    check = subprocess.run(["runuser", "-u", "alice", "--", "env", f"PYTHONPATH={REPO}", sys.executable, "-c",
+                            "import sys; from slurmctl.rundir.registry import RunRegistry; "
+                            "print(RunRegistry(sys.argv[1]).user_dir())", str(share / "runs")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and check.stdout.strip() == str(share / "runs" / "alice"), check.stderr
+    # a name the pod does not know: refused before anything is made
+    bad = subprocess.run(["bash", "-s"], stdin=script.open(), env={**env, "SLURMCTL_USERS": "nosuchuser x"},
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "nosuchuser" in bad.stderr

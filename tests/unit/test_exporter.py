@@ -29,11 +29,11 @@ FS, END = field_separator(TEST_SEAL), record_end(TEST_SEAL)
 SQUEUE = squeue_output(
     ["27", "PENDING", "JobHeldUser", "h100-ondemand,h100-spot", "2",
      "cpu=2,mem=2000M,node=2,billing=2,gres/gpu=4,gres/gpu:h100=4", "2026-11-29T13:29:20", "N/A", "1:00:00", "root",
-     "normal", "(null)", "slurmctl:fixture-20261129-0008"],
+     "normal", "(null)", "N/A", "N/A", "slurmctl:fixture-20261129-0008"],
     ["28", "PENDING", "Priority", "l4-dev", "1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1", "2026-11-29T13:29:20",
-     "N/A", "10:00", "root", "normal", "(null)", "(null)"],
+     "N/A", "10:00", "root", "normal", "(null)", "N/A", "N/A", "(null)"],
     ["29", "RUNNING", "None", "h100-ondemand", "1", "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2",
-     "2026-11-29T13:29:23", "2026-11-29T13:29:24", "10:00", "root", "normal", "(null)",
+     "2026-11-29T13:29:23", "2026-11-29T13:29:24", "10:00", "root", "normal", "(null)", "N/A", "N/A",
      "slurmctl:fixture-20261129-0009"],
 )
 SINFO = (
@@ -91,7 +91,8 @@ def test_snapshot_argv_are_one_lean_squeue_and_one_sinfo():
     assert runner.calls == [
         ["squeue", "-h", "-O", ",".join([*(f"{f}:{FS}" for f in ["JobID", "State", "Reason", "Partition", "NumNodes",
                                                                  "tres-alloc", "SubmitTime", "StartTime",
-                                                                 "TimeLimit", "UserName", "QOS", "Dependency"]),
+                                                                 "TimeLimit", "UserName", "QOS", "Dependency",
+                                                                 "tres-per-node", "ArrayTaskID"]),
                                               f"Comment:{END}"])],
         ["sinfo", "-h", "-N", "-O", ",".join(f"{f}:{SEP}" for f in ["NodeList", "Partition", "Gres", "GresUsed",
                                                                   "StateLong", "Reason"])],
@@ -206,7 +207,8 @@ def test_run_gauges_from_the_run_directory(tmp_path):
 
 def test_pending_job_with_room_in_another_acceptable_partition(tmp_path):
     spot_only = squeue_output(["31", "PENDING", "Priority", "h100-spot", "1", "cpu=1,gres/gpu=4", "2026-11-29T10:00:00",
-                               "N/A", "10:00", "root", "normal", "(null)", "slurmctl:fixture-20261129-0009"])
+                               "N/A", "10:00", "root", "normal", "(null)", "N/A", "N/A",
+                               "slurmctl:fixture-20261129-0009"])
     write_active_run(tmp_path)
     _, registry, _ = make(tmp_path, squeue=spot_only)
     s = scrape(registry)

@@ -29,9 +29,10 @@ MAXTIME = "".join(f"{name}{SEP}{'04:00:00' if name == 'l4-dev' else '7-00:00:00'
 
 
 def job(job_id, partition, qos, nodes=1, gpus=0, state="PENDING", reason="PartitionConfig", user="alice",
-        dependency="(null)"):
-    return [str(job_id), state, reason, partition, str(nodes), f"cpu={nodes},node={nodes},gres/gpu={gpus}",
-            "2026-12-01T10:00:00", "N/A", "10:00", user, qos, dependency, "(null)"]
+        dependency="(null)", tres=None, array="N/A", per_node="N/A"):
+    tres = tres or f"cpu={nodes},node={nodes},gres/gpu={gpus}"
+    return [str(job_id), state, reason, partition, str(nodes), tres,
+            "2026-12-01T10:00:00", "N/A", "10:00", user, qos, dependency, per_node, array, "(null)"]
 
 
 # the integration test's queue, as squeue -O prints it (flex-after-production waits on job 9)
@@ -122,3 +123,44 @@ def test_without_the_qos_table_only_the_partition_rules_apply():
     """slurmdbd down: no QOS limit is known, so none is applied (a node too many for a while is better
     than a job left waiting for good); AllowQos still is (it comes from slurmctld)."""
     assert waiting(QUEUE, sacctmgr_down=True) == {"h100-ondemand": 1, "h100-spot": 0, "h100-flex": 6, "l4-dev": 2}
+
+
+def test_jobs_no_node_of_the_pool_can_hold_ask_for_no_node():
+    """site.yaml's node shape (a3-highgpu-8g: 208 vCPUs, 1872 GiB, H100): on a pool at zero Slurm says
+    PartitionConfig for all of these, and would keep saying it once the pool had scaled up."""
+    fits = [(2, "cpu=416,mem=3833856M,node=2,billing=416,gres/gpu=16,gres/gpu:h100=16"),  # a whole node each
+            (2, "cpu=8,mem=3T,node=2,billing=8,gres/gpu=2")]  # 1.5 TiB per node
+    never = [(1, "cpu=256,mem=1000M,node=1,billing=256,gres/gpu=8"),             # -c 256 > 208 vCPUs
+             (1, "cpu=8,mem=4000000M,node=1,billing=8,gres/gpu=8"),              # --mem above the node's
+             (2, "cpu=420,mem=1000M,node=2,billing=420,gres/gpu=16"),            # 210 CPUs per node
+             (1, "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1,gres/gpu:l4=1")]  # an L4 on an H100 pool
+    assert waiting([job(40 + i, "h100-flex", "production", n, tres=t) for i, (n, t) in enumerate(fits)]) == \
+        {"h100-ondemand": 0, "h100-spot": 0, "h100-flex": 2, "l4-dev": 0}
+    assert waiting([job(45 + i, "h100-flex", "production", n, tres=t) for i, (n, t) in enumerate(never)]) == \
+        {"h100-ondemand": 0, "h100-spot": 0, "h100-flex": 0, "l4-dev": 0}
+    # production tracks gres/gpu only (AccountingStorageTRES): tres-alloc has no model, tres-per-node does
+    untyped = "cpu=1,mem=100M,node=1,billing=1,gres/gpu=1"
+    assert waiting([job(49, "h100-flex", "production", tres=untyped, per_node="gres:gpu:l4:1"),
+                    job(50, "h100-flex", "production", tres=untyped, per_node="gres/gpu:h100:1"),
+                    job(51, "h100-flex", "production", tres=untyped, per_node="gres:gpu:1")])["h100-flex"] == 2
+    assert waiting([job(50, "l4-dev", "experiments", tres="cpu=2,node=1,gres/gpu=1,gres/gpu:l4=1")])["l4-dev"] == 1
+
+
+def test_a_job_sent_to_several_partitions_counts_for_the_cheapest_that_can_hold_it():
+    # both at zero: spot is cheaper than on-demand and takes production
+    assert waiting([job(60, "h100-ondemand,h100-spot", "production", gpus=8)]) == \
+        {"h100-ondemand": 0, "h100-spot": 1, "h100-flex": 0, "l4-dev": 0}
+    # on-demand refuses experiments: Slurm's reason names it, but flex takes the job once it has a node
+    refused = "Job's QOS not permitted to use this partition (h100-ondemand allows production not experiments)"
+    assert waiting([job(61, "h100-flex,h100-ondemand", "experiments", gpus=8, reason=refused)]) == \
+        {"h100-ondemand": 0, "h100-spot": 0, "h100-flex": 1, "l4-dev": 0}
+    # the same reason on a job sent to one partition: it never runs there
+    assert waiting([job(62, "h100-ondemand", "experiments", gpus=8, reason=refused)])["h100-ondemand"] == 0
+
+
+def test_a_pending_array_counts_each_task_up_to_its_throttle_and_the_pool():
+    assert waiting([job(70, "h100-flex", "production", gpus=8, array="0-9%4")])["h100-flex"] == 4
+    assert waiting([job(71, "h100-flex", "production", gpus=8, array="0-99")])["h100-flex"] == 6  # max_nodes
+    # the QOS caps the tasks like separate jobs: experiments allows alice 32 GPUs
+    assert waiting([job(72, "h100-flex", "experiments", gpus=8, array="0-9")])["h100-flex"] == 4
+    assert waiting([job(73, "h100-flex", "production", gpus=8, array="3")])["h100-flex"] == 1
