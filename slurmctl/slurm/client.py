@@ -313,8 +313,9 @@ class SlurmClient(ClusterQueries):
 
     def create_reservation(self, name: str, node: str, minutes: int | None, users: str = "root",
                            timeout: float = 60.0) -> None:
-        """A reservation of `node` from now for `users` only, `minutes` long or (None) with no end
-        (it lasts until deleted); IGNORE_JOBS: a job still ending there does not refuse it."""
+        """A reservation of `node` from now for `users` only, `minutes` long or (None)
+        UNLIMITED (Slurm 22.05 makes that 365 days); IGNORE_JOBS: a job still ending there does not
+        refuse it."""
         duration = "UNLIMITED" if minutes is None else str(int(minutes))
         self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
                    "StartTime=now", f"Duration={duration}", f"Users={users}", "Flags=IGNORE_JOBS"],

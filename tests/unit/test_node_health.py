@@ -150,3 +150,20 @@ def test_failure_records_keep_user_and_nodes_and_old_records_still_read(tmp_path
     blame.mark_passed(spool, 123.0)
     assert blame.passed_at(spool) == 123.0
     assert len(blame.read(spool)) == 2  # the mark is no failure record
+
+
+def test_the_prologs_leftover_scan_reads_a_bounded_number_of_processes():
+    from slurmctl.ops.hooks import procs
+
+    env = {"SLURM_JOB_ID": "424242", "SLURMD_NODENAME": "unit-leftover-node", "PATH": "/usr/bin:/bin"}
+    children = [subprocess.Popen(["/bin/sleep", "60"], env=env) for _ in range(20)]
+    try:
+        found = procs.job_processes(node="unit-leftover-node")
+        assert {p.pid for p in found} == {c.pid for c in children}
+        assert all(p.job_id == 424242 and p.node == "unit-leftover-node" for p in found)
+        assert len(procs.job_processes(node="unit-leftover-node", max_reads=5)) <= 5
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+    assert checks.PROLOG_MAX_ENVIRON_READS <= 256

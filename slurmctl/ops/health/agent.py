@@ -4,9 +4,9 @@ verification when our drain's cause is gone, and let the verification job decide
 The life of a node we drained:
   1. a check fails  -> `scontrol update state=drain reason="slurmctl:[node_problem] <check>: ..."`
   2. the checks pass again (periodic run), the node drained with OUR reason and no job left on it
-     -> reservation `slurmctl-verify-<node>` (root only, no end: it never lapses), then resume:
-     the reservation fences the node from every other job for as long as it exists, and a root
-     job of the same name is submitted into it
+     -> reservation `slurmctl-verify-<node>` (root only, Duration=UNLIMITED: 365 days on 22.05,
+     far past any verification), then resume: the reservation fences the node from every other
+     job for as long as it exists, and a root job of the same name is submitted into it
   3. the verification job runs every check plus an active probe on the node; on a failure it
      drains the node again, reason "slurmctl:[node_problem] verify: <check>: <detail>" (the evidence)
   4. the next periodic run sees the job ended (a job cannot delete the reservation it runs in):
