@@ -166,4 +166,4 @@ def test_the_prologs_leftover_scan_reads_a_bounded_number_of_processes():
         for c in children:
             c.kill()
             c.wait()
-    assert checks.PROLOG_MAX_ENVIRON_READS <= 256
+    assert checks.PROLOG_MAX_ENVIRON_READS <= 1024

@@ -38,9 +38,10 @@ from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small
 CHECK_NAMES = ("gpu", "shm", "disk", "leftovers", "clock", "slurmd", "probe")
 NVIDIA_SMI_TIMEOUT = 20.0
 CLOCK_SLACK_SECONDS = 5.0
-# The prolog reads at most this many processes' environments (~0.1-2 ms each, more under load):
-# leftovers past it are the periodic program's (no bound there), not the starting job's wait.
-PROLOG_MAX_ENVIRON_READS = 128
+# The prolog reads at most this many processes' environments (~0.1 ms each, 0.2 s in all on the
+# loaded 2-core dev machine): leftovers past it are the periodic program's (no bound there), not
+# the starting job's wait. A node's own processes are a few hundred; a crowd of one user's is not.
+PROLOG_MAX_ENVIRON_READS = 1024
 # A node state in the controller's view that says slurmd cannot serve jobs (sinfo's flags).
 _BAD_NODE_STATES = ("NOT_RESPONDING", "FAIL", "INVALID_REG", "INVAL")
 
