@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -265,7 +266,8 @@ def test_a_pending_verification_keeps_the_node_fenced_yields_to_maint_and_fails_
         (c.faults / "hn4" / "clock").unlink()
         wait_for("hn4's verification pending", lambda: pending_verify(c, "hn4"), 3 * INTERVAL, show=lambda: story(c))
         resv = reservation(c, "slurmctl-verify-hn4")
-        assert "Duration=UNLIMITED" in resv or "EndTime=Unknown" in resv, resv  # it never lapses
+        days = re.search(r" Duration=(\d+)-", resv)  # UNLIMITED: Slurm 22.05 makes it 365 days
+        assert days and int(days[1]) >= 365, resv  # it does not lapse while we wait
         assert "IGNORE_JOBS" in resv and "Users=root" in resv, resv
 
         # the operator drains the node during our pending verification: theirs from now on
@@ -274,7 +276,8 @@ def test_a_pending_verification_keeps_the_node_fenced_yields_to_maint_and_fails_
         wait_for("our verification ended", lambda: not reservation(c, "slurmctl-verify-hn4")
                  and not pending_verify(c, "hn4"), 3 * INTERVAL, show=lambda: story(c))
         time.sleep(3 * INTERVAL)
-        assert node(c, "hn4") == maint, (node(c, "hn4"), maint)
+        kept = {k: node(c, "hn4")[k] for k in ("drained", "reason", "user", "time")}
+        assert kept == {k: maint[k] for k in kept}, (kept, maint)  # state flags may say not_responding under load
 
         # the operator hands it back, our check fails again, and this verification never starts
         assert c.run(["scontrol", "update", "nodename=hn4", "state=resume"]).returncode == 0
