@@ -80,19 +80,14 @@ def drain(cfg: HookConfig, reason: reasons.DrainReason, row: NodeHealthRow | Non
         return "failed"
     if row.drained:
         return "left_alone"
-    return "drained" if replace_reason(cfg, reason, only_ours=False) else "left_alone"
+    return "drained" if replace_reason(cfg, reason) else "left_alone"
 
 
-def replace_reason(cfg: HookConfig, reason: reasons.DrainReason, only_ours: bool) -> bool:
-    """Drain with `reason` after one more look at the node: never over another's drain reason;
-    with `only_ours`, only over our own. False when it did not (another's, or Slurm refused)."""
+def replace_reason(cfg: HookConfig, reason: reasons.DrainReason) -> bool:
+    """Drain with `reason` after one more look at the node: over no drain or our own, never over
+    another's drain reason. False when it did not (another's, or Slurm refused)."""
     row = node_row(cfg)
-    if row is None:
-        return False
-    mine = reasons.is_ours(row.reason)
-    if row.drained and not mine:
-        return False
-    if only_ours and not mine:
+    if row is None or (row.drained and not reasons.is_ours(row.reason)):
         return False
     try:
         cfg.slurm.drain_node(cfg.node, reason.text(), timeout=10.0)
@@ -138,7 +133,7 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
     if failed is not None:
         if verifying:  # the check's own drain is the verdict: drain over our verification, then end it
-            action = "drained" if replace_reason(cfg, failed.reason(), only_ours=False) else "left_alone"
+            action = "drained" if replace_reason(cfg, failed.reason()) else "left_alone"
             if action == "drained":
                 end_verification(cfg)
         else:
@@ -190,7 +185,7 @@ def start_verification(cfg: HookConfig, findings: list[Finding]) -> Outcome:
         ])
     except SlurmctlError as exc:
         lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"could not start the verification: {exc}")
-        replace_reason(cfg, lost, only_ours=False)  # drained again before the fence goes
+        replace_reason(cfg, lost)  # drained again before the fence goes
         slurm.delete_reservation(name, timeout=10.0)
         return Outcome(cfg.node, "failed", findings, f"could not start the verification: {exc}")
     return Outcome(cfg.node, "verify_started", findings, f"job {job} in reservation {name}")
@@ -242,7 +237,7 @@ def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Find
     if ours is None or ours.check != "verify":
         said = "never started" if newest == "PENDING" else f"ended {newest or 'out of sight'}"
         lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"the verification job {said} without a verdict")
-        if not replace_reason(cfg, lost, only_ours=False):
+        if not replace_reason(cfg, lost):
             fresh = node_row(cfg)
             if fresh is None or not fresh.drained:
                 # not drained and we could not drain it: keep the fence, try again next run
@@ -261,7 +256,7 @@ def verify(cfg: HookConfig) -> Outcome:
     if failed is None:
         return Outcome(cfg.node, "passed", findings)
     evidence = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"{failed.check}: {failed.detail}")
-    if not replace_reason(cfg, evidence, only_ours=False):
+    if not replace_reason(cfg, evidence):
         return Outcome(cfg.node, "failed", findings, "drained by someone else; their reason kept")
     return Outcome(cfg.node, "failed", findings, evidence.text())
 
