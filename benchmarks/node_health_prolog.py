@@ -3,10 +3,13 @@ cannot avoid, interleaved in one run (the machine's load hits both alike). As ro
 no Slurm call: the node name is one no process carries (the leftover check finds nothing to ask
 about), state goes to a temporary directory.
 
-    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE]
+    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE] [OTHERS]
 
 BASELINE_TREE: a checkout of another commit (`git archive <commit> slurmctl plugins | tar -x -C DIR`):
-its prolog joins the interleaving, e.g. the one before the health checks.
+its prolog joins the interleaving, e.g. the one before the health checks ("-": none).
+OTHERS: that many processes of another user (bob, `sleep`) carrying another node's job environment
+stay alive during the run, as a busy neighbour's job does on a shared host; they are this
+benchmark's own and are killed at its end.
 """
 
 from __future__ import annotations
@@ -27,7 +30,23 @@ def p99(values: list[float]) -> float:
     return ordered[max(0, round(0.99 * len(ordered)) - 1)]
 
 
-def main(n: int, baseline: str | None = None) -> None:
+def start_others(count: int) -> list[subprocess.Popen]:
+    env = {"SLURM_JOB_ID": "999999", "SLURMD_NODENAME": "bench-other-node", "PATH": "/usr/bin:/bin"}
+    return [subprocess.Popen(["/bin/sleep", "900"], env=env, user="bob", stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+
+
+def main(n: int, baseline: str | None = None, others: int = 0) -> None:
+    neighbours = start_others(others)
+    try:
+        run(n, baseline, others)
+    finally:
+        for proc in neighbours:
+            proc.kill()
+            proc.wait()
+
+
+def run(n: int, baseline: str | None, others: int) -> None:
     with tempfile.TemporaryDirectory(prefix="slurmctl-prolog-bench-") as state:
         env = {"SLURMCTL_LOCAL_DIR": state, "SLURMD_NODENAME": "bench-node-none", "SLURM_JOB_ID": "1",
                "SLURM_JOB_UID": "0", "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_MIN_FREE_SCRATCH_MB": "1",
@@ -45,7 +64,8 @@ def main(n: int, baseline: str | None = None) -> None:
                 if done.returncode != 0:
                     raise SystemExit(f"{name} exited {done.returncode}: {done.stderr.decode().strip()}")
     floor, ours = times["python3 -c pass"], times["prolog with health checks"]
-    print(f"{n} runs each, interleaved, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{n} runs each, interleaved, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
+          f"{others} processes of another user's job alive")
     for name, values in times.items():
         print(f"  {name:28s} p50 {statistics.median(values):6.0f} ms   p99 {p99(values):6.0f} ms")
     print(f"  ratio prolog/interpreter     p50 {statistics.median(ours) / statistics.median(floor):.1f}x  "
@@ -57,4 +77,6 @@ def main(n: int, baseline: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100, sys.argv[2] if len(sys.argv) > 2 else None)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100,
+         sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None,
+         int(sys.argv[3]) if len(sys.argv) > 3 else 0)

@@ -312,12 +312,14 @@ class SlurmClient(ClusterQueries):
         """`state=resume`: a drained node takes jobs again (a reservation on it still fences it)."""
         self._run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=timeout)
 
-    def create_reservation(self, name: str, node: str, minutes: int, users: str = "root",
+    def create_reservation(self, name: str, node: str, minutes: int | None, users: str = "root",
                            timeout: float = 60.0) -> None:
-        """A reservation of `node` from now for `users` only; IGNORE_JOBS: a job still ending there
-        does not refuse it."""
+        """A reservation of `node` from now for `users` only, `minutes` long or (None)
+        UNLIMITED (Slurm 22.05 makes that 365 days); IGNORE_JOBS: a job still ending there does not
+        refuse it."""
+        duration = "UNLIMITED" if minutes is None else str(int(minutes))
         self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
-                   "StartTime=now", f"Duration={int(minutes)}", f"Users={users}", "Flags=IGNORE_JOBS"],
+                   "StartTime=now", f"Duration={duration}", f"Users={users}", "Flags=IGNORE_JOBS"],
                   timeout=timeout)
 
     def delete_reservation(self, name: str, timeout: float = 60.0) -> bool:
@@ -333,6 +335,12 @@ class SlurmClient(ClusterQueries):
         """Every reservation's name (operators name them; "No reservations in the system" is none)."""
         result = self._run(["scontrol", "show", "reservation", "-o"], timeout=timeout)
         return [m[1] for m in re.finditer(r"^ReservationName=(\S+)", result.stdout, re.MULTILINE)]
+
+    def job_submit_time(self, job_id: int, timeout: float = 60.0) -> str:
+        """The job's submit time, Slurm's local ISO timestamp ("" once the controller forgot it)."""
+        result = self._run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%V"], timeout=timeout, check=False)
+        lines = result.stdout.split() if result.returncode == 0 else []
+        return lines[0] if lines else ""
 
     def named_job_states(self, name: str, user: str, timeout: float = 60.0) -> dict[int, str]:
         """{job id: state} of `user`'s jobs named `name` the controller still remembers (ended ones

@@ -18,10 +18,22 @@ import time
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every socket stays bound until all are picked, so the kernel
+    cannot hand the same port out twice (one free_port() at a time could)."""
+    held = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+START_TIMEOUT = 180  # seconds for a daemon to answer: the 2-core machine is often loaded by other sessions
 
 
 class ThrowawayCluster:
@@ -33,7 +45,7 @@ class ThrowawayCluster:
             (self.dir / sub).mkdir()
         (self.dir / "jobs").chmod(0o1777)
         self.conf = self.dir / "slurm.conf"
-        self.db_port, self.dbd_port, self.ctld_port = free_port(), free_port(), free_port()
+        self.db_port, self.dbd_port, self.ctld_port = free_ports(3)
         self.procs: list[subprocess.Popen] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
@@ -68,8 +80,10 @@ class ThrowawayCluster:
 
     def write(self, extra: str, nodes: dict[str, str]) -> None:
         """slurm.conf = the operator's lines + `extra` (our parts) + one NodeName line per node."""
-        lines = [f"NodeName={n} NodeAddr=127.0.0.1 Port={free_port()} CPUs=1 RealMemory=1000 State=UNKNOWN"
-                 for n in nodes]
+        taken = {self.db_port, self.dbd_port, self.ctld_port}
+        ports = [p for p in free_ports(len(nodes) + len(taken)) if p not in taken][:len(nodes)]
+        lines = [f"NodeName={n} NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=1000 State=UNKNOWN"
+                 for n, port in zip(nodes, ports)]
         self.conf.write_text(self.operator_lines() + extra + "\n" + "\n".join(lines) + "\n")
         self.conf.chmod(0o644)
         self.nodes = nodes
@@ -114,7 +128,7 @@ class ThrowawayCluster:
                         "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
         assert made.returncode == 0, made.stderr
         self._start(["slurmdbd", "-D"], "slurmdbd.out")  # reads slurmdbd.conf beside $SLURM_CONF
-        self._wait("slurmdbd", lambda: self.run(["sacctmgr", "-n", "list", "cluster"]).returncode == 0, 60,
+        self._wait("slurmdbd", lambda: self.run(["sacctmgr", "-n", "list", "cluster"]).returncode == 0, START_TIMEOUT,
                    "slurmdbd.log")
         added = self.run(["sacctmgr", "-i", "add", "cluster", self.name])
         assert added.returncode == 0, added.stdout + added.stderr
@@ -124,11 +138,12 @@ class ThrowawayCluster:
         for node in self.nodes:
             self._start(["slurmd", "-D", "-N", node, "-f", str(self.conf)], f"slurmd-{node}.out")
         self._wait("slurmds", lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
-                   60, "slurmctld.log")
+                   START_TIMEOUT, "slurmctld.log")
 
     def _start_slurmctld(self) -> None:
         self.slurmctld = self._start(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
-        self._wait("slurmctld", lambda: "is UP" in self.run(["scontrol", "ping"]).stdout, 60, "slurmctld.log")
+        self._wait("slurmctld", lambda: "is UP" in self.run(["scontrol", "ping"]).stdout, START_TIMEOUT,
+                   "slurmctld.log")
 
     def restart_slurmctld(self) -> None:
         """Stop and start slurmctld, its state kept; the logs of the start before move to *.before."""
@@ -140,7 +155,7 @@ class ThrowawayCluster:
                 path.rename(path.with_name(name + ".before"))
         self._start_slurmctld()
         self._wait("slurmds", lambda: all(self.node_state(n) in ("idle", "mixed", "allocated") for n in self.nodes),
-                   60, "slurmctld.log")
+                   START_TIMEOUT, "slurmctld.log")
 
     def first_start(self, timeout: float = 60) -> tuple[int | None, str]:
         """slurmctld's first start on a fresh database: (its exit code or None if it stayed up, its log).

@@ -85,3 +85,85 @@ def test_verify_command_survives_a_shell_with_awkward_settings(tmp_path):
     out = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, env={}, cwd=tmp_path)
     assert out.stdout.splitlines() == [env["SLURM_CONF"], "/x;y", "False False"], out.stderr
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_epilog_shm_cleanup_judges_by_ctime_which_a_user_cannot_set_back(tmp_path):
+    import time
+
+    from slurmctl.ops.hooks.epilog import clean_shm
+    from slurmctl.ops.hooks.prolog import HookResult
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    c = cfg(tmp_path, SLURMCTL_SHM_DIR=str(shm))
+    env = {"SLURM_JOB_UID": str(os.getuid())}
+    backdated = shm / "segment-backdated"
+    backdated.write_bytes(b"x" * 4096)
+    day_ago = time.time() - 86400
+    os.utime(backdated, (day_ago, day_ago))  # what `touch -d yesterday` does: mtime in the past
+    assert backdated.stat().st_mtime < time.time() - 3600
+    started = time.time() - 10  # the job started before the file was made
+    result = HookResult()
+    clean_shm(c, env, started, result)
+    assert not backdated.exists(), "a file made during the job escaped the cleanup by its mtime"
+    assert result.notes == ["removed 1 /dev/shm entry"]
+
+    before = shm / "segment-of-an-earlier-job"
+    before.write_bytes(b"y")
+    clean_shm(c, env, time.time() + 60, HookResult())  # a job that started after the file was last changed
+    assert before.exists()
+
+
+def test_a_suspect_needs_the_node_to_be_the_common_factor_not_one_users_repeats():
+    now = 1_000_000.0
+    alice, bob = 1001, 1002
+
+    def f(job, uid, *nodes):
+        return blame.Failure(job, "nccl_error", now - 60, uid, tuple(nodes))
+
+    # one user, the same node again and again (--nodelist): nothing the user could not arrange
+    assert not blame.suspect("n1", [f(1, alice, "n1"), f(2, alice, "n1"), f(3, alice, "n1")], now).suspect
+    # two users on that node: a suspect
+    two_users = blame.suspect("n1", [f(1, alice, "n1"), f(2, bob, "n1")], now)
+    assert two_users.suspect and "2 jobs of 2 user(s) on 1 node set(s)" in two_users.why
+    # one user, jobs on different node sets whose only common node is n1: the others were clean
+    assert blame.suspect("n1", [f(1, alice, "n1", "n2"), f(2, alice, "n1", "n3")], now).suspect
+    # a bad n1 fails two multi-node jobs: its peers n2 and n3 each hold one failure, not a suspect
+    assert not blame.suspect("n2", [f(1, alice, "n1", "n2")], now).suspect
+    # the same pair failing together (even for two users): no single node to blame
+    pair = blame.suspect("n1", [f(1, alice, "n1", "n2"), f(2, bob, "n1", "n2")], now)
+    assert not pair.suspect and "together" in pair.why
+    # just passed a verification: one user's failures alone do not drain it again for a while
+    fresh = [f(1, alice, "n1", "n2"), f(2, alice, "n1", "n3")]
+    assert not blame.suspect("n1", fresh, now, last_pass=now - 600).suspect
+    assert blame.suspect("n1", fresh, now, last_pass=now - blame.RESUSPECT_HOLD_SECONDS - 1).suspect
+    assert blame.suspect("n1", [f(1, alice, "n1"), f(2, bob, "n1")], now, last_pass=now - 600).suspect
+
+
+def test_failure_records_keep_user_and_nodes_and_old_records_still_read(tmp_path):
+    spool = tmp_path / "failures"
+    blame.record(spool, blame.Failure(12, "nccl_error", 5.0, 1001, ("n1", "n2")))
+    (spool / "11.json").write_text('{"job_id": 11, "category": "nccl_error", "end_time": 4.0}')
+    assert sorted(blame.read(spool), key=lambda x: x.job_id) == [
+        blame.Failure(11, "nccl_error", 4.0), blame.Failure(12, "nccl_error", 5.0, 1001, ("n1", "n2"))]
+    assert blame.passed_at(spool) is None
+    blame.mark_passed(spool, 123.0)
+    assert blame.passed_at(spool) == 123.0
+    assert len(blame.read(spool)) == 2  # the mark is no failure record
+
+
+def test_the_prologs_leftover_scan_reads_a_bounded_number_of_processes():
+    from slurmctl.ops.hooks import procs
+
+    env = {"SLURM_JOB_ID": "424242", "SLURMD_NODENAME": "unit-leftover-node", "PATH": "/usr/bin:/bin"}
+    children = [subprocess.Popen(["/bin/sleep", "60"], env=env) for _ in range(20)]
+    try:
+        found = procs.job_processes(node="unit-leftover-node")
+        assert {p.pid for p in found} == {c.pid for c in children}
+        assert all(p.job_id == 424242 and p.node == "unit-leftover-node" for p in found)
+        assert len(procs.job_processes(node="unit-leftover-node", max_reads=5)) <= 5
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+    assert checks.PROLOG_MAX_ENVIRON_READS <= 1024

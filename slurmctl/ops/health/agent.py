@@ -3,18 +3,24 @@ verification when our drain's cause is gone, and let the verification job decide
 
 The life of a node we drained:
   1. a check fails  -> `scontrol update state=drain reason="slurmctl:[node_problem] <check>: ..."`
-  2. the checks pass again (periodic run), the node still drained with OUR reason ->
-     reservation `slurmctl-verify-<node>` (root only), then resume: the reservation fences the
-     node from every other job, and a root job of the same name is submitted into it
+  2. the checks pass again (periodic run), the node drained with OUR reason and no job left on it
+     -> reservation `slurmctl-verify-<node>` (root only, Duration=UNLIMITED: 365 days on 22.05,
+     far past any verification), then resume: the reservation fences the node from every other
+     job for as long as it exists, and a root job of the same name is submitted into it
   3. the verification job runs every check plus an active probe on the node; on a failure it
      drains the node again, reason "slurmctl:[node_problem] verify: <check>: <detail>" (the evidence)
   4. the next periodic run sees the job ended (a job cannot delete the reservation it runs in):
-       COMPLETED -> deletes the reservation: the node is back in service
-       anything else -> deletes the reservation, the node drained with the job's evidence, or
-               "verify: ... without a verdict" when the job could not say (killed, timed out, lost)
+       COMPLETED -> deletes the reservation: the node is back in service (the only way back)
+       anything else, or still pending after verify_start_seconds -> drains the node with the
+               evidence (or "verify: ... without a verdict"), THEN deletes the reservation
   5. a node whose verification failed is verified again after verify_retry_seconds.
-A drain whose reason is not ours (an operator's "maint", Slurm's "Prolog error") is never touched,
-not even when our own checks fail on that node: the operator owns it.
+Every drain and resume re-reads the node's reason just before it and acts only when the reason
+is ours (or there is none, for a drain): a drain whose reason is not ours (an operator's "maint",
+Slurm's "Prolog error") is never touched, not even when our own checks fail on that node. An
+operator who drains the node during our verification takes it over: we cancel our verification
+job, delete our reservation and leave their drain as it is. Slurm has no compare-and-set for a
+node's reason: between our re-read and our `scontrol update` (milliseconds) an operator's drain
+can still be replaced; the operator's next drain wins, and we never resume a reason not ours.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.slurm.records import NodeHealthRow
 
 VERIFY_PREFIX = "slurmctl-verify-"
-VERIFY_MINUTES = 15  # the reservation's life; a verification job not done by then is a failure
 VERIFY_JOB_LIMIT = "00:10:00"
+_BUSY_STATES = ("allocated", "mixed", "completing")
 
 
 @dataclass
@@ -64,21 +70,57 @@ def node_row(cfg: HookConfig) -> NodeHealthRow | None:
 
 def drain(cfg: HookConfig, reason: reasons.DrainReason, row: NodeHealthRow | None = None) -> str:
     """Drain this node with our reason unless someone else's drain is on it. Returns what happened:
-    "drained", "left_alone" (another's drain, or ours already says a node problem), "failed"."""
+    "drained", "left_alone" (another's drain, or ours already: its first cause stays the record),
+    "failed". The node is read again just before the drain (`row` only saves that read when the
+    caller read it a moment ago and has acted on nothing since)."""
+    if cfg.slurm is None:
+        return "failed"
     row = row if row is not None else node_row(cfg)
-    if row is None or cfg.slurm is None:
+    if row is None:
         return "failed"
     if row.drained:
-        return "left_alone"  # someone else's drain, or ours already (its first cause stays the record)
+        return "left_alone"
+    return "drained" if replace_reason(cfg, reason) else "left_alone"
+
+
+def replace_reason(cfg: HookConfig, reason: reasons.DrainReason) -> bool:
+    """Drain with `reason` after one more look at the node: over no drain or our own, never over
+    another's drain reason. False when it did not (another's, or Slurm refused)."""
+    row = node_row(cfg)
+    if row is None or (row.drained and not reasons.is_ours(row.reason)):
+        return False
     try:
         cfg.slurm.drain_node(cfg.node, reason.text(), timeout=10.0)
     except SlurmctlError:
-        return "failed"
-    return "drained"
+        return False
+    return True
+
+
+def resume_if_ours(cfg: HookConfig) -> bool:
+    """Resume this node only while its drain reason is still ours."""
+    row = node_row(cfg)
+    if row is None or not row.drained or not reasons.is_ours(row.reason):
+        return False
+    cfg.slurm.resume_node(cfg.node, timeout=10.0)
+    return True
+
+
+def end_verification(cfg: HookConfig) -> None:
+    """Our verification job(s) cancelled and our reservation deleted (the drain decided first)."""
+    name = verify_name(cfg.node)
+    try:
+        live = [j for j, st in cfg.slurm.named_job_states(name, "root", timeout=10.0).items()
+                if st in ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED")]
+        if live:
+            cfg.slurm.cancel_many(live)
+    except SlurmctlError:
+        pass
+    cfg.slurm.delete_reservation(name, timeout=10.0)
 
 
 def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
     """One HealthCheckProgram run on this node."""
+    now = now if now is not None else time.time()
     findings = run_checks(Subject(cfg, moment="periodic"))
     failed = first_failure(findings)
     row = node_row(cfg)
@@ -86,24 +128,30 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, "none", findings, "the controller did not describe this node")
     name = verify_name(cfg.node)
     verifying = cfg.slurm.reservation_exists(name, timeout=10.0)
+    if verifying and row.drained and not reasons.is_ours(row.reason):
+        end_verification(cfg)  # an operator took the node over during our verification: theirs now
+        return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
     if failed is not None:
-        action = drain(cfg, failed.reason(), row)
-        if verifying and action == "drained":
-            cfg.slurm.delete_reservation(name, timeout=10.0)
+        if verifying:  # the check's own drain is the verdict: drain over our verification, then end it
+            action = "drained" if replace_reason(cfg, failed.reason()) else "left_alone"
+            if action == "drained":
+                end_verification(cfg)
+        else:
+            action = drain(cfg, failed.reason(), row)
         return Outcome(cfg.node, action, findings, failed.reason().text())
     if verifying:
-        return settle_verification(cfg, row, findings)
+        return settle_verification(cfg, row, findings, now)
     if not row.drained:
         failures = blame.read(cfg.health_failures_dir)
-        suspect = blame.score(failures, now if now is not None else time.time())
-        if suspect >= blame.SUSPECT_SCORE:
-            jobs = ",".join(str(f.job_id) for f in failures if f.category in blame.GPU_CLASS)
-            why = reasons.DrainReason(reasons.NODE_PROBLEM, "suspect",
-                                      f"{suspect} jobs with GPU/NCCL-class failures here within 24 h: {jobs}")
-            return Outcome(cfg.node, drain(cfg, why, row), findings, why.text())
+        verdict = blame.suspect(cfg.node, failures, now, blame.passed_at(cfg.health_failures_dir))
+        if verdict.suspect:
+            why = reasons.DrainReason(reasons.NODE_PROBLEM, "suspect", verdict.why)
+            return Outcome(cfg.node, drain(cfg, why), findings, why.text())
     ours = reasons.parse(row.reason) if row.drained else None
     if ours is None:
         return Outcome(cfg.node, "none", findings)
+    if any(s in row.state.split("+") for s in _BUSY_STATES):
+        return Outcome(cfg.node, "waiting", findings, f"a job still runs here ({row.state}): verified once it ends")
     age = seconds_since(row.reason_time, now)
     if ours.check == "verify" and age is not None and age < cfg.verify_retry_seconds:
         return Outcome(cfg.node, "waiting", findings,
@@ -121,18 +169,23 @@ def seconds_since(slurm_time: str, now: float | None = None) -> float | None:
 
 
 def start_verification(cfg: HookConfig, findings: list[Finding]) -> Outcome:
-    """Reservation first, then resume: no other job can land between the two; then the root job."""
+    """Reservation first (no end), then resume (only while the drain is still ours): no other job
+    can land between the two, nor ever while the reservation exists; then the root job."""
     name = verify_name(cfg.node)
     slurm = cfg.slurm
     try:
-        slurm.create_reservation(name, cfg.node, VERIFY_MINUTES, timeout=10.0)
-        slurm.resume_node(cfg.node, timeout=10.0)
+        slurm.create_reservation(name, cfg.node, None, timeout=10.0)
+        if not resume_if_ours(cfg):
+            slurm.delete_reservation(name, timeout=10.0)
+            return Outcome(cfg.node, "left_alone", findings, "the drain is no longer ours")
         job = slurm.submit_wrapped([
             f"--job-name={name}", f"--reservation={name}", f"--nodelist={cfg.node}", "--nodes=1", "--ntasks=1",
             f"--time={VERIFY_JOB_LIMIT}", "--no-requeue", "--output=/dev/null",
             f"--wrap={verify_command()}",
         ])
     except SlurmctlError as exc:
+        lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"could not start the verification: {exc}")
+        replace_reason(cfg, lost)  # drained again before the fence goes
         slurm.delete_reservation(name, timeout=10.0)
         return Outcome(cfg.node, "failed", findings, f"could not start the verification: {exc}")
     return Outcome(cfg.node, "verify_started", findings, f"job {job} in reservation {name}")
@@ -152,38 +205,59 @@ def verify_command(environ=os.environ) -> str:
     return f"cd / && exec /usr/bin/env {assigns} {shlex.quote(sys.executable)} -m slurmctl.ops.health verify"
 
 
-def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Finding]) -> Outcome:
+def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Finding],
+                        now: float | None = None) -> Outcome:
     """The reservation is on: wait for the verification job, then end the reservation. A job that
-    completed returns the node; one that failed has drained it with its evidence (or is drained
-    here, when it could not say why: killed, timed out, lost)."""
+    completed returns the node; any other end (or a job that never started) leaves it drained with
+    the evidence, drained BEFORE the reservation goes, so the node never returns unverified."""
     name = verify_name(cfg.node)
     jobs = cfg.slurm.named_job_states(name, "root", timeout=10.0)
     newest = jobs[max(jobs)] if jobs else None
-    if newest in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+    if newest in ("CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
         return Outcome(cfg.node, "verifying", findings, f"job {max(jobs)} {newest}")
+    if newest == "PENDING":
+        waited = seconds_since(cfg.slurm.job_submit_time(max(jobs), timeout=10.0), now)
+        if waited is None or waited < cfg.verify_start_seconds:
+            return Outcome(cfg.node, "verifying", findings, f"job {max(jobs)} PENDING")
     if newest == "COMPLETED":
+        if row.drained:  # the job said pass, yet the node is drained: someone's, or ours by a later check
+            if not reasons.is_ours(row.reason):
+                end_verification(cfg)
+                return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
+            end_verification(cfg)
+            return Outcome(cfg.node, "failed", findings, row.reason)
         cfg.slurm.delete_reservation(name, timeout=10.0)
         blame.clear(cfg.health_failures_dir, blame.read(cfg.health_failures_dir))  # answered by the pass
+        blame.mark_passed(cfg.health_failures_dir, now if now is not None else time.time())
         return Outcome(cfg.node, "passed", findings, f"job {max(jobs)} passed; back in service")
     ours = reasons.parse(row.reason) if row.drained else None
+    if row.drained and ours is None:
+        end_verification(cfg)
+        return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
     if ours is None or ours.check != "verify":
-        lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify",
-                                   f"the verification job ended {newest or 'out of sight'} without a verdict")
-        cfg.slurm.drain_node(cfg.node, lost.text(), timeout=10.0)
-    cfg.slurm.delete_reservation(name, timeout=10.0)
-    return Outcome(cfg.node, "failed", findings, row.reason if ours else f"job ended {newest}")
+        said = "never started" if newest == "PENDING" else f"ended {newest or 'out of sight'}"
+        lost = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"the verification job {said} without a verdict")
+        if not replace_reason(cfg, lost):
+            fresh = node_row(cfg)
+            if fresh is None or not fresh.drained:
+                # not drained and we could not drain it: keep the fence, try again next run
+                return Outcome(cfg.node, "verifying", findings,
+                               "could not drain after a verification without a verdict")
+    end_verification(cfg)
+    return Outcome(cfg.node, "failed", findings, row.reason if ours else f"job {newest}")
 
 
 def verify(cfg: HookConfig) -> Outcome:
     """Inside the verification job, on the node: every check plus the probe. A failure drains the
-    node with the evidence; the periodic run ends the reservation either way (a job cannot delete
-    the reservation it runs in)."""
+    node with the evidence (unless an operator drained it meanwhile); the periodic run ends the
+    reservation either way (a job cannot delete the reservation it runs in)."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="verify"))
     failed = first_failure(findings)
     if failed is None:
         return Outcome(cfg.node, "passed", findings)
     evidence = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"{failed.check}: {failed.detail}")
-    cfg.slurm.drain_node(cfg.node, evidence.text(), timeout=10.0)
+    if not replace_reason(cfg, evidence):
+        return Outcome(cfg.node, "failed", findings, "drained by someone else; their reason kept")
     return Outcome(cfg.node, "failed", findings, evidence.text())
 
 

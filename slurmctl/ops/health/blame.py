@@ -1,16 +1,24 @@
 """Blame from diagnosis: which nodes are suspects, from the failures their own epilogs classified.
 
 A failed job's epilog, on each of its nodes, classifies the job's log with `diagnose` (read as the
-job's user, bounded) and leaves one record in that node's root-owned failure spool. The node's
-periodic health program scores them: the number of distinct jobs with a GPU- or NCCL-class
-failure on this node within the window. A score of SUSPECT_SCORE or more drains the node
-`slurmctl:[node_problem] suspect: ...`; its verification job then decides whether it returns, and
-a passed verification clears the records it answered (else the same failures would drain it again).
+job's user, bounded) and leaves one record in that node's root-owned failure spool: the job, its
+user's uid, the job's nodes, the category. The node's periodic health program judges them
+(`suspect`): GPU- or NCCL-class failures of two or more distinct jobs within the window make the
+node a suspect only when the node is what those jobs have in common:
+  - the nodes every one of those jobs ran on are this node alone (a multi-node job's failure does
+    not single out any one of its nodes; a bad node's peers each share one failure with it, the
+    bad node collects them all), and
+  - the failures come from two or more users, or from one user's jobs on different node sets
+    (the other nodes were clean, this one failed each time). One user's jobs on the same nodes
+    again and again say nothing the user could not have arranged.
+A node that passed a verification is not suspected again on one user's failures for
+RESUSPECT_HOLD_SECONDS (and the records the pass answered are cleared). A suspect is drained
+`slurmctl:[node_problem] suspect: ...`; its verification job decides its return.
 
-User-code failures (import errors, OOM, NaN loss, data shapes ...) never count, wherever they
-happen. Multi-node jobs count on every node they ran on: the bad node collects failures of jobs
-with different peers, each peer only the one it shared. A user can print NCCL-like lines on
-purpose; the worst that buys is one verification cycle of the node.
+User-code failures (import errors, OOM, NaN loss, data shapes ...) never count. A user can print
+NCCL-like lines on purpose: with jobs on different node sets (or with a second user) that buys a
+verification cycle of the node (minutes out of service), at most once per RESUSPECT_HOLD_SECONDS
+per node from one user alone (docs/node-health.md, SECURITY.md).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from slurmctl.ops.hooks.rootfs import open_trusted_dir, publish_file, read_small
 GPU_CLASS = frozenset({"nccl_timeout", "nccl_error", "nccl_setup", "gpu_hardware", "cuda_illegal_access", "no_gpu"})
 WINDOW_SECONDS = 24 * 3600
 SUSPECT_SCORE = 2
+RESUSPECT_HOLD_SECONDS = 6 * 3600
+PASSED_MARK = "passed"  # <spool>/passed: when this node last passed a verification (its mtime, root's)
 MAX_RECORDS = 1000  # a node's spool is read whole by every periodic run: older records past this are skipped
 
 
@@ -32,14 +42,74 @@ class Failure:
     job_id: int
     category: str
     end_time: float
+    uid: int = -1  # -1: not recorded (counts as one unknown user)
+    nodes: tuple[str, ...] = ()  # the job's nodes; () when not recorded (counts as this node alone)
 
     def to_dict(self) -> dict:
-        return {"job_id": self.job_id, "category": self.category, "end_time": self.end_time}
+        return {"job_id": self.job_id, "category": self.category, "end_time": self.end_time,
+                "uid": self.uid, "nodes": list(self.nodes)}
+
+
+def counted(failures: list[Failure], now: float, window: float = WINDOW_SECONDS) -> dict[int, Failure]:
+    """{job id: failure} of the distinct jobs with a GPU/NCCL-class failure within `window` before `now`."""
+    found: dict[int, Failure] = {}
+    for f in failures:
+        if f.category in GPU_CLASS and now - window <= f.end_time <= now + 60:
+            found.setdefault(f.job_id, f)
+    return found
 
 
 def score(failures: list[Failure], now: float, window: float = WINDOW_SECONDS) -> int:
     """Distinct jobs with a GPU/NCCL-class failure within `window` before `now`."""
-    return len({f.job_id for f in failures if f.category in GPU_CLASS and now - window <= f.end_time <= now + 60})
+    return len(counted(failures, now, window))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    suspect: bool
+    why: str
+
+
+def suspect(node: str, failures: list[Failure], now: float, last_pass: float | None = None) -> Verdict:
+    """Is `node` the common factor of the GPU/NCCL-class failures recorded on it (module doc)?"""
+    jobs = counted(failures, now)
+    ids = ",".join(str(j) for j in sorted(jobs, reverse=True))
+    if len(jobs) < SUSPECT_SCORE:
+        return Verdict(False, f"{len(jobs)} job(s) with GPU/NCCL-class failures here within 24 h")
+    node_sets = {frozenset(f.nodes or (node,)) | {node} for f in jobs.values()}
+    common = frozenset.intersection(*node_sets)
+    users = {f.uid for f in jobs.values()}
+    if common != {node}:
+        return Verdict(False, f"jobs {ids} failed on {','.join(sorted(common))} together: no single node to blame")
+    if len(users) < 2 and len(node_sets) < 2:
+        return Verdict(False, f"jobs {ids}: one user's jobs on the same node(s) only")
+    if len(users) < 2 and last_pass is not None and now - last_pass < RESUSPECT_HOLD_SECONDS:
+        return Verdict(False, f"jobs {ids}: one user's, within {RESUSPECT_HOLD_SECONDS // 3600} h "
+                              "of a passed verification")
+    return Verdict(True, f"{len(jobs)} jobs of {len(users)} user(s) on {len(node_sets)} node set(s) with "
+                         f"GPU/NCCL-class failures here within 24 h: {ids}")
+
+
+def mark_passed(spool, now: float) -> None:
+    """Remember that this node just passed a verification (suspect's hold on one user's failures)."""
+    fd = open_trusted_dir(spool, create_mode=0o755)
+    try:
+        publish_file(fd, PASSED_MARK, f"{now}\n".encode(), mode=0o644, durable=False)
+    finally:
+        os.close(fd)
+
+
+def passed_at(spool) -> float | None:
+    try:
+        fd = open_trusted_dir(spool)
+    except OSError:
+        return None
+    try:
+        return float(read_small(fd, PASSED_MARK, 64))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def record(spool, failure: Failure) -> None:
@@ -63,8 +133,11 @@ def read(spool) -> list[Failure]:
             if not name.endswith(".json"):
                 continue
             try:
-                data = json.loads(read_small(fd, name, 4096))
-                found.append(Failure(int(data["job_id"]), str(data["category"]), float(data["end_time"])))
+                data = json.loads(read_small(fd, name, 65536))
+                nodes = data.get("nodes") or []
+                found.append(Failure(int(data["job_id"]), str(data["category"]), float(data["end_time"]),
+                                     int(data.get("uid", -1)),
+                                     tuple(str(n) for n in nodes[:256]) if isinstance(nodes, list) else ()))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
     finally:

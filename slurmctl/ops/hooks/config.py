@@ -84,6 +84,8 @@ class HookConfig:
     health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
     health_failures_dir: Path = Path(DEFAULT_HEALTH_FAILURES)
     verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
+    # a verification job still pending this long after its submission has failed to start
+    verify_start_seconds: float = 1800.0
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -118,6 +120,7 @@ class HookConfig:
             health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
             health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
             verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
+            verify_start_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_START_SECONDS") or 1800),
             health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
                                     if c.strip()),
         )

@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from slurmctl.errors import AsUserError
+from slurmctl.errors import AsUserError, SlurmctlError
 from slurmctl.ops.health import blame
 from slurmctl.ops.health.agent import drain
 from slurmctl.ops.health.checks import Subject, first_failure, run_checks
@@ -77,9 +77,11 @@ def _open_paths(prefix: str) -> set[str]:
 
 
 def clean_shm(cfg: HookConfig, env, since: float | None, result: HookResult) -> None:
-    """Files the job left in /dev/shm: owned by the job's user, created during the job, and held
-    open by no live process (so a concurrent job of the same user keeps its segments). /dev/shm is
-    world-writable: entries are judged by lstat and removed through its fd, never followed."""
+    """Files the job left in /dev/shm: owned by the job's user, created or changed during the job,
+    and held open by no live process (so a concurrent job of the same user keeps its segments).
+    "During the job" is the inode's ctime: the owner can set mtime to any past moment (touch -d),
+    never ctime (every write, chmod, rename or utime sets it to now). /dev/shm is world-writable:
+    entries are judged by lstat and removed through its fd, never followed."""
     uid = env.get("SLURM_JOB_UID")
     if not uid or not uid.isdigit() or since is None:
         return
@@ -94,7 +96,7 @@ def clean_shm(cfg: HookConfig, env, since: float | None, result: HookResult) -> 
                 st = os.stat(name, dir_fd=shm_fd, follow_symlinks=False)
             except OSError:
                 continue
-            if st.st_uid == int(uid) and st.st_mtime >= since - 2:
+            if st.st_uid == int(uid) and st.st_ctime >= since - 2:
                 candidates.append(name)
         if not candidates:
             return
@@ -462,7 +464,14 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
         return
     if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
         return
-    blame.record(cfg.health_failures_dir, blame.Failure(info.job_id, category, time.time()))
+    nodes: list[str] = []
+    if info.nodelist and cfg.slurm is not None:
+        try:  # the job's peers: blame singles out the node its failing jobs have in common
+            nodes = cfg.slurm.hostnames(info.nodelist)[:256]
+        except SlurmctlError:
+            nodes = []
+    blame.record(cfg.health_failures_dir, blame.Failure(info.job_id, category, time.time(), int(uid_text),
+                                                        tuple(nodes or [cfg.node])))
     result.notes.append(f"failure classified: {category}")
 
 

@@ -48,10 +48,13 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def job_processes(uid: int | None = None) -> list[Proc]:
-    """Every live process (of `uid`, if given) carrying a SLURM_JOB_ID, hooks excluded."""
+def job_processes(uid: int | None = None, node: str | None = None, max_reads: int | None = None) -> list[Proc]:
+    """Every live process (of `uid`, if given; started for a job on `node`, if given) carrying a
+    SLURM_JOB_ID, hooks excluded. `max_reads` bounds the environments read (the costly part: the
+    prolog's budget is well under a second however many processes other users run); past it the
+    rest are not looked at, non-root processes first (a leftover is a user's far more often)."""
     me = os.getpid()
-    found = []
+    owned = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -64,13 +67,20 @@ def job_processes(uid: int | None = None) -> list[Proc]:
             continue
         if uid is not None and owner != uid:
             continue
+        owned.append((owner == 0, pid, owner))
+    if max_reads is not None:
+        owned = sorted(owned)[:max_reads]
+    found = []
+    for _root, pid, owner in owned:
         env = _environ(pid)
         if not env or b"SLURM_JOB_ID" not in env or b"SLURM_SCRIPT_CONTEXT" in env:
             continue
+        proc_node = env.get(b"SLURMD_NODENAME")
+        proc_node_text = proc_node.decode(errors="replace") if proc_node else None
+        if node is not None and proc_node_text != node:
+            continue
         job = env[b"SLURM_JOB_ID"].decode(errors="replace")
-        node = env.get(b"SLURMD_NODENAME")
-        found.append(Proc(pid, owner, int(job) if job.isdigit() else None,
-                          node.decode(errors="replace") if node else None, _comm(pid)))
+        found.append(Proc(pid, owner, int(job) if job.isdigit() else None, proc_node_text, _comm(pid)))
     return found
 
 
