@@ -264,3 +264,91 @@ def test_status_words_for_staging_and_uncached_data(tmp_path):
         {"src": "s3://bkt/a/train", "cache": "none"}, {"src": "s3://bkt/a/eval"}]})
     assert "cache train on the nodes" in cache_suggestion(spec.datasets)
     assert cache_suggestion([View({"name": "eval", "cache": "node"})]) is None
+
+
+def _root_owned_cache(tmp_path: Path) -> Path:
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)  # what deploy/local/up and the GKE init container make: root's, 0755
+    return root
+
+
+def test_a_users_self_published_usage_counts_for_nothing(tmp_path):
+    """Only root's measure (the prolog's usage/, root-owned, not writable by others) enters the budget."""
+    root = _root_owned_cache(tmp_path)
+    usage = root / "usage"
+    usage.mkdir(mode=0o755)
+    os.chmod(usage, 0o755)
+    (usage / "alice").write_text("1000\n")
+    os.symlink(usage / "alice", usage / "linked")
+    me = UserCache(root, SHARD)
+    if os.geteuid() == 0:
+        (usage / "bob").write_text("999999999999999\n")
+        os.chown(usage / "bob", 65534, 65534)  # a user's own file in root's usage/: ignored
+        assert me.others_bytes() == 1000
+        os.chown(usage, 65534, 65534)  # usage/ made by a user (an older, world-writable root): ignored whole
+        assert me.others_bytes() == 0
+    else:  # the files are ours, not root's: nothing counts
+        assert me.others_bytes() == 0
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's steps: chown to a second uid needs root")
+
+
+@needs_root
+def test_prolog_makes_the_users_directory_and_renames_a_squatters_aside(tmp_path):
+    from slurmctl.ops.hooks.datacache import prepare_caches
+
+    root = _root_owned_cache(tmp_path)
+    squat = root / "victim"
+    squat.mkdir(mode=0o700)
+    os.chown(squat, 65534, 65534)  # another user's directory under the victim's name
+    notes = prepare_caches([root], 4242, 4242, "victim")
+    made = os.lstat(root / "victim")
+    assert (made.st_uid, stat_mode(made)) == (4242, 0o700)
+    assert any("renamed to .squatted-victim-" in n for n in notes)
+    assert [p.name for p in root.iterdir() if p.name.startswith(".squatted-victim-")]
+    os.symlink(tmp_path, root / "other")  # a symlink under a user's name: renamed aside too, never followed
+    prepare_caches([root], 4343, 4343, "other")
+    assert os.lstat(root / "other").st_uid == 4343 and (tmp_path / "cache").is_dir()
+    # the user's job opens it as its own; a second prolog leaves it as it is
+    prepare_caches([root], 4242, 4242, "victim")
+    assert os.lstat(root / "victim").st_uid == 4242
+    writable = tmp_path / "open"
+    writable.mkdir()
+    os.chmod(writable, 0o1777)
+    assert "skipped" in prepare_caches([writable], 4242, 4242, "victim")[0]
+
+
+@needs_root
+def test_prolog_measures_usage_on_disk_by_owner(tmp_path):
+    import pwd
+
+    from slurmctl.ops.hooks.datacache import publish_usage
+
+    root = _root_owned_cache(tmp_path)
+    nobody = pwd.getpwuid(65534).pw_name
+    objects = root / nobody / "objects"
+    objects.mkdir(parents=True)
+    for path in (root / nobody, objects):
+        os.chown(path, 65534, 65534)
+    (objects / "a").write_bytes(b"x" * 3 * SHARD)
+    os.chown(objects / "a", 65534, 65534)
+    (objects / "planted").write_bytes(b"x" * 50 * SHARD)  # not the user's own file: not the user's usage
+    os.symlink(objects, root / "root")  # a symlink under another user's name counts nothing
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        totals = publish_usage(fd)
+    finally:
+        os.close(fd)
+    assert 3 * SHARD <= totals[nobody] < 4 * SHARD and totals["root"] == 0
+    published = root / "usage" / nobody
+    assert int(published.read_text()) == totals[nobody] and published.stat().st_uid == 0
+    assert stat_mode(published.stat()) == 0o644 and stat_mode((root / "usage").stat()) == 0o755
+    assert UserCache(root, SHARD).others_bytes() == totals[nobody]
+
+
+def stat_mode(st) -> int:
+    import stat
+
+    return stat.S_IMODE(st.st_mode)
