@@ -352,3 +352,18 @@ def stat_mode(st) -> int:
     import stat
 
     return stat.S_IMODE(st.st_mode)
+
+
+def test_the_hooks_find_the_cache_dirs_in_the_site_config(tmp_path):
+    from slurmctl.ops.hooks.config import _data_cache_dirs
+    from slurmctl.ops.hooks.datacache import USAGE_DIR
+    from slurmctl.runtime import datacache
+
+    site = tmp_path / "site.yaml"
+    site.write_text("runs_root: /r\ndata:\n  endpoint_url: http://x:1\n  node_cache_dir: /mnt/ssd/data  # NVMe\n"
+                    "  node_cache_budget: 1T\n  shared_cache_dir: '/shared/data'\nother:\n  node_cache_dir: /not\n")
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(site)}) == (Path("/mnt/ssd/data"), Path("/shared/data"))
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(site), "SLURMCTL_DATA_CACHE_DIRS": "/a:rel:/b"}) == (
+        Path("/a"), Path("/b"))
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(tmp_path / "none")}) == ()
+    assert USAGE_DIR == datacache.USAGE_DIR  # two spellings (the hooks import no runtime module): one name

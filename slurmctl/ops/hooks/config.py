@@ -152,7 +152,11 @@ def _runs_root(env) -> Path | None:
 
 
 def _data_cache_dirs(env) -> tuple[Path, ...]:
-    """The absolute `node_cache_dir:` and `shared_cache_dir:` of the site config's `data:` block."""
+    """SLURMCTL_DATA_CACHE_DIRS (colon-separated), else the absolute `node_cache_dir:` and
+    `shared_cache_dir:` of the site config's `data:` block."""
+    explicit = env.get("SLURMCTL_DATA_CACHE_DIRS")
+    if explicit is not None:
+        return tuple(Path(p) for p in explicit.split(":") if p.startswith("/"))
     found, in_data = [], False
     for line in _site_text(env).splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):
