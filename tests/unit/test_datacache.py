@@ -367,3 +367,37 @@ def test_the_hooks_find_the_cache_dirs_in_the_site_config(tmp_path):
         Path("/a"), Path("/b"))
     assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(tmp_path / "none")}) == ()
     assert USAGE_DIR == datacache.USAGE_DIR  # two spellings (the hooks import no runtime module): one name
+
+
+@needs_root
+def test_all_users_listing_follows_no_symlink_and_trusts_no_directory_name(tmp_path):
+    import json
+    import pwd
+
+    from slurmctl.observe.data import cache_listing
+
+    root = _root_owned_cache(tmp_path)
+    nobody, daemon = pwd.getpwuid(65534).pw_name, pwd.getpwuid(1).pw_name
+
+    def user_dir(name: str, uid: int, records: dict) -> Path:
+        objects = root / name / "objects"
+        objects.mkdir(parents=True)
+        for rel, record in records.items():
+            (objects / rel).write_text(json.dumps(record))
+            os.chown(objects / rel, uid, uid)
+        for path in (root / name, objects):
+            os.chown(path, uid, uid)
+        return objects
+
+    victim = user_dir(daemon, 1, {"a.json": {"url": "s3://b/private/a", "size": 5, "last_used": 1e9}})
+    os.rename(victim, root / daemon / "real-objects")
+    os.chown(root / daemon, 1, 1)
+    os.symlink(root / daemon / "real-objects", root / daemon / "objects")  # a symlinked objects/: not followed
+    user_dir(nobody, 65534, {"b.json": {"url": "s3://b/mine/b", "size": 7, "last_used": float("inf")},
+                             "c.json": {"url": "s3://b/mine/c", "size": "huge", "last_used": "x"}})
+    os.chown(root / nobody / "objects" / "c.json", 1, 1)  # a file of someone else's inside: not counted
+    squat = user_dir("root", 65534, {"d.json": {"url": "s3://b/planted/d", "size": 9}})  # not root's directory
+    assert squat.is_dir()
+    listing = cache_listing(root, 100, all_users=True)
+    assert listing["users"] == [{"user": daemon, "bytes": 0, "datasets": []}, {"user": nobody, "bytes": 7, "datasets": [
+        {"src": "s3://b/mine", "objects": 1, "bytes": 7, "last_used": 0.0}]}]
