@@ -15,7 +15,7 @@ from slurmctl.rundir.pinned import PinnedDir
 
 def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
     """Totals of the latest job's staging (every node), or of the newest job that staged anything."""
-    records = rundir.stage_records(run.path)
+    records = run.stage_records()
     if not records:
         return None
     mine = [r for r in records if str(r.get("job_id")) == str(job_id)] or [

@@ -232,11 +232,19 @@ def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path)
     write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write_stage_record(elsewhere, "78", "h100-1", {"node": "h100-1", "job_id": "78", "datasets": [ds]})
+    linked = Run("r-20261201-ef01", tmp_path / "r-20261201-ef01")
+    linked.path.mkdir()
+    os.symlink(elsewhere / "data-stage", linked.path / "data-stage")  # read as root: never followed
     cache = SnapshotCache.__new__(SnapshotCache)  # only the staging totals are exercised here
     cache.data_by_node, cache._data_seen = __import__("collections").defaultdict(lambda: [0, 0, 0, 0.0]), set()
-    job = SimpleNamespace(user="alice", job_id=77)
+    me = __import__("pwd").getpwuid(os.geteuid()).pw_name
+    jobs = [(run, SimpleNamespace(user=me, job_id=77)), (linked, SimpleNamespace(user=me, job_id=78)),
+            (run, SimpleNamespace(user="no-such-user", job_id=77))]
     for _ in range(2):  # two snapshots see the same record: counted once
-        cache._read_staging([(run, job)], {"h100-1", "h100-2"})
+        cache._read_staging(jobs, {"h100-1", "h100-2"})
     families = {f.name: f for f in data_metrics(cache.data_by_node)}
     assert all(isinstance(f, CounterMetricFamily) for f in families.values())
     samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples
