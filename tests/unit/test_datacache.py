@@ -322,10 +322,19 @@ def test_prolog_makes_the_users_directory_and_renames_a_squatters_aside(tmp_path
     # the user's job opens it as its own; a second prolog leaves it as it is
     prepare_caches([root], 4242, 4242, "victim")
     assert os.lstat(root / "victim").st_uid == 4242
-    writable = tmp_path / "open"
-    writable.mkdir()
-    os.chmod(writable, 0o1777)
-    assert "skipped" in prepare_caches([writable], 4242, 4242, "victim")[0]
+    legacy = tmp_path / "legacy"  # what older versions made: 1777, a user's usage/ in it
+    legacy.mkdir()
+    os.chmod(legacy, 0o1777)
+    (legacy / "usage").mkdir()
+    os.chown(legacy / "usage", 65534, 65534)
+    notes = prepare_caches([legacy], 4242, 4242, "victim")
+    assert "tightened to 0755" in notes[0] and stat_mode(legacy.stat()) == 0o755
+    assert os.lstat(legacy / "usage").st_uid == 0 and os.lstat(legacy / "victim").st_uid == 4242
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    assert "skipped" in prepare_caches([foreign], 4242, 4242, "victim")[0]
+    assert "missing" in prepare_caches([tmp_path / "none"], 4242, 4242, "victim")[0]
 
 
 @needs_root

@@ -3,8 +3,8 @@
 A user's job can neither make its own directory safely in a directory every user may write (another
 user makes it first, under the victim's name, and the victim's cache is refused forever) nor tell the
 others how much it holds (a user who publishes a huge total makes every other user evict and fail).
-So the cache root is root's, 0755 (deploy/local/up; the GKE init container), and at every job start
-the prolog, as root:
+So the cache root is root's, 0755 (deploy/local/up; the GKE init container; the prolog tightens a 1777
+one that older versions made), and at every job start the prolog, as root:
   <root>/<user>/        makes it for the job's user when missing: owned by them, 0700. Anything else
                         under that name (another user's directory, a symlink, a file) is renamed aside
                         to .squatted-<user>-<time> first (a rename: O(1), however big the planted tree)
@@ -16,13 +16,14 @@ Every step goes through directory fds opened O_NOFOLLOW (rootfs.py). Standard li
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
 import time
 
 from slurmctl.errors import UnsafeDirectory
-from slurmctl.ops.hooks.rootfs import open_trusted_dir, publish_file
+from slurmctl.ops.hooks.rootfs import publish_file
 
 USAGE_DIR = "usage"  # = slurmctl.runtime.datacache.USAGE_DIR (the hooks import no runtime module)
 OBJECTS_DIR = "objects"
@@ -110,13 +111,36 @@ def publish_usage(root_fd: int) -> dict[str, int]:
         os.close(usage_fd)
 
 
+def open_cache_root(root) -> tuple[int, str | None]:
+    """(fd of the cache root, a note). The root must be a real directory of root's; one every user may
+    write (mode 1777, what older versions made) is tightened to 0755 through its fd: from then on no
+    user can make a name in it, and what one made before is renamed aside by claim_dir."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeDirectory(root, "is a symbolic link or not a directory") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise UnsafeDirectory(root, f"is owned by uid {st.st_uid}, not by uid {os.geteuid()}")
+        if st.st_mode & 0o022:
+            os.fchmod(fd, 0o755)
+            return fd, f"data cache {root}: mode {stat.S_IMODE(st.st_mode):04o} tightened to 0755"
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, None
+
+
 def prepare_caches(roots, uid: int, gid: int, user: str) -> list[str]:
     """The prolog's step for each cache root: the job user's directory, then everyone's usage.
     Returns notes for the hooks log; a root that is missing or not root's own is skipped, noted."""
     notes = []
     for root in roots:
         try:
-            root_fd = open_trusted_dir(root)
+            root_fd, note = open_cache_root(root)
         except FileNotFoundError:
             notes.append(f"data cache {root} skipped: missing")
             continue
@@ -124,6 +148,8 @@ def prepare_caches(roots, uid: int, gid: int, user: str) -> list[str]:
             notes.append(f"data cache skipped: {exc} (the operator makes it root's, mode 0755)")
             continue
         try:
+            if note:
+                notes.append(note)
             aside = claim_dir(root_fd, user, uid, gid, 0o700)
             if aside:
                 notes.append(f"data cache {root}/{user} was not {user}'s own: renamed to {aside}")
