@@ -299,7 +299,7 @@ class UserCache:
                     try:
                         st = os.fstat(fd)
                         if stat.S_ISREG(st.st_mode) and st.st_uid == 0:
-                            total += int(os.read(fd, 32).decode().strip() or 0)
+                            total += int((os.read(fd, 64).decode().split() or [0])[0])
                     finally:
                         os.close(fd)
         finally:
@@ -327,8 +327,8 @@ class UserCache:
         if used + need > self.budget:
             raise CacheError(f"the dataset needs {need} more bytes, but the cache at {self.root} holds {used} of its "
                              f"{self.budget}-byte budget in entries that running jobs hold or that other users "
-                             "own. Use `cache: none` for this run, or ask the operator for a larger "
-                             "data.node_cache_budget")
+                             "own (as the prolog last measured them). Use `cache: none` for this run, or ask the "
+                             "operator for a larger data.node_cache_budget")
         return evicted, freed
 
     # --- the run's view ------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def test_a_users_self_published_usage_counts_for_nothing(tmp_path):
     usage = root / "usage"
     usage.mkdir(mode=0o755)
     os.chmod(usage, 0o755)
-    (usage / "alice").write_text("1000\n")
+    (usage / "alice").write_text("1000 1764000000000000000\n")
     os.symlink(usage / "alice", usage / "linked")
     me = UserCache(root, SHARD)
     if os.geteuid() == 0:
@@ -360,9 +360,23 @@ def test_prolog_measures_usage_on_disk_by_owner(tmp_path):
         os.close(fd)
     assert 3 * SHARD <= totals[nobody] < 4 * SHARD and totals["root"] == 0
     published = root / "usage" / nobody
-    assert int(published.read_text()) == totals[nobody] and published.stat().st_uid == 0
+    assert int(published.read_text().split()[0]) == totals[nobody] and published.stat().st_uid == 0
     assert stat_mode(published.stat()) == 0o644 and stat_mode((root / "usage").stat()) == 0o755
     assert UserCache(root, SHARD).others_bytes() == totals[nobody]
+
+    def measure() -> int:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return publish_usage(fd)[nobody]
+        finally:
+            os.close(fd)
+
+    mtime = published.read_text().split()[1]
+    published.write_text(f"5 {mtime}\n")  # root's earlier measure, its directory unchanged since: reused
+    assert measure() == 5
+    (objects / "e").write_bytes(b"x" * SHARD)
+    os.chown(objects / "e", 65534, 65534)  # a new entry changes the directory: measured again
+    assert 4 * SHARD <= measure() < 5 * SHARD
 
 
 def stat_mode(st) -> int:

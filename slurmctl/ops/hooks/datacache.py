@@ -9,8 +9,9 @@ one that older versions made), and at every job start the prolog, as root:
                         under that name (another user's directory, a symlink, a file) is renamed aside
                         to .squatted-<user>-<time> first (a rename: O(1), however big the planted tree)
   <root>/usage/<user>   measures every user's entries on disk (st_blocks of the regular files the user
-                        owns in <root>/<user>/objects, a bounded scan) and publishes them, root's,
-                        0644: what each user's eviction adds to its own live total (runtime/datacache.py)
+                        owns in <root>/<user>/objects, a bounded scan, skipped while that directory's
+                        mtime is unchanged) and publishes them, root's, 0644: what each user's
+                        eviction adds to its own live total (runtime/datacache.py)
 Every step goes through directory fds opened O_NOFOLLOW (rootfs.py). Standard library only.
 """
 
@@ -23,7 +24,7 @@ import stat
 import time
 
 from slurmctl.errors import UnsafeDirectory
-from slurmctl.ops.hooks.rootfs import publish_file
+from slurmctl.ops.hooks.rootfs import publish_file, read_small
 
 USAGE_DIR = "usage"  # = slurmctl.runtime.datacache.USAGE_DIR (the hooks import no runtime module)
 OBJECTS_DIR = "objects"
@@ -57,41 +58,55 @@ def claim_dir(root_fd: int, name: str, uid: int, gid: int, mode: int) -> str | N
     return aside
 
 
-def measure_user(root_fd: int, name: str, uid: int) -> int:
-    """Bytes on disk of the regular files `uid` owns in <name>/objects (0 when the directory is not
-    uid's own, never through a symlink)."""
+def measure_user(root_fd: int, name: str, uid: int, previous: tuple[int, int] | None) -> tuple[int, int]:
+    """(bytes on disk of the regular files `uid` owns in <name>/objects, that directory's mtime in ns);
+    (0, 0) when the directory is not uid's own (never through a symlink). `previous` (bytes, mtime) is
+    reused when the directory has not changed since: no entry was added, replaced or removed."""
     try:
         user_fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
     except OSError:
-        return 0
+        return 0, 0
     try:
         if os.fstat(user_fd).st_uid != uid:
-            return 0
+            return 0, 0
         try:
             objects_fd = os.open(OBJECTS_DIR, _DIR_FLAGS, dir_fd=user_fd)
         except OSError:
-            return 0
+            return 0, 0
         try:
-            if os.fstat(objects_fd).st_uid != uid:
-                return 0
+            st = os.fstat(objects_fd)
+            if st.st_uid != uid:
+                return 0, 0
+            if previous is not None and previous[1] == st.st_mtime_ns:
+                return previous
             total = 0
             with os.scandir(objects_fd) as entries:
                 for _, entry in zip(range(MAX_OBJECTS), entries):
                     try:
-                        st = entry.stat(follow_symlinks=False)
+                        info = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
-                        total += st.st_blocks * 512
-            return total
+                    if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
+                        total += info.st_blocks * 512
+            return total, st.st_mtime_ns
         finally:
             os.close(objects_fd)
     finally:
         os.close(user_fd)
 
 
+def _published(usage_fd: int, name: str) -> tuple[int, int] | None:
+    """(bytes, mtime) of root's earlier measure of `name`, or None."""
+    try:
+        fields = read_small(usage_fd, name, 64).split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def publish_usage(root_fd: int) -> dict[str, int]:
-    """Measure every user directory of the root and publish each total under usage/, root's."""
+    """Measure every user directory of the root and publish each total under usage/, root's:
+    "<bytes> <objects dir mtime ns>" (readers take the first number)."""
     claim_dir(root_fd, USAGE_DIR, 0, 0, 0o755)
     usage_fd = os.open(USAGE_DIR, _DIR_FLAGS, dir_fd=root_fd)
     try:
@@ -104,8 +119,11 @@ def publish_usage(root_fd: int) -> dict[str, int]:
                 uid = pwd.getpwnam(name).pw_uid
             except KeyError:
                 continue
-            totals[name] = measure_user(root_fd, name, uid)
-            publish_file(usage_fd, name, f"{totals[name]}\n".encode(), mode=0o644, durable=False)
+            previous = _published(usage_fd, name)
+            measured = measure_user(root_fd, name, uid, previous)
+            totals[name] = measured[0]
+            if measured != previous:
+                publish_file(usage_fd, name, f"{measured[0]} {measured[1]}\n".encode(), mode=0o644, durable=False)
         return totals
     finally:
         os.close(usage_fd)
