@@ -140,7 +140,10 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
         for i, c in enumerate(row):
             if len(c) > widths[i]:
                 widths[i] = len(c)
-    if title or not (piped_or_long and simple and sum(widths) + 2 * (len(columns) - 1) <= width):
+    # A pipe or a file has no width: its lines are never cut nor padded to one (rich would pad every row
+    # to 200 columns once one row is longer), so a reader's grep and diff see whole, trimmed lines.
+    fits = plain_stdout or sum(widths) + 2 * (len(columns) - 1) <= width
+    if title or not (piped_or_long and simple and fits):
         table = plain_table(*columns, title=title)
         for row in rows:
             table.add_row(*row)
@@ -150,13 +153,12 @@ def print_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], title: st
     def line(row: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(row, widths))
 
-    body = "".join(line(row) + "\n" for row in cells)
-    if plain_stdout:  # what rich would write, without importing it
-        sys.stdout.write(line(tuple(columns)) + "\n" + body)
+    if plain_stdout:  # rich's layout, without importing it; no trailing spaces
+        sys.stdout.write("".join(line(row).rstrip() + "\n" for row in (tuple(columns), *cells)))
         sys.stdout.flush()
         return
     out.print(text(line(tuple(columns)), style="table.header"))
-    out.file.write(body)
+    out.file.write("".join(line(row) + "\n" for row in cells))
     out.file.flush()
 
 

@@ -40,7 +40,9 @@ def print_plain_status(plain: PlainJob, as_json: bool) -> None:
     if s.diagnosis:
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
-        for line in d["evidence"][:3]:
+        from slurmctl.observe.diagnose import excerpt  # loaded already: the status read diagnosed it
+
+        for line in [e for e in excerpt(d) if e.strip()]:  # ends with the exception line itself, as for runs
             print_line(f"    {line}")
         print_line("  ", ("Fix:", "bold"), f" {d['hint']}")
     print_line(("What to do:", "bold"), f" {s.action}")

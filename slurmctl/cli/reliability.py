@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ctx, print_json, print_line
@@ -24,11 +26,19 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 
         return cancel_sweep_command(ctx, swept, now, drain_timeout, as_json)
 
+    animate = sys.stderr.isatty()  # a log or a pipe gets one line, not hundreds of \r-joined ones
+    shown: list[bool] = []
+
     def progress(waited: float, heartbeat: dict | None) -> None:
-        if not as_json:
-            step = heartbeat.get("step") if heartbeat else None
+        if as_json or (shown and not animate):
+            return
+        step = heartbeat.get("step") if heartbeat else None
+        if animate:
             err.print(f"  waiting for the drain acknowledgement: {waited:.0f}/{drain_timeout:.0f} s"
                       + (f", training at step {escape(str(step))}" if step is not None else ""), end="\r")
+        else:
+            err.print(f"  waiting up to {drain_timeout:.0f} s for the drain acknowledgement ...", markup=False)
+        shown.append(True)
 
     from slurmctl.cli.plain_job import PlainJob, cancel_plain, resolve_ref
 
@@ -39,12 +49,14 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 
     stop = cancel_adopted if is_adopted(target) else cancel_run  # adopted: the program's own signal and save
     result = stop(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    if shown and animate:
+        err.print("")  # end the progress line: the verdict starts on its own
     if as_json:
         print_json(result.to_dict())
     else:
         if result.drain == "acknowledged":
             out.print(f"drain acknowledged after {result.drain_seconds:.1f} s: checkpoint at step {result.ack_step}"
-                      f" ({result.ack_checkpoint})", markup=False)
+                      f" ({result.ack_checkpoint})" + (f"; {result.note}" if result.note else ""), markup=False)
         elif result.drain == "unacknowledged" and result.note:
             print_line(("DRAIN NOT ACKNOWLEDGED", "red bold"), f" within {result.drain_seconds:.0f} s: {result.note}.",
                        to_stderr=True)

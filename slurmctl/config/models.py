@@ -435,6 +435,9 @@ class SiteTrackingConfig(_Strict):
         "~/.config/slurmctl/mlflow", description="each user's own 0600 file with MLFLOW_TRACKING_USERNAME= and "
         "MLFLOW_TRACKING_PASSWORD= lines: their login on an MLflow server with authentication (submit and the "
         "job read it; deploy/local/mlflow-up writes it). A user without the file sends no login")
+    wandb_mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="WANDB_MODE for runs with tracking.backend: wandb, unless the job's environment "
+        "already has WANDB_MODE or WANDB_API_KEY (offline: a site without a W&B server; `wandb sync` later)")
 
 
 SIZE_RE = re.compile(r"\A([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|B)?\Z", re.IGNORECASE)

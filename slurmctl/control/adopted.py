@@ -11,7 +11,7 @@ import time
 
 from slurmctl.control.cancel import CancelResult, ProgressFn
 from slurmctl.control.resume import ResumeResult
-from slurmctl.errors import ResumeError, RunNotFound, SlurmctlError
+from slurmctl.errors import ResumeError, RunNotFound, SlurmCommandError, SlurmctlError
 from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
 from slurmctl.runtime import write_drain_request
 from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
@@ -55,9 +55,9 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
     block = resilience_of(run)
     if state == "RUNNING" and not now:
         if block is None or not block.signal:
-            latest = block.latest() if block else None
-            kept = f"its newest own checkpoint is {latest.path} (step {latest.step})" if latest else \
-                "it has no checkpoint slurmctl can see"
+            latest = block.restored() if block else None
+            kept = f"its next start restores {latest.path} (step {latest.step})" if latest else \
+                "it has no checkpoint slurmctl can see that its next start would restore"
             raise SlurmctlError(
                 f"run {run.run_id} runs an adopted program that cannot be asked to save: it sends no heartbeat and "
                 f"slurmctl knows no signal it saves on; {kept}. Nothing was cancelled.",
@@ -80,12 +80,12 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
                 result.slurm_state = state
             result.verified, result.seconds = True, time.monotonic() - started
             if result.drain == "unacknowledged":
-                latest = block.latest() if block else None
+                latest = block.restored() if block else None  # what the next start restores, as status says
                 result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
                                + (f" (it ended {state.lower()}: it does not save on that signal)" if state
                                   not in {None, "CANCELLED"} else "")
-                               + (f"; its newest checkpoint is {latest.path} (step {latest.step})" if latest else
-                                  "; it has no checkpoint of its own"))
+                               + (f"; its next start restores {latest.path} (step {latest.step})" if latest else
+                                  "; its next start restores no checkpoint of its own"))
             return result
         if state in {"PENDING", "REQUEUED", "REQUEUE_HOLD"} and not requeued_cancelled:
             # the program requeued itself after its save (Lightning does) while the first scancel
@@ -101,6 +101,14 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
            poll: float, progress: ProgressFn | None) -> None:
     """The program's own signal, then its own new complete checkpoint as the acknowledgement."""
     before = block.latest()
+    info = client.job_info(job_id)
+    restarts = info.restarts if info is not None else 0
+    # A user's cancel never restarts the job: the script's own USR1 trap (`scontrol requeue`) or the
+    # framework's (Lightning's) would requeue it on this signal; with Requeue=0 Slurm refuses that.
+    try:
+        client.update_job(job_id, Requeue=0)
+    except SlurmCommandError as exc:
+        run.record("requeue-not-disabled", job_id=job_id, error=str(exc)[:200])
     # the batch shell's `attempt end` reads it: the attempt ends `cancelled`, however the program ends
     write_drain_request(run.path, "cancel", job_id=str(job_id))
     run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=block.signal,
@@ -111,12 +119,21 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
         latest = block.latest()
         if _newer(latest, before):
             result.drain, result.drain_seconds = "acknowledged", waited
-            result.ack_step, result.ack_checkpoint = latest.step, str(latest.path)
+            # named: what the program's next start restores (Lightning's ckpt_path="last" skips the
+            # hpc_ckpt it just saved), as status and resume name it
+            restored = block.restored()
+            named = restored or latest
+            result.ack_step, result.ack_checkpoint = named.step, str(named.path)
+            if restored is None or restored.path != latest.path:
+                result.note = (f"it saved {latest.path} (step {latest.step}), but its next start restores "
+                               f"{f'{restored.path} (step {restored.step})' if restored else 'no checkpoint'} "
+                               f"({block.framework}'s rule for this program: {block.restore})")
             run.record("drain-acknowledged", job_id=job_id, step=latest.step, checkpoint=str(latest.path),
-                       by="the program's own checkpoint")
+                       by="the program's own checkpoint", restores=str(named.path) if restored else None)
             return
-        if not _active(_live_state(client, job_id)):
-            break
+        info = client.job_info(job_id)
+        if info is None or info.state != "RUNNING" or info.restarts != restarts:
+            break  # ended, or requeued all the same: a checkpoint of a later attempt is no acknowledgement
         if progress:
             progress(waited, None)
         time.sleep(poll)

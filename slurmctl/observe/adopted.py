@@ -26,6 +26,13 @@ _SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for
     (r"run\.yaml env", "the script's `export` lines"),
     (r"`python:` in run\.yaml / the image", "the script's module/conda/venv lines"),
     (r"`args:` \(run\.yaml\)", "the program's arguments in the script"),
+    (r"`args:`/the config file", "the program's arguments in the script/the config file"),
+    (r"the override in `args:`", "the override in the program's arguments"),
+    (r"`args:`", "the program's arguments in the script"),
+    (r" \(list it under `config_files:` in run\.yaml so submit checks it\)", ""),
+    (r"\(relative to `workdir`\)", "(relative to the job's working directory: the script's --chdir, else where "
+                                   "it was submitted)"),
+    (r"results are in the run directory", "results are where the script writes them"),
     (r"`(?:checkpoint\.keep_last|model\.precision)` in run\.yaml", "the program's own setting"),
     (r"`slurmctl submit` again", "`slurmctl resume RUN`"),
     (r"\bin run\.yaml\b", "in the sbatch script"),
@@ -33,10 +40,13 @@ _SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for
 ))
 
 
+_RUN_YAML_TERMS = ("run.yaml", "slurmctl submit", "args:", "workdir", "config_files:", "run directory")
+
+
 def in_script_words(text: str, resubmit: str = "`slurmctl resume RUN`", script: str = "SCRIPT") -> str:
     """`text` (advice for run.yaml runs) for a job adopted from, or submitted as, an sbatch script;
     `resubmit` says how that job is started again."""
-    if "run.yaml" not in text and "slurmctl submit" not in text:
+    if not any(word in text for word in _RUN_YAML_TERMS):
         return text
     for pattern, words in _SCRIPT_WORDS:
         text = pattern.sub(resubmit if words == "`slurmctl resume RUN`" else words, text)
@@ -69,22 +79,31 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
                              "; no checkpoint adapter (adopt with --framework to have cancel and resume use them)"))
     if status.phase == "starting":  # no heartbeat is expected from it
         status.phase = "training"
-    script_advice(status, f"`slurmctl resume {run.run_id}`", shlex.quote(str(adopted.get("script") or "SCRIPT")))
+    shape = adopted.get("shape") if isinstance(adopted.get("shape"), dict) else {}
+    if not status.gpus and isinstance(shape.get("gpus_total"), int) and shape["gpus_total"] > 0:
+        status.gpus = shape["gpus_total"]  # the script's own ask, as adopt read it (ls's GPUS column)
+    script = shlex.quote(str(adopted.get("script") or "SCRIPT"))
+    script_advice(status, f"`slurmctl resume {run.run_id}`", script)
     if block is None or status.job_id is None:
+        _nothing_to_resume(status, script, "slurmctl knows no checkpoint of its own (adopted without --framework)")
         return
     try:
         lines = tail_text_lines(run.log_path(status.job_id), 0, LOG_TAIL_BYTES, nofollow=True)
     except OSError:
         lines = []
     step = block.last_step(lines)
+    found = block.checkpoints()  # one scan: opening a program's checkpoints is the costly part
+    saved = max((c.step for c in found if c.step is not None), default=None)
+    source = "its output"
+    if saved is not None and (step is None or saved > step):
+        step, source = saved, "its newest checkpoint"  # its output stopped saying (no progress bar) as it saved on
     if step is not None:
         status.last_step = step
         try:  # the output's last write stands in for a heartbeat
             status.heartbeat_age_seconds = max(0.0, now - run.log_path(status.job_id).stat().st_mtime)
         except OSError:
             pass
-        status.details.append(f"Last progress in its output: step {step}.")
-    found = block.checkpoints()  # one scan: opening a program's checkpoints is the costly part
+        status.details.append(f"Last progress in {source}: step {step}.")
     latest, restored = (found[-1] if found else None), block.restored(found)
     if block.restore and (restored is None or latest is None or restored.path != latest.path):
         status.details.append(f"Its next start restores {restored.path if restored else 'no checkpoint'} "
@@ -95,9 +114,18 @@ def apply_adopted(status, run: Run, job, now: float) -> None:
         status.headline += (f" {label.capitalize()}: {latest.path}"
                             + (f" (step {latest.step})." if latest.step is not None else ".")
                             if latest is not None else " It had written no checkpoint of its own.")
+    if latest is None:
+        _nothing_to_resume(status, script, "its next start would restore no checkpoint of its own")
     if latest is not None:
         status.latest_checkpoint_step = latest.step
         status.checkpoint_age_seconds = max(0.0, now - latest.mtime)
         status.details.append(f"{label.capitalize()}: {latest.path}"
                               f"{f' (step {latest.step})' if latest.step is not None else ''}, "
                               f"{human_duration(status.checkpoint_age_seconds)} old.")
+
+
+def _nothing_to_resume(status, script: str, why: str) -> None:
+    """`slurmctl resume` refuses a run with nothing to restore: advice that names what does work."""
+    if "slurmctl resume" in status.action:
+        status.action = f"{why[0].upper()}{why[1:]}, so `slurmctl resume` would refuse: run the script again " \
+                        f"from the beginning with `slurmctl adopt {script}`."

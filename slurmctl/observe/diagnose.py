@@ -588,7 +588,8 @@ def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
     progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
     blocks = [b for _, b in traceback_blocks(lines) if not is_launcher_block(b)]
     if blocks or reading.exception:
-        return last_traceback(lines)
+        # ranks in the log: the failing rank's own traceback, not a later one of a peer it left hanging
+        return last_traceback(lines, ending_at=reading.exception_line if reading.root_rank is not None else None)
     said = [lines[reading.last_progress].strip()] if reading.last_progress is not None else []
     for i, line in enumerate(lines):
         if ROOT_CAUSE.search(line):
@@ -654,8 +655,10 @@ def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slu
     return summary + "."
 
 
-def _success(summary: str, evidence: list[str], source: str, reading: LogReading) -> Diagnosis:
+def _success(summary: str, evidence: list[str], source: str, reading: LogReading, exited_0: bool = False) -> Diagnosis:
+    """`exited_0`: Slurm recorded exit code 0, so nothing is left to fix, not even the exit status."""
     return Diagnosis("success", summary, evidence,
+                     "Nothing to fix." if exited_0 else
                      "Nothing to fix in the training. If the exit status matters to a pipeline, make the script "
                      "exit 0 after the last step (e.g. call destroy_process_group() on every rank before exiting).",
                      source=source, extra={"reading": reading.to_dict()})
@@ -708,7 +711,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         extra["root_cause"] = root
     if state == "COMPLETED" and exit_code in ("", "0", "0:0"):
         return _success("Slurm recorded the job COMPLETED with exit code 0: the training did not fail.",
-                        [f"Slurm state: COMPLETED, exit code {exit_code or '0:0'}"], "slurm", reading)
+                        [f"Slurm state: COMPLETED, exit code {exit_code or '0:0'}"], "slurm", reading, exited_0=True)
     from_slurm = _SLURM_STATES.get(state)
     hit_categories = {SIGNATURES[n].category for n in hits}
     if from_slurm and not (from_slurm in ("preempted", "node_lost") and "gpu_hardware" in hit_categories):

@@ -261,15 +261,19 @@ def is_launcher_block(block: list[str]) -> bool:
     return any(_LAUNCHER_FRAME.search(line) for line in block)
 
 
-def last_traceback(lines: list[str], limit: int = 12) -> list[str]:
-    """The last Python traceback's head and its final exception line, or the log's last lines.
+def last_traceback(lines: list[str], limit: int = 12, ending_at: int | None = None) -> list[str]:
+    """The last Python traceback's head and its final exception line, or the log's last lines;
+    with `ending_at` (the root error's line, LogReading.exception_line), the traceback that ends there:
+    the failing rank's own, not a later one of a peer it left hanging.
 
     A launcher's own traceback (torchrun/accelerate raising ChildFailedError) says only that a rank
     died; the rank's traceback above it is the one that explains why, so it wins when there is one."""
-    blocks = [b for _, b in traceback_blocks(lines)]
+    found = traceback_blocks(lines)
+    blocks = [b for _, b in found]
     own = [b for b in blocks if not is_launcher_block(b)]
-    if own or blocks:
-        block = (own or blocks)[-1]
+    root = [b for start, b in found if start + len(b) - 1 == ending_at]
+    if root or own or blocks:
+        block = (root or own or blocks)[-1]
         return block if len(block) <= limit else [block[0], "  ...", *block[-(limit - 2):]]
     return [line for line in lines if line.strip()][-limit:]
 

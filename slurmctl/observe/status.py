@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from slurmctl import rundir
 from slurmctl.config.pricing import allocation_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
@@ -253,7 +254,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     elif not job.active and job.elapsed_seconds is not None:
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES:
-        status.diagnosis = diagnose_file(run.log_path(job.job_id), job.state, job.exit_code).to_dict()
+        status.diagnosis = _diagnosis(run, job)
         if status.diagnosis.get("failing_exit"):  # srun's 143/137 or the shutdown's 15 says only who was last
             status.details.append(f"The failing rank ended with {status.diagnosis['failing_exit']}.")
         status.why = status.why or one_line_why(status.diagnosis)
@@ -270,6 +271,43 @@ def _price(status: RunStatus, job: Job, spec, site) -> None:
         status.cost_usd = round(allocation_cost(
             spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
             prices[0], site.accounting.discounts), 2)
+
+
+def _diagnosis(run: Run, job: Job) -> dict:
+    """The ended job's diagnosis: the run's cached one while nothing it was read from changed (the log,
+    attempts.jsonl, the watchdog's state, Slurm's state and exit code, the diagnosis code itself), else
+    a new one, cached. Every rule compiled and run over the log costs ~0.3 s a run in `ls`; a failed
+    run's log no longer changes. Only the run's owner reads or writes the cache."""
+    import json
+
+    from slurmctl.fsutil import read_json, write_atomic
+    from slurmctl.observe import diagnose, log_reading
+
+    def stamp(path) -> list[int]:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            return [st.st_size, st.st_mtime_ns]
+        except OSError:
+            return []
+
+    log = run.log_path(job.job_id)
+    key = [job.job_id, job.state, job.exit_code, stamp(log), stamp(run.path / rundir.ATTEMPTS),
+           stamp(run.path / rundir.WATCHDOG_DIR / rundir.WATCHDOG_STATE),
+           stamp(diagnose.__file__), stamp(log_reading.__file__)]
+    cache = run.path / rundir.DIAGNOSIS_CACHE
+    mine = stamp(run.path) and os.stat(run.path, follow_symlinks=False).st_uid == os.geteuid()
+    if mine:
+        cached = read_json(cache, 1024 * 1024, owner=os.geteuid())
+        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict):
+            return cached["diagnosis"]
+    # as JSON prints it (a set of line numbers becomes its text): the same whether fresh or read back
+    found = json.loads(json.dumps(diagnose_file(log, job.state, job.exit_code).to_dict(), default=str))
+    if mine:
+        try:
+            write_atomic(cache, json.dumps({"key": key, "diagnosis": found}), mode=0o600)
+        except OSError:
+            pass  # a full disk or a read-only run dir: the diagnosis is still shown
+    return found
 
 
 def _requeues(events: list[dict]) -> int:
@@ -323,6 +361,10 @@ def _checkpoint(status: RunStatus, run: Run, events: list[dict], job_id: int | N
         status.details.append(f"Newest valid checkpoint: step {latest_ck.step}.")
     elif job_id is not None:
         status.details.append("No valid checkpoint yet.")
+        # resume refuses a run without one: advise what works (an adopted program's own: observe.adopted)
+        if "slurmctl resume" in status.action and "adopted" not in run.meta:
+            status.action = ("It saved no checkpoint, so `slurmctl resume` has nothing to continue from: submit "
+                             f"its run.yaml again to start from step 0 (`slurmctl submit {run.path / 'run.yaml'}`).")
     checkpoint_failure(status, events, now)
 
 

@@ -1,4 +1,4 @@
-"""The run's story, from attempts.jsonl: one line per attempt of the latest submission, and what
+"""The run's story, from attempts.jsonl: one line per attempt of every submission, and what
 `slurmctl status` says about requeues, stopped runs, unacknowledged drains and failed checkpoint saves.
 Each function reads only the events (and the Slurm job `build_status` was given) and edits the status.
 """
@@ -45,12 +45,30 @@ def _requeued_by_slurm(start: dict, following: dict) -> bool:
         return False
 
 
+def _submissions(events: list[dict]) -> list[list[dict]]:
+    """The events split at each submission (the first, a resume, a resubmission), oldest first; the
+    last part is the latest submission's (empty while it has no event yet)."""
+    parts: list[list[dict]] = [[]]
+    for e in events:
+        if e.get("event") == "submitted":
+            parts.append([])
+        else:
+            parts[-1].append(e)
+    return parts
+
+
 def story(events: list[dict], job: Job | None = None) -> list[str]:
-    """One line per attempt of the latest submission, from attempts.jsonl: when and where it started,
-    from which checkpoint, how it ended (preempted / time limit / crashed / finished / cancelled / no
-    end record: the node or the batch script was lost) at which step, the steps it lost past its
-    newest checkpoint, and what followed (requeued: a new Slurm attempt, or stopped)."""
-    current = _current(events)
+    """One line per attempt of the run, every job it was submitted as (a resume is a new job) oldest
+    first, from attempts.jsonl: when and where it started, from which checkpoint, how it ended
+    (preempted / time limit / crashed / finished / cancelled / no end record: the node or the batch
+    script was lost) at which step, the steps it lost past its newest checkpoint, and what followed
+    (requeued: a new Slurm attempt, or stopped). `job` is the latest job as Slurm shows it."""
+    parts = _submissions(events)
+    return [line for n, part in enumerate(parts)
+            for line in _attempt_lines(part, job if n == len(parts) - 1 else None)]
+
+
+def _attempt_lines(current: list[dict], job: Job | None) -> list[str]:
     lines = []
     starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
     for n, (i, start) in enumerate(starts):
@@ -74,7 +92,11 @@ def story(events: list[dict], job: Job | None = None) -> list[str]:
             continue
         if end is None:
             following_start = starts[n + 1][1] if n + 1 < len(starts) else None
-            if following_start is not None and _requeued_by_slurm(start, following_start):
+            cancelled = any(e.get("event") == "cancel-requested" and e.get("job_id") == start.get("job_id")
+                            for e in following)
+            if cancelled and following_start is None:
+                line += "; cancelled on request (`slurmctl cancel`)"
+            elif following_start is not None and _requeued_by_slurm(start, following_start):
                 line += ("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost "
                          "node, or a preemption that did not wait for the drain)")
             elif following_start is not None:

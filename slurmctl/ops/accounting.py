@@ -363,12 +363,17 @@ def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start:
 
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
-                 run_copies: Iterable[Path] = ()) -> list[Attempt]:
-    """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows."""
+                 run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
+    """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows.
+    `drain_acknowledged`: (job id, restart count) of the attempts whose run records an acknowledged
+    drain (Run.drain_acknowledged_attempts)."""
     if not job_ids:
         return []
     now = datetime.now()
     records = read_epilog_records(spool, run_copies)
+    for job_id, restart in drain_acknowledged:
+        if (record := records.get((job_id, str(restart)))) is not None and record.get("drain_requested"):
+            record["drain_acknowledged"] = True  # the same dict is keyed by its start time too
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
@@ -402,10 +407,11 @@ class RunCost:
 
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
-             run_copies: Iterable[Path] = ()) -> RunCost:
+             run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> RunCost:
     """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
-    `run_copies`: the runs' cost-records dirs (see read_epilog_records)."""
-    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies)
+    `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`: see
+    run_attempts."""
+    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:

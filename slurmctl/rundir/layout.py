@@ -69,6 +69,9 @@ NOTIFICATIONS = "notifications.jsonl"
 # Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
 # (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
 DATA_PLAN = "data-plan.json"
+# The latest ended job's diagnosis, with what it was read from (observe.status): `ls` and `status` of
+# a failed run read it instead of scanning the log with every rule again.
+DIAGNOSIS_CACHE = "diagnosis.cache.json"
 DATA_DIR = "data-stage"
 DATA_STAGE = "stage-{job_id}-{node}.json"  # in data-stage/
 
@@ -581,6 +584,23 @@ class Run:
 
     def drain_acked(self) -> bool:
         return self._exists(DRAIN_ACK)
+
+    def drain_acknowledged_attempts(self) -> set[tuple[int, int]]:
+        """(job id, restart count) of the attempts whose drain the run's own story records as
+        acknowledged: the attempt's end record (drain.ack, or an adopted program's own new checkpoint)
+        or cancel's `drain-acknowledged`. The epilog sees drain.ack alone, which an adopted program
+        never writes."""
+        found, restarts = set(), {}
+        for e in self.events():
+            job = str(e.get("job_id") or "")
+            if not job.isdigit():
+                continue
+            if e.get("event") == "start":
+                restarts[int(job)] = int(e.get("restart_count") or 0)
+            elif e.get("event") == "drain-acknowledged" or (e.get("event") == "end" and e.get("drain_acked")):
+                restart = e.get("restart_count") if e.get("event") == "end" else restarts.get(int(job), 0)
+                found.add((int(job), int(restart or 0)))
+        return found
 
     # --- writers -------------------------------------------------------------------------------
     def use_umask(self) -> None:

@@ -223,13 +223,17 @@ class TrackerBridge:
 _MLFLOW_STATUS = {"completed": "FINISHED", "cancelled": "KILLED", "idle": "KILLED"}
 
 
-def end_mlflow_run(run_dir: Path, env=None) -> str | None:
+def end_mlflow_run(run_dir: Path, env=None, *, only_running: bool = False) -> str | None:
     """The job script, after `attempt end` decided to stop: mark the MLflow run FINISHED, KILLED or
-    FAILED (a requeue never gets here: the next attempt continues the run). The status set, or None."""
+    FAILED (a requeue never gets here: the next attempt continues the run). The status set, or None.
+    `only_running`: leave a run that is not RUNNING (ended already) as it is."""
     env = os.environ if env is None else env
     uri, run_id = env.get("MLFLOW_TRACKING_URI"), env.get("MLFLOW_RUN_ID")
     ends = [e for e in read_jsonl(Path(run_dir) / rundir.ATTEMPTS) if e.get("event") == "end"]
     if not uri or not run_id or not ends or ends[-1].get("action") != "stop":
+        return None
+    if only_running and mlflow_call(uri, "GET", "runs/get", query={"run_id": run_id}, login=login_from_env(env))[
+            "run"]["info"].get("status") != "RUNNING":
         return None
     status = _MLFLOW_STATUS.get(ends[-1].get("outcome"), "FAILED")
     mlflow_call(uri, "POST", "runs/update", {"run_id": run_id, "status": status,
@@ -238,20 +242,46 @@ def end_mlflow_run(run_dir: Path, env=None) -> str | None:
     return status
 
 
+def killed_run_env(run_dir: Path) -> dict[str, str]:
+    """What the job script would have had for end_mlflow_run, for a run whose batch script was killed
+    before it could end its MLflow run: the server and run id from run.json's ``tracking`` record, and
+    the caller's own login (site.yaml tracking.mlflow_credentials). Empty when the run is not tracked
+    with MLflow."""
+    data = rundir.Run(Path(run_dir).name, Path(run_dir)).meta.get("tracking")
+    if not isinstance(data, dict) or data.get("backend") != "mlflow" or not data.get("uri") or not data.get("run_id"):
+        return {}
+    from slurmctl.config.models import load_site_config  # why: only the epilog's child after a kill reads it
+
+    login = login_from_file(load_site_config().tracking.mlflow_credentials)
+    return {"MLFLOW_TRACKING_URI": str(data["uri"]), "MLFLOW_RUN_ID": str(data["run_id"]),
+            **(dict(zip(LOGIN_KEYS, login, strict=True)) if login else {})}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m slurmctl.runtime.tracking end`: see end_mlflow_run. Never fails the job."""
+    """`python -m slurmctl.runtime.tracking end`: see end_mlflow_run, inside the job. With `--run-dir DIR`:
+    the epilog's process as the job's user, after the batch script was killed (killed_run_env). Never
+    fails the job."""
+    from slurmctl.errors import SlurmctlError
+
     args = sys.argv[1:] if argv is None else argv
+    env: dict | os._Environ = os.environ
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
-    if args != ["end"] or not run_dir:
-        print("usage: python -m slurmctl.runtime.tracking end (inside a slurmctl job)", file=sys.stderr)
+    if len(args) == 3 and args[:2] == ["end", "--run-dir"]:
+        run_dir = args[2]
+    elif args != ["end"]:
+        run_dir = None
+    if not run_dir:
+        print("usage: python -m slurmctl.runtime.tracking end [--run-dir DIR] (inside a slurmctl job)", file=sys.stderr)
         return 0
     try:
-        status = end_mlflow_run(Path(run_dir))
-    except (OSError, ValueError, MlflowError) as exc:
+        if len(args) == 3:
+            env = killed_run_env(Path(run_dir))
+        status = end_mlflow_run(Path(run_dir), env, only_running=len(args) == 3)
+    except (OSError, ValueError, KeyError, MlflowError, SlurmctlError) as exc:
         print(f"slurmctl: could not mark the MLflow run ended: {exc}", file=sys.stderr)
         return 0
     if status:
-        print(f"slurmctl: MLflow run {os.environ.get('MLFLOW_RUN_ID')} marked {status}", file=sys.stderr)
+        print(f"slurmctl: MLflow run {env.get('MLFLOW_RUN_ID')} marked {status}", file=sys.stderr)
     return 0
 
 

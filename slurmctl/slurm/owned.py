@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmCommandError
 from slurmctl.slurm.parsing import SEP, JobQuery
-from slurmctl.slurm.records import Job
+from slurmctl.slurm.records import Job, tres_gpus
 
 # One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
@@ -26,11 +26,12 @@ OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partiti
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
                                            "end_time", "exit_code", "user", "tres", "name", "comment"), "sacct")
 # The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
-PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "name",
-                                "comment"), "squeue -o")
+# -O: only it has the allocated TRES (ls's GPUS column); its JobID is each task's own id, as -o's %A.
+PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "tres",
+                                "name", "comment"), "squeue -O")
 # The caller's jobs of the last days in accounting (ended ones: the queue has the rest).
 PLAIN_ENDED = JobQuery("plain_ended", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "end_time",
-                                       "user", "name", "comment"), "sacct")
+                                       "user", "tres", "name", "comment"), "sacct")
 RECENT_DAYS, RECENT_LIMIT = 7, 50  # how far back ls looks for ended plain jobs, and how many it shows
 
 
@@ -83,6 +84,7 @@ class PlainJobRow:
     num_nodes: int
     elapsed: str
     name: str
+    gpus: int = 0  # allocated (a pending job has none yet)
 
     def to_dict(self) -> dict:
         return {"kind": "sbatch", "run_id": None, **self.__dict__}
@@ -96,7 +98,8 @@ def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> li
     me = _user_name(uid)
     jobs = client._listing(PLAIN, ["squeue", "-h", "-r", "--me"])
     return [PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
-                        human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name)
+                        human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name,
+                        tres_gpus(j.tres)[0])
             for j in jobs if j.user == me and not j.comment.startswith(run_comment_prefix)]
 
 
@@ -115,7 +118,7 @@ def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None,
             seen.add(j.job_id)
             rows.append(PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
                                     human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-",
-                                    j.name))
+                                    j.name, tres_gpus(j.tres)[0]))
     return rows[:limit]
 
 

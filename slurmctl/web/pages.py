@@ -118,7 +118,8 @@ def _run_cost(ctx, run: Run, operator: bool):
     job_ids = [j for r in family for j in r.job_ids()]
     if not job_ids:
         return None
-    return run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client, [r.cost_records_dir for r in family])
+    return run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client, [r.cost_records_dir for r in family],
+                    {a for r in family for a in r.drain_acknowledged_attempts()})
 
 
 def log_tail(run: Run, rank: str, lines: int) -> dict:

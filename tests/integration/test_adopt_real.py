@@ -211,6 +211,88 @@ def test_a_job_that_requeued_itself_and_was_cancelled_while_waiting_reads_cancel
         slurmctl("cancel", run_id, "--now", check=False)
 
 
+UNIVERSITY_REQUEUE = """#!/bin/bash
+#SBATCH -p l4-dev
+#SBATCH -t 10
+#SBATCH -n 1
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@60
+requeue_job() {
+  echo "caught USR1: requeueing $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID"
+}
+trap requeue_job USR1
+srun python saves_on_usr1.py &
+wait
+"""
+
+SAVES_ON_USR1 = """import os, signal, time
+import argparse, torch
+stop = False
+def on_usr1(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGUSR1, on_usr1)
+os.makedirs("out", exist_ok=True)
+start = torch.load("out/ckpt.pt")["iter_num"] + 1 if os.path.exists("out/ckpt.pt") else 0
+for it in range(start, 100000):
+    if it % 200 == 0 or stop:
+        torch.save({"iter_num": it, "model": torch.zeros(2)}, "out/ckpt.tmp")
+        os.replace("out/ckpt.tmp", "out/ckpt.pt")
+        if stop:
+            print(f"saved at iter {it} on USR1", flush=True)
+            break
+    print(f"iter {it}: loss 1.0", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_cancel_never_requeues_a_script_whose_usr1_trap_requeues(workdir, alice):
+    _write(workdir, "saves_on_usr1.py", SAVES_ON_USR1, alice)
+    script = _write(workdir, "univ.sbatch", UNIVERSITY_REQUEUE, alice)
+    plan = slurmctl_json("adopt", "--yes", "--framework", "pytorch", "--checkpoint-dir", "out", script, cwd=workdir)
+    run_id, job_id = plan["run_id"], plan["job_id"]
+    assert plan["resilience"]["signal_to"] == "steps", plan["resilience"]
+    told = " ".join(plan["notes"])
+    assert "srun tasks, not the batch shell" in told and "Requeue=0" in told, told
+    try:
+        deadline = time.monotonic() + 120
+        while (slurmctl_json("status", run_id).get("latest_checkpoint_step") or -1) < 0:
+            assert time.monotonic() < deadline
+            time.sleep(2)
+        began = time.monotonic()
+        cancelled = slurmctl_json("cancel", run_id)
+        took = time.monotonic() - began
+        print(f"cancel of a self-requeueing script: {took:.1f} s, {cancelled}")
+        assert cancelled["final_state"] == "CANCELLED" and cancelled["drain"] == "acknowledged", cancelled
+        assert cancelled["ack_step"] % 200 != 0 and took < 60, cancelled  # the save on USR1, not a periodic one
+        events = [json.loads(line) for line in (Path(plan["run_dir"]) / "attempts.jsonl").read_text().splitlines()]
+        assert [e["event"] for e in events].count("start") == 1, events  # never requeued: one attempt only
+        logs = "".join(p.read_text(errors="replace") for p in (Path(plan["run_dir"]) / "logs").glob("*.out"))
+        assert "saved at iter" in logs and "requeueing" not in logs, logs[-2000:]
+        shown = alice.run(["scontrol", "show", "job", str(job_id)]).stdout  # the controller keeps it MinJobAge
+        assert "JobState=CANCELLED" in shown and "Restarts=0" in shown, shown
+    finally:
+        slurmctl("cancel", run_id, "--now", check=False)
+
+
+def test_dry_run_detects_imports_as_python_reads_them_and_says_when_it_found_none(workdir, alice):
+    _write(workdir, "nano.py", "import argparse, os, time, torch\nprint('iter 1')\n", alice)
+    _write(workdir, "plain.py", "import numpy as np\nprint('hello')\n", alice)
+    for program, framework in (("nano.py", "pytorch"), ("plain.py", None)):
+        script = _write(workdir, f"{program}.sbatch", f"#!/bin/bash\n#SBATCH -p l4-dev\n#SBATCH -t 5\n"
+                        f"srun python {program}\n", alice)
+        plan = slurmctl_json("adopt", "--dry-run", script, cwd=workdir)
+        told = " ".join(plan["notes"])
+        if framework:
+            assert plan["resilience"]["framework"] == framework and "detected" in plan["resilience"]["how"], plan
+        else:
+            assert plan["resilience"] is None and "resilience: NONE" in told and "--framework" in told, told
+            assert "cancel --now" in told and "resume" in told, told
+        shown = slurmctl("adopt", "--dry-run", script, cwd=workdir).stderr  # the plan; stdout is the job
+        assert ("resilience: NONE" in shown) == (framework is None), shown
+
+
 def test_array_with_throttle_dependency_and_launchers(workdir, alice):
     dep = alice.sbatch("--hold", "-p", "l4-dev", "-o", "/dev/null", "-J", "adopt-dep", "--wrap", "true")
     try:

@@ -290,5 +290,5 @@ def test_every_signed_webhook_verifies(channels):
 def test_ls_shows_the_tracked_run_and_channels(channels):
     """ls --json carries each run's notification summary (the runs above)."""
     listed = slurmctl("ls", "--json", env=alice_env(channels)).stdout
-    rows = [r for r in json.loads(listed) if r.get("run_id", "").startswith("ntf-")]
+    rows = [r for r in json.loads(listed) if (r.get("run_id") or "").startswith("ntf-")]
     assert any(r.get("notified") for r in rows), rows[:3]

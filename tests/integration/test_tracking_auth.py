@@ -4,20 +4,26 @@ deploy/local/mlflow-up (MLflow's basic-auth app) on a port of the test's own.
 carol creates an experiment and a run through slurmctl's own submit code (her login from her 0600
 file), logs a metric and uploads an artifact through the server. bob, with his own valid login,
 is refused every read, write and delete of them (403); no login or a wrong password is 401; carol's
-own calls all work. The artifact lands in the server's root-only state dir, written by the server.
+own calls all work. The artifact lands in the server's own state dir, written by the server, which runs as
+the unprivileged slurmctl-mlflow account. bob cannot make the server touch files outside its store: an
+experiment with an artifact location of his choosing is refused (REST and ajax-api), and so is every read,
+list and upload of a run whose artifacts are a folder of his with a symlink in it (an experiment made
+before the guard existed, put in the server's database directly); nor can he take `slurmctl-carol`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from .conftest import REPO, User
-from .tracking_services import credentials_name, start_mlflow, stop_mlflow
+from .tracking_services import credentials_name, mlflow_state, start_mlflow, stop_mlflow
 
 # Run as a cluster user: each request of stdin's JSON list with the login from the file argv[2] ("-": none,
 # "wrong": the file's user with a wrong password); prints [status, ...] per request.
@@ -66,12 +72,12 @@ def create(server, user: str, run_id: str, project: str = "") -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server():
     import yaml
 
     from slurmctl.config.locate import find_site_config
 
-    state = tmp_path_factory.mktemp("mlflow-auth")
+    state = mlflow_state("mlflow-auth")
     users = ("bob", "carol")
     uri = start_mlflow(state, users)
     folder = Path(f"/tmp/slurmctl-tracking-auth-{os.getpid()}")
@@ -140,10 +146,23 @@ def test_login_files_are_each_users_own_and_the_admin_secrets_root_only(server):
         st = path.stat()
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (User(user).uid, 0o600), path
         assert f"MLFLOW_TRACKING_USERNAME={user}\n" in path.read_text()
-    for name in ("admin.password", "basic_auth.ini", "flask.secret", "users"):
+    for name in ("admin.password", "flask.secret", "users"):
         st = (server["state"] / name).stat()
         assert st.st_uid == 0 and not stat.S_IMODE(st.st_mode) & 0o077, name
-    assert not stat.S_IMODE(server["state"].stat().st_mode) & 0o077
+    service = pwd.getpwnam("slurmctl-mlflow")
+    ini = (server["state"] / "basic_auth.ini").stat()  # the server reads it; no user can
+    assert (ini.st_uid, ini.st_gid, stat.S_IMODE(ini.st_mode)) == (0, service.pw_gid, 0o640)
+    top = server["state"].stat()
+    assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (0, service.pw_gid, 0o710)
+    data = (server["state"] / "server").stat()
+    assert (data.st_uid, stat.S_IMODE(data.st_mode)) == (service.pw_uid, 0o700)
+
+
+def test_the_server_runs_as_its_own_unprivileged_account(server):
+    pid = (server["state"] / "mlflow.pid").read_text().strip()
+    group = subprocess.run(["ps", "-o", "user=", "--ppid", pid, "-p", pid], capture_output=True, text=True)
+    assert set(group.stdout.split()) == {"slurmctl-mlflow"}, group.stdout
+    assert pwd.getpwnam("slurmctl-mlflow").pw_shell.endswith("nologin")
 
 
 def test_bob_is_refused_every_read_write_and_delete_of_carols_run(server, carols_run):
@@ -173,8 +192,9 @@ def test_artifacts_are_stored_by_the_server_in_its_root_only_state(server, carol
     (experiment,) = calls(server, "carol", [{"method": "GET",
                                              "path": f"/api/2.0/mlflow/experiments/get?experiment_id={exp}"}])
     assert json.loads(experiment[1])["experiment"]["artifact_location"] == f"mlflow-artifacts:/{exp}"
-    stored = server["state"] / "artifacts" / exp / rid / "artifacts"
-    assert stored.is_dir() and stored.stat().st_uid == 0  # the server wrote it, not carol's process
+    stored = server["state"] / "server" / "artifacts" / exp / rid / "artifacts"
+    # the server wrote it, not carol's process
+    assert stored.is_dir() and stored.stat().st_uid == pwd.getpwnam("slurmctl-mlflow").pw_uid
 
 
 def test_carol_reads_writes_and_deletes_her_own_run(server, carols_run):
@@ -192,3 +212,67 @@ def test_bobs_submit_into_carols_experiment_is_refused_and_his_own_works(server,
     assert "nothing was submitted" in refused["error"]
     own = create(server, "bob", "bob-run-2")
     assert own["backend"] == "mlflow" and own["experiment_id"] != carols_run["experiment_id"]
+
+
+# As the server's account: an experiment whose artifacts are a folder of bob's, as the server's database would
+# hold one created before the guard existed, and bob's MANAGE on it (argv: state dir, bob's folder).
+OLD_EXPERIMENT = r'''
+import sys
+from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore as AuthStore
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+state, folder = sys.argv[1:3]
+store = SqlAlchemyStore(f"sqlite:///{state}/server/mlflow.db", "mlflow-artifacts:/")
+experiment = store.create_experiment("made-before-the-guard", artifact_location="file://" + folder)
+run = store.create_run(experiment, "bob", 0, [], "old")
+auth = AuthStore()
+auth.init_db(f"sqlite:///{state}/server/basic_auth.db")
+auth.create_experiment_permission(experiment, "bob", "MANAGE")
+print(experiment, run.info.run_id)
+'''
+
+
+def test_bob_cannot_point_the_server_at_a_folder_of_symlinks(server, carols_run):
+    folder = Path(f"/tmp/slurmctl-bob-artifacts-{os.getpid()}")
+    User("bob").run(["mkdir", "-p", str(folder)], check=True)
+    try:
+        created = calls(server, "bob", [
+            {"method": "POST", "path": f"{api}/experiments/create",
+             "body": {"name": f"mine-{n}", "artifact_location": location}}
+            for n, (api, location) in enumerate([("/api/2.0/mlflow", f"file://{folder}"),
+                                                 ("/ajax-api/2.0/mlflow", f"file://{folder}"),
+                                                 ("/api/2.0/mlflow", str(folder))])])
+        assert [status for status, _ in created] == [400, 400, 400], created
+        assert all("takes no artifact_location" in body for _, body in created)
+        # an old experiment of that kind: its run's artifacts folder replaced by a symlink to the server's state
+        out = subprocess.run(["setpriv", "--reuid=slurmctl-mlflow", "--regid=slurmctl-mlflow", "--init-groups",
+                              os.sys.executable, "-c", OLD_EXPERIMENT, str(server["state"]), str(folder)],
+                             capture_output=True, text=True, check=True, timeout=120)
+        experiment, run = out.stdout.split()
+        User("bob").run(["sh", "-c", 'mkdir -p "$1" && ln -s "$2" "$1/artifacts"', "sh", f"{folder}/{run}",
+                         str(server["state"] / "server")], check=True)
+        tried = calls(server, "bob", [
+            {"method": "GET", "path": f"/get-artifact?run_id={run}&path=basic_auth.db"},
+            {"method": "GET", "path": f"/get-artifact?run_uuid={run}&path=basic_auth.db"},
+            {"method": "GET", "path": f"/api/2.0/mlflow/artifacts/list?run_id={run}"},
+            {"method": "GET", "path": f"/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run}"},
+            {"method": "POST", "path": f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run}&path=planted",
+             "data": "bob was here"},
+            {"method": "POST", "path": "/api/2.0/mlflow/runs/create", "body": {"experiment_id": experiment}},
+            {"method": "POST", "path": "/graphql",
+             "body": {"query": "query { mlflowListArtifacts(input: {runId: " + json.dumps(run)
+                               + "}) { files { path } } }"}},
+            {"method": "POST", "path": "/graphql",
+             "body": {"query": "query Q($r: String) { mlflowListArtifacts(input: {runId: $r}) { files { path } } }",
+                      "variables": {"r": run}}}])
+        assert [status for status, _ in tried] == [403] * 8, tried
+        assert not (server["state"] / "server" / "planted").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def test_nobody_takes_another_users_personal_experiment_name(server):
+    squat = calls(server, "bob", [{"method": "POST", "path": "/api/2.0/mlflow/experiments/create",
+                                   "body": {"name": "slurmctl-alice"}}])
+    assert squat[0][0] == 403 and "reserved for the user `alice`" in squat[0][1], squat
+    own = create(server, "bob", "bob-run-3")
+    assert own["backend"] == "mlflow", own

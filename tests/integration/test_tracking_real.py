@@ -24,7 +24,16 @@ import yaml
 from slurmctl.config.locate import find_site_config
 
 from .conftest import REPO, slurmctl_json, start_requeued_now, write_run
-from .tracking_services import ENDED, credentials_name, login_of, start_mlflow, stop_mlflow, wait_job_state, wandb_runs
+from .tracking_services import (
+    ENDED,
+    credentials_name,
+    login_of,
+    mlflow_state,
+    start_mlflow,
+    stop_mlflow,
+    wait_job_state,
+    wandb_runs,
+)
 
 TRAIN_PY = '''"""Counts steps with slurmctl's runtime: crashes once at --crash-at (first time only), drains."""
 import argparse, json, os, sys, time
@@ -57,9 +66,9 @@ save(a.steps - 1)
 
 
 @pytest.fixture(scope="module")
-def tracking_site(tmp_path_factory):
+def tracking_site():
     """A copy of the cluster's site.yaml naming a fresh MLflow server; (site path, MLflow URI)."""
-    state = tmp_path_factory.mktemp("mlflow")
+    state = mlflow_state("mlflow")
     uri = start_mlflow(state)
     folder = Path(f"/tmp/slurmctl-tracking-site-{os.getpid()}")
     folder.mkdir(mode=0o755, exist_ok=True)
@@ -228,6 +237,47 @@ for step in range(100000):
         break
     time.sleep(0.1)
 '''
+
+
+def test_a_killed_batch_script_ends_its_mlflow_run_as_failed(workdir, tracking_site):
+    """`scancel --batch --signal=KILL`: the job script never ends its MLflow run. Root's epilog step (this
+    checkout's, run as the epilog would with the facts Slurm gives for the real job: the cluster's hooks
+    run the deployed checkout) has a process of alice's end it as FAILED with alice's own login."""
+    from mlflow.tracking import MlflowClient
+
+    from slurmctl.ops.hooks import epilog, jobinfo
+    from slurmctl.ops.hooks.config import HookConfig
+    from slurmctl.ops.hooks.prolog import HookResult
+
+    from .conftest import as_user
+
+    site_path, uri = tracking_site
+    spec = {"name": "trk-killed", "entrypoint": "train.py", "args": ["--steps", "600"], "partition": "h100-ondemand",
+            "gpus_per_node": 1, "time_limit": "10m", "checkpoint": {"interval_steps": 5},
+            "tracking": {"backend": "mlflow", "project": "trk-killed"}}
+    run = slurmctl_json("submit", write_run(workdir / "trk-killed", spec, {"train.py": TRAIN_PY}),
+                        env=as_alice_env(site_path))
+    tracked = json.loads(Path(run["run_dir"], "run.json").read_text())["tracking"]
+    wait_until(lambda: last_step(run["run_dir"]) >= 2, "the first steps")
+    alice = as_user("alice")
+    alice.run(["scancel", "--batch", "--signal=KILL", str(run["job_id"])], check=True, timeout=60)
+    assert wait_job_state(run["job_id"], ENDED, timeout=120) == "FAILED"
+    client = MlflowClient(uri)
+    assert client.get_run(tracked["run_id"]).info.status == "RUNNING"  # what bob's check found: forever
+    exit_code = subprocess.run(["sacct", "-j", str(run["job_id"]), "-X", "-n", "-P", "-o", "ExitCode"],
+                               capture_output=True, text=True, timeout=60).stdout.split()[0]
+    cfg = HookConfig.from_env({"SLURMCTL_LOCAL_DIR": os.environ.get("SLURMCTL_LOCAL_DIR", "/var/lib/slurmctl-local")})
+    info = jobinfo.query_job(cfg.slurm, run["job_id"])
+    cfg.node = info.batch_host
+    env = {"SLURM_JOB_ID": str(run["job_id"]), "SLURM_JOB_UID": str(alice.uid), "SLURM_JOB_GID": str(alice.gid),
+           "SLURM_JOB_USER": "alice", "SLURM_JOB_COMMENT": f"slurmctl:{run['run_id']}",
+           "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_EXIT_CODE2": exit_code, "SLURMD_NODENAME": info.batch_host,
+           "SLURMCTL_SITE_CONFIG": str(site_path)}
+    result, now = HookResult(), time.time()
+    epilog.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
+    wait_until(lambda: client.get_run(tracked["run_id"]).info.status != "RUNNING", "the MLflow run's end", 120)
+    ended = client.get_run(tracked["run_id"]).info
+    assert ended.status == "FAILED" and ended.end_time, ended
 
 
 def test_a_sigterm_without_a_drain_loses_only_w_and_bs_last_second(workdir):

@@ -69,6 +69,14 @@ def credentials_name(state: Path) -> str:
     return f".config/slurmctl/mlflow-test-{state.name}"
 
 
+def mlflow_state(name: str) -> Path:
+    """A state dir for a test server under /tmp: the server's account (slurmctl-mlflow) must pass through
+    every folder above it, which pytest's root-only tmp folders do not allow."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"slurmctl-{name}-"))
+
+
 def start_mlflow(state: Path, users: tuple[str, ...] = ("alice",)) -> str:
     """The server with authentication; each of `users` gets a login in ~/credentials_name(state) (site.yaml
     tracking.mlflow_credentials: "~/" + that)."""
@@ -90,7 +98,10 @@ def login_of(state: Path, user: str) -> dict[str, str]:
 
 
 def stop_mlflow(state: Path, users: tuple[str, ...] = ("alice",)) -> None:
+    import shutil
+
     subprocess.run([str(REPO / "deploy/local/mlflow-up"), "--stop", str(state)], timeout=60)
+    shutil.rmtree(state, ignore_errors=True)
     for user in users:
         Path(pwd.getpwnam(user).pw_dir, credentials_name(state)).unlink(missing_ok=True)
 

@@ -210,3 +210,37 @@ def test_the_ledger_and_the_hooks_log_are_the_operators_not_the_users(site, tmp_
     log.chmod(0o644)  # an older version made it world-readable: tightened on the next write
     log_hook({"SLURMCTL_HOOKS_LOG": str(log), "SLURM_JOB_ID": "1"}, "prolog", time.monotonic())
     assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text().count("\n") == 1
+
+
+def test_cost_reads_an_adopted_programs_acknowledged_drain_from_the_runs_story(site, tmp_path, monkeypatch):
+    """An adopted program acknowledges with its own checkpoint: no drain.ack, so the epilog's record says
+    unacknowledged; the run's attempts.jsonl (cancel's drain-acknowledged, the end record) says otherwise."""
+    import json
+
+    from slurmctl.ops import accounting
+    from slurmctl.ops.accounting import run_cost
+
+    from .test_status_observe import _run
+    run = _run(tmp_path, "adopted", 21)
+    with (run.path / "attempts.jsonl").open("a") as f:
+        for e in ({"event": "start", "job_id": 21, "restart_count": 0},
+                  {"event": "drain-acknowledged", "job_id": 21, "step": 240, "by": "the program's own checkpoint"},
+                  {"event": "end", "job_id": 21, "restart_count": 0, "outcome": "cancelled", "drain_acked": True},
+                  {"event": "submitted", "job_id": 22},
+                  {"event": "start", "job_id": 22, "restart_count": 0},
+                  {"event": "end", "job_id": 22, "restart_count": 0, "outcome": "time-limit", "drain_acked": False}):
+            f.write(json.dumps(e) + "\n")
+    assert run.drain_acknowledged_attempts() == {(21, 0)}
+    ck = datetime(2026, 11, 27, 10, 10).timestamp()
+    epilog = {(job, "0"): {"job_id": job, "restart_count": 0, "drain_requested": True, "drain_acknowledged": False,
+                           "last_checkpoint_time": ck} for job in (21, 22)}
+    monkeypatch.setattr(accounting, "read_epilog_records",
+                        lambda spool, copies=(): {k: dict(v) for k, v in epilog.items()})
+    client = _sacct(line(21, "CANCELLED by 1000", "2026-11-27T10:00:00", "2026-11-27T10:30:00"),
+                    line(22, "TIMEOUT", "2026-11-27T11:00:00", "2026-11-27T11:30:00"))
+    cost = run_cost(["adopted"], [21, 22], site, client, (), run.drain_acknowledged_attempts())
+    told = " ".join(cost.notes)
+    assert "job 21: a drain was requested but never acknowledged" not in told, told
+    assert "job 22: a drain was requested but never acknowledged" in told, told  # a real one still says so
+    by_job = {a.job_id: a for a in cost.attempts}
+    assert by_job[21].drain_acked == 1 and by_job[21].waste_cause != "drain-unacknowledged"

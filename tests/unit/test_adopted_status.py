@@ -40,6 +40,7 @@ def test_a_program_killed_by_its_drain_signal_reads_cancelled_with_its_checkpoin
     status = build_status(run, job)
     assert status.phase == "cancelled" and status.diagnosis is None
     assert "ckpt.pt (step 40)" in status.headline and "slurmctl resume" in status.action
+    assert "run.yaml" not in status.action and "sbatch script" not in status.action, status.action
     assert any("FAILED" in d for d in status.details)
 
 
@@ -67,3 +68,48 @@ def test_advice_for_an_adopted_run_names_the_script_not_run_yaml(tmp_path):
     assert in_script_words("Resume (`slurmctl submit` again), or raise `time_limit` in run.yaml.",
                            "`slurmctl resume r`") == ("Resume (`slurmctl resume r`), or raise `#SBATCH --time` in the "
                                                       "script. Then run the script again with `slurmctl adopt SCRIPT`.")
+
+
+def test_a_cancelled_program_without_a_checkpoint_is_told_to_adopt_again_not_resume(tmp_path):
+    run = _adopted_run(tmp_path, 81, CANCEL)
+    (tmp_path / "out" / "ckpt.pt").unlink()  # it never saved
+    status = build_status(run, Job(job_id=81, state="CANCELLED", source="sacct"))
+    assert status.phase == "cancelled" and "slurmctl resume" in status.action and "would refuse" in status.action
+    assert "slurmctl adopt" in status.action and "train.sbatch" in status.action, status.action
+    # the history line of the cancelled attempt says so, not "running" or "no end record"
+    assert status.history[-1].endswith("; cancelled on request (`slurmctl cancel`)"), status.history
+
+
+def test_progress_is_read_from_the_checkpoints_when_they_are_newer_than_the_output(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    with zipfile.ZipFile(tmp_path / "out" / "ckpt.pt", "w") as archive:  # saved on to 1180; the output says 40
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 1180, "model": {}}, protocol=2))
+    status = build_status(run, Job(job_id=81, state="RUNNING"))
+    assert status.last_step == 1180 and "Last progress in its newest checkpoint: step 1180." in status.details
+
+
+def test_advice_in_script_words_has_no_run_yaml_field_left():
+    from slurmctl.observe.diagnose import SIGNATURES
+    from slurmctl.observe.explain import explain_state
+
+    hints = [sig.hint for sig in SIGNATURES] + [explain_state("COMPLETED").action]
+    for hint in hints:
+        said = in_script_words(hint, "`slurmctl resume r`")
+        for term in ("run.yaml", "`args:`", "`workdir`", "config_files:", "run directory"):
+            assert term not in said, (term, said)
+    completed = in_script_words(explain_state("COMPLETED").action, "`slurmctl resume r`")
+    assert completed == "Nothing to do; results are where the script writes them."
+
+
+def test_a_completed_job_is_not_told_to_make_its_script_exit_0():
+    from slurmctl.observe.diagnose import diagnose_text
+
+    assert diagnose_text("step 9 loss 1.0\n", "COMPLETED", "0:0").hint == "Nothing to fix."
+
+
+def test_an_adopted_run_shows_the_gpus_its_script_asked_for(tmp_path):
+    run = _adopted_run(tmp_path, 81)
+    meta = json.loads((run.path / "run.json").read_text())
+    meta["adopted"]["shape"] = {"nodes": "2", "gres": "gpu:h100:2", "gpus_total": 4}
+    (run.path / "run.json").write_text(json.dumps(meta))
+    assert build_status(Run(run.run_id, run.path), Job(job_id=81, state="RUNNING")).gpus == 4

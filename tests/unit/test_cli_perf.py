@@ -208,3 +208,12 @@ def test_print_line_prints_what_escaped_markup_printed(monkeypatch):
         finally:
             context.out, sys.stdout = saved
         assert plain.getvalue() == buf.getvalue(), repr(value)
+
+
+def test_a_piped_table_is_never_padded_nor_cut_to_a_width(monkeypatch, capsys):
+    monkeypatch.setattr(context, "_plain_stdout", lambda: True)
+    rows = [("r1", "running", "x" * 250), ("r2", "failed", "short")]
+    context.print_table(("RUN", "PHASE", "WHAT IS HAPPENING"), rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith("x" * 250) and lines[2].endswith("failed   short")
+    assert not any(line.endswith(" ") for line in lines), lines

@@ -64,3 +64,18 @@ def test_a_teardown_alone_is_still_reported():
                            and "module.py" not in line and "rank1]:  File" not in line)
     diagnosis = diagnose_text(rank0_only, "FAILED", "1:0").to_dict()
     assert "Connection closed by peer" in (diagnosis.get("error_line") or ""), diagnosis
+
+
+def test_evidence_is_the_failing_ranks_own_traceback_not_the_peer_it_left_hanging():
+    """A real torchrun log (tests/fixtures/peer_teardown): rank 1's AttributeError prints first, rank 0's
+    gloo teardown after it. The evidence, and status's excerpt of it, are rank 1's traceback alone."""
+    from pathlib import Path
+
+    from slurmctl.observe.diagnose import excerpt
+    log = Path(__file__).parent.parent / "fixtures" / "peer_teardown" / "rank1_attributeerror_gloo.log"
+    diagnosis = diagnose_text(log.read_text(), "FAILED", "1:0").to_dict()
+    evidence = "\n".join(diagnosis["evidence"])
+    assert diagnosis["rank"] == 1 and "'Cfg' object has no attribute 'learning_rate'" in diagnosis["error_line"]
+    assert "train.py\", line 12" in evidence and "gloo" not in evidence and "all_reduce" not in evidence, evidence
+    short = excerpt(diagnosis)
+    assert short[-1] == diagnosis["error_line"] and not any("line 9" in line for line in short), short

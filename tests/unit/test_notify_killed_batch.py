@@ -133,3 +133,68 @@ def test_a_memory_killed_batch_step_and_a_cancel(tmp_path):
     assert "memory limit" in oom["reason"]
     cancelled = record_killed_end(_run_dir(tmp_path / "c", 9, STARTED), 91, 0, "CANCELLED", "0:15")
     assert cancelled["outcome"] == "cancelled"  # quiet: the user asked for it (events.QUIET_STOPS)
+
+
+def test_a_killed_batch_script_ends_its_mlflow_run_with_the_users_login(tmp_path):
+    """The MLflow REST call the user's process makes (a real MLflow server gets the same call in
+    tests/integration/test_notify_real.py): runs/update to KILLED, with the login from the user's file."""
+    import base64
+
+    import yaml
+
+    calls, gets, status = [], [], ["RUNNING"]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's method name
+            calls.append((self.path, self.headers.get("Authorization"),
+                          json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def do_GET(self):  # noqa: N802 - runs/get: a run still RUNNING is ended, one ended already is left
+            gets.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps({"run": {"info": {"status": status[0]}}}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        login = tmp_path / "mlflow-login"
+        login.write_text("MLFLOW_TRACKING_USERNAME=root\nMLFLOW_TRACKING_PASSWORD=pw\n")
+        login.chmod(0o600)
+        site = yaml.safe_load((Path(__file__).parents[2] / "deploy/local/site.yaml").read_text())
+        site["tracking"] = {"mlflow_uri": uri, "mlflow_credentials": str(login)}
+        (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+        run_dir = _run_dir(tmp_path, 9, STARTED)
+        meta = json.loads((run_dir / "run.json").read_text())
+        del meta["notify"]
+        meta["tracking"] = {"backend": "mlflow", "uri": uri, "experiment_id": "3", "run_id": "abc123"}
+        (run_dir / "run.json").write_text(json.dumps(meta))
+        now = time.time()
+        done = JobInfo(91, state="CANCELLED", restarts=0, start_time=now - 30, end_time=now - 1, batch_host="n1")
+        _epilog(tmp_path, done, {**ENV, "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml")})
+        deadline = time.monotonic() + 60
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ((path, auth, body),) = calls
+        assert path == "/api/2.0/mlflow/runs/update" and body["run_id"] == "abc123" and body["status"] == "KILLED"
+        assert auth == "Basic " + base64.b64encode(b"root:pw").decode()
+        assert "MLflow run abc123 marked KILLED" in (run_dir / "logs" / "91.out").read_text()
+        assert gets and gets[0].startswith("/api/2.0/mlflow/runs/get?run_id=abc123")
+        # a run ended already (the batch script's own end, or an earlier epilog): read, left as it is
+        status[0] = "KILLED"
+        (run_dir / "attempts.jsonl").write_text(json.dumps(_ends(run_dir)[0]) + "\n")
+        _epilog(tmp_path, done, {**ENV, "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml")})
+        deadline = time.monotonic() + 60
+        while len(gets) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        assert len(gets) == 2 and len(calls) == 1
+    finally:
+        server.shutdown()

@@ -36,13 +36,15 @@ def test_accounting_after_an_id_reset_takes_the_newest_job_of_that_id():
 
 def test_plain_jobs_skip_runs_and_other_users_and_a_forged_record_stays_inside_its_name():
     argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(TEST_SEAL))
-    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "forged", "(null)"])
-    out = squeue_output(["50", "RUNNING", "l4-dev", "1", "0:05", ME, "my job", "(null)"],
-                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "run-20261201-abcd", "slurmctl:run-20261201-abcd"],
-                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "theirs", "(null)"],
-                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, forged_name, "(null)"])
+    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "", "forged", "(null)"])
+    two_h100 = "cpu=4,mem=8000M,node=2,billing=4,gres/gpu=4,gres/gpu:h100=4"  # squeue -O tres-alloc, 2 x 2 h100
+    out = squeue_output(["50", "RUNNING", "h100-ondemand", "2", "0:05", ME, two_h100, "my job", "(null)"],
+                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "", "run-20261201-abcd",
+                         "slurmctl:run-20261201-abcd"],
+                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "", "theirs", "(null)"],
+                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, "", forged_name, "(null)"])
     rows = my_plain_jobs(SlurmClient(ReplayRunner({argv: out})), "slurmctl:", uid=os.geteuid())
-    assert [(r.job_id, r.name) for r in rows] == [("50", "my job"), ("54", forged_name)]
+    assert [(r.job_id, r.name, r.gpus) for r in rows] == [("50", "my job", 4), ("54", forged_name, 0)]
 
 
 def test_owned_job_record_from_the_controller():

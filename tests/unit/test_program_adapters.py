@@ -5,6 +5,8 @@ import json
 import pickle
 import zipfile
 
+import pytest
+
 from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
 
 
@@ -68,6 +70,25 @@ def test_detect_from_imports():
     assert detect("from transformers import AutoModel, Trainer, TrainingArguments\n") == "hf-trainer"
     assert detect("import torch\nfrom model import GPT\n") == "pytorch"
     assert detect("print('hi')\n") is None
+
+
+@pytest.mark.parametrize("text, framework", [
+    ("import argparse, os, time, torch\n", "pytorch"),
+    ("from torch import nn\n", "pytorch"),
+    ("import numpy as np, torch\n", "pytorch"),
+    ("import torch.distributed as dist\n", "pytorch"),
+    ("try:\n    import lightning.pytorch as pl\nexcept ImportError:\n    pass\nimport torch\n", "lightning"),
+    ("from transformers import (\n    AutoModel,\n    Trainer,\n)\n", "hf-trainer"),
+    ("from trl import SFTTrainer\n", "hf-trainer"),
+    ("from transformers import AutoModel\nimport torch\n", "pytorch"),  # no Trainer: plain PyTorch
+    ("import torchvision\n", None),  # another package whose name starts with torch
+    ("# import torch\ns = 'import torch'\n", None),  # a comment and a string are no import
+    # Python 2 syntax: the parser fails, the line reading still finds the imports
+    ("print 'hi'\nimport os, torch\nfrom pytorch_lightning import Trainer\n", "lightning"),
+    ("print 'hi'\nimport numpy as np, torch\n", "pytorch"),
+])
+def test_detect_reads_imports_as_python_does(text, framework):
+    assert detect(text) == framework
     assert set(ADAPTERS) == {"lightning", "hf-trainer", "pytorch"}
 
 

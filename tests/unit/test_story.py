@@ -51,6 +51,7 @@ def test_history_line_per_attempt_and_requeued_after_preemption(tmp_path):
 def test_cancelled_while_waiting_after_a_requeue_is_not_requeued_forever(tmp_path):
     run = _run(tmp_path, "r", 7)
     _crash_then_preemption(run)
+    CheckpointManager(run.checkpoint_dir).save(23, lambda d: (d / "s").write_text("x"))  # what resume reads
     gone = Job(job_id=7, name="r", state="REQUEUED", partition="h100-spot", source="sacct")
     status = build_status(run, gone)
     assert status.phase == "cancelled" and status.headline.startswith("Cancelled while waiting to restart after")
@@ -74,8 +75,21 @@ def test_an_attempt_without_an_end_record_and_a_running_one():
                          "or a preemption that did not wait for the drain)")
     assert "attempt 0" in lost and "ended without an end record" not in lost
     assert running.endswith("from checkpoint step 40; running")
-    # a resume is a new submission: the story starts again
-    assert story(events + [{"event": "submitted", "job_id": 10}]) == []
+    # a resume is a new job of the same run: its attempts follow the earlier job's, which is no longer running
+    resumed = story(events + [{"event": "submitted", "job_id": 10},
+                              {"event": "start", "job_id": 10, "restart_count": 0, "nodes": "h100-2",
+                               "resume_step": 40, "time": T0 + 400}], Job(job_id=10, name="r", state="RUNNING"))
+    assert len(resumed) == 3 and resumed[1].endswith("from checkpoint step 40; no end record"), resumed
+    assert resumed[2].startswith("attempt 0 (job 10)") and resumed[2].endswith("; running")
+
+
+def test_a_cancelled_attempt_without_an_end_record_reads_cancelled():
+    events = [{"event": "submitted", "job_id": 9},
+              {"event": "start", "job_id": 9, "restart_count": 0, "nodes": "h100-1", "time": T0},
+              {"event": "cancel-requested", "job_id": 9, "drain": "skipped", "time": T0 + 50}]
+    for job in (None, Job(job_id=9, name="r", state="RUNNING")):  # Slurm may still show it ending
+        (line,) = story(events, job)
+        assert line.endswith("; cancelled on request (`slurmctl cancel`)"), line
 
 
 def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
@@ -189,3 +203,12 @@ def test_node_loss_story_without_an_end_record():
                "time": T0 + 200}]
     first, _ = story(events, Job(job_id=9, name="r", state="RUNNING"))
     assert first.endswith("; node h100-2 was lost at step 40")
+
+
+def test_a_run_cancelled_before_its_first_checkpoint_is_told_to_submit_again_not_resume(tmp_path):
+    run = _run(tmp_path, "r", 7)
+    _events(run, {"event": "start", "job_id": 7, "restart_count": 0, "nodes": "h100-1", "time": T0},
+            {"event": "cancel-requested", "job_id": 7, "drain": "skipped", "time": T0 + 5})
+    status = build_status(run, Job(job_id=7, name="r", state="CANCELLED", partition="h100-spot", source="sacct"))
+    assert status.phase == "cancelled" and "slurmctl submit" in status.action and "run.yaml" in status.action
+    assert "nothing to continue from" in status.action, status.action

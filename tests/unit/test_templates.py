@@ -54,6 +54,17 @@ def test_hf_lora_offline_and_tracking(local_site):
     assert script.index("export HF_HUB_OFFLINE=1") < script.index("export HF_HOME=")
 
 
+def test_the_local_sites_wandb_mode_is_offline_unless_the_user_chose(local_site, tmp_path):
+    script = render(template_file("hf-lora"), context(local_site, template="hf-lora"))
+    (line,) = [x for x in script.splitlines() if "export WANDB_MODE=" in x]
+    mode = {}
+    for name, env in {"default": {}, "own mode": {"WANDB_MODE": "online"}, "api key": {"WANDB_API_KEY": "k"}}.items():
+        out = subprocess.run(["bash", "-c", line + '\necho "${WANDB_MODE:-unset}"'], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env}, check=True)
+        mode[name] = out.stdout.strip()
+    assert mode == {"default": "offline", "own mode": "online", "api key": "unset"}
+
+
 def test_unknown_template_is_a_spec_error():
     with pytest.raises(SpecError, match="template"):
         template_file("megatron")

@@ -59,7 +59,7 @@ def _context(**overrides) -> dict:
         "secrets_file": "/s", "checkpoint_dir": "/c", "checkpoint_interval": 10, "checkpoint_keep": 2, "umask": "077",
         "image": None, "container_runtime": "none", "enroot_image": None, "container_mounts": [],
         "container_workdir": None, "container_env": [], "podman": "podman", "mlflow_credentials_file": "",
-        "datasets": [], "stage_data": False}
+        "datasets": [], "stage_data": False, "wandb_mode": ""}
     context.update(overrides)
     return context
 

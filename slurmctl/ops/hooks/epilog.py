@@ -357,10 +357,11 @@ def _own_user_dir(top: int, user: str) -> int:
 def _record_end_as_user(run_dir: str, run_id: str, job_id: int, restart_count: int, state: str, exit_code: str,
                         sender_env: dict) -> str | None:
     """Runs in the child, as the job's user: the end record the killed batch script never wrote
-    (runtime.attempt.record_killed_end) and, for a run with notify settings, its `ended` message, sent
-    by a process of the user's own, detached, in the job's python (`python -m slurmctl.notify ended`:
-    the user's secrets file, deduplicated by the journal), its words appended to the job's log. The
-    outcome recorded."""
+    (runtime.attempt.record_killed_end); for a run tracked with MLflow, the end of its MLflow run
+    (FAILED, KILLED) with the user's own login (`python -m slurmctl.runtime.tracking end --run-dir`);
+    and, for a run with notify settings, its `ended` message (`python -m slurmctl.notify ended`: the
+    user's secrets file, deduplicated by the journal). Each by a process of the user's own, detached,
+    in the job's python, its words appended to the job's log. The outcome recorded."""
     import subprocess  # why: only an attempt whose batch script was killed gets here
     import sys
 
@@ -371,19 +372,24 @@ def _record_end_as_user(run_dir: str, run_id: str, job_id: int, restart_count: i
     if run.meta.get("run_id") != run_id:
         return None
     record = record_killed_end(run.path, job_id, restart_count, state, exit_code)
-    if record is None:
-        return None
-    notify = run.meta.get("notify")
-    if isinstance(notify, dict):
-        python = notify.get("python") if isinstance(notify.get("python"), str) else sys.executable
+    meta = run.meta
+    notify, tracking = meta.get("notify"), meta.get("tracking")
+    python = notify.get("python") if isinstance(notify, dict) and isinstance(notify.get("python"), str) \
+        else sys.executable
+    # The MLflow run even when the end was recorded already (by another epilog of this checkout or an
+    # older one): the command ends only a run still RUNNING after a stop, so a second call changes nothing.
+    commands = [["slurmctl.runtime.tracking", "end"]] if isinstance(tracking, dict) \
+        and tracking.get("backend") == "mlflow" else []
+    commands += [["slurmctl.notify", "ended"]] if isinstance(notify, dict) and record is not None else []
+    for module in commands:
         fd = os.open(run.log_path(job_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            subprocess.Popen([python, "-m", "slurmctl.notify", "ended", "--run-dir", str(run.path)],
+            subprocess.Popen([python, "-m", *module, "--run-dir", str(run.path)],
                              stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=sender_env, cwd=run.path,
                              start_new_session=True)
         finally:
             os.close(fd)
-    return record["outcome"]
+    return record["outcome"] if record else None
 
 
 def record_killed_attempt(cfg: HookConfig, env, info: JobInfo | None, record: CostRecord, now: float,

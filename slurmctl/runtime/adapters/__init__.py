@@ -13,6 +13,7 @@ An adapter says
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,9 +88,46 @@ class Resilience:
         return cls(**{k: data.get(k) for k in keys if k in data})
 
 
+def imports_of(program_text: str) -> set[tuple[str, str]]:
+    """(top-level module, imported name or "") of every import in a Python program: `import a.b, c`,
+    `from a import x, y`, anywhere in the file (inside try/if/def too). Python's own parser reads it;
+    a file it cannot parse (another Python's syntax, a fragment) is read line by line instead."""
+    try:
+        tree = ast.parse(program_text)
+    except (SyntaxError, ValueError):
+        return _imports_by_line(program_text)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {(alias.name.split(".")[0], "") for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {(node.module.split(".")[0], alias.name) for alias in node.names}
+    return found
+
+
+_IMPORT_LINE = re.compile(r"^\s*import\s+([\w.]+(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+(?:\s+as\s+\w+)?)*)", re.MULTILINE)
+_FROM_LINE = re.compile(r"^\s*from\s+([\w.]+)\s+import\s+\(?\s*([\w\s,]+)", re.MULTILINE)
+
+
+def _imports_by_line(program_text: str) -> set[tuple[str, str]]:
+    found = set()
+    for m in _IMPORT_LINE.finditer(program_text):
+        found |= {(part.split()[0].split(".")[0], "") for part in m.group(1).split(",") if part.strip()}
+    for m in _FROM_LINE.finditer(program_text):
+        found |= {(m.group(1).split(".")[0], name.split()[0]) for name in m.group(2).split(",") if name.strip()}
+    return found
+
+
 def detect(program_text: str) -> str | None:
     """The framework a training program uses, from its imports (the first adapter that claims it)."""
+    imports = imports_of(program_text)
+    modules = {module for module, _ in imports}
     for name, module in ADAPTERS.items():
-        if module.IMPORTS.search(program_text):
+        names = getattr(module, "NAMES", None)
+        if names is None and modules & module.MODULES:
             return name
+        if names is not None and any(m in module.MODULES and n in names for m, n in imports):
+            return name
+    if "init_from" in program_text:  # nanoGPT's configurator reads torch through an exec'd config file
+        return "pytorch"
     return None

@@ -12,8 +12,9 @@ from pathlib import Path
 NAME = "hf-trainer"
 SIGNAL = None
 SIGNAL_TO = "steps"
-IMPORTS = re.compile(r"^\s*from\s+transformers\s+import\s+[^\n]*\bTrainer\b|\bSeq2SeqTrainer\b|\bSFTTrainer\b",
-                     re.MULTILINE)
+# a program importing one of these names from one of these modules uses the Trainer
+MODULES = frozenset({"transformers", "trl"})
+NAMES = frozenset({"Trainer", "Seq2SeqTrainer", "SFTTrainer"})
 # the Trainer's log lines carry no step; tqdm's bar does: " 45/600 [00:10<...]"
 STEP_PATTERN = r"(?:\bstep[ =:]+(?P<step>\d+)|\|\s*(?P<step2>\d+)/\d+ \[)"
 _DIR_RE = re.compile(r"checkpoint-(\d+)")

@@ -19,7 +19,7 @@ from slurmctl.runtime.adapters._pickle import torch_archive_dict
 NAME = "lightning"
 SIGNAL = "USR1"
 SIGNAL_TO = "steps"
-IMPORTS = re.compile(r"^\s*(?:import|from)\s+(?:lightning|pytorch_lightning)\b", re.MULTILINE)
+MODULES = frozenset({"lightning", "pytorch_lightning"})  # a program importing any of these uses it
 # Lightning prints no step lines of its own without a progress bar; a program's own "step N" line,
 # or the bar's "Epoch 3: 45%|...| 45/100".
 STEP_PATTERN = r"(?:\bstep[ =:]+(?P<step>\d+))"

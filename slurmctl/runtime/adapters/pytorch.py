@@ -7,7 +7,6 @@ program was written to (say which with --signal)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from slurmctl.runtime.adapters._pickle import torch_archive_dict
@@ -15,7 +14,7 @@ from slurmctl.runtime.adapters._pickle import torch_archive_dict
 NAME = "pytorch"
 SIGNAL = None
 SIGNAL_TO = "steps"
-IMPORTS = re.compile(r"^\s*import\s+torch\b|init_from", re.MULTILINE)
+MODULES = frozenset({"torch"})
 STEP_PATTERN = r"\b(?:iter|step)[ =:]+(?P<step>\d+)"
 
 

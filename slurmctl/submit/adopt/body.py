@@ -39,6 +39,9 @@ _STEP_OPTIONS = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--num_proc
                  "--num_gpus", "--num_nodes", "--ntasks", "-n", "-N", "--ntasks-per-node")
 
 
+_SELF_REQUEUE = re.compile(r"\bscontrol\s+(?:-\S+\s+)*requeue(?:hold)?\b")
+
+
 @dataclass
 class Launch:
     line: int
@@ -54,6 +57,7 @@ class BodyReading:
     environment: list[tuple[int, str, str]] = field(default_factory=list)  # (line, kind, text)
     traps: list[tuple[int, str]] = field(default_factory=list)  # the body's own signal handling
     other: list[tuple[int, str]] = field(default_factory=list)  # every other command, as written
+    requeues_itself: bool = False  # the script runs `scontrol requeue` (the usual USR1 trap's handler)
 
     @property
     def under_srun(self) -> bool:
@@ -63,7 +67,8 @@ class BodyReading:
         return {"launches": [asdict(launch) for launch in self.launches],
                 "environment": [{"line": n, "kind": k, "text": t} for n, k, t in self.environment],
                 "traps": [{"line": n, "text": t} for n, t in self.traps],
-                "other": [{"line": n, "text": t} for n, t in self.other], "under_srun": self.under_srun}
+                "other": [{"line": n, "text": t} for n, t in self.other], "under_srun": self.under_srun,
+                "requeues_itself": self.requeues_itself}
 
 
 def _step_options(text: str) -> dict[str, str]:
@@ -101,6 +106,8 @@ def read_body(body: list[tuple[int, str]]) -> BodyReading:
         text = " ".join(line.split())
         if not text or text.startswith("#"):
             continue
+        if _SELF_REQUEUE.search(text):
+            reading.requeues_itself = True
         commands = _CHAIN.split(text)
         kind = next((kind for kind, pattern in ENVIRONMENT if any(pattern.search(c) for c in commands)), None)
         if kind:

@@ -307,7 +307,9 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
                      "the drain request, but the program is not told (give it an adapter to save on it).")
     elif shape.signal and shape.signal.startswith("B:"):
         notes.append(f"drain: the script asks for {shape.signal}; the batch shell's signal is passed on to the "
-                     "original script (its own trap gets it) and recorded as a drain request.")
+                     "original script (its own trap gets it) and recorded as a drain request"
+                     + ("; that trap requeues the job (scontrol requeue), as written — a cancel never does."
+                        if body.requeues_itself else "."))
     elif shape.signal:
         notes.append(f"drain: --signal={shape.signal} goes to the job's srun steps, as the script asks.")
     if uses_singleton(script):
@@ -342,7 +344,9 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
             framework, how = found, f"detected: {program} imports it"
         if found and found == framework:
             break  # the program the block is about: its text says how it restores
-    if framework in {None, "none"}:
+    if framework is None:
+        return None, "not detected"
+    if framework == "none":
         return None, "none"
     if framework not in ADAPTERS:
         raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
@@ -359,6 +363,9 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
         program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
+    if signal_to == "batch" and body.requeues_itself and body.under_srun:
+        # the batch shell's own trap requeues on that signal: a cancel sends it to the program instead
+        signal_to = "steps"
     block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
                        program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
     if hasattr(adapter, "restore_mode"):  # which of its checkpoints the framework restores by itself
@@ -394,15 +401,39 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     plan.resilience = {**block.to_dict(), "how": how} if block else None
     if block and block.signal:
         plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
-                          f"{'srun tasks' if block.signal_to == 'steps' else 'batch shell'}; the program saves "
+                          f"{_signal_target(block, body)}; the program saves "
                           f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
     elif block:
         plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
                           "listed and used by resume; it saves on no signal, so cancel stops it at once "
                           "(give --signal if it does).")
+    elif how == "not detected":
+        programs = ", ".join(str(launch.program) for launch in body.launches if launch.program) or \
+            "the script's commands (no .py program named)"
+        plan.notes.append(
+            f"resilience: NONE — no framework slurmctl knows (Lightning, HF Trainer, PyTorch) is imported by "
+            f"{programs}. So cancel cannot ask the program to save (only `cancel --now`, which loses the work "
+            "since its last save), and resume finds no checkpoint of its own. If it does checkpoint, adopt it "
+            f"again with --framework {'|'.join(ADAPTERS)} --checkpoint-dir DIR (and --signal SIG if it saves "
+            "on one).")
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
                                   "027" if site.share_runs_with_group else "077")
     return plan, script
+
+
+def _signal_target(block: Resilience, body: BodyReading) -> str:
+    """Who gets cancel's signal, in words, and what stops the script's own requeue."""
+    if block.signal_to == "batch":
+        target = "batch shell (the original script's own trap gets it)"
+    elif body.requeues_itself and body.under_srun:
+        target = ("program's srun tasks, not the batch shell, whose own trap would requeue the job "
+                  "(Slurm's signal before the time limit still goes to that trap, as written)")
+    else:
+        target = "srun tasks"
+    if body.requeues_itself:
+        target += ("; cancel first sets the job's Requeue=0, so the script's `scontrol requeue` fails "
+                   "and a cancelled job never restarts")
+    return target
 
 
 def _status(d, singleton: bool) -> str:

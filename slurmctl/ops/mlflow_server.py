@@ -1,0 +1,145 @@
+"""The cluster MLflow server's app (`mlflow server --app-name slurmctl-auth`, deploy/local/mlflow-up):
+MLflow's basic-auth app, plus a guard that keeps every artifact inside the server's own store.
+
+The server reads and writes artifacts, with its own rights, wherever an experiment's artifact_location
+points, and MLflow accepts any location a client names at experiments/create (`file:///home/bob/x`).
+A user who owns that folder can then plant symlinks in it and have the server read or write any file
+the server can reach. MLflow 3 has no server option that limits client-chosen locations, so here:
+
+* experiments/create with an artifact_location is refused: experiments get the server's proxied
+  store (`mlflow-artifacts:`, --artifacts-destination) and nothing else;
+* a request naming a run, experiment, logged model, model version or trace whose artifacts live
+  outside that store (one created before this guard) is refused;
+* a model version whose source is a local path is refused;
+* the experiment name `slurmctl-<user>` (each user's default, slurmctl/submit/tracking.py) may be
+  created or taken by a rename only by that user, so nobody can squat a colleague's experiment.
+
+The guard runs after MLflow's authentication (a request without a valid login is 401 before it looks);
+the admin is not exempt from the artifact rules.
+"""
+
+from __future__ import annotations
+
+import json
+
+PROXIED = "mlflow-artifacts:"
+PERSONAL_PREFIX = "slurmctl-"
+
+
+def _refuse(message: str, status: int = 400):
+    from flask import Response
+
+    code = "INVALID_PARAMETER_VALUE" if status == 400 else "PERMISSION_DENIED"
+    return Response(json.dumps({"error_code": code, "message": message}), status=status,
+                    mimetype="application/json")
+
+
+def _fields() -> dict:
+    """The request's parameters: query string and JSON body together."""
+    from flask import request
+
+    fields = dict(request.args.items())
+    if request.is_json:
+        body = request.get_json(silent=True)
+        if isinstance(body, dict):
+            fields.update(body)
+    return fields
+
+
+def _outside_store(location: str | None) -> bool:
+    return bool(location) and not str(location).startswith(PROXIED)
+
+
+def _stored_location(fields: dict, path: str) -> tuple[str, str | None] | None:
+    """(what, artifact location) of the object the request names, for the first one it names; None when none."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.handlers import _get_model_registry_store, _get_tracking_store
+
+    store = _get_tracking_store()
+    try:
+        run_id = fields.get("run_id") or fields.get("run_uuid")
+        if run_id and isinstance(run_id, str):
+            return "run", store.get_run(run_id).info.artifact_uri
+        if "/logged-models/" in path:
+            model_id = path.split("/logged-models/", 1)[1].split("/", 1)[0]
+            if model_id and model_id != "search":
+                return "logged model", store.get_logged_model(model_id).artifact_location
+        experiment_ids = fields.get("experiment_ids") or [fields.get("experiment_id")]
+        for experiment_id in experiment_ids if isinstance(experiment_ids, list) else []:
+            if experiment_id and isinstance(experiment_id, str | int):
+                location = store.get_experiment(str(experiment_id)).artifact_location
+                if _outside_store(location):
+                    return "experiment", location
+        request_id = fields.get("request_id") or fields.get("trace_id")
+        if request_id and isinstance(request_id, str) and "trace" in path:
+            from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
+
+            return "trace", get_artifact_uri_for_trace(store.get_trace_info(request_id))
+        if "/model-versions/" in path and fields.get("name") and fields.get("version"):
+            version = _get_model_registry_store().get_model_version(fields["name"], str(fields["version"]))
+            return "model version", version.storage_location or version.source
+    except (MlflowException, LookupError, ValueError, TypeError, AttributeError):
+        return None  # no such object: MLflow's own handler answers
+    return None
+
+
+def _graphql_run(body: bytes) -> tuple[str, str | None] | None:
+    """The first run named anywhere in a GraphQL request (mlflowListArtifacts takes a run id, as an inline
+    argument or a variable of any name) whose artifacts are outside the store. Every 32-hex word is
+    tried as a run id: the query is not parsed, so no spelling of it slips by."""
+    import re
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.handlers import _get_tracking_store
+
+    store = _get_tracking_store()
+    for word in dict.fromkeys(re.findall(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", body[:65536])):
+        try:
+            location = store.get_run(word.decode()).info.artifact_uri
+        except MlflowException:
+            continue
+        if _outside_store(location):
+            return "run", location
+    return None
+
+
+def guard():
+    """Flask before-request hook: refuse what would let the server touch files outside its store."""
+    from flask import request
+    from mlflow.utils.uri import is_local_uri
+
+    path = request.path
+    if not (path.startswith(("/api/", "/ajax-api/", "/get-artifact", "/model-versions/", "/graphql"))):
+        return None
+    fields = _fields()
+    caller = request.authorization.username if request.authorization else ""
+    if path.endswith("/mlflow/experiments/create") and fields.get("artifact_location"):
+        return _refuse("this MLflow server keeps every experiment's artifacts in its own store: "
+                       "experiments/create takes no artifact_location (leave it out).")
+    name = fields.get("name") if path.endswith("/experiments/create") else (
+        fields.get("new_name") if path.endswith("/experiments/update") else None)
+    if (isinstance(name, str) and name.startswith(PERSONAL_PREFIX) and name != PERSONAL_PREFIX + caller
+            and caller != "admin"):
+        return _refuse(f"the experiment name `{name}` is reserved for the user "
+                       f"`{name[len(PERSONAL_PREFIX):]}`; choose a name that does not start with "
+                       f"`{PERSONAL_PREFIX}` (yours is `{PERSONAL_PREFIX}{caller}`).", 403)
+    if path.endswith("/model-versions/create") and isinstance(fields.get("source"), str) \
+            and is_local_uri(fields["source"]):
+        return _refuse("a model version's source must be a runs:/, models:/ or mlflow-artifacts:/ URI on "
+                       "this server, not a local path.")
+    found = _graphql_run(request.get_data(cache=True)) if path.startswith("/graphql") \
+        else _stored_location(fields, path)
+    if found and _outside_store(found[1]):
+        return _refuse(f"this {found[0]}'s artifacts are outside the server's store ({found[1]}); the server "
+                       "does not serve them. Create a new experiment without an artifact_location.", 403)
+    return None
+
+
+def create_app():
+    """The app factory of the `mlflow.app` entry point `slurmctl-auth`."""
+    from mlflow.server import app as flask_app
+    from mlflow.server.auth import create_app as create_auth_app
+
+    served = create_auth_app(flask_app)
+    flask_app.before_request(guard)  # after the auth app's own hook: only authenticated requests get here
+    return served
