@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 from _as_user import bench_user, run  # noqa: E402 - after the sys.path lines above
 
-from slurmctl.rundir import stage_records  # noqa: E402
+from slurmctl.rundir import Run  # noqa: E402
 
 PY = sys.executable
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -87,7 +87,7 @@ def one_run(base: Path, label: str, cache: str, src: str, args, env: dict, prefe
         log = "".join(p.read_text()[-3000:] for p in (run_dir / "logs").glob("*.out"))
         raise SystemExit(f"{label}: job {job_id} ended {state}:\n{log}")
     epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    stages = stage_records(run_dir)
+    stages = Run(run_dir.name, run_dir).stage_records()
     ds = stages[-1]["datasets"][0] if stages else {}
     later = [e["data_wait_share"] for e in epochs[1:]]
     return {"label": label, "cache": cache, "job_id": job_id, "run_dir": str(run_dir), "wall_seconds": round(wall, 1),

@@ -50,7 +50,8 @@ def run(n: int, baseline: str | None, others: int) -> None:
     with tempfile.TemporaryDirectory(prefix="slurmctl-prolog-bench-") as state:
         env = {"SLURMCTL_LOCAL_DIR": state, "SLURMD_NODENAME": "bench-node-none", "SLURM_JOB_ID": "1",
                "SLURM_JOB_UID": "0", "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_MIN_FREE_SCRATCH_MB": "1",
-               "SLURMCTL_HOOKS_LOG": f"{state}/hooks.jsonl"}
+               "SLURMCTL_HOOKS_LOG": f"{state}/hooks.jsonl",
+               "SLURMCTL_DATA_CACHE_DIRS": ""}  # never the local cluster's caches (site.yaml data:)
         commands = {"python3 -c pass": ["/usr/bin/python3", "-c", "pass"],
                     "prolog with health checks": ["/usr/bin/python3", str(REPO / "plugins" / "prolog.py")]}
         if baseline:

@@ -65,7 +65,9 @@ def main() -> None:
         job_id = submit_held(f"bench-hooks-{os.getpid()}", ids, partition=PARTITION,
                              comment=f"slurmctl:bench-hooks-{os.getpid()}")
         with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(f"{tmp}/datacache", 0o755)  # the prolog's cache step, on a cache of the benchmark's own
             env = {"SLURMCTL_LOCAL_DIR": tmp, "SLURMD_NODENAME": NODE, "SLURM_JOB_ID": str(job_id),
+                   "SLURMCTL_DATA_CACHE_DIRS": f"{tmp}/datacache",
                    "SLURM_JOB_USER": user.pw_name, "SLURM_JOB_UID": str(user.pw_uid),
                    "SLURM_JOB_ACCOUNT": "", "SLURM_JOB_PARTITION": PARTITION, "SLURM_JOB_NUM_NODES": "1",
                    "SLURM_JOB_GPUS": "0", "SLURM_JOB_RESTART_COUNT": "0",

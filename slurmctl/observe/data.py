@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.durations import human_duration
-from slurmctl.fsutil import read_json
+from slurmctl.rundir.pinned import PinnedDir
 
 
 def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
     """Totals of the latest job's staging (every node), or of the newest job that staged anything."""
-    records = rundir.stage_records(run.path)
+    records = run.stage_records()
     if not records:
         return None
     mine = [r for r in records if str(r.get("job_id")) == str(job_id)] or [
@@ -66,37 +67,53 @@ def data_note(summary: dict) -> str:
 
 
 MAX_LISTED_ENTRIES = 100_000  # per user: a bounded walk, whatever a user's directory holds
+MAX_LISTED_USERS = 10_000
+RECORD_CAP = 64 * 1024  # one entry's record is a few hundred bytes
 
 
 def cache_listing(root: str | os.PathLike, budget: int, *, all_users: bool = False) -> dict:
     """What a cache directory holds, per user and dataset (the prefix of the objects' URLs): entries,
-    bytes, last use. A researcher sees their own directory; root (`--all-users`) every user's. Nothing
-    is followed: entries are read with lstat and capped JSON reads, as everywhere root reads user files."""
+    bytes, last use. A researcher sees their own directory; root (`--all-users`) every user's. A user's
+    directory counts only when it is a real directory owned by the user it is named after, and everything
+    in it is read relative to that open directory (PinnedDir: no symlink followed, files of that user
+    only, capped reads), as everywhere root reads user files."""
     root = Path(root)
     me = pwd.getpwuid(os.geteuid()).pw_name
     users = []
     try:
-        names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False) and e.name != "usage")
+        with os.scandir(root) as listing:
+            names = sorted(e.name for _, e in zip(range(MAX_LISTED_USERS), listing)
+                           if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name != "usage")
     except OSError:
         names = []
     for user in names if all_users else [n for n in names if n == me]:
-        objects = root / user / "objects"
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            continue
         datasets: dict[str, dict] = {}
         try:
-            entries = [e for _, e in zip(range(MAX_LISTED_ENTRIES), os.scandir(objects))
-                       if e.name.endswith(".json")]
-        except OSError:
+            with PinnedDir.open(root / user, uid) as cache:
+                for name, st in cache.entries("objects", MAX_LISTED_ENTRIES):
+                    if not name.endswith(".json") or not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                        continue
+                    _count(datasets, cache.read_json(f"objects/{name}", RECORD_CAP))
+        except OSError:  # UnsafeFile too: a symlink, or a directory someone else made under the name
             continue
-        for entry in entries:
-            record = read_json(entry.path)
-            if not isinstance(record, dict) or not isinstance(record.get("url"), str):
-                continue
-            prefix = record["url"].rsplit("/", 1)[0]
-            ds = datasets.setdefault(prefix, {"src": prefix, "objects": 0, "bytes": 0, "last_used": 0.0})
-            ds["objects"] += 1
-            ds["bytes"] += int(record.get("size") or 0)
-            ds["last_used"] = max(ds["last_used"], float(record.get("last_used") or 0))
         users.append({"user": user, "datasets": sorted(datasets.values(), key=lambda d: d["src"]),
                       "bytes": sum(d["bytes"] for d in datasets.values())})
     return {"root": str(root), "budget_bytes": budget, "users": users,
             "bytes": sum(u["bytes"] for u in users)}
+
+
+def _count(datasets: dict[str, dict], record) -> None:
+    """Add one entry's record (user-written JSON: any field may be of any type) to its dataset."""
+    if not isinstance(record, dict) or not isinstance(record.get("url"), str):
+        return
+    size, last_used = record.get("size"), record.get("last_used")
+    prefix = record["url"].rsplit("/", 1)[0]
+    ds = datasets.setdefault(prefix, {"src": prefix, "objects": 0, "bytes": 0, "last_used": 0.0})
+    ds["objects"] += 1
+    ds["bytes"] += size if isinstance(size, int) and size >= 0 else 0
+    if isinstance(last_used, int | float) and 0 <= last_used < 1e10:  # a time the CLI can print (not inf, NaN)
+        ds["last_used"] = max(ds["last_used"], float(last_used))

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -33,7 +33,7 @@ from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.health import reasons as health_reasons
 from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
-from slurmctl.rundir import Run, run_id_from_comment, stage_records
+from slurmctl.rundir import Run, run_id_from_comment
 from slurmctl.slurm.client import NodeUsage, PartitionInfo, QueueEntry, SlurmClient
 from slurmctl.slurm.parsing import gres_gpus, parse_tres
 from slurmctl.slurm.records import PartitionPolicy, QosLimits, tres_gpus
@@ -336,9 +336,13 @@ class SnapshotCache:
 
     def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
         """Add each new staging record of the running jobs to its node's totals. The record is the job's own
-        file: only a node Slurm lists counts as a label, and only the job's own id."""
+        file, read through its run dir pinned to the job's user (no symlink, that user's files only): only a
+        node Slurm lists counts as a label, and only the job's own id."""
         for run, job in run_jobs:
-            for record in stage_records(run.path):
+            uid = owner_uid(job.user)
+            if uid is None:
+                continue
+            for record in replace(run, pinned=None, owner=uid).stage_records():
                 node = str(record.get("node"))
                 key = (job.user, run.run_id, str(record.get("job_id")), node)
                 if node not in node_names or str(record.get("job_id")) != str(job.job_id) or key in self._data_seen:

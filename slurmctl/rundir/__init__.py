@@ -72,7 +72,6 @@ from slurmctl.rundir.layout import (
     run_dir_of_log,
     run_id_from_comment,
     run_path,
-    stage_records,
     step_rate,
     sweep_element_id,
     user_runs_dir,
@@ -90,6 +89,6 @@ __all__ = [
     "SCENE_LOG_TAIL", "SCENE_STACKS",
     "WATCHDOG_DIR", "WATCHDOG_STATE", "Run", "RunRegistry", "check_owned_dir", "current_user", "is_health_rank_file",
     "is_run_id", "job_log_path", "new_run_id", "resolve_checkpoint_dir", "run_dir_of_log", "run_id_from_comment",
-    "run_path", "stage_records", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir",
+    "run_path", "step_rate", "sweep_element_id", "user_runs_dir", "watchdog_scene_dir",
     "watchdog_state_path", "write_stage_record",
 ]

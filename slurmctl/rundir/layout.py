@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import re
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -177,19 +178,8 @@ def write_stage_record(run_dir: str | os.PathLike, job_id: str | None, node: str
     return path
 
 
-def stage_records(run_dir: str | os.PathLike, limit: int = 256) -> list[dict]:
-    """The staging steps' records of a run (newest last), at most `limit`, each capped in size."""
-    directory = Path(run_dir) / DATA_DIR
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.startswith("stage-") and n.endswith(".json"))
-    except OSError:
-        return []
-    out = []
-    for name in names[-limit:]:
-        record = read_json(directory / name)
-        if isinstance(record, dict):
-            out.append(record)
-    return sorted(out, key=lambda r: r.get("time") or 0)
+def _is_stage_record(name: str) -> bool:
+    return name.startswith("stage-") and name.endswith(".json")
 
 
 def is_health_rank_file(name: str) -> bool:
@@ -537,6 +527,23 @@ class Run:
     def latest_job_id(self) -> int | None:
         ids = self.job_ids()
         return ids[-1] if ids else None
+
+    def stage_records(self, limit: int = 256) -> list[dict]:
+        """The staging steps' records of the run (newest last), at most `limit`, each capped in size;
+        for another user's run, read through its pinned directory (no symlink, that user's files only)."""
+        def pinned(d: PinnedDir) -> list[dict]:
+            names = [n for n, st in d.entries(DATA_DIR) if stat.S_ISREG(st.st_mode) and _is_stage_record(n)]
+            return [d.read_json(f"{DATA_DIR}/{n}") for n in sorted(names)[-limit:]]
+
+        def by_path() -> list[dict]:
+            try:
+                names = sorted(n for n in os.listdir(self.path / DATA_DIR) if _is_stage_record(n))
+            except OSError:
+                return []
+            return [read_json(self.path / DATA_DIR / n) for n in names[-limit:]]
+
+        records = [r for r in self._read(pinned, by_path, []) if isinstance(r, dict)]
+        return sorted(records, key=lambda r: r.get("time") if isinstance(r.get("time"), int | float) else 0)
 
     def heartbeat(self) -> dict | None:
         data = self._json(HEARTBEAT)

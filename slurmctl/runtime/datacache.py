@@ -7,9 +7,10 @@ cached copy (after checking it) or downloads it, then exposes the dataset at a s
 elements of a sweep on the node find the same entries.
 
 Layout under a cache root (site.yaml data.node_cache_dir on every node, or data.shared_cache_dir):
-  <root>/                         1777 (like /tmp): every user makes their own directory in it
-  <root>/usage/<user>             bytes the user's entries hold (what the budget adds up)
-  <root>/<user>/                  0700, the user's own: nobody else reads or plants entries here
+  <root>/                         root's, 0755: no user makes anything in it
+  <root>/usage/<user>             root's measure of the bytes each user's entries hold on disk, made by
+                                  the prolog at every job start (slurmctl/ops/hooks/datacache.py)
+  <root>/<user>/                  0700, made for the user by the prolog: nobody else reads or plants here
       objects/<id>                one object, 0400; <id> = sha256 of (url, etag/generation, size)
       objects/<id>.json           its record: url, etag, size, md5, when staged and last used
       locks/<id>.lock             flock held while one job stages it (a second job waits, then reuses)
@@ -20,7 +21,8 @@ An entry is used only when it is a regular file owned by the user, not writable 
 the size the store lists, and (site.yaml data.verify_on_reuse, the default) its MD5 still equals the
 digest recorded when it was staged and the store's own MD5 where the store gives one; anything else is
 removed and staged again, never read. Eviction: least recently used entries of the user, none a live
-job holds, until the node's entries fit the budget.
+job holds, until the user's own entries (counted live) plus the other users' (as root last measured
+them; nothing a user writes counts for another) fit the budget.
 
 The cache itself is standard library; the object store is reached through fsspec (s3fs for s3://,
 gcsfs for gs://), imported only when a dataset is staged.
@@ -46,13 +48,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.fsutil import read_capped, read_json, write_atomic
+from slurmctl.fsutil import read_json, write_atomic
 
 CHUNK = 8 * 1024 * 1024
 DOWNLOAD_THREADS = 4
 # A key that is not a plain relative path (a '..', an empty part, a control character) cannot name a
 # file of the view: such objects are skipped and counted.
 _BAD_PART = {"", ".", ".."}
+USAGE_DIR = "usage"
 
 
 @dataclass(frozen=True)
@@ -136,29 +139,32 @@ class UserCache:
 
     # --- directories ---------------------------------------------------------------------------------
     def open(self) -> UserCache:
-        """Make (or check) the user's 0700 directory. One another user made under our name is refused."""
+        """Check the user's 0700 directory (made by the prolog). Where the root still lets users write
+        (an older node, mode 1777), the user makes it; one another user made under our name is refused."""
         try:
             root = os.stat(self.root)
         except OSError as exc:
             raise CacheError(f"the cache directory {self.root} is missing on this node ({exc.strerror}); the operator "
-                             "makes it, mode 1777, where site.yaml data.node_cache_dir says") from None
+                             "makes it, root's, mode 0755, where site.yaml data.node_cache_dir says") from None
         if root.st_mode & 0o002 and not root.st_mode & stat.S_ISVTX:
             # world-writable without the sticky bit: anyone could rename a user's directory away
             raise CacheError(f"the cache directory {self.root} is writable by everyone without the sticky bit; "
-                             "the operator must make it mode 1777")
-        for path in (self.dir,):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-            info = os.lstat(path)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != self.uid or info.st_mode & 0o077:
-                raise CacheError(f"{path} is not a private directory of {self.user} (owner uid {info.st_uid}, mode "
-                                 f"{stat.S_IMODE(info.st_mode):o}); nothing is cached or read there. Ask the operator "
-                                 "to remove it")
+                             "the operator must make it root's, mode 0755")
+        try:
+            os.mkdir(self.dir, 0o700)
+        except FileExistsError:
+            pass
+        except PermissionError:
+            raise CacheError(f"{self.dir} is missing: the node's prolog makes it at job start (site.yaml data "
+                             "names this cache, and the prolog is slurmctl's); ask the operator to check the "
+                             "hooks log of this node") from None
+        info = os.lstat(self.dir)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != self.uid or info.st_mode & 0o077:
+            raise CacheError(f"{self.dir} is not a private directory of {self.user} (owner uid {info.st_uid}, mode "
+                             f"{stat.S_IMODE(info.st_mode):o}); nothing is cached or read there. The next job's "
+                             "prolog on this node replaces it; or ask the operator to remove it")
         for sub in ("objects", "locks", "leases", "views"):
             (self.dir / sub).mkdir(mode=0o700, exist_ok=True)
-        with contextlib.suppress(OSError):  # 1777 as the root: every user publishes their own file
-            os.mkdir(self.root / "usage")
-            os.chmod(self.root / "usage", 0o1777)
         return self
 
     def object_path(self, entry_id: str) -> Path:
@@ -272,21 +278,33 @@ class UserCache:
         return sum(int(e.get("size") or 0) for e in self.entries())
 
     def others_bytes(self) -> int:
-        """What the other users' entries on this cache hold, as each last published it (a file counts only
-        when its owner is the user it names: nobody can charge the budget to someone else)."""
+        """What the other users' entries on this cache hold, as root last measured them (usage/, root's,
+        written by the prolog). A file any user could have written counts for nothing."""
+        try:
+            usage_fd = os.open(self.root / USAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return 0
         total = 0
-        for path in (self.root / "usage").glob("*"):
-            if path.name == self.user:
-                continue
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if os.lstat(path).st_uid == pwd.getpwnam(path.name).pw_uid:
-                    total += int(read_capped(path, 32).decode().strip() or 0)
+        try:
+            st = os.fstat(usage_fd)
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return 0
+            with os.scandir(usage_fd) as entries:
+                names = [e.name for _, e in zip(range(10_000), entries) if not e.name.startswith(".")]
+            for name in names:
+                if name == self.user:
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=usage_fd)
+                    try:
+                        st = os.fstat(fd)
+                        if stat.S_ISREG(st.st_mode) and st.st_uid == 0:
+                            total += int((os.read(fd, 64).decode().split() or [0])[0])
+                    finally:
+                        os.close(fd)
+        finally:
+            os.close(usage_fd)
         return total
-
-    def publish_usage(self) -> None:
-        with contextlib.suppress(OSError):
-            write_atomic(self.root / "usage" / self.user, str(self.used_bytes()))
-            os.chmod(self.root / "usage" / self.user, 0o644)
 
     def make_room(self, need: int, keep: set[str], current_job: str | None) -> tuple[int, int]:
         """Evict the least recently used entries nobody holds until `need` more bytes fit the budget.
@@ -306,12 +324,11 @@ class UserCache:
             used -= int(entry.get("size") or 0)
             evicted += 1
             freed += int(entry.get("size") or 0)
-        self.publish_usage()
         if used + need > self.budget:
             raise CacheError(f"the dataset needs {need} more bytes, but the cache at {self.root} holds {used} of its "
                              f"{self.budget}-byte budget in entries that running jobs hold or that other users "
-                             "own. Use `cache: none` for this run, or ask the operator for a larger "
-                             "data.node_cache_budget")
+                             "own (as the prolog last measured them). Use `cache: none` for this run, or ask the "
+                             "operator for a larger data.node_cache_budget")
         return evicted, freed
 
     # --- the run's view ------------------------------------------------------------------------------
@@ -409,7 +426,6 @@ def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | No
             else:
                 stats.misses += 1
                 stats.rejected += outcome == "rejected"
-    cache.publish_usage()
     stats.path = str(cache.make_view(run_id, dataset["name"], [obj for _, obj in objects]))
     stats.seconds = round(time.monotonic() - started, 3)
     stats.verify_seconds = round(stats.verify_seconds, 3)

@@ -179,3 +179,60 @@ def test_eviction_keeps_the_budget_and_never_takes_a_running_jobs_data(store, wo
     assert stage["evicted"] >= SHARDS // 2 and stage["bytes_staged"] == SHARDS * SHARD_BYTES, stage
     used = sum(p.stat().st_size for p in (cache / "alice" / "objects").iterdir() if not p.name.endswith(".json"))
     assert used <= budget
+
+
+@pytest.fixture
+def legacy_cache():
+    """A site.yaml copy whose node cache is what older versions made, 1777 (every user could make names in
+    it), with room for 2 datasets."""
+    base = Path(tempfile.mkdtemp(prefix="slurmctl-squat-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    cache = base / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o1777)
+    site = yaml.safe_load(Path(os.environ.get("SLURMCTL_SITE_CONFIG", "/etc/slurmctl/site.yaml")).read_text())
+    site["data"] = {**site["data"], "node_cache_dir": str(cache), "node_cache_budget": str(2 * SHARDS * SHARD_BYTES)}
+    (base / "site.yaml").write_text(yaml.safe_dump(site))
+    os.chmod(base / "site.yaml", 0o644)
+    yield cache, {"SLURMCTL_SITE_CONFIG": str(base / "site.yaml")}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_bob_can_neither_take_carols_cache_name_nor_poison_alices_budget(store, workdir, user_dir, legacy_cache):
+    """bob squats carol's cache directory and publishes a huge usage of his own; the prolog's root step
+    (slurmctl/ops/hooks/datacache.py, run here as root on this cache: the cluster's prolog reads the
+    cluster's site.yaml, not this copy) renames the squat aside, tightens the root and measures usage
+    itself; carol's and alice's jobs then stage on the real cluster, and bob can plant nothing more."""
+    from slurmctl.ops.hooks.datacache import prepare_caches
+
+    cache, env = legacy_cache
+    alice, bob, carol = as_user("alice"), as_user("bob"), as_user("carol")
+    # his own entries: 1 MiB of data and a sparse file that claims 1 TiB; then a squat and a self-report
+    bob.run(["sh", "-c", f"mkdir -m700 {cache}/bob {cache}/bob/objects {cache}/carol {cache}/usage && "
+                         f"head -c 1048576 /dev/zero > {cache}/bob/objects/a && "
+                         f"truncate -s 1T {cache}/bob/objects/b && "
+                         f"chmod 1777 {cache}/usage && echo 999999999999999 > {cache}/usage/bob"], check=True)
+    notes = [n for user in (alice, carol)  # what the prolog does at each of their jobs' start
+             for n in prepare_caches([cache], user.uid, user.gid, user.name)]
+    assert any("renamed to .squatted-carol-" in n for n in notes), notes
+    assert oct(cache.stat().st_mode & 0o7777) == "0o755" and cache.stat().st_uid == 0
+    assert (os.lstat(cache / "carol").st_uid, oct(os.lstat(cache / "carol").st_mode & 0o777)) == (carol.uid, "0o700")
+    usage = cache / "usage"
+    assert usage.stat().st_uid == 0 and oct(usage.stat().st_mode & 0o7777) == "0o755"
+    # root's measure of what bob's files hold on disk: the 1 MiB, not the sparse terabyte or his own claim
+    assert 2**20 <= int((usage / "bob").read_text().split()[0]) < 2 * 2**20 and (usage / "bob").stat().st_uid == 0
+    for attempt in (["mkdir", f"{cache}/dave"], ["sh", "-c", f"echo 999999999999999 > {usage}/bob"],
+                    ["rm", "-f", f"{usage}/alice"]):
+        result = bob.run(attempt)
+        assert result.returncode != 0 and "Permission denied" in result.stderr, (attempt, result)
+    src = load_shards(store)
+    for user in (alice, carol):
+        path = write_run(workdir / f"squat-{user.name}" if user is alice else user_dir("carol") / "squat",
+                         spec(f"data-{user.name}-own", src), {"train.py": TRAIN_PY})
+        out = user.slurmctl_json("submit", path, "--", "--nodelist=h100-2", env=env)
+        wait_for_state(out["run_id"], {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=300, user=user.name)
+        run_dir = Path(out["run_dir"])
+        assert f"verified {SHARDS} files" in log_of(run_dir), log_of(run_dir)[-3000:]
+        stage = stage_of(run_dir)[0]
+        assert Path(stage["path"]).parents[2] == cache / user.name and stage["bytes_staged"] == SHARDS * SHARD_BYTES
+        assert stage["evicted"] == 0, stage  # bob's claimed 999999999999999 bytes counted for nothing

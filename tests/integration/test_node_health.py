@@ -40,7 +40,8 @@ def wrapper(c: ThrowawayCluster, plugin: str, timing: bool = False) -> Path:
     env = " ".join([f"SLURM_CONF={c.conf}", f"SLURMCTL_LOCAL_DIR={c.dir}/hookstate",
                     f"SLURMCTL_HOOKS_LOG={c.dir}/log/hooks.jsonl", "SLURMCTL_MIN_FREE_SCRATCH_MB=1",
                     "SLURMCTL_MIN_FREE_SHM_MB=1", "SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS=3600",
-                    f"SLURMCTL_HEALTH_VERIFY_START_SECONDS={VERIFY_START}"])
+                    f"SLURMCTL_HEALTH_VERIFY_START_SECONDS={VERIFY_START}",
+                    "SLURMCTL_DATA_CACHE_DIRS="])  # never the local cluster's data caches
     run = f"/usr/bin/python3 {REPO}/plugins/{plugin}.py"
     body = (f's=$(/bin/date +%s%N); {run}; rc=$?; e=$(/bin/date +%s%N)\n'
             f'echo "$SLURM_JOB_ID $(( (e - s) / 1000000 ))" >> {c.dir}/log/{plugin}-ms.txt\nexit $rc\n'

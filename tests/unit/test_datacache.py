@@ -232,11 +232,19 @@ def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path)
     write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write_stage_record(elsewhere, "78", "h100-1", {"node": "h100-1", "job_id": "78", "datasets": [ds]})
+    linked = Run("r-20261201-ef01", tmp_path / "r-20261201-ef01")
+    linked.path.mkdir()
+    os.symlink(elsewhere / "data-stage", linked.path / "data-stage")  # read as root: never followed
     cache = SnapshotCache.__new__(SnapshotCache)  # only the staging totals are exercised here
     cache.data_by_node, cache._data_seen = __import__("collections").defaultdict(lambda: [0, 0, 0, 0.0]), set()
-    job = SimpleNamespace(user="alice", job_id=77)
+    me = __import__("pwd").getpwuid(os.geteuid()).pw_name
+    jobs = [(run, SimpleNamespace(user=me, job_id=77)), (linked, SimpleNamespace(user=me, job_id=78)),
+            (run, SimpleNamespace(user="no-such-user", job_id=77))]
     for _ in range(2):  # two snapshots see the same record: counted once
-        cache._read_staging([(run, job)], {"h100-1", "h100-2"})
+        cache._read_staging(jobs, {"h100-1", "h100-2"})
     families = {f.name: f for f in data_metrics(cache.data_by_node)}
     assert all(isinstance(f, CounterMetricFamily) for f in families.values())
     samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples
@@ -264,3 +272,163 @@ def test_status_words_for_staging_and_uncached_data(tmp_path):
         {"src": "s3://bkt/a/train", "cache": "none"}, {"src": "s3://bkt/a/eval"}]})
     assert "cache train on the nodes" in cache_suggestion(spec.datasets)
     assert cache_suggestion([View({"name": "eval", "cache": "node"})]) is None
+
+
+def _root_owned_cache(tmp_path: Path) -> Path:
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)  # what deploy/local/up and the GKE init container make: root's, 0755
+    return root
+
+
+def test_a_users_self_published_usage_counts_for_nothing(tmp_path):
+    """Only root's measure (the prolog's usage/, root-owned, not writable by others) enters the budget."""
+    root = _root_owned_cache(tmp_path)
+    usage = root / "usage"
+    usage.mkdir(mode=0o755)
+    os.chmod(usage, 0o755)
+    (usage / "alice").write_text("1000 1764000000000000000\n")
+    os.symlink(usage / "alice", usage / "linked")
+    me = UserCache(root, SHARD)
+    if os.geteuid() == 0:
+        (usage / "bob").write_text("999999999999999\n")
+        os.chown(usage / "bob", 65534, 65534)  # a user's own file in root's usage/: ignored
+        assert me.others_bytes() == 1000
+        os.chown(usage, 65534, 65534)  # usage/ made by a user (an older, world-writable root): ignored whole
+        assert me.others_bytes() == 0
+    else:  # the files are ours, not root's: nothing counts
+        assert me.others_bytes() == 0
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the prolog's steps: chown to a second uid needs root")
+
+
+@needs_root
+def test_prolog_makes_the_users_directory_and_renames_a_squatters_aside(tmp_path):
+    from slurmctl.ops.hooks.datacache import prepare_caches
+
+    root = _root_owned_cache(tmp_path)
+    squat = root / "victim"
+    squat.mkdir(mode=0o700)
+    os.chown(squat, 65534, 65534)  # another user's directory under the victim's name
+    notes = prepare_caches([root], 4242, 4242, "victim")
+    made = os.lstat(root / "victim")
+    assert (made.st_uid, stat_mode(made)) == (4242, 0o700)
+    assert any("renamed to .squatted-victim-" in n for n in notes)
+    assert [p.name for p in root.iterdir() if p.name.startswith(".squatted-victim-")]
+    os.symlink(tmp_path, root / "other")  # a symlink under a user's name: renamed aside too, never followed
+    prepare_caches([root], 4343, 4343, "other")
+    assert os.lstat(root / "other").st_uid == 4343 and (tmp_path / "cache").is_dir()
+    # the user's job opens it as its own; a second prolog leaves it as it is
+    prepare_caches([root], 4242, 4242, "victim")
+    assert os.lstat(root / "victim").st_uid == 4242
+    legacy = tmp_path / "legacy"  # what older versions made: 1777, a user's usage/ in it
+    legacy.mkdir()
+    os.chmod(legacy, 0o1777)
+    (legacy / "usage").mkdir()
+    os.chown(legacy / "usage", 65534, 65534)
+    notes = prepare_caches([legacy], 4242, 4242, "victim")
+    assert "tightened to 0755" in notes[0] and stat_mode(legacy.stat()) == 0o755
+    assert os.lstat(legacy / "usage").st_uid == 0 and os.lstat(legacy / "victim").st_uid == 4242
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    os.chown(foreign, 65534, 65534)
+    assert "skipped" in prepare_caches([foreign], 4242, 4242, "victim")[0]
+    assert "missing" in prepare_caches([tmp_path / "none"], 4242, 4242, "victim")[0]
+
+
+@needs_root
+def test_prolog_measures_usage_on_disk_by_owner(tmp_path):
+    import pwd
+
+    from slurmctl.ops.hooks.datacache import publish_usage
+
+    root = _root_owned_cache(tmp_path)
+    nobody = pwd.getpwuid(65534).pw_name
+    objects = root / nobody / "objects"
+    objects.mkdir(parents=True)
+    for path in (root / nobody, objects):
+        os.chown(path, 65534, 65534)
+    (objects / "a").write_bytes(b"x" * 3 * SHARD)
+    os.chown(objects / "a", 65534, 65534)
+    (objects / "planted").write_bytes(b"x" * 50 * SHARD)  # not the user's own file: not the user's usage
+    os.symlink(objects, root / "root")  # a symlink under another user's name counts nothing
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        totals = publish_usage(fd)
+    finally:
+        os.close(fd)
+    assert 3 * SHARD <= totals[nobody] < 4 * SHARD and totals["root"] == 0
+    published = root / "usage" / nobody
+    assert int(published.read_text().split()[0]) == totals[nobody] and published.stat().st_uid == 0
+    assert stat_mode(published.stat()) == 0o644 and stat_mode((root / "usage").stat()) == 0o755
+    assert UserCache(root, SHARD).others_bytes() == totals[nobody]
+
+    def measure() -> int:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return publish_usage(fd)[nobody]
+        finally:
+            os.close(fd)
+
+    mtime = published.read_text().split()[1]
+    published.write_text(f"5 {mtime}\n")  # root's earlier measure, its directory unchanged since: reused
+    assert measure() == 5
+    (objects / "e").write_bytes(b"x" * SHARD)
+    os.chown(objects / "e", 65534, 65534)  # a new entry changes the directory: measured again
+    assert 4 * SHARD <= measure() < 5 * SHARD
+
+
+def stat_mode(st) -> int:
+    import stat
+
+    return stat.S_IMODE(st.st_mode)
+
+
+def test_the_hooks_find_the_cache_dirs_in_the_site_config(tmp_path):
+    from slurmctl.ops.hooks.config import _data_cache_dirs
+    from slurmctl.ops.hooks.datacache import USAGE_DIR
+    from slurmctl.runtime import datacache
+
+    site = tmp_path / "site.yaml"
+    site.write_text("runs_root: /r\ndata:\n  endpoint_url: http://x:1\n  node_cache_dir: /mnt/ssd/data  # NVMe\n"
+                    "  node_cache_budget: 1T\n  shared_cache_dir: '/shared/data'\nother:\n  node_cache_dir: /not\n")
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(site)}) == (Path("/mnt/ssd/data"), Path("/shared/data"))
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(site), "SLURMCTL_DATA_CACHE_DIRS": "/a:rel:/b"}) == (
+        Path("/a"), Path("/b"))
+    assert _data_cache_dirs({"SLURMCTL_SITE_CONFIG": str(tmp_path / "none")}) == ()
+    assert USAGE_DIR == datacache.USAGE_DIR  # two spellings (the hooks import no runtime module): one name
+
+
+@needs_root
+def test_all_users_listing_follows_no_symlink_and_trusts_no_directory_name(tmp_path):
+    import json
+    import pwd
+
+    from slurmctl.observe.data import cache_listing
+
+    root = _root_owned_cache(tmp_path)
+    nobody, daemon = pwd.getpwuid(65534).pw_name, pwd.getpwuid(1).pw_name
+
+    def user_dir(name: str, uid: int, records: dict) -> Path:
+        objects = root / name / "objects"
+        objects.mkdir(parents=True)
+        for rel, record in records.items():
+            (objects / rel).write_text(json.dumps(record))
+            os.chown(objects / rel, uid, uid)
+        for path in (root / name, objects):
+            os.chown(path, uid, uid)
+        return objects
+
+    victim = user_dir(daemon, 1, {"a.json": {"url": "s3://b/private/a", "size": 5, "last_used": 1e9}})
+    os.rename(victim, root / daemon / "real-objects")
+    os.chown(root / daemon, 1, 1)
+    os.symlink(root / daemon / "real-objects", root / daemon / "objects")  # a symlinked objects/: not followed
+    user_dir(nobody, 65534, {"b.json": {"url": "s3://b/mine/b", "size": 7, "last_used": float("inf")},
+                             "c.json": {"url": "s3://b/mine/c", "size": "huge", "last_used": "x"}})
+    os.chown(root / nobody / "objects" / "c.json", 1, 1)  # a file of someone else's inside: not counted
+    squat = user_dir("root", 65534, {"d.json": {"url": "s3://b/planted/d", "size": 9}})  # not root's directory
+    assert squat.is_dir()
+    listing = cache_listing(root, 100, all_users=True)
+    assert listing["users"] == [{"user": daemon, "bytes": 0, "datasets": []}, {"user": nobody, "bytes": 7, "datasets": [
+        {"src": "s3://b/mine", "objects": 1, "bytes": 7, "last_used": 0.0}]}]

@@ -1,7 +1,7 @@
 """The GKE files give every compute node set the node data cache on the VM's local SSD, where the site
 config says it is: the slurmd container mounts it at site.yaml data.node_cache_dir, the volume is a
 hostPath on GKE's local-SSD ephemeral storage (which main.tf gives every GPU pool), and an init container
-makes it 1777 (each user's staging step then makes its own 0700 directory)."""
+makes it root's, 0755 (the prolog makes each job user's 0700 directory in it)."""
 
 from pathlib import Path
 
@@ -26,7 +26,7 @@ def test_every_compute_nodeset_mounts_the_local_ssd_cache_at_the_site_cache_dir(
         host = volumes["data-cache"]["hostPath"]
         assert host["path"].startswith(LOCAL_SSD) and host["type"] == "DirectoryOrCreate", name
         init = nodeset["podSpec"]["initContainers"]
-        assert any("chmod 1777" in " ".join(c["command"]) and c["volumeMounts"][0]["name"] == "data-cache"
+        assert any("chmod 0755" in " ".join(c["command"]) and c["volumeMounts"][0]["name"] == "data-cache"
                    for c in init), name
 
 

@@ -48,7 +48,7 @@ def cfg_for(base: Path) -> HookConfig:
     cfg = HookConfig.from_env({"SLURMD_NODENAME": "n1", "SLURMCTL_LOCAL_DIR": str(base / "state"),
                                "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_MIN_FREE_SCRATCH_MB": "1",
                                "SLURMCTL_MIN_FREE_SHM_MB": "1", "SLURMCTL_RUNS_ROOT": str(base / "runs"),
-                               "SLURMCTL_SHM_DIR": str(base / "shm")})
+                               "SLURMCTL_SHM_DIR": str(base / "shm"), "SLURMCTL_DATA_CACHE_DIRS": ""})
     cfg.slurm, cfg.nvidia_smi, cfg.test_trigger_dir = None, None, None
     cfg.scratch_root, cfg.cost_spool = base / "scratch", base / "spool"
     (base / "shm").mkdir(mode=0o1777)

@@ -45,7 +45,7 @@ def test_failure_records_round_trip_and_clear(tmp_path):
 
 def cfg(tmp_path, **env) -> HookConfig:
     c = HookConfig.from_env({"SLURMD_NODENAME": "n1", "SLURMCTL_LOCAL_DIR": str(tmp_path),
-                             "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", **env})
+                             "SLURMCTL_SLURM_BIN_DIR": "/nonexistent", "SLURMCTL_DATA_CACHE_DIRS": "", **env})
     c.slurm, c.nvidia_smi = None, None
     return c
 

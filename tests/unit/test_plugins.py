@@ -25,7 +25,7 @@ JOB_20_OUTPUT = squeue_output(JOB_20)
 def cfg_for(tmp_path, **over):
     env = {"SLURMD_NODENAME": "n1", "SLURMCTL_LOCAL_DIR": str(tmp_path), "SLURMCTL_SLURM_BIN_DIR": "/nonexistent",
            "SLURMCTL_MIN_FREE_SCRATCH_MB": "1", "SLURMCTL_MIN_FREE_SHM_MB": "1",
-           "SLURMCTL_RUNS_ROOT": str(tmp_path / "runs"), **over}
+           "SLURMCTL_RUNS_ROOT": str(tmp_path / "runs"), "SLURMCTL_DATA_CACHE_DIRS": "", **over}
     cfg = HookConfig.from_env(env)
     cfg.slurm, cfg.nvidia_smi = None, None
     return cfg

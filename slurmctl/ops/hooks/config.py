@@ -79,6 +79,7 @@ class HookConfig:
     slurm: SlurmClient | HookSlurm | None = None  # every Slurm command of the hooks goes through it
     test_trigger_dir: Path | None = None  # local dev cluster only: <state>/test-triggers
     runs_root: Path | None = None  # <runs_root>/<user>/<run id>; None: unknown, the epilog skips run facts
+    data_cache_dirs: tuple[Path, ...] = ()  # site.yaml data.node_cache_dir, data.shared_cache_dir
     smoke_verdicts_dir: Path = Path(DEFAULT_SMOKE_VERDICTS)  # see slurmctl/submit/smoke_verdicts.py
     health_faults_dir: Path = Path(DEFAULT_HEALTH_FAULTS_DIR)
     health_faults_env: tuple[str, ...] = ()  # SLURMCTL_HEALTH_FAULTS=<check>,<check>
@@ -116,6 +117,7 @@ class HookConfig:
             slurm=hook_slurm_client(env.get("SLURMCTL_SLURM_BIN_DIR") or _slurm_bin_dir(), env.get("SLURM_CONF")),
             test_trigger_dir=Path(local) / "test-triggers" if local else None,
             runs_root=_runs_root(env),
+            data_cache_dirs=_data_cache_dirs(env),
             smoke_verdicts_dir=Path(env.get("SLURMCTL_SMOKE_VERDICTS_DIR") or verdicts),
             health_faults_dir=Path(env.get("SLURMCTL_HEALTH_FAULTS_DIR") or faults),
             health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
@@ -126,19 +128,46 @@ class HookConfig:
         )
 
 
+def _site_text(env) -> str:
+    """The site config's text (root's file). The hooks run under the system python3 without a YAML
+    parser: they read the few plain scalars they need line by line."""
+    try:
+        with open(env.get("SLURMCTL_SITE_CONFIG") or SITE_CONFIG, "rb") as fh:
+            return fh.read(256 * 1024).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _scalar(line: str) -> str:
+    return line.split(":", 1)[1].split(" #", 1)[0].strip().strip("'\"")
+
+
 def _runs_root(env) -> Path | None:
-    """SLURMCTL_RUNS_ROOT, else the `runs_root:` line of the site config. The hooks run under the
-    system python3 without a YAML parser, and this one top-level scalar is all they need from it."""
+    """SLURMCTL_RUNS_ROOT, else the `runs_root:` line of the site config."""
     explicit = env.get("SLURMCTL_RUNS_ROOT")
     if explicit:
         return Path(explicit)
-    try:
-        with open(env.get("SLURMCTL_SITE_CONFIG") or SITE_CONFIG, "rb") as fh:  # root's config
-            text = fh.read(256 * 1024).decode(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
+    for line in _site_text(env).splitlines():
         if line.startswith("runs_root:"):
-            value = line.split(":", 1)[1].split(" #", 1)[0].strip().strip("'\"")
+            value = _scalar(line)
             return Path(value) if value.startswith("/") else None
     return None
+
+
+def _data_cache_dirs(env) -> tuple[Path, ...]:
+    """SLURMCTL_DATA_CACHE_DIRS (colon-separated), else the absolute `node_cache_dir:` and
+    `shared_cache_dir:` of the site config's `data:` block."""
+    explicit = env.get("SLURMCTL_DATA_CACHE_DIRS")
+    if explicit is not None:
+        return tuple(Path(p) for p in explicit.split(":") if p.startswith("/"))
+    found, in_data = [], False
+    for line in _site_text(env).splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            in_data = line.startswith("data:")
+            continue
+        key = line.strip().split(":", 1)[0]
+        if in_data and key in ("node_cache_dir", "shared_cache_dir"):
+            value = _scalar(line)
+            if value.startswith("/"):
+                found.append(Path(value))
+    return tuple(found)

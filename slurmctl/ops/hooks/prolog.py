@@ -9,6 +9,7 @@ drains the node with it (``sinfo -R`` shows it) and exits non-zero, so Slurm req
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from slurmctl.ops.health.reasons import NODE_PROBLEM, DrainReason
 from slurmctl.ops.health.reasons import parse as parse_reason
 from slurmctl.ops.hooks.asuser import user_gid
 from slurmctl.ops.hooks.config import HookConfig
+from slurmctl.ops.hooks.datacache import prepare_caches
 from slurmctl.ops.hooks.records import mark_attempt_start
 from slurmctl.ops.hooks.rootfs import make_fresh_dir, open_trusted_dir, publish_file
 
@@ -76,6 +78,21 @@ def make_scratch(cfg: HookConfig, env, job_id: int) -> Path | None:
     return cfg.scratch_root / str(job_id)
 
 
+def prepare_data_caches(cfg: HookConfig, env) -> list[str]:
+    """The job user's directory in each node data cache, and every user's measured usage there
+    (slurmctl/ops/hooks/datacache.py)."""
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    if not cfg.data_cache_dirs or not uid_text.isdigit():
+        return []
+    uid = int(uid_text)
+    gid = user_gid(uid, env.get("SLURM_JOB_GID"))
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return [f"data cache skipped: uid {uid} has no passwd entry"]
+    return prepare_caches(cfg.data_cache_dirs, uid, gid if gid is not None else uid, user)
+
+
 def write_gpu_map(cfg: HookConfig, env, job_id: int) -> list[str]:
     """dcgm-exporter --hpc-job-mapping-dir format: file named by GPU index, content the job id.
     The map dir is root's (readable by exporters, writable by nobody else)."""
@@ -108,6 +125,10 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
             result.notes.append(f"scratch {scratch}" if scratch else "scratch skipped: no job uid")
         except UnsafeDirectory as exc:
             result.notes.append(f"scratch skipped: {exc}")
+        try:
+            result.notes.extend(prepare_data_caches(cfg, env))
+        except (UnsafeDirectory, OSError) as exc:  # the job still runs; its staging says what is missing
+            result.notes.append(f"data cache skipped: {exc}")
         restarts = env.get("SLURM_JOB_RESTART_COUNT") or "0"
         try:  # the attempt's identity for its cost record (records.attempt_start)
             mark_attempt_start(cfg.cost_spool, job_id, int(restarts) if restarts.isdigit() else 0, time.time())
