@@ -9,6 +9,9 @@ and forwards a request only when the account may do it:
 - an account may write (push, delete) only under `<user>/`; the robot may read and write anything;
 - `/v2/_catalog` (every repository name) is the robot's only;
 - a cross-repository blob mount (`?from=`) must come from a repository the account may read;
+- no request carries a form, and no POST a body: docker-registry reads `from=` and `mount=` with Go's
+  FormValue, which also reads a form-encoded or multipart body, and a body's `from=` wins over the
+  query's that was checked here;
 - only a canonical path is forwarded (plain segments: no dot segments, percent-encoding, `;`, `//`),
   so the registry sees exactly the path whose namespace was checked.
 
@@ -44,6 +47,25 @@ READS = {"GET", "HEAD"}
 CHUNK = 64 * 1024
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "authorization"}
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/")
+
+
+def body_refusal(method: str, headers) -> str | None:
+    """Why a request's body could be read as a form by the registry (the reason to refuse it), or
+    None. Go's FormValue reads a POST, PUT or PATCH body whose media type, lower-cased, is
+    form-urlencoded or multipart; Go lower-cases Unicode too (U+0130 becomes `i`), so a Content-Type
+    that is not plain ASCII is refused as well. No registry client sends a form, nor a body with a
+    POST (an upload starts empty; its data goes in PATCH and PUT)."""
+    for value in headers.get_all("Content-Type") or ():
+        if not value.isascii():
+            return "a Content-Type must be plain ASCII"
+        if value.split(";", 1)[0].strip().lower().startswith(FORM_TYPES):
+            return "a registry request never carries a form"
+    if method == "POST" and (headers.get("Transfer-Encoding") or (headers.get("Content-Length") or "0").strip() != "0"):
+        return "a POST to the registry carries no body"
+    return None
 
 
 class UnixConnection(http.client.HTTPConnection):
@@ -175,6 +197,9 @@ class Proxy(BaseHTTPRequestHandler):
         if checked is None:
             return self._refuse(400, "a request path must be plain segments (no '.', '..', '//', '%', ';' or '#')")
         path, query = checked
+        refusal = body_refusal(self.command, self.headers)
+        if refusal is not None:
+            return self._refuse(400, refusal)
         if not may(account, self.accounts.robot, self.command, path, query):
             return self._refuse(403, f"{account} may not {self.command} {path}")
         conn = UnixConnection(self.backend)

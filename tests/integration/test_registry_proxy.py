@@ -253,3 +253,83 @@ def test_paths_and_queries_bob_bends_never_reach_alices_repository(registry):
         assert json.load(answer)["tags"] == ["1"]
     assert before == 200
     assert _skopeo("alice", pw["alice"], "inspect", f"{at}/alice/demo:1").returncode == 0
+
+
+# bob's mount of alice's blob with `from=` in the body: docker-registry reads it with Go's FormValue,
+# which takes a form-encoded (or multipart) POST body and prefers it to the query the proxy checked
+FORM_MOUNT = r"""
+import base64, http.client, json, sys
+port, password, blob = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+auth = "Basic " + base64.b64encode(f"bob:{password}".encode()).decode()
+form = f"from=alice/demo&mount={blob}".encode()
+multipart = (b"--b\r\nContent-Disposition: form-data; name=\"from\"\r\n\r\nalice/demo\r\n"
+             b"--b\r\nContent-Disposition: form-data; name=\"mount\"\r\n\r\n" + blob.encode() + b"\r\n--b--\r\n")
+attempts = [
+    ("application/x-www-form-urlencoded", form, False),
+    ("Application/X-WWW-Form-Urlencoded; charset=utf-8", form, False),
+    ("appl\u0130cation/x-www-form-urlencoded".encode().decode("latin-1"), form, False),  # Go lower-cases U+0130 to i
+    ("multipart/form-data; boundary=b", multipart, False),
+    ("application/x-www-form-urlencoded", form, True),  # chunked
+    (None, form, False),
+]
+out = []
+for content_type, body, chunked in attempts:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.putrequest("POST", f"/v2/bob/x/blobs/uploads/?mount={blob}", skip_accept_encoding=True)
+    conn.putheader("Authorization", auth)
+    if content_type is not None:
+        conn.putheader("Content-Type", content_type.encode("latin-1"))
+    if chunked:
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    else:
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+    answer = conn.getresponse()
+    answer.read()
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.request("GET", f"/v2/bob/x/blobs/{blob}", headers={"Authorization": auth})
+    read = conn.getresponse()
+    data = read.read()
+    out.append({"content_type": content_type, "chunked": chunked, "mount": answer.status,
+                "location": answer.getheader("Location") or "", "read": read.status,
+                "alices": b"ALICE SECRET LAYER" in data})
+    conn.close()
+print(json.dumps(out))
+"""
+ALICES_BLOB = r"""
+import base64, hashlib, http.client, sys
+port, password = int(sys.argv[1]), sys.argv[2]
+auth = "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()
+blob = b"ALICE SECRET LAYER DATA 42\n"
+digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+conn.request("POST", "/v2/alice/demo/blobs/uploads/", headers={"Authorization": auth, "Content-Length": "0"})
+started = conn.getresponse()
+started.read()
+location = started.getheader("Location")
+location = location[location.index("/v2/"):]
+conn.request("PUT", f"{location}{'&' if '?' in location else '?'}digest={digest}", body=blob,
+             headers={"Authorization": auth, "Content-Type": "application/octet-stream"})
+put = conn.getresponse()
+put.read()
+assert put.status == 201, put.status
+print(digest)
+"""
+
+
+def test_bobs_mount_with_from_in_a_form_body_never_reaches_alices_blob(registry):
+    """bob's exact attack: alice uploads a layer; bob POSTs a mount into his repository whose `from=`
+    is in a form body (form-urlencoded in any spelling, multipart, chunked). Every one is refused by the
+    proxy (400) and bob's repository never gets her layer; alice's own upload and push still work."""
+    port, pw, image = registry["port"], registry["passwords"], registry["image"]
+    digest = as_user("alice").run([sys.executable, "-c", ALICES_BLOB, str(port), pw["alice"]],
+                                  check=True).stdout.strip()
+    at = f"docker://127.0.0.1:{port}"
+    assert _skopeo("bob", pw["bob"], "copy", "-q", f"oci:{image}:latest", f"{at}/bob/x:1").returncode == 0
+    done = as_user("bob").run([sys.executable, "-c", FORM_MOUNT, str(port), pw["bob"], digest], check=True)
+    answers = json.loads(done.stdout)
+    print(f"\nbob's mounts of alice's blob with from= in the body: {answers}")
+    assert [a for a in answers if a["alices"] or a["read"] != 404 or a["mount"] != 400] == [], answers
+    assert _skopeo("alice", pw["alice"], "copy", "-q", f"oci:{image}:latest", f"{at}/alice/demo:2").returncode == 0
