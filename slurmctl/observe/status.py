@@ -363,7 +363,7 @@ def _checkpoint(status: RunStatus, run: Run, events: list[dict], job_id: int | N
         # resume refuses a run without one: advise what works (an adopted program's own: observe.adopted)
         if "slurmctl resume" in status.action and "adopted" not in run.meta:
             status.action = ("It saved no checkpoint, so `slurmctl resume` has nothing to continue from: submit "
-                             f"its run.yaml again to start from step 0 (`slurmctl submit {run.path / 'run.yaml'}`).")
+                             f"its run.yaml again to start from step 0 (`slurmctl submit {run.path / rundir.RUN_YAML}`).")
     checkpoint_failure(status, events, now)
 
 

@@ -29,8 +29,8 @@ PERSONAL_PREFIX = "slurmctl-"
 def _refuse(message: str, status: int = 400):
     from flask import Response
 
-    code = "INVALID_PARAMETER_VALUE" if status == 400 else "PERMISSION_DENIED"
-    return Response(json.dumps({"error_code": code, "message": message}), status=status,
+    mlflow_code = "INVALID_PARAMETER_VALUE" if status == 400 else "PERMISSION_DENIED"
+    return Response(json.dumps({"error_code": mlflow_code, "message": message}), status=status,
                     mimetype="application/json")
 
 
