@@ -362,8 +362,9 @@ def _checkpoint(status: RunStatus, run: Run, events: list[dict], job_id: int | N
         status.details.append("No valid checkpoint yet.")
         # resume refuses a run without one: advise what works (an adopted program's own: observe.adopted)
         if "slurmctl resume" in status.action and "adopted" not in run.meta:
+            spec_path = run.path / rundir.RUN_YAML
             status.action = ("It saved no checkpoint, so `slurmctl resume` has nothing to continue from: submit "
-                             f"its run.yaml again to start from step 0 (`slurmctl submit {run.path / rundir.RUN_YAML}`).")
+                             f"its run.yaml again to start from step 0 (`slurmctl submit {spec_path}`).")
     checkpoint_failure(status, events, now)
 
 

@@ -102,7 +102,8 @@ def test_runs_page_lists_the_callers_plain_sbatch_jobs_as_ls_does(web):
     web.runner.outputs["sacct"] = sacct_output(
         [4242, "FAILED", "l4-dev", 1, 61, "2026-12-01T10:00:00", me, "cpu=1,node=1", HOSTILE, ""],
         [4243, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T11:00:00", "someone-else", "cpu=1,node=1", "theirs", ""],
-        [4244, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T12:00:00", me, "cpu=1,node=1", "a-run", "slurmctl:a-run-20261201-abcd"])
+        [4244, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T12:00:00", me, "cpu=1,node=1", "a-run",
+         "slurmctl:a-run-20261201-abcd"])
     page = web.get("/").body.decode()
     assert 'id="plain-jobs"' in page and "slurmctl status 4242" in page and "&lt;script&gt;" in page
     assert HOSTILE not in page and "4243" not in page and "4244" not in page  # another user's; a run's job
