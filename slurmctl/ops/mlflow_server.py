@@ -156,3 +156,12 @@ def create_app():
     served = create_auth_app(flask_app)
     flask_app.before_request(guard)  # after the auth app's own hook: only authenticated requests get here
     return served
+
+
+def tracking_store(store_uri: str, artifact_uri: str | None = None):
+    """The `mlflow.tracking_store` entry point `slurmctl-sqlite` (slurmctl/ops/mlflow_store.py). Its import
+    waits until a store is built: MLflow loads the entry points while `mlflow.tracking` is still being
+    imported, in every process that imports it, and the store's module needs `mlflow.tracking` whole."""
+    from slurmctl.ops.mlflow_store import store_from_uri
+
+    return store_from_uri(store_uri, artifact_uri)

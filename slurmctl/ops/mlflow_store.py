@@ -128,8 +128,8 @@ class ConfinedSqlAlchemyStore(SqlAlchemyStore):
 
 
 def store_from_uri(store_uri: str, artifact_uri: str | None = None) -> ConfinedSqlAlchemyStore:
-    """The `mlflow.tracking_store` entry point `slurmctl-sqlite`: `slurmctl-sqlite:///PATH` is the SQLite
-    database PATH."""
+    """The store of `slurmctl-sqlite:///PATH` (the SQLite database PATH); built by the `mlflow.tracking_store`
+    entry point `slurmctl-sqlite` (slurmctl/ops/mlflow_server.py's tracking_store)."""
     if not store_uri.startswith(SCHEME + ":"):
         raise MlflowException(f"not a {SCHEME} URI: {store_uri!r}")
     return ConfinedSqlAlchemyStore("sqlite:" + store_uri[len(SCHEME) + 1:], artifact_uri)
