@@ -10,6 +10,9 @@ the server can reach. MLflow 3 has no server option that limits client-chosen lo
   store (`mlflow-artifacts:`, --artifacts-destination) and nothing else;
 * a request naming a run, experiment, logged model, model version or trace whose artifacts live
   outside that store (one created before this guard) is refused;
+  (the tracking store, slurmctl/ops/mlflow_store.py, enforces the first two again however a request is
+  spelled: this guard answers the spellings it knows with a clear reason, the store refuses the rest;
+  the model registry is MLflow's own store, so a model version's source is checked only here)
 * a model version whose source is a local path is refused;
 * the experiment name `slurmctl-<user>` (each user's default, slurmctl/submit/tracking.py) may be
   created or taken by a rename only by that user, so nobody can squat a colleague's experiment.
@@ -50,6 +53,11 @@ def _outside_store(location: str | None) -> bool:
     return bool(location) and not str(location).startswith(PROXIED)
 
 
+def _outside_message(what: str, location: str | None) -> str:
+    return (f"this {what}'s artifacts are outside the server's store ({location}); the server does not serve "
+            "them. Create a new experiment without an artifact_location.")
+
+
 def _stored_location(fields: dict, path: str) -> tuple[str, str | None] | None:
     """(what, artifact location) of the object the request names, for the first one it names; None when none."""
     from mlflow.exceptions import MlflowException
@@ -83,10 +91,12 @@ def _stored_location(fields: dict, path: str) -> tuple[str, str | None] | None:
     return None
 
 
-def _graphql_run(body: bytes) -> tuple[str, str | None] | None:
-    """The first run named anywhere in a GraphQL request (mlflowListArtifacts takes a run id, as an inline
-    argument or a variable of any name) whose artifacts are outside the store. Every 32-hex word is
-    tried as a run id: the query is not parsed, so no spelling of it slips by."""
+def _graphql_refusal(body: bytes) -> str | None:
+    """Why the server refuses the first run named in a GraphQL request (mlflowListArtifacts takes a run id,
+    as an inline argument or a variable of any name) whose artifacts are outside the store; None when none
+    is. Every 32-hex word is tried as a run id: the query is not parsed. (A run id spelled with JSON escapes
+    slips by here, but the tracking store refuses to load the run, slurmctl/ops/mlflow_store.py; GraphQL
+    then answers 200 with no data, this answers 403 with the reason.)"""
     import re
 
     from mlflow.exceptions import MlflowException
@@ -96,10 +106,12 @@ def _graphql_run(body: bytes) -> tuple[str, str | None] | None:
     for word in dict.fromkeys(re.findall(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", body[:65536])):
         try:
             location = store.get_run(word.decode()).info.artifact_uri
-        except MlflowException:
+        except MlflowException as exc:
+            if exc.error_code == "PERMISSION_DENIED":
+                return exc.message
             continue
         if _outside_store(location):
-            return "run", location
+            return _outside_message("run", location)
     return None
 
 
@@ -127,11 +139,12 @@ def guard():
             and is_local_uri(fields["source"]):
         return _refuse("a model version's source must be a runs:/, models:/ or mlflow-artifacts:/ URI on "
                        "this server, not a local path.")
-    found = _graphql_run(request.get_data(cache=True)) if path.startswith("/graphql") \
-        else _stored_location(fields, path)
+    if path.startswith("/graphql"):
+        refusal = _graphql_refusal(request.get_data(cache=True))
+        return _refuse(refusal, 403) if refusal else None
+    found = _stored_location(fields, path)
     if found and _outside_store(found[1]):
-        return _refuse(f"this {found[0]}'s artifacts are outside the server's store ({found[1]}); the server "
-                       "does not serve them. Create a new experiment without an artifact_location.", 403)
+        return _refuse(_outside_message(*found), 403)
     return None
 
 
@@ -143,3 +156,12 @@ def create_app():
     served = create_auth_app(flask_app)
     flask_app.before_request(guard)  # after the auth app's own hook: only authenticated requests get here
     return served
+
+
+def tracking_store(store_uri: str, artifact_uri: str | None = None):
+    """The `mlflow.tracking_store` entry point `slurmctl-sqlite` (slurmctl/ops/mlflow_store.py). Its import
+    waits until a store is built: MLflow loads the entry points while `mlflow.tracking` is still being
+    imported, in every process that imports it, and the store's module needs `mlflow.tracking` whole."""
+    from slurmctl.ops.mlflow_store import store_from_uri
+
+    return store_from_uri(store_uri, artifact_uri)

@@ -150,8 +150,11 @@ def test_login_files_are_each_users_own_and_the_admin_secrets_root_only(server):
         st = (server["state"] / name).stat()
         assert st.st_uid == 0 and not stat.S_IMODE(st.st_mode) & 0o077, name
     service = pwd.getpwnam("slurmctl-mlflow")
-    ini = (server["state"] / "basic_auth.ini").stat()  # the server reads it; no user can
-    assert (ini.st_uid, ini.st_gid, stat.S_IMODE(ini.st_mode)) == (0, service.pw_gid, 0o640)
+    ini = (server["state"] / "basic_auth.ini").stat()  # the server read it while it started; now only root can
+    assert (ini.st_uid, ini.st_gid, stat.S_IMODE(ini.st_mode)) == (0, service.pw_gid, 0o600)
+    read = subprocess.run(["setpriv", "--reuid=slurmctl-mlflow", "--regid=slurmctl-mlflow", "--init-groups",
+                           "cat", str(server["state"] / "basic_auth.ini")], capture_output=True, text=True)
+    assert read.returncode != 0 and "admin_password" not in read.stdout
     top = server["state"].stat()
     assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (0, service.pw_gid, 0o710)
     data = (server["state"] / "server").stat()
@@ -231,43 +234,94 @@ print(experiment, run.info.run_id)
 '''
 
 
-def test_bob_cannot_point_the_server_at_a_folder_of_symlinks(server, carols_run):
+@pytest.fixture(scope="module")
+def old_experiment(server):
+    """An experiment of bob's whose artifacts are a folder of his (as the server's database would hold one
+    created before the server refused that), with a run whose artifacts folder is a symlink to the server's
+    state: {"folder", "experiment_id", "run_id"}."""
     folder = Path(f"/tmp/slurmctl-bob-artifacts-{os.getpid()}")
     User("bob").run(["mkdir", "-p", str(folder)], check=True)
-    try:
-        created = calls(server, "bob", [
-            {"method": "POST", "path": f"{api}/experiments/create",
-             "body": {"name": f"mine-{n}", "artifact_location": location}}
-            for n, (api, location) in enumerate([("/api/2.0/mlflow", f"file://{folder}"),
-                                                 ("/ajax-api/2.0/mlflow", f"file://{folder}"),
-                                                 ("/api/2.0/mlflow", str(folder))])])
-        assert [status for status, _ in created] == [400, 400, 400], created
-        assert all("takes no artifact_location" in body for _, body in created)
-        # an old experiment of that kind: its run's artifacts folder replaced by a symlink to the server's state
-        out = subprocess.run(["setpriv", "--reuid=slurmctl-mlflow", "--regid=slurmctl-mlflow", "--init-groups",
-                              os.sys.executable, "-c", OLD_EXPERIMENT, str(server["state"]), str(folder)],
-                             capture_output=True, text=True, check=True, timeout=120)
-        experiment, run = out.stdout.split()
-        User("bob").run(["sh", "-c", 'mkdir -p "$1" && ln -s "$2" "$1/artifacts"', "sh", f"{folder}/{run}",
-                         str(server["state"] / "server")], check=True)
-        tried = calls(server, "bob", [
-            {"method": "GET", "path": f"/get-artifact?run_id={run}&path=basic_auth.db"},
-            {"method": "GET", "path": f"/get-artifact?run_uuid={run}&path=basic_auth.db"},
-            {"method": "GET", "path": f"/api/2.0/mlflow/artifacts/list?run_id={run}"},
-            {"method": "GET", "path": f"/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run}"},
-            {"method": "POST", "path": f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run}&path=planted",
-             "data": "bob was here"},
-            {"method": "POST", "path": "/api/2.0/mlflow/runs/create", "body": {"experiment_id": experiment}},
-            {"method": "POST", "path": "/graphql",
-             "body": {"query": "query { mlflowListArtifacts(input: {runId: " + json.dumps(run)
-                               + "}) { files { path } } }"}},
-            {"method": "POST", "path": "/graphql",
-             "body": {"query": "query Q($r: String) { mlflowListArtifacts(input: {runId: $r}) { files { path } } }",
-                      "variables": {"r": run}}}])
-        assert [status for status, _ in tried] == [403] * 8, tried
-        assert not (server["state"] / "server" / "planted").exists()
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
+    out = subprocess.run(["setpriv", "--reuid=slurmctl-mlflow", "--regid=slurmctl-mlflow", "--init-groups",
+                          os.sys.executable, "-c", OLD_EXPERIMENT, str(server["state"]), str(folder)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    experiment, run = out.stdout.split()
+    User("bob").run(["sh", "-c", 'mkdir -p "$1" && ln -s "$2" "$1/artifacts"', "sh", f"{folder}/{run}",
+                     str(server["state"] / "server")], check=True)
+    yield {"folder": folder, "experiment_id": experiment, "run_id": run}
+    subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def test_bob_cannot_point_the_server_at_a_folder_of_symlinks(server, carols_run, old_experiment):
+    folder = old_experiment["folder"]
+    created = calls(server, "bob", [
+        {"method": "POST", "path": f"{api}/experiments/create",
+         "body": {"name": f"mine-{n}", "artifact_location": location}}
+        for n, (api, location) in enumerate([("/api/2.0/mlflow", f"file://{folder}"),
+                                             ("/ajax-api/2.0/mlflow", f"file://{folder}"),
+                                             ("/api/2.0/mlflow", str(folder))])])
+    assert [status for status, _ in created] == [400, 400, 400], created
+    assert all("takes no artifact_location" in body for _, body in created)
+    # an old experiment of that kind: its run's artifacts folder a symlink to the server's state
+    experiment, run = old_experiment["experiment_id"], old_experiment["run_id"]
+    tried = calls(server, "bob", [
+        {"method": "GET", "path": f"/get-artifact?run_id={run}&path=basic_auth.db"},
+        {"method": "GET", "path": f"/get-artifact?run_uuid={run}&path=basic_auth.db"},
+        {"method": "GET", "path": f"/api/2.0/mlflow/artifacts/list?run_id={run}"},
+        {"method": "GET", "path": f"/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run}"},
+        {"method": "POST", "path": f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run}&path=planted",
+         "data": "bob was here"},
+        {"method": "POST", "path": "/api/2.0/mlflow/runs/create", "body": {"experiment_id": experiment}},
+        {"method": "POST", "path": "/graphql",
+         "body": {"query": "query { mlflowListArtifacts(input: {runId: " + json.dumps(run)
+                           + "}) { files { path } } }"}},
+        {"method": "POST", "path": "/graphql",
+         "body": {"query": "query Q($r: String) { mlflowListArtifacts(input: {runId: $r}) { files { path } } }",
+                  "variables": {"r": run}}}])
+    assert [status for status, _ in tried] == [403] * 8, tried
+    assert not (server["state"] / "server" / "planted").exists()
+
+
+def twice(body: dict) -> str:
+    """The body as a JSON string holding the JSON object: MLflow's parser decodes it to the object."""
+    return json.dumps(json.dumps(body))
+
+
+def test_the_store_refuses_however_the_request_is_spelled(server, carols_run, old_experiment):
+    """An independent attacker's requests that slipped past a check of the request's fields: the body JSON
+    encoded twice, camelCase field names, the query string and the body naming different objects, a GraphQL
+    run id spelled with a JSON escape. The tracking store refuses them all, whatever the spelling."""
+    folder, experiment, run = (old_experiment[k] for k in ("folder", "experiment_id", "run_id"))
+    decoy = {"run_id": "0" * 32}
+    escaped = "\\u00" + format(ord(run[0]), "x") + run[1:]
+    tried = calls(server, "bob", [
+        {"method": "POST", "path": "/api/2.0/mlflow/experiments/create",
+         "data": twice({"name": "twice", "artifact_location": f"file://{folder}"})},
+        {"method": "POST", "path": "/api/2.0/mlflow/experiments/create",
+         "body": {"name": "camel", "artifactLocation": f"file://{folder}"}},
+        {"method": "POST", "path": "/api/2.0/mlflow/runs/create?experiment_ids=x",
+         "body": {"experiment_id": experiment, "start_time": 1}},
+        {"method": "GET", "path": f"/get-artifact?run_id={run}&path=basic_auth.db", "body": decoy},
+        {"method": "GET", "path": f"/ajax-api/2.0/mlflow/artifacts/list?run_id={run}&path=", "body": decoy},
+        {"method": "POST", "path": f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run}&path=planted",
+         "body": decoy},
+        {"method": "POST", "path": "/api/2.0/mlflow/experiments/create",
+         "data": twice({"name": "slurmctl-carol"})},
+        {"method": "POST", "path": "/graphql",
+         "data": '{"query": "query q($r: String!) { mlflowListArtifacts(input: {runId: $r, path: \\"\\"}) '
+                 '{ files { path } } }", "variables": {"r": "' + escaped + '"}}'}])
+    statuses = [status for status, _ in tried]
+    assert statuses[:7] == [403] * 7, tried
+    assert all("PERMISSION_DENIED" in body for _, body in tried[:7]), tried
+    assert "takes no artifact_location" in tried[0][1] and "takes no artifact_location" in tried[1][1]
+    assert "outside the server's store" in tried[2][1] and "reserved for the user `carol`" in tried[6][1]
+    # GraphQL answers 200 with the field empty: the store refused the run, nothing was listed
+    assert statuses[7] == 200 and json.loads(tried[7][1])["data"]["mlflowListArtifacts"] is None, tried[7]
+    assert not (server["state"] / "server" / "planted").exists()
+    assert sorted(p.name for p in folder.iterdir()) == [run]
+    (found,) = calls(server, "bob", [{"method": "POST", "path": "/api/2.0/mlflow/experiments/search",
+                                     "body": {"max_results": 1000}}])
+    names = {e["name"]: e["artifact_location"] for e in json.loads(found[1]).get("experiments", [])}
+    assert "twice" not in names and "camel" not in names, names
 
 
 def test_nobody_takes_another_users_personal_experiment_name(server):

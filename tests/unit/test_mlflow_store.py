@@ -1,0 +1,82 @@
+"""The cluster MLflow server's tracking store (slurmctl/ops/mlflow_store.py) on a real SQLite database:
+client-chosen artifact locations are refused, an experiment or run stored with one (as a database made
+before this store would hold) is unusable, and `slurmctl-<user>` is the caller's only."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+pytest.importorskip("mlflow.store.tracking.sqlalchemy_store")
+
+from flask import Flask  # noqa: E402
+from mlflow.entities import Metric, RunTag  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
+
+from slurmctl.ops.mlflow_store import store_from_uri  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+
+
+@pytest.fixture(scope="module")
+def store(db):
+    return store_from_uri(f"slurmctl-sqlite:///{db}", "mlflow-artifacts:/")
+
+
+def refused(call, *args, **kwargs) -> str:
+    with pytest.raises(MlflowException) as caught:
+        call(*args, **kwargs)
+    assert caught.value.error_code == "PERMISSION_DENIED"
+    return caught.value.message
+
+
+def test_an_experiment_gets_the_servers_store_and_works(store):
+    experiment = store.create_experiment("plain")
+    assert store.get_experiment(experiment).artifact_location == f"mlflow-artifacts:/{experiment}"
+    run = store.create_run(experiment, "carol", 0, [], "r").info
+    store.log_metric(run.run_id, Metric("loss", 0.5, 0, 1))
+    assert store.get_run(run.run_id).data.metrics == {"loss": 0.5}
+    assert [r.info.run_id for r in store.search_runs([experiment], None, 1)] == [run.run_id]
+
+
+@pytest.mark.parametrize("location", ["file:///home/bob/x", "/home/bob/x", "mlflow-artifacts:/../x",
+                                      "mlflow-artifacts:/1"])
+def test_a_chosen_artifact_location_is_refused(store, location):
+    assert "takes no artifact_location" in refused(store.create_experiment, f"mine-{location}", location)
+
+
+def test_an_experiment_stored_outside_the_store_is_unusable(store, db):
+    plain = SqlAlchemyStore(f"sqlite:///{db}", "mlflow-artifacts:/")
+    experiment = plain.create_experiment("old", artifact_location="file:///home/bob/x")
+    run = plain.create_run(experiment, "bob", 0, [], "old").info.run_id
+    assert "outside the server's store (file:///home/bob/x)" in refused(store.get_experiment, experiment)
+    refused(store.create_run, experiment, "bob", 0, [], "new")
+    refused(store.get_run, run)
+    refused(store.log_metric, run, Metric("x", 1.0, 0, 0))
+    refused(store.set_tag, run, RunTag("owner", "bob"))
+    assert store.search_runs([experiment], None, 1) == []
+
+
+def test_the_personal_experiment_name_is_the_callers_only(store):
+    app = Flask(__name__)
+
+    def as_user(user):
+        login = base64.b64encode(f"{user}:pw".encode()).decode()
+        return app.test_request_context(headers={"Authorization": f"Basic {login}"})
+
+    with as_user("bob"):
+        assert "reserved for the user `carol`" in refused(store.create_experiment, "slurmctl-carol")
+        mine = store.create_experiment("slurmctl-bob")
+        refused(store.rename_experiment, mine, "slurmctl-carol")
+    with as_user("admin"):
+        store.create_experiment("slurmctl-alice")
+
+
+def test_the_store_needs_the_proxied_artifact_store(db):
+    with pytest.raises(MlflowException, match="proxied artifact store"):
+        store_from_uri(f"slurmctl-sqlite:///{db}", "/srv/artifacts")
