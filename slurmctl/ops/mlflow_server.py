@@ -162,6 +162,6 @@ def tracking_store(store_uri: str, artifact_uri: str | None = None):
     """The `mlflow.tracking_store` entry point `slurmctl-sqlite` (slurmctl/ops/mlflow_store.py). Its import
     waits until a store is built: MLflow loads the entry points while `mlflow.tracking` is still being
     imported, in every process that imports it, and the store's module needs `mlflow.tracking` whole."""
-    from slurmctl.ops.mlflow_store import store_from_uri
+    from slurmctl.ops.mlflow_store import store_from_uri  # why: see the docstring (an import cycle in MLflow)
 
     return store_from_uri(store_uri, artifact_uri)

@@ -91,6 +91,20 @@ class ConfinedSqlAlchemyStore(SqlAlchemyStore):
             raise _outside("experiment", experiment.artifact_location)
         return experiment
 
+    def _initialize_store_state(self):
+        # The server makes the Default experiment itself at its first start; one made by an older
+        # server (before this store) points at that server's local artifact root, not at anything a
+        # user chose: it moves to the proxied store before MLflow reads it.
+        from mlflow.store.tracking.dbmodels.models import SqlExperiment  # why: MLflow's ORM, only here
+
+        own = self._own_location(self.DEFAULT_EXPERIMENT_ID)
+        with self.ManagedSessionMaker(read_only=False) as session:
+            default = session.query(SqlExperiment).filter(
+                SqlExperiment.experiment_id == int(self.DEFAULT_EXPERIMENT_ID)).one_or_none()
+            if default is not None and default.artifact_location != own:
+                default.artifact_location = own
+        super()._initialize_store_state()
+
     def _run_confined(self, experiment_id, run_id, artifact_uri) -> bool:
         return artifact_uri == append_to_uri_path(self._own_location(experiment_id), run_id,
                                                   SqlAlchemyStore.ARTIFACTS_FOLDER_NAME)

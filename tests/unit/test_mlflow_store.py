@@ -80,3 +80,14 @@ def test_the_personal_experiment_name_is_the_callers_only(store):
 def test_the_store_needs_the_proxied_artifact_store(db):
     with pytest.raises(MlflowException, match="proxied artifact store"):
         store_from_uri(f"slurmctl-sqlite:///{db}", "/srv/artifacts")
+
+
+def test_a_default_experiment_made_by_an_older_server_is_moved_to_the_store(tmp_path):
+    """A server started before this store made experiment 0 with its local artifact root: the store
+    starts on that database (the upgrade of a running site) and points experiment 0 at its store."""
+    db = tmp_path / "old.db"
+    SqlAlchemyStore(f"sqlite:///{db}", str(tmp_path / "artifacts"))  # the older server's first start
+    store = store_from_uri(f"sqlite:///{db}".replace("sqlite", "slurmctl-sqlite", 1), "mlflow-artifacts:/")
+    assert store.get_experiment("0").artifact_location == "mlflow-artifacts:/0"
+    assert store_from_uri(f"slurmctl-sqlite:///{db}", "mlflow-artifacts:/").get_experiment("0") \
+        .artifact_location == "mlflow-artifacts:/0"  # committed, not only in that session
