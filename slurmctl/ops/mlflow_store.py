@@ -22,6 +22,8 @@ from __future__ import annotations
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+from mlflow.tracing.constant import SpansLocation, TraceTagKey
+from mlflow.utils.mlflow_tags import MLFLOW_ARTIFACT_LOCATION
 from mlflow.utils.uri import append_to_uri_path
 
 SCHEME = "slurmctl-sqlite"
@@ -56,6 +58,14 @@ def _outside(what: str, location: str | None) -> MlflowException:
     return MlflowException(
         f"this {what}'s artifacts are outside the server's store ({location}); the server does not use it. "
         "Create a new experiment without an artifact_location.", PERMISSION_DENIED)
+
+
+
+
+def _names_an_archive(tags: dict) -> bool:
+    """A trace whose spans are said to live in an archive (a path): this server archives none."""
+    return (TraceTagKey.ARCHIVE_LOCATION in tags
+            or tags.get(TraceTagKey.SPANS_LOCATION) == SpansLocation.ARCHIVE_REPO.value)
 
 
 class ConfinedSqlAlchemyStore(SqlAlchemyStore):
@@ -132,13 +142,41 @@ class ConfinedSqlAlchemyStore(SqlAlchemyStore):
         from mlflow.tracing.utils.artifact_utils import get_artifact_uri_for_trace
 
         info = super().get_trace_info(trace_id)
+        if _names_an_archive(info.tags):
+            raise _outside("trace", str(info.tags.get(TraceTagKey.ARCHIVE_LOCATION) or "an archive"))
         try:
             location = get_artifact_uri_for_trace(info)
         except MlflowException:
             return info  # no artifact location: the trace lives in the database only
-        if not location.startswith(self._own_location(info.experiment_id) + "/"):
+        expected = append_to_uri_path(self._own_location(info.experiment_id), SqlAlchemyStore.TRACE_FOLDER_NAME,
+                                      info.trace_id, SqlAlchemyStore.ARTIFACTS_FOLDER_NAME)
+        if location != expected:  # exactly: a prefix would let `..` out
             raise _outside("trace", location)
         return info
+
+    def start_trace(self, trace_info):
+        _refuse_location_tags(trace_info.tags or {})
+        return super().start_trace(trace_info)
+
+    def set_trace_tag(self, trace_id, key, value):
+        _refuse_location_tags({key: value})
+        return super().set_trace_tag(trace_id, key, value)
+
+    def _select_archived_traces_for_delete(self, *, session, trace_ids):
+        # This server archives no trace; a row claiming an archive names a path a client chose:
+        # deleting the trace deletes its rows, never a file at that path.
+        return []
+
+
+def _refuse_location_tags(tags: dict) -> None:
+    """Where a trace's data lives is the server's choice: a client that names it (the artifact
+    location, a spans or archive location) is refused, on create and on set-tag alike."""
+    chosen = sorted(key for key in tags if key in (MLFLOW_ARTIFACT_LOCATION, TraceTagKey.ARCHIVE_LOCATION))
+    if _names_an_archive(tags):
+        chosen.append(TraceTagKey.SPANS_LOCATION)
+    if chosen:
+        raise MlflowException(f"this MLflow server decides where a trace's data lives: the tag(s) {chosen} "
+                              "cannot be set by a client (leave them out).", PERMISSION_DENIED)
 
 
 def store_from_uri(store_uri: str, artifact_uri: str | None = None) -> ConfinedSqlAlchemyStore:

@@ -91,3 +91,34 @@ def test_a_default_experiment_made_by_an_older_server_is_moved_to_the_store(tmp_
     assert store.get_experiment("0").artifact_location == "mlflow-artifacts:/0"
     assert store_from_uri(f"slurmctl-sqlite:///{db}", "mlflow-artifacts:/").get_experiment("0") \
         .artifact_location == "mlflow-artifacts:/0"  # committed, not only in that session
+
+
+def _trace(experiment: str, trace_id: str, tags: dict | None = None):
+    from mlflow.entities import TraceInfo, TraceLocation, TraceState
+
+    return TraceInfo(trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment),
+                     request_time=1, state=TraceState.OK, tags=dict(tags or {}))
+
+
+def test_a_client_never_chooses_where_a_trace_lives(store, db):
+    """The attacks on traces: a `..` in the trace's artifact location set by tag, and an archive
+    location given at creation (read through get-trace-artifact, deleted by delete-traces)."""
+    import sqlite3
+
+    experiment = store.create_experiment("traces")
+    own = f"mlflow-artifacts:/{experiment}"
+    good = store.start_trace(_trace(experiment, "tr-" + "a" * 32))
+    assert store.get_trace_info(good.trace_id).tags["mlflow.artifactLocation"] == \
+        f"{own}/traces/{good.trace_id}/artifacts"
+    for tags in ({"mlflow.artifactLocation": f"{own}/../../../tmp/evil"},
+                 {"mlflow.trace.archiveLocation": "file:///tmp/arch"},
+                 {"mlflow.trace.spansLocation": "ARCHIVE_REPO"}):
+        assert "decides where a trace's data lives" in refused(store.start_trace, _trace(experiment, "tr-" + "b" * 32,
+                                                                                          tags))
+        assert "decides where a trace's data lives" in refused(store.set_trace_tag, good.trace_id, *next(iter(
+            tags.items())))
+    # a row planted before this store (or by a path it does not see): never loaded, never a file deleted
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE trace_tags SET value = ? WHERE request_id = ? AND key = 'mlflow.artifactLocation'",
+                     (f"{own}/traces/../../../tmp/evil", good.trace_id))
+    assert "outside the server's store" in refused(store.get_trace_info, good.trace_id)
