@@ -5,5 +5,5 @@ once per event, rate-limited per run, journalled in notifications.jsonl), ``even
 event says, from the run directory). ``python -m slurmctl.notify EVENT`` is how the job script, the
 watchdog and submit's pending watcher send; root never does. When the batch script itself was killed
 (nothing in the job is left to send), root's epilog has a child running as the job's user record the
-missing end and start the user's own ``python -m slurmctl.notify ended`` (ops/hooks/epilog.py).
+missing end and start the user's own ``python -m slurmctl.notify ended`` (ops/hooks/run_records.py).
 """

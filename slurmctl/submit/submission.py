@@ -275,7 +275,7 @@ def run_meta_extras(spec: RunSpec, site: SiteConfig, tracked: dict | None) -> di
         extras["tracking"] = tracked
     notify = effective_notify(spec)
     if notify:
-        # python: the job's own, for a sender the epilog starts when the batch script was killed (ops/hooks/epilog.py)
+        # python: the job's own, for a sender the epilog starts when the batch script was killed (hooks/run_records.py)
         extras["notify"] = {**notify, "secrets_file": str(Path(site.secrets_file).expanduser()),
                             "python": spec.python or site.python}
     return extras

@@ -224,7 +224,7 @@ def test_a_killed_batch_script_sends_failed_once(workdir, channels):
     journal keeps it to one message."""
     import subprocess
 
-    from slurmctl.ops.hooks import epilog, jobinfo
+    from slurmctl.ops.hooks import epilog, jobinfo, run_records
     from slurmctl.ops.hooks.config import HookConfig
     from slurmctl.ops.hooks.prolog import HookResult
 
@@ -242,7 +242,7 @@ def test_a_killed_batch_script_sends_failed_once(workdir, channels):
            "SLURM_JOB_USER": "alice", "SLURM_JOB_COMMENT": f"slurmctl:{run['run_id']}",
            "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_EXIT_CODE2": exit_code, "SLURMD_NODENAME": info.batch_host}
     result, now = HookResult(), time.time()
-    epilog.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
+    run_records.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
     ends = [e for e in map(json.loads, Path(run["run_dir"], "attempts.jsonl").read_text().splitlines())
             if e["event"] == "end"]
     assert [(e["outcome"], e["recorded_by"], e["exit_code"]) for e in ends] == [("failed", "epilog", 137)], ends

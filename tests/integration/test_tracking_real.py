@@ -245,7 +245,7 @@ def test_a_killed_batch_script_ends_its_mlflow_run_as_failed(workdir, tracking_s
     run the deployed checkout) has a process of alice's end it as FAILED with alice's own login."""
     from mlflow.tracking import MlflowClient
 
-    from slurmctl.ops.hooks import epilog, jobinfo
+    from slurmctl.ops.hooks import epilog, jobinfo, run_records
     from slurmctl.ops.hooks.config import HookConfig
     from slurmctl.ops.hooks.prolog import HookResult
 
@@ -274,7 +274,7 @@ def test_a_killed_batch_script_ends_its_mlflow_run_as_failed(workdir, tracking_s
            "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_EXIT_CODE2": exit_code, "SLURMD_NODENAME": info.batch_host,
            "SLURMCTL_SITE_CONFIG": str(site_path)}
     result, now = HookResult(), time.time()
-    epilog.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
+    run_records.record_killed_attempt(cfg, env, info, epilog.build_record(cfg, env, info, now, result), now, result)
     wait_until(lambda: client.get_run(tracked["run_id"]).info.status != "RUNNING", "the MLflow run's end", 120)
     ended = client.get_run(tracked["run_id"]).info
     assert ended.status == "FAILED" and ended.end_time, ended

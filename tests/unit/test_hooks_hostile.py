@@ -19,7 +19,7 @@ import pytest
 
 from slurmctl.errors import AsUserError
 from slurmctl.ops import cleanup
-from slurmctl.ops.hooks import asuser, epilog, prolog
+from slurmctl.ops.hooks import asuser, epilog, prolog, run_records
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.rundir import run_id_from_comment
@@ -215,10 +215,10 @@ def test_run_facts_are_read_as_the_job_user_not_as_root(world):
 
 
 def test_run_id_from_the_comment_must_be_a_run_id():
-    assert epilog.run_id_of({"SLURM_JOB_COMMENT": "slurmctl:.."}) is None
-    assert epilog.run_id_of({"SLURM_JOB_COMMENT": "slurmctl:../../etc"}) is None
-    assert epilog.run_id_of({"SLURM_JOB_COMMENT": f"slurmctl:x/{RUN_ID}"}) is None
-    assert epilog.run_id_of({"SLURM_JOB_COMMENT": f"slurmctl:{RUN_ID}"}) == RUN_ID
+    assert run_records.run_id_of({"SLURM_JOB_COMMENT": "slurmctl:.."}) is None
+    assert run_records.run_id_of({"SLURM_JOB_COMMENT": "slurmctl:../../etc"}) is None
+    assert run_records.run_id_of({"SLURM_JOB_COMMENT": f"slurmctl:x/{RUN_ID}"}) is None
+    assert run_records.run_id_of({"SLURM_JOB_COMMENT": f"slurmctl:{RUN_ID}"}) == RUN_ID
 
 
 def test_run_as_drops_privileges_and_bounds_a_hang(world):

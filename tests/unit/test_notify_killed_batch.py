@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.ops.hooks import epilog
+from slurmctl.ops.hooks import epilog, run_records
 from slurmctl.ops.hooks.prolog import HookResult
 from slurmctl.runtime.attempt import record_killed_end
 from slurmctl.slurm.records import JobInfo
@@ -76,7 +76,7 @@ def _epilog(tmp_path, info: JobInfo, env=ENV) -> HookResult:
     result = HookResult()
     now = time.time()
     record = epilog.build_record(cfg, env, info, now, result)
-    epilog.record_killed_attempt(cfg, env, info, record, now, result)
+    run_records.record_killed_attempt(cfg, env, info, record, now, result)
     return result
 
 
