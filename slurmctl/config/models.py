@@ -157,7 +157,7 @@ DATA_CACHE_POLICIES = ("node", "shared", "none")
 
 class DataSource(_Strict):
     """run.yaml `data:` entry that names an object-store dataset and how it is cached. Before the training
-    starts, a job step stages it on every node (slurmctl/runtime/datacache.py); the training finds it at
+    starts, a job step stages it on every node (slurmctl/runtime/datastage.py); the training finds it at
     $SLURMCTL_DATA_<NAME> (a local directory; with `cache: none`, the object-store URL itself)."""
 
     src: str = Field(description="object-store prefix: s3://bucket/prefix or gs://bucket/prefix")

@@ -1,5 +1,5 @@
 """Whether a run's object-store datasets came from the node cache: the staging steps' records
-(run dir data-stage/stage-<job>-<node>.json, written by slurmctl/runtime/datacache.py) summed per job."""
+(run dir data-stage/stage-<job>-<node>.json, written by slurmctl/runtime/datastage.py) summed per job."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ ARTIFACTS_DIR = "artifacts"
 # Messages sent about the run (slurmctl/notify): event, channel key and kind, delivered or why not.
 NOTIFICATIONS = "notifications.jsonl"
 # Object-store datasets (run.yaml `data: [{src: ...}]`): the plan submit writes, and one record per
-# (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datacache.py).
+# (job, node) of what the staging step did (hits, bytes, seconds; slurmctl/runtime/datastage.py).
 DATA_PLAN = "data-plan.json"
 # The latest ended job's diagnosis, with what it was read from (observe.status): `ls` and `status` of
 # a failed run read it instead of scanning the log with every rule again.

@@ -1,7 +1,8 @@
 """Object-store datasets of a run (run.yaml `data: [{src: ...}]`): the plan the job's staging step
 follows (written into the run dir at submit) and the job script's $SLURMCTL_DATA_<NAME> values.
 
-The staging itself, the cache layout and its checks are slurmctl/runtime/datacache.py."""
+The staging itself is slurmctl/runtime/datastage.py; the cache layout and its checks are
+slurmctl/runtime/datacache.py."""
 
 from __future__ import annotations
 

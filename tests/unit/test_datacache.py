@@ -16,7 +16,8 @@ from moto.server import ThreadedMotoServer
 from pydantic import ValidationError
 
 from slurmctl.config.models import DataSource, RunSpec, SiteDataConfig, parse_size
-from slurmctl.runtime.datacache import CacheError, UserCache, list_objects, stage_dataset
+from slurmctl.runtime.datacache import CacheError, UserCache, list_objects
+from slurmctl.runtime.datastage import stage_dataset
 from slurmctl.runtime.prefetch import prefetched
 
 BUCKET = "unit-datasets"

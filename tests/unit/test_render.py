@@ -118,8 +118,8 @@ def test_datasets_are_exported_and_staged_before_the_training(local_site):
     cache = local_site.data.node_cache_dir
     assert f"export SLURMCTL_DATA_SHARDS={cache}/{user}/views/tiny-lm-20261129-abcd/shards\n" in script
     assert "export SLURMCTL_DATA_EVAL=s3://slurmctl-datasets/eval\n" in script
-    stage = script.index('srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m slurmctl.runtime.datacache stage')
+    stage = script.index('srun --ntasks-per-node=1 --kill-on-bad-exit=1 "$PY" -m slurmctl.runtime.datastage stage')
     assert stage < script.index("torch.distributed.run") and stage > script.index("attempt start")
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     plain = render(TEMPLATE, context(local_site, data=[{"src": "s3://b-1/x", "cache": "none"}]))
-    assert "slurmctl.runtime.datacache stage" not in plain  # nothing to stage
+    assert "slurmctl.runtime.datastage stage" not in plain  # nothing to stage
