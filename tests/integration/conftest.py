@@ -264,24 +264,40 @@ def _previous_steps_finished(job_id: int) -> bool:
     return all(end not in {"Unknown", ""} for _, end in steps)
 
 
-def start_requeued_now(job_id: int, timeout: float = 120) -> None:
-    """Operator action (root): skip the ~120 s BeginTime of a requeued job. Starting it while the
-    previous attempt's step is still winding down on the node makes slurmd refuse the launch ("Job
-    credential revoked"), so wait for PENDING (BeginTime) AND for every earlier step to have ended.
-    slurmd also refuses a credential issued in the same second as the previous attempt's revocation
-    (whole-second timestamps), so the start comes at least two seconds after both are seen."""
+def start_requeued_now(job_id: int, timeout: float = 120, restarts: int = 1) -> None:
+    """Operator action (root): skip the ~120 s BeginTime of a requeued job, in case the run's own
+    requeue expediter (slurmctl.runtime.attempt) has not already done so -- it usually has, and then
+    the job is seen running again with Slurm's restart count at `restarts` (the requeue this call is
+    about; 1 for a job's first). Starting it while the previous attempt's step is still winding down
+    on the node makes slurmd refuse the launch ("Job credential revoked"), so wait for PENDING
+    (BeginTime) AND for every earlier step to have ended. slurmd also refuses a credential issued in
+    the same second as the previous attempt's revocation (whole-second timestamps), so the start
+    comes at least two seconds after both are seen."""
+    from slurmctl.errors import SlurmctlError
     from slurmctl.slurm.client import SlurmClient
 
     client = SlurmClient()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        job = client.jobs([job_id]).get(job_id)
-        if job and job.state == "PENDING" and job.reason == "BeginTime" and _previous_steps_finished(job_id):
-            time.sleep(2.0)
-            client.update_job(job_id, StartTime="now")
-            return
+        view = client.requeue_wait(job_id)
+        if view is None:
+            return  # ended: nothing left to start
+        state, reason, _ = view
+        if state == "PENDING" and reason == "BeginTime":
+            if _previous_steps_finished(job_id):
+                time.sleep(2.0)
+                try:
+                    client.update_job(job_id, StartTime="now")
+                except SlurmctlError:  # the expediter was first: the job is no longer pending
+                    pass
+                return
+        elif state in {"RUNNING", "CONFIGURING"}:
+            info = client.job_info(job_id)
+            if info is not None and info.restarts >= restarts:
+                return  # already past the wait (the expediter)
         time.sleep(0.5)
-    raise AssertionError(f"job {job_id} was not requeued (PENDING BeginTime, steps ended) within {timeout} s")
+    raise AssertionError(f"job {job_id} was neither requeued into PENDING (BeginTime, steps ended) nor running "
+                         f"again after requeue {restarts} within {timeout} s")
 
 
 def wait_ended_in_sacct(jobs: dict[int, str], timeout: float = 120) -> None:

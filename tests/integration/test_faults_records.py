@@ -59,7 +59,7 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
     try:
         first = wait_for_event(run_dir, "end", 1, timeout=120)[0]
         assert (first["outcome"], first["action"]) == ("failed", "requeue"), first
-        start_requeued_now(job_id)
+        start_requeued_now(job_id, restarts=1)
         # second attempt: preempted once it has a checkpoint of its own (step 19)
         ck_root = Path(run_dir) / "checkpoints"
         deadline = time.monotonic() + 120
@@ -72,7 +72,7 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
         assert (second["outcome"], second["action"]) == ("preemption", "requeue"), second
         ends = [first, second]
         while ends[-1]["action"] == "requeue":  # the time limit drains an allocation until the run is done
-            start_requeued_now(job_id)
+            start_requeued_now(job_id, restarts=len(ends))
             ends = wait_for_event(run_dir, "end", len(ends) + 1, timeout=240)
         status = wait_for_state(run["run_id"], ENDED, timeout=60)
     finally:

@@ -93,7 +93,7 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
                 ends = events_or_none(d, "end")
                 if ends and ends[-1]["action"] == "requeue" and (d, len(ends)) not in restarted:
                     restarted.add((d, len(ends)))
-                    start_requeued_now(ends[-1]["job_id"])
+                    start_requeued_now(ends[-1]["job_id"], restarts=sum(e["action"] == "requeue" for e in ends))
             return all((ends := events_or_none(d, "end")) and ends[-1]["action"] == "stop" for d in dirs)
 
         wait_until(all_stopped, 180, "every element's last end (stop)")
