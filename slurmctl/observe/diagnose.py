@@ -162,7 +162,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
          r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
          r"no userspace device-specific driver found|"
-         r"(?:Error while creating|Unable to allocate|failed to create) shared memory segment /dev/shm|"
+         r"(?:Error while creating|Unable to allocate|failed to create) shared memory segment (?:/dev/shm|nccl-shm)|"
+         # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails on a small
+         # /dev/shm (a container's 64 MB) with ENOSPC: a transport set-up failure, not a full disk
+         r"NCCL WARN Call to posix_fallocate failed|"
          r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
          r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
          "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
