@@ -343,6 +343,7 @@ SIGNATURES: tuple[Signature, ...] = (
          # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
          # does not exist
          r"Invalid account or account/partition combination|Invalid qos specification|"
+         r"Requested time limit is invalid|"
          r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
          # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
          # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
