@@ -124,7 +124,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "The node's NVIDIA driver is too old for the CUDA runtime this software was built with.",
          "Use a build for the nodes' CUDA version (`nvidia-smi` shows the highest CUDA the driver supports: pick "
          "the torch wheel/image for it, e.g. cu118 on a 520-series driver), or ask the platform team to update the "
-         "driver. Rebuilding for another GPU architecture does not help."),
+         "driver. Rebuilding for another GPU architecture does not help. In a container the same message comes "
+         "when no driver is passed in at all (singularity/apptainer without `--nv`, docker without `--gpus`)."),
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
@@ -192,7 +193,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
          r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
          # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
-         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+         # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
+         r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
          "The node ran out of host (CPU) memory and the kernel killed a process.", _HOST_OOM_HINT),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
@@ -256,7 +259,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
-         r"cudaErrorNoKernelImageForDevice|Exec format error|GLIBC_\S+' not found|"
+         r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
          # flash-attn's csrc check for sm_80+
          r"FlashAttention only supports Ampere GPUs or newer",
@@ -293,7 +296,7 @@ SIGNATURES: tuple[Signature, ...] = (
          unless=r"(?:using|use|running on|run on|fall(?:ing)? back to) (?:the )?CPU"),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
-         r"Error locating target '|is not in the \w+ registry|GLIBCXX_\S+' not found|DLL load failed|"
+         r"Error locating target '|is not in the \w+ registry|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
          r"CUDA Setup failed despite GPU being available|"
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
          # jax/_src/lib/__init__.py checking the CUDA libraries against those jaxlib was built with
@@ -320,7 +323,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "then resubmit; try `slurmctl submit --dry-run` first.",
          # TensorFlow probing for optional GPU libraries: a warning it survives by running on the CPU
          # NCCL's INFO lines report optional plugins it did not find (libnccl-net.so) and carries on
-         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\(|\bNCCL INFO\b"),
+         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\(|\bNCCL INFO\b|"
+         # JAX probing for backends it may not have (xla_bridge: "Unable to initialize backend 'tpu': ...
+         # libtpu.so: cannot open shared object file") and carrying on with the others
+         r"Unable to initialize backend"),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -344,6 +350,11 @@ SIGNATURES: tuple[Signature, ...] = (
          # does not exist
          r"Invalid account or account/partition combination|Invalid qos specification|"
          r"Requested time limit is invalid|"
+         # any request Slurm refuses at submission (the controller being unreachable is not the request's fault)
+         r"Batch job submission failed: (?!.{0,40}(?:Socket timed out|Unable to contact|temporarily unable|"
+         r"Zero Bytes were transmitted))|"
+         # a container bind path (singularity/apptainer --bind, a site's bindpath setting) that is not there
+         r"container creation failed: mount \S+ error: while mounting .{0,80}doesn't exist|"
          r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
          # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
          # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
@@ -587,6 +598,22 @@ def _raised_by_config_code(reading: LogReading) -> bool:
                 and _CONFIG_CODE.search(reading.raising_frame))
 
 
+_SIGBUS = re.compile(r"Caught signal 7 \(Bus error|signal 7 \(SIGBUS\)|\bSIGBUS\b")
+_NCCL_FRAME = re.compile(r"\bnccl[A-Z]\w*\(\)|libnccl\.so")
+
+
+def _bus_error_in_nccl(lines: list[str]) -> list[str]:
+    """A SIGBUS whose backtrace (the next lines UCX/libunwind print) runs through NCCL: NCCL touching a
+    shared-memory segment it could not back, i.e. a /dev/shm too small (a container's 64 MB) or a locked
+    memory limit too low. The evidence lines, or [] when the log has no such crash."""
+    for i, line in enumerate(lines):
+        if _SIGBUS.search(line):
+            frame = next((f for f in lines[i + 1:i + 40] if _NCCL_FRAME.search(f)), None)
+            if frame is not None:
+                return [line.strip(), frame.strip()]
+    return []
+
+
 def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
     """The rank's own traceback; without one (a kill, a signal), what the log does say: the last training
     progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
@@ -748,6 +775,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "or shapes are not the model's.",
             [reading.exception, f"raised at {reading.raising_frame}"],
             SIGNATURES[_CATEGORY_RANK["checkpoint_mismatch"]].hint,
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and (bus := _bus_error_in_nccl(lines)):
+        nccl_setup = SIGNATURES[_CATEGORY_RANK["nccl_setup"]]
+        return Diagnosis(
+            "nccl_setup", "A process crashed with a bus error (SIGBUS) inside NCCL while it set up its transport: "
+            "NCCL could not back its shared-memory segments (a /dev/shm that is too small, as a container's 64 MB "
+            "default is, or a locked-memory limit that is too low).", bus,
+            "Give the job a larger /dev/shm (containers: `--shm-size` / `--ipc=host`) and an unlimited locked-memory "
+            "limit (`ulimit -l`); the platform team sets both for the nodes. " + nccl_setup.hint.split(". ")[-1],
             rank=reading.root_rank, source="log", extra=extra)
     last_said = next((line for line in reversed(lines) if line.strip()), "")
     if sig is None and reading.nccl_warn and (reading.failure_markers or reading.nccl_warn[-1] == last_said.strip()):

@@ -363,3 +363,38 @@ def test_structure_decides_when_no_wording_is_known():
             "RuntimeError: something went wrong\n")
     assert diagnose_text(nccl).category == "nccl_error"
     assert diagnose_text("n1:12:34 [0] NCCL WARN Could not find NET with id 0\nstep 5 loss 1.2\n").category == "unknown"
+
+
+# Lines as reporters pasted them in public threads (blind batches 11-13), one per rule of that round.
+@pytest.mark.parametrize("log, category", [
+    # NCCL's shm segment on a 64 MB container /dev/shm: transport set-up, not a full disk
+    ("h:1:2 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+     "h:1:2 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-6c6b-0-1-0 "
+     "(size 9637888)", "nccl_setup"),
+    ("[h:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)\n==== backtrace (tid:    381) ====\n"
+     " 0 0x00000000000143c0 __funlockfile()  ???:0\n 2 0x0000000000068d6c ncclGroupEnd()  ???:0\n"
+     "=================================", "nccl_setup"),
+    ("sbatch: error: Batch job submission failed: Requested GRES option unsupported by configured SelectType "
+     "plugin", "missing_config"),
+    ("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)",
+     "missing_config"),
+    ("FATAL:   container creation failed: mount /30days->/30days error: while mounting /30days: mount source "
+     "/30days doesn't exist", "missing_config"),
+    ("Skip IMG_0233.png due to an error:\n[enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, "
+     "nbytes) == 0. 12 vs 0", "host_oom"),
+    ("E   ImportError: /lib64/libc.so.6: version `GLIBC_2.14' not found (required by /v/lib/python3.6/site-packages"
+     "/torch/_C.cpython-36m-x86_64-linux-gnu.so)", "import_error"),
+])
+def test_rules_of_the_blind_batches(log, category):
+    result = diagnose_text(log + "\n")
+    assert result.category == category, result
+    assert result.evidence and result.hint
+
+
+def test_jax_probing_for_backends_it_lacks_is_not_an_import_error():
+    log = ("I0625 11:35:55.929513 1 xla_bridge.py:895] Unable to initialize backend 'tpu': INTERNAL: Failed to open "
+           "libtpu.so: libtpu.so: cannot open shared object file: No such file or directory\n")
+    assert diagnose_text(log).category == "unknown"
+    # the controller not answering is not the request's fault
+    assert diagnose_text("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"
+                         ).category != "missing_config"
