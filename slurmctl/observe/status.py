@@ -23,7 +23,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.observe import diagnose, log_reading
-from slurmctl.observe.data import cache_suggestion, data_note, data_summary
+from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline
 from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
@@ -212,6 +212,13 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
     status.data_cache = data_summary(run, job_id)
     if status.data_cache:
         status.health_notes.insert(0, data_note(status.data_cache))
+        failed = status.data_cache["failed"] if status.data_cache["job_id"] is not None and str(
+            status.data_cache["job_id"]) == str(job_id) else []
+        if failed and not (job is not None and job.state in {"PENDING", "REQUEUED"}):
+            # the job's own staging step stopped it before the training: that, not "the job failed", is the news
+            status.headline = failure_headline(failed[0])
+            status.action = failed[0]["fix"] or "Do what the staging message says (`slurmctl logs RUN`)."
+            status.why = f"data_staging: {failed[0]['message']}"
     if status.health.startswith("input-bound") and spec is not None:
         suggestion = cache_suggestion(getattr(spec, "datasets", None))
         if suggestion:
@@ -291,6 +298,7 @@ def _diagnosis(run: Run, job: Job) -> dict:
 
     log = run.log_path(job.job_id)
     key = [job.job_id, job.state, job.exit_code, stamp(log), stamp(run.path / rundir.ATTEMPTS),
+           stamp(run.path / rundir.DATA_DIR),
            stamp(run.path / rundir.WATCHDOG_DIR / rundir.WATCHDOG_STATE),
            stamp(diagnose.__file__), stamp(log_reading.__file__)]
     cache = run.path / rundir.DIAGNOSIS_CACHE
