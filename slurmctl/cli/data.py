@@ -17,7 +17,7 @@ def data() -> None:
     """Object-store datasets in the node caches: list them, or stage one ahead of a run."""
 
 
-RECENT_RUNS = 50  # the runs whose staging records `data ls` reads for the other nodes
+RECENT_RUNS = 200  # the runs whose staging records `data ls` reads for the other nodes
 
 
 @data.command("ls")

@@ -86,10 +86,8 @@ def cache_suggestion(datasets) -> str | None:
 
 def data_note(summary: dict) -> str:
     if summary.get("failed"):
-        failure = summary["failed"][0]
-        others = len(summary["failed"]) - 1
-        return (f"Data: staging failed on {failure['node']}" + (f" and {others} other node(s)" if others else "")
-                + f": {failure['message']}")
+        nodes = sorted({f["node"] for f in summary["failed"]})
+        return f"Data: staging {summary['failed'][0]['dataset'] or 'the datasets'} failed on {', '.join(nodes)}."
     rate = summary["hit_rate"]
     served = f"{100 * rate:.0f}% of objects from the node cache" if rate is not None else "no objects"
     line = (f"Data: {', '.join(summary['datasets'])}: {served} on {', '.join(summary['nodes'])}; "

@@ -218,7 +218,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             # the job's own staging step stopped it before the training: that, not "the job failed", is the news
             status.headline = failure_headline(failed[0])
             status.action = failed[0]["fix"] or "Do what the staging message says (`slurmctl logs RUN`)."
-            status.why = f"data_staging: {failed[0]['message']}"
+            status.why = status.headline
     if status.health.startswith("input-bound") and spec is not None:
         suggestion = cache_suggestion(getattr(spec, "datasets", None))
         if suggestion:

@@ -631,3 +631,54 @@ def test_mount_without_a_container_is_refused_at_submit():
     refuse_mount_without_image(spec(image="registry.example/x@sha256:" + "0" * 64), build=False)
     with pytest.raises(ValidationError, match="needs a cached dataset"):
         DataSource.model_validate({"src": "s3://bkt/a", "cache": "none", "mount": "/data/a"})
+
+
+def test_data_ls_names_the_machine_each_tiers_budget_and_what_runs_staged_on_other_nodes(tmp_path):
+    """A node cache is node-local: `data ls` says whose machine it lists, gives each tier its own budget,
+    and lists what the user's runs staged on the other nodes (their staging records)."""
+    import json
+    import pwd
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    from slurmctl.rundir import write_stage_record
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    site = yaml.safe_load((REPO / "deploy" / "local" / "site.yaml").read_text())
+    node_root, shared_root = tmp_path / "node", tmp_path / "shared"
+    for root in (node_root, shared_root):
+        (root / me / "objects").mkdir(parents=True)
+        os.chmod(root / me, 0o700)
+    (node_root / me / "objects" / "e1.json").write_text(json.dumps(
+        {"url": "s3://bkt/local/a.bin", "size": 1024, "last_used": time.time()}))
+    site["runs_root"] = str(tmp_path / "runs")
+    site["data"] = {**site["data"], "node_cache_dir": str(node_root), "node_cache_budget": "8G",
+                    "shared_cache_dir": str(shared_root), "shared_cache_budget": "2T"}
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    run_dir = tmp_path / "runs" / me / "ds-20261201-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"name": "ds", "created": time.time()}))
+    write_stage_record(run_dir, "41", "h100-2", {"node": "h100-2", "job_id": "41", "time": time.time(), "datasets": [
+        {"name": "shards", "src": "s3://bkt/shards", "cache": "node", "objects": 6, "bytes_total": 3 * 2**20}]})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml"),
+           "COLUMNS": "200"}
+
+    def ls(*args):
+        done = subprocess.run([sys.executable, "-m", "slurmctl.cli", "data", "ls", *args], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    text = ls()
+    host = socket.gethostname()
+    assert f"(node-local: the cache of {host}, the machine this runs on)" in text, text
+    assert "of a 8.0 GiB budget per node (data.node_cache_budget)" in text, text
+    assert "of a 2.0 TiB budget for the whole tier (data.shared_cache_budget)" in text, text
+    assert "s3://bkt/local" in text and "h100-2" in text and "s3://bkt/shards" in text and "3.0 MiB" in text, text
+    assert "run `slurmctl data ls` there" in text
+    listing = json.loads(ls("--json"))
+    assert listing["host"] == host and [c["budget_bytes"] for c in listing["caches"]] == [8 * 2**30, 2 * 2**40]
+    assert listing["staged_by_your_runs"][0]["node"] == "h100-2"
