@@ -202,13 +202,16 @@ def efficiency(job, spec=None, live: LiveHealth | None = None) -> list[str]:
     return lines
 
 
-def apply_live_health(status, run: rundir.Run, job, site=None, now: float | None = None) -> None:
-    """Add the live-health notes (and the end-of-run efficiency) to a RunStatus."""
+def apply_live_health(status, run: rundir.Run, job, site=None, now: float | None = None,
+                      ended_ranks: bool = True) -> None:
+    """Add the live-health notes (and the end-of-run efficiency) to a RunStatus. `ended_ranks=False`: an
+    ended job's rank records are not read (a row of `ls`: one run dir read less per row)."""
     if status.job_id is None:
         return
     active = job is not None and job.active
     # an ended job's transport is history; its data wait over the whole run and idle record are its summary
-    live = read_live(run, status.job_id, status.partition or None, site, ranks=active, ended=not active)
+    live = read_live(run, status.job_id, status.partition or None, site, ranks=active,
+                     ended=not active and ended_ranks)
     notes = list(live.notes)
     if job is not None and not job.active:
         notes += efficiency(job, None, live)

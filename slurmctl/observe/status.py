@@ -166,9 +166,10 @@ def _capacity_why(status: RunStatus, spec_gpu_type: str | None, per_node: int, c
 
 
 def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: QueueContext | None = None,
-                 site=None, unreachable_since: float | None = None) -> RunStatus:
+                 site=None, unreachable_since: float | None = None, one_run: bool = False) -> RunStatus:
     """The run's story from its Slurm job (given, never queried here) and its run directory.
-    `unreachable_since`: Slurm did not answer (job is None): say so, and what the run dir knows."""
+    `unreachable_since`: Slurm did not answer (job is None): say so, and what the run dir knows.
+    `one_run`: the status of this run alone (not a row of `ls`): an ended run's ranks' records are read too."""
     now = now or time.time()
     job_id = run.latest_job_id()
     events = run.events()
@@ -208,7 +209,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         _watchdog(status)
     node_loss(status, events)
     _tracking(status, run)
-    apply_live_health(status, run, job, site, now)
+    apply_live_health(status, run, job, site, now, ended_ranks=one_run)
     status.data_cache = data_summary(run, job_id)
     if status.data_cache:
         status.health_notes.insert(0, data_note(status.data_cache))
@@ -450,10 +451,10 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
             # only quota reasons cost Slurm calls (one squeue, one sacctmgr)
             quota = quota_for(job, client) if job is not None and job.state == "PENDING" else None
     except SlurmUnreachable:
-        return build_status(run, None, site=site, unreachable_since=slurm_unreachable())
+        return build_status(run, None, site=site, unreachable_since=slurm_unreachable(), one_run=True)
     if job_id is not None:
         slurm_answered()
-    status = build_status(run, job, queue=ctx, site=site)
+    status = build_status(run, job, queue=ctx, site=site, one_run=True)
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"

@@ -133,6 +133,7 @@ def test_a_corrupted_entry_is_restaged_and_never_read(store, workdir):
     assert (stage["hits"], stage["rejected"], stage["bytes_staged"]) == (SHARDS - 1, 1, SHARD_BYTES), stage
     status = alice.slurmctl("status", second.name).stdout
     assert "1 bad cache entry re-staged" in status and "83% of objects from the node cache" in status, status
+    assert "Data loading over the run: rank 0 spent" in status, status  # the ended run's data wait
 
 
 @pytest.fixture

@@ -270,3 +270,12 @@ def test_a_finished_runs_status_shows_its_data_wait_over_the_whole_run(tmp_path)
     assert said and "rank 0 spent 30% of its step time waiting" in said[0] and "mean over ranks 18%" in said[0]
     assert said[0].startswith("WARNING: input-bound") and "cache: node" in said[0]
     assert not any(n.startswith(("Network:", "WARNING: NCCL")) for n in status.health_notes)  # history, not news
+
+
+def test_the_end_of_a_pass_over_the_data_reaches_the_record(tmp_path, monkeypatch):
+    """A pass shorter than the flush interval (30 s) still leaves its totals for status once it ended."""
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    rt = Runtime(run_dir=tmp_path)
+    assert list(rt.data(range(8))) == list(range(8))
+    record = json.loads((tmp_path / "health" / "rank-0.json").read_text())
+    assert record["data"]["batches"] == 7  # the first batch (the loader's start-up) is counted apart
