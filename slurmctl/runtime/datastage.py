@@ -6,7 +6,8 @@ before the training step. It lists the dataset's objects, and for each object re
 cached copy (after checking it) or downloads it, then exposes the dataset at a stable per-run path
 (the job script exports it as $SLURMCTL_DATA_<NAME>). Later attempts, later runs and the other
 elements of a sweep on the node find the same entries. What it did on each node is recorded in the
-run dir (rundir.write_stage_record).
+run dir (rundir.write_stage_record); so is a failure (`failed`: kind, dataset, problem, fix), which it
+also prints as one paragraph before exiting 1, for status and diagnose (observe/data.py) to read.
 
 The cache store it fills (layout, checks, leases, eviction) is slurmctl/runtime/datacache.py.
 """
@@ -161,6 +162,14 @@ def explain_failure(exc: BaseException, dataset: dict, plan: dict) -> dict:
             "message": message}
 
 
+class StagingFailed(Exception):
+    """A dataset of the run could not be staged on this node; `failure` is what the run's record keeps."""
+
+    def __init__(self, failure: dict, node: str):
+        super().__init__(failure["message"])
+        self.failure, self.node = failure, node
+
+
 def stage_run(run_dir: Path) -> dict:
     """Stage every cached dataset of the run's plan on this node; record what happened in the run dir,
     a failure too (`failed`: what status and diagnose read). Raises StagingFailed after recording one."""
@@ -171,10 +180,12 @@ def stage_run(run_dir: Path) -> dict:
     record = {"node": node, "job_id": job_id, "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
               "time": time.time(), "datasets": []}
     if not isinstance(plan, dict):
-        failure = {"kind": "plan", "dataset": "", "src": "", "fix": "Submit the run again",
-                   "problem": f"{Path(run_dir) / rundir.DATA_PLAN} is missing or unreadable"}
-        failure["message"] = f"{failure['problem']}; submit the run again."
-        raise StagingFailed(failure, node)
+        problem = f"{Path(run_dir) / rundir.DATA_PLAN} is missing or unreadable"
+        record["failed"] = {"kind": "plan", "dataset": "", "src": "", "problem": problem, "fix": "Submit the run again",
+                            "message": f"{problem}. Submit the run again."}
+        with contextlib.suppress(OSError):
+            rundir.write_stage_record(run_dir, job_id, node, record)
+        raise StagingFailed(record["failed"], node)
     dataset: dict = {}
     try:
         for dataset in plan.get("datasets", []):
@@ -195,12 +206,6 @@ def stage_run(run_dir: Path) -> dict:
         raise StagingFailed(failure, node) from None
     rundir.write_stage_record(run_dir, job_id, node, record)
     return record
-
-
-class StagingFailed(Exception):
-    def __init__(self, failure: dict, node: str):
-        super().__init__(failure["message"])
-        self.failure, self.node = failure, node
 
 
 def main(argv: list[str] | None = None) -> int:
