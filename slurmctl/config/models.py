@@ -176,7 +176,7 @@ class DataSource(_Strict):
     name: str | None = Field(None, description="the dataset's name: $SLURMCTL_DATA_<NAME> (letters, digits, '_'); "
                              "default: the last part of `mount`, else of `src`")
     mount: str | None = Field(None, description="absolute path the dataset appears at inside the run's container "
-                              "(runs with `image:`), e.g. /data/shards")
+                              "(runs with `image:` or `build:`; refused without one), e.g. /data/shards")
 
     @field_validator("src")
     @classmethod
