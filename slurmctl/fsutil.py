@@ -217,3 +217,12 @@ def pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def human_bytes(n: float) -> str:
+    """A byte count as people read it: 512 B, 3.0 MiB, 1.5 GiB, 2.0 TiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

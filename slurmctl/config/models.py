@@ -9,10 +9,19 @@ import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from slurmctl.config.locate import find_site_config
 from slurmctl.config.pricing import Discounts
@@ -167,7 +176,7 @@ class DataSource(_Strict):
     name: str | None = Field(None, description="the dataset's name: $SLURMCTL_DATA_<NAME> (letters, digits, '_'); "
                              "default: the last part of `mount`, else of `src`")
     mount: str | None = Field(None, description="absolute path the dataset appears at inside the run's container "
-                              "(runs with `image:`), e.g. /data/shards")
+                              "(runs with `image:` or `build:`; refused without one), e.g. /data/shards")
 
     @field_validator("src")
     @classmethod
@@ -187,6 +196,10 @@ class DataSource(_Strict):
 
     @model_validator(mode="after")
     def _name(self) -> DataSource:
+        if self.mount and self.cache == "none":
+            raise ValueError(f"`mount: {self.mount}` needs a cached dataset: with `cache: none` nothing is staged to "
+                             "mount, and the training reads the store at $SLURMCTL_DATA_<NAME>; remove `mount:` or "
+                             "use `cache: node`")
         if self.name is None:
             base = (self.mount or self.src).rstrip("/").rsplit("/", 1)[-1]
             self.name = re.sub(r"[^A-Za-z0-9_]", "_", base) or "data"
@@ -204,6 +217,24 @@ class DataSource(_Strict):
 
 
 SAFE_MOUNT_RE = re.compile(r"[A-Za-z0-9/._-]{1,200}")
+
+
+def _data_entry_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "path"
+    return "dataset" if isinstance(value, dict | DataSource) else None
+
+
+# A `data:` entry is a path (a string) or a dataset (a mapping), told apart by its type, so that a bad entry
+# gets the errors of its own kind only (not also "should be a valid string" for every mapping).
+DataEntry = Annotated[
+    Annotated[str, Tag("path")] | Annotated[DataSource, Tag("dataset")],
+    Discriminator(_data_entry_kind, custom_error_type="data_entry",
+                  custom_error_message="write a path (a string) or an object-store dataset "
+                  "{src: s3://bucket/prefix, cache: node|shared|none, name: NAME}"),
+]
+# Pydantic names the union member a nested error came from in its location: not a field of run.yaml.
+_UNION_TAGS = frozenset({"path", "dataset"})
 
 
 class SweepSpec(_Strict):
@@ -238,7 +269,7 @@ class RunSpec(_Strict):
     partition: str | list[str] = Field(description="a partition, or a list of acceptable ones")
     time_limit: str = Field("01:00:00", description="wall-clock limit: '2h', '90m' or '01:30:00'")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables (strings)")
-    data: list[str | DataSource] = Field(
+    data: list[DataEntry] = Field(
         default_factory=list, description="data the job reads: a path that must exist, or an object-store dataset "
         "staged into the node cache before the training, {src: s3://bucket/prefix, cache: node|shared|none, "
         "name: NAME, mount: /data/NAME}")
@@ -472,21 +503,28 @@ class SiteDataConfig(_Strict):
                                 "{node} is replaced by the node's name where several nodes share one host")
     node_cache_budget: str = Field("100G", description="bytes the node cache may hold (per node), e.g. 500G")
     shared_cache_dir: str | None = Field(None, description="shared-filesystem tier (`cache: shared`); unset: refused")
+    shared_cache_budget: str | None = Field(None, description="bytes the shared tier may hold (one budget for the "
+                                            "whole shared directory), e.g. 2T; unset: node_cache_budget")
     public_sources: list[str] = Field(
         default_factory=list, description="object-store prefixes every user may read: their cache entries are shared "
         "between users (verified by every reader); everything else is cached per user, owner only")
     verify_on_reuse: bool = Field(True, description="re-hash every cached object before a job uses it (size and "
                                   "stored digest); false: size, owner and mode only")
 
-    @field_validator("node_cache_budget")
+    @field_validator("node_cache_budget", "shared_cache_budget")
     @classmethod
-    def _budget(cls, v: str) -> str:
-        parse_size(v)
+    def _budget(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_size(v)
         return v
 
     @property
     def node_cache_bytes(self) -> int:
         return parse_size(self.node_cache_budget)
+
+    @property
+    def shared_cache_bytes(self) -> int:
+        return parse_size(self.shared_cache_budget or self.node_cache_budget)
 
     def client_options(self, src: str) -> dict:
         """fsspec storage options for `src` (s3fs takes the endpoint in client_kwargs; gcsfs needs none)."""
@@ -564,7 +602,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     """One readable paragraph: each bad field, the value given and what is expected."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
+        loc = ".".join(str(p) for i, p in enumerate(err["loc"])
+                       if not (p in _UNION_TAGS and i > 0 and isinstance(err["loc"][i - 1], int)))
         if err["type"] == "missing":
             parts.append(f"`{loc}` is missing")
             continue

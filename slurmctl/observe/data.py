@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import stat
 from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.durations import human_duration
+from slurmctl.fsutil import human_bytes
 from slurmctl.rundir.pinned import PinnedDir
 
 
 def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
-    """Totals of the latest job's staging (every node), or of the newest job that staged anything."""
+    """Totals of the latest job's staging (every node), or of the newest job that staged anything; with
+    `failed`, the staging failures of that job's newest attempt (staging_failures)."""
     records = run.stage_records()
     if not records:
         return None
@@ -36,7 +39,40 @@ def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
     return {"job_id": mine[-1].get("job_id"), "nodes": sorted({str(r.get("node")) for r in mine}),
             "datasets": sorted(names), "objects": objects, "hits": hits,
             "hit_rate": round(hits / objects, 4) if objects else None, "bytes_staged": staged,
-            "staging_seconds": round(seconds, 3), "rejected": rejected}
+            "staging_seconds": round(seconds, 3), "rejected": rejected,
+            "failed": staging_failures(mine, mine[-1].get("job_id"))}
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+FAILURE_FIELDS = ("kind", "dataset", "src", "problem", "fix", "message")
+
+
+def _text(value, cap: int = 1000) -> str:
+    """A field of a user-written record as one line of text (no newline or control character)."""
+    return _CONTROL.sub(" ", value if isinstance(value, str) else "")[:cap].strip()
+
+
+def staging_failures(records: list[dict], job_id, restart_count: int | None = None) -> list[dict]:
+    """The staging failures (datastage.py's `failed`) of `job_id`'s attempt `restart_count` (default: the
+    newest attempt that left a record), one per node, each field one line of text."""
+    of_job = [r for r in records if str(r.get("job_id")) == str(job_id)]
+    counts = [r.get("restart_count") for r in of_job if isinstance(r.get("restart_count"), int)]
+    if restart_count is None and counts:
+        restart_count = max(counts)
+    out = []
+    for record in of_job:
+        failed = record.get("failed")
+        if not isinstance(failed, dict) or (restart_count is not None and record.get("restart_count") not in (
+                None, restart_count)):
+            continue
+        out.append({**{k: _text(failed.get(k)) for k in FAILURE_FIELDS}, "node": _text(record.get("node"), 64)})
+    return [f for f in out if f["message"]]
+
+
+def failure_headline(failure: dict) -> str:
+    what = f"dataset {failure['dataset']}" if failure["dataset"] else "the run's datasets"
+    return (f"Staging {what} failed on {failure['node']}: {failure['problem'] or failure['message']}. The training "
+            "did not start.")
 
 
 def cache_suggestion(datasets) -> str | None:
@@ -48,15 +84,10 @@ def cache_suggestion(datasets) -> str | None:
             "object store every epoch now")
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def data_note(summary: dict) -> str:
+    if summary.get("failed"):
+        nodes = sorted({f["node"] for f in summary["failed"]})
+        return f"Data: staging {summary['failed'][0]['dataset'] or 'the datasets'} failed on {', '.join(nodes)}."
     rate = summary["hit_rate"]
     served = f"{100 * rate:.0f}% of objects from the node cache" if rate is not None else "no objects"
     line = (f"Data: {', '.join(summary['datasets'])}: {served} on {', '.join(summary['nodes'])}; "
@@ -117,3 +148,25 @@ def _count(datasets: dict[str, dict], record) -> None:
     ds["bytes"] += size if isinstance(size, int) and size >= 0 else 0
     if isinstance(last_used, int | float) and 0 <= last_used < 1e10:  # a time the CLI can print (not inf, NaN)
         ds["last_used"] = max(ds["last_used"], float(last_used))
+
+
+def staged_by_runs(runs: list[rundir.Run]) -> list[dict]:
+    """What the given runs' staging steps left on each node (their records in the run dirs): per (node, tier,
+    dataset), the newest record's objects and bytes, when and by which run. The records say what was
+    staged then; eviction may have removed it since."""
+    newest: dict[tuple[str, str, str], dict] = {}
+    for run in runs:
+        for record in run.stage_records():
+            when = record.get("time") if isinstance(record.get("time"), int | float) else 0.0
+            node = _text(record.get("node"), 64)
+            for ds in record.get("datasets") or []:
+                if not isinstance(ds, dict) or not isinstance(ds.get("src"), str):
+                    continue
+                key = (node, _text(ds.get("cache"), 16), _text(ds.get("src"), 300))
+                if key not in newest or when >= newest[key]["time"]:
+                    objects, size = ds.get("objects"), ds.get("bytes_total")
+                    newest[key] = {"node": key[0], "tier": key[1], "src": key[2], "run": run.run_id,
+                                   "objects": objects if isinstance(objects, int) and objects >= 0 else 0,
+                                   "bytes": size if isinstance(size, int) and size >= 0 else 0,
+                                   "time": float(when) if 0 <= when < 1e10 else 0.0}
+    return sorted(newest.values(), key=lambda e: (e["node"], e["tier"], e["src"]))

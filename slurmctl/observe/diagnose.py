@@ -29,6 +29,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
+from slurmctl.observe.data import failure_headline, staging_failures
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,
@@ -50,7 +51,7 @@ CATEGORIES = (
     "nccl_timeout", "nccl_error", "nccl_setup", "cuda_oom", "host_oom", "import_error", "arch_mismatch",
     "driver_mismatch", "no_gpu", "missing_config", "permission_denied", "data_shape", "checkpoint_mismatch",
     "checkpoint_corrupt", "rendezvous_failure", "time_limit", "preempted", "node_lost", "nan_loss", "disk_full",
-    "gpu_hardware", "cuda_illegal_access", "unknown",
+    "gpu_hardware", "cuda_illegal_access", "data_staging", "unknown",
     "success",  # not a failure: Slurm recorded COMPLETED exit 0, or the training finished before what failed
 )
 
@@ -114,6 +115,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bspot (?:instance |VM )?(?:interruption|termination|reclaim)|termination is imminent",
          "The scheduler or cloud took the nodes back (preemption); this is not your code.",
          "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
+    # slurmctl's own staging step (runtime/datastage.py) and the job script after it: the run's object-store
+    # dataset could not be put in the node cache, so the training never started
+    _sig("data_staging",
+         r"^slurmctl data: staging failed on |^slurmctl: staging the run's datasets failed",
+         "A dataset of the run (run.yaml `data:`) could not be staged into the node cache, so the training never "
+         "started.",
+         "Do what the staging step's message says (it names the dataset, the cause and the fix): check `src`, the "
+         "bucket's access or the store's endpoint, install the store's client, or use `cache: none` for a dataset "
+         "larger than the cache budget."),
     _sig("driver_mismatch",
          r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver|"
          r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|system has unsupported display driver / cuda driver combination|"
@@ -868,6 +878,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
         result = diagnose_text(text, slurm_state, exit_code)
         add_watchdog(result, watchdog_report(run_dir, path.stem), text)
         _add_node_loss(result, run_dir, path.stem)
+        _add_data_staging(result, run_dir, path.stem)
         return result
     chosen = None
     for n, (attempt, part) in enumerate(attempts):
@@ -882,6 +893,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
             break
     attempt, part, result = chosen
     add_watchdog(result, watchdog_report(run_dir, path.stem), part)
+    _add_data_staging(result, run_dir, path.stem, attempt)
     result.attempt = attempt
     result.summary = f"{result.summary.rstrip()} ({attempt['label']}.)"
     return result
@@ -914,6 +926,21 @@ def attempts_newest_first(text: str, job_id: str) -> list[tuple[dict, str]]:
                        "restarts_in_allocation": len(restarts), "label": label},
                       "\n".join(lines[(restarts[-1] + 1) if restarts else begin:end])))
     return found[::-1]
+
+
+def _add_data_staging(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None) -> None:
+    """The run's staging step recorded why it stopped this job before the training (runtime/datastage.py):
+    that record names the dataset, the cause and the fix, more exactly than the log's line."""
+    records = rundir.Run(run_dir.name, run_dir).stage_records()
+    failed = staging_failures(records, job_id, attempt["number"] if attempt else None)
+    if not failed:
+        return
+    first = failed[0]
+    nodes = sorted({f["node"] for f in failed})
+    result.category, result.source = "data_staging", "log"
+    result.summary = failure_headline(first) + (f" (also on {', '.join(nodes[1:])})" if len(nodes) > 1 else "")
+    result.evidence = [f"data-stage record of {first['node']}: {first['message']}", *result.evidence][:5]
+    result.hint = first["fix"] or SIGNATURES[_CATEGORY_RANK["data_staging"]].hint
 
 
 def _add_node_loss(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None) -> None:

@@ -64,25 +64,29 @@ def _rank_files(run: rundir.Run, job_id) -> list[dict]:
     return [r for r in run.health_records(MAX_RANK_FILES) if job_id is None or str(r.get("job_id")) == str(job_id)]
 
 
-def _share_of(record: dict) -> tuple[float, int] | None:
+def _share_of(record: dict, whole_run: bool = False) -> tuple[float, int] | None:
+    """A rank's share of step time spent waiting for data: over its last window (live), else or with
+    `whole_run` over everything it read."""
     data = record.get("data") if isinstance(record.get("data"), dict) else {}
-    for part in (data.get("window"), data):
+    for part in ((data,) if whole_run else (data.get("window"), data)):
         if isinstance(part, dict) and isinstance(part.get("wait_share"), (int, float)) \
                 and int(part.get("batches") or 0) >= MIN_BATCHES:
             return float(part["wait_share"]), int(part["batches"])
     return None
 
 
-def read_live(run: rundir.Run, job_id, partition: str | None = None, site=None, ranks: bool = True) -> LiveHealth:
+def read_live(run: rundir.Run, job_id, partition: str | None = None, site=None, ranks: bool = True,
+              ended: bool = False) -> LiveHealth:
     """What the job's health files say now (only records of `job_id`), judged against the site's
-    fabric for `partition`. `ranks=False`: idle.json only (an ended job's efficiency)."""
+    fabric for `partition`. `ranks=False`: idle.json only. `ended`: an ended job's record: the data wait
+    over the whole run and idle.json (its transport is history)."""
     live = LiveHealth()
-    records = _rank_files(run, job_id) if ranks else []
+    records = _rank_files(run, job_id) if ranks or ended else []
     live.ranks_reporting = len(records)
     sizes = [r.get("world_size") for r in records if isinstance(r.get("world_size"), int)]
     live.world_size = max(sizes) if sizes else None
     classes, networks = Counter(), Counter()
-    for r in records:
+    for r in records if not ended else []:
         t = r.get("transport") if isinstance(r.get("transport"), dict) else None
         if t:
             classes[str(t.get("transport") or "unknown")] += 1
@@ -96,7 +100,7 @@ def read_live(run: rundir.Run, job_id, partition: str | None = None, site=None, 
     want = FAST_FABRICS.get(live.fabric or "")
     slow = classes.get("socket", 0) + classes.get("gloo-tcp", 0)
     live.fallback = bool(want and slow)
-    shares = [(s, r.get("rank")) for r in records if (s := _share_of(r)) is not None]
+    shares = [(s, r.get("rank")) for r in records if (s := _share_of(r, whole_run=ended)) is not None]
     if shares:
         (worst, _), rank = max(shares, key=lambda item: item[0][0])
         live.input_wait_share, live.input_wait_rank = round(worst, 4), rank
@@ -105,11 +109,11 @@ def read_live(run: rundir.Run, job_id, partition: str | None = None, site=None, 
     idle = run.health_idle()
     if idle is not None and (job_id is None or str(idle.get("job_id")) == str(job_id)):
         live.idle = idle
-    _words(live, partition)
+    _words(live, partition, ended)
     return live
 
 
-def _words(live: LiveHealth, partition: str | None) -> None:
+def _words(live: LiveHealth, partition: str | None, ended: bool = False) -> None:
     if live.transports:
         parts = []
         for cls, count in sorted(live.transports.items(), key=lambda kv: -kv[1]):
@@ -128,7 +132,14 @@ def _words(live: LiveHealth, partition: str | None) -> None:
             live.notes.append(f"WARNING: collectives use gloo over TCP although partition {partition} has {fabric} "
                               "(site.yaml). Fix: init_process_group(backend='nccl') for GPU tensors (gloo for "
                               "CPU-only work is fine).")
-    if live.input_wait_share is not None:
+    if live.input_wait_share is not None and ended:
+        share = f"{100 * live.input_wait_share:.0f}%"
+        live.notes.append(f"{'WARNING: input-bound: ' if live.input_bound else ''}Data loading over the run: rank "
+                          f"{live.input_wait_rank} spent {share} of its step time waiting for batches (mean over ranks "
+                          f"{100 * (live.input_wait_mean or 0):.0f}%)" + (
+                              ". Next time: more DataLoader num_workers, a larger prefetch, or the data in the node "
+                              "cache (`cache: node` in run.yaml data:)." if live.input_bound else "."))
+    elif live.input_wait_share is not None:
         share = f"{100 * live.input_wait_share:.0f}%"
         if live.input_bound:
             live.notes.append(f"WARNING: input-bound: rank {live.input_wait_rank} spends {share} of each step waiting "
@@ -191,13 +202,16 @@ def efficiency(job, spec=None, live: LiveHealth | None = None) -> list[str]:
     return lines
 
 
-def apply_live_health(status, run: rundir.Run, job, site=None, now: float | None = None) -> None:
-    """Add the live-health notes (and the end-of-run efficiency) to a RunStatus."""
+def apply_live_health(status, run: rundir.Run, job, site=None, now: float | None = None,
+                      ended_ranks: bool = True) -> None:
+    """Add the live-health notes (and the end-of-run efficiency) to a RunStatus. `ended_ranks=False`: an
+    ended job's rank records are not read (a row of `ls`: one run dir read less per row)."""
     if status.job_id is None:
         return
     active = job is not None and job.active
-    # an ended job's transport and data wait are history: only its idle record feeds the efficiency
-    live = read_live(run, status.job_id, status.partition or None, site, ranks=active)
+    # an ended job's transport is history; its data wait over the whole run and idle record are its summary
+    live = read_live(run, status.job_id, status.partition or None, site, ranks=active,
+                     ended=not active and ended_ranks)
     notes = list(live.notes)
     if job is not None and not job.active:
         notes += efficiency(job, None, live)

@@ -23,7 +23,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.fsutil import read_json, write_atomic
 from slurmctl.observe import diagnose, log_reading
-from slurmctl.observe.data import cache_suggestion, data_note, data_summary
+from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline
 from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
 from slurmctl.observe.health import apply_live_health
@@ -166,9 +166,10 @@ def _capacity_why(status: RunStatus, spec_gpu_type: str | None, per_node: int, c
 
 
 def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: QueueContext | None = None,
-                 site=None, unreachable_since: float | None = None) -> RunStatus:
+                 site=None, unreachable_since: float | None = None, one_run: bool = False) -> RunStatus:
     """The run's story from its Slurm job (given, never queried here) and its run directory.
-    `unreachable_since`: Slurm did not answer (job is None): say so, and what the run dir knows."""
+    `unreachable_since`: Slurm did not answer (job is None): say so, and what the run dir knows.
+    `one_run`: the status of this run alone (not a row of `ls`): an ended run's ranks' records are read too."""
     now = now or time.time()
     job_id = run.latest_job_id()
     events = run.events()
@@ -208,10 +209,17 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         _watchdog(status)
     node_loss(status, events)
     _tracking(status, run)
-    apply_live_health(status, run, job, site, now)
+    apply_live_health(status, run, job, site, now, ended_ranks=one_run)
     status.data_cache = data_summary(run, job_id)
     if status.data_cache:
         status.health_notes.insert(0, data_note(status.data_cache))
+        failed = status.data_cache["failed"] if status.data_cache["job_id"] is not None and str(
+            status.data_cache["job_id"]) == str(job_id) else []
+        if failed and not (job is not None and job.state in {"PENDING", "REQUEUED"}):
+            # the job's own staging step stopped it before the training: that, not "the job failed", is the news
+            status.headline = failure_headline(failed[0])
+            status.action = failed[0]["fix"] or "Do what the staging message says (`slurmctl logs RUN`)."
+            status.why = status.headline
     if status.health.startswith("input-bound") and spec is not None:
         suggestion = cache_suggestion(getattr(spec, "datasets", None))
         if suggestion:
@@ -291,6 +299,7 @@ def _diagnosis(run: Run, job: Job) -> dict:
 
     log = run.log_path(job.job_id)
     key = [job.job_id, job.state, job.exit_code, stamp(log), stamp(run.path / rundir.ATTEMPTS),
+           stamp(run.path / rundir.DATA_DIR),
            stamp(run.path / rundir.WATCHDOG_DIR / rundir.WATCHDOG_STATE),
            stamp(diagnose.__file__), stamp(log_reading.__file__)]
     cache = run.path / rundir.DIAGNOSIS_CACHE
@@ -442,10 +451,10 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
             # only quota reasons cost Slurm calls (one squeue, one sacctmgr)
             quota = quota_for(job, client) if job is not None and job.state == "PENDING" else None
     except SlurmUnreachable:
-        return build_status(run, None, site=site, unreachable_since=slurm_unreachable())
+        return build_status(run, None, site=site, unreachable_since=slurm_unreachable(), one_run=True)
     if job_id is not None:
         slurm_answered()
-    status = build_status(run, job, queue=ctx, site=site)
+    status = build_status(run, job, queue=ctx, site=site, one_run=True)
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"

@@ -133,10 +133,10 @@ class SnapshotCache:
         # The active runs' jobs as the last good snapshot saw them: while Slurm does not answer, their
         # run dirs are still read, so the run series (step, heartbeat, checkpoint) stay current.
         self._last_run_jobs: list[tuple[Run, QueueEntry]] = []
-        # node -> [cache hits, objects looked up, bytes staged, staging seconds], summed over the staging
-        # records (run dir data-stage/) of every job seen running, each (user, run, job, node) once.
-        self.data_by_node: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-        self._data_seen: set[tuple[str, str, str, str]] = set()
+        # node -> [cache hits, objects looked up, bytes staged, staging seconds] of the staging records (run
+        # dir data-stage/) of the jobs running now: recomputed at every snapshot, so a gauge (it falls when a
+        # job ends); no process keeps a history a restart or `--once` would lose.
+        self.data_by_node: dict[str, list[float]] = {}
         self._qos: dict[str, QosLimits] = {}
         self._qos_mono = float("-inf")
 
@@ -202,27 +202,28 @@ class SnapshotCache:
         return runs, health
 
     def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
-        """Add each new staging record of the running jobs to its node's totals. The record is the job's own
-        file, read through its run dir pinned to the job's user (no symlink, that user's files only): only a
-        node Slurm lists counts as a label, and only the job's own id."""
+        """Sum the staging records of the running jobs per node. The record is the job's own file, read through
+        its run dir pinned to the job's user (no symlink, that user's files only): only a node Slurm lists
+        counts as a label, and only the job's own id."""
+        by_node: dict[str, list[float]] = {}
         for run, job in run_jobs:
             uid = owner_uid(job.user)
             if uid is None:
                 continue
             for record in replace(run, pinned=None, owner=uid).stage_records():
                 node = str(record.get("node"))
-                key = (job.user, run.run_id, str(record.get("job_id")), node)
-                if node not in node_names or str(record.get("job_id")) != str(job.job_id) or key in self._data_seen:
+                if node not in node_names or str(record.get("job_id")) != str(job.job_id):
                     continue
-                self._data_seen.add(key)
-                totals = self.data_by_node[node]
+                totals = by_node.setdefault(node, [0, 0, 0, 0.0])
                 for ds in record.get("datasets") or []:
                     if isinstance(ds, dict):
-                        with contextlib.suppress(TypeError, ValueError):
-                            totals[0] += max(0, int(ds.get("hits") or 0))
-                            totals[1] += max(0, int(ds.get("objects") or 0))
-                            totals[2] += max(0, int(ds.get("bytes_staged") or 0))
-                            totals[3] += max(0.0, float(ds.get("seconds") or 0.0))
+                        with contextlib.suppress(TypeError, ValueError, OverflowError):
+                            values = (int(ds.get("hits") or 0), int(ds.get("objects") or 0),
+                                      int(ds.get("bytes_staged") or 0), float(ds.get("seconds") or 0.0))
+                            if all(0 <= v < 1e18 for v in values):  # a user-written record: no NaN, inf, negative
+                                for i, v in enumerate(values):
+                                    totals[i] += v
+        self.data_by_node = by_node
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:
         """Queue wait (start - submit) of each job once, the first snapshot that sees it started."""
@@ -414,12 +415,17 @@ def health_metrics(snap: Snapshot) -> Iterator:
 
 
 def data_metrics(by_node: dict[str, list[float]]) -> Iterator:
-    """The node data cache per node: lookups, hits, bytes staged and staging time of running jobs' datasets."""
-    families = [CounterMetricFamily(name, doc, labels=["node"]) for name, doc in (
-        ("slurmctl_data_cache_hits", "Dataset objects a staging step found valid in the node cache."),
-        ("slurmctl_data_cache_lookups", "Dataset objects staging steps looked up in the node cache."),
-        ("slurmctl_data_staged_bytes", "Bytes staging steps downloaded from the object store into the cache."),
-        ("slurmctl_data_staging_seconds", "Seconds spent in staging steps (listing, checking, downloading)."))]
+    """The node data cache per node, for the jobs running there now: objects looked up and found valid,
+    bytes staged and staging time of their datasets. Gauges: a job that ends leaves the sums."""
+    families = [GaugeMetricFamily(name, doc, labels=["node"]) for name, doc in (
+        ("slurmctl_data_cache_hits", "Dataset objects the staging steps of the jobs running on the node found "
+         "valid in its cache."),
+        ("slurmctl_data_cache_lookups", "Dataset objects the staging steps of the jobs running on the node looked "
+         "up in its cache."),
+        ("slurmctl_data_staged_bytes", "Bytes the staging steps of the jobs running on the node downloaded from "
+         "the object store into its cache."),
+        ("slurmctl_data_staging_seconds", "Seconds the staging steps of the jobs running on the node took "
+         "(listing, checking, downloading)."))]
     for node, totals in sorted(by_node.items()):
         for family, value in zip(families, totals):
             family.add_metric([node], value)

@@ -156,7 +156,9 @@ class Runtime:
         time the GPU is still busy with queued work as waiting. `prefetch=N`: a background thread reads
         up to N batches ahead (runtime/prefetch.py), so the transfer overlaps the step."""
         health = self.rank_health()
-        return health.meter.wrap(prefetched(loader, prefetch) if prefetch else loader, health.tick)
+        # flushed again when the pass ends: a run shorter than the flush interval, or its last stretch,
+        # would otherwise never reach the record status reads once the run ended
+        return health.meter.wrap(prefetched(loader, prefetch) if prefetch else loader, health.tick, health.flush)
 
     def log(self, step: int, **metrics: float) -> None:
         """Rank 0 appends to metrics.jsonl and rewrites heartbeat.json (the watchdog's signal).

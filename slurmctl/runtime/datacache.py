@@ -14,7 +14,8 @@ Layout under a cache root (site.yaml data.node_cache_dir on every node, or data.
       objects/<id>.json           its record: url, etag, size, md5, when staged and last used
       locks/<id>.lock             flock held while one job stages it (a second job waits, then reuses)
       leases/<job id>.json        the entries a job holds; eviction never removes a live job's entries
-      views/<run id>/<name>/...   the run's dataset: one symlink per object, named by its key
+      views/<run id>/<name>       the run's dataset: a symlink to .<name>-<content hash>/, a directory
+                                  of one symlink per object, named by its key
 
 An entry is used only when it is a regular file owned by the user, not writable by anyone else, of
 the size the store lists, and (site.yaml data.verify_on_reuse, the default) its MD5 still equals the
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.fsutil import read_json, write_atomic
+from slurmctl.fsutil import human_bytes, read_json, write_atomic
 
 CHUNK = 8 * 1024 * 1024
 # A key that is not a plain relative path (a '..', an empty part, a control character) cannot name a
@@ -70,7 +71,13 @@ class RemoteObject:
 
 
 class CacheError(Exception):
-    """A dataset cannot be staged; the message says why and what to do."""
+    """A dataset cannot be staged; the message says why (and what to do, unless `fix` says it apart).
+    `kind` names the cause for the run's record (datastage.py): budget, cache (the cache directory),
+    empty (no objects)."""
+
+    def __init__(self, message: str, kind: str = "cache", fix: str = ""):
+        super().__init__(message)
+        self.kind, self.fix = kind, fix
 
 
 def describe(info: dict, url: str, relative: str) -> RemoteObject:
@@ -102,11 +109,13 @@ def safe_relative(relative: str) -> bool:
 class UserCache:
     """One user's entries under a cache root (the calling process's user: a job stages as its owner)."""
 
-    def __init__(self, root: Path, budget_bytes: int, verify: bool = True):
+    def __init__(self, root: Path, budget_bytes: int, verify: bool = True,
+                 budget_setting: str = "data.node_cache_budget"):
         self.root = Path(root)
         self.uid = os.geteuid()
         self.user = pwd.getpwuid(self.uid).pw_name
         self.budget = budget_bytes
+        self.budget_setting = budget_setting  # the site.yaml key a message names
         self.verify = verify
         self.dir = self.root / self.user
 
@@ -281,27 +290,32 @@ class UserCache:
 
     def make_room(self, need: int, keep: set[str], current_job: str | None) -> tuple[int, int]:
         """Evict the least recently used entries nobody holds until `need` more bytes fit the budget.
-        Returns (entries, bytes) evicted; raises CacheError when it cannot fit."""
+        Whether they can fit is decided first: when even every evictable entry gone would not make room,
+        CacheError is raised and nothing is evicted. Returns (entries, bytes) evicted."""
         entries = self.entries()
-        used = sum(int(e.get("size") or 0) for e in entries) + self.others_bytes()
+        others = self.others_bytes()
+        used = sum(int(e.get("size") or 0) for e in entries) + others
         if used + need <= self.budget:
             return 0, 0
         held = self.held(current_job) | keep
+        evictable = sorted((e for e in entries if e["id"] not in held), key=lambda e: e.get("last_used") or 0)
+        if used - sum(int(e.get("size") or 0) for e in evictable) + need > self.budget:
+            held_bytes = sum(int(e.get("size") or 0) for e in entries if e["id"] in held)
+            raise CacheError(
+                f"the dataset needs {human_bytes(need)} more in the cache at {self.root}, whose budget is "
+                f"{human_bytes(self.budget)} ({self.budget_setting}); {human_bytes(held_bytes)} of it is held by "
+                f"running jobs of yours and {human_bytes(others)} by other users' entries (as the prolog last "
+                "measured them), so it cannot fit and nothing was evicted", kind="budget",
+                fix=f"Use `cache: none` for this dataset, run it after your running jobs end, or ask the operator "
+                    f"for a larger {self.budget_setting}")
         evicted = freed = 0
-        for entry in sorted(entries, key=lambda e: e.get("last_used") or 0):
+        for entry in evictable:
             if used + need <= self.budget:
                 break
-            if entry["id"] in held:
-                continue
             self.remove(entry["id"])
             used -= int(entry.get("size") or 0)
             evicted += 1
             freed += int(entry.get("size") or 0)
-        if used + need > self.budget:
-            raise CacheError(f"the dataset needs {need} more bytes, but the cache at {self.root} holds {used} of its "
-                             f"{self.budget}-byte budget in entries that running jobs hold or that other users "
-                             "own (as the prolog last measured them). Use `cache: none` for this run, or ask the "
-                             "operator for a larger data.node_cache_budget")
         return evicted, freed
 
     # --- the run's view ------------------------------------------------------------------------------
@@ -309,23 +323,37 @@ class UserCache:
         return view_path(self.root, self.user, run_id, name)
 
     def make_view(self, run_id: str, name: str, objects: list[RemoteObject]) -> Path:
-        """A fresh directory of symlinks (key -> entry), swapped in whole so a reader never sees half."""
+        """The run's dataset at its stable path: a symlink to a directory of symlinks (key -> entry) named by
+        its content. Several tasks may make the same view at once (the nodes of a job on the shared tier):
+        each builds the content directory in a temporary name and renames it into place (the first wins,
+        the rest find it made), then swaps the stable path's symlink with a rename, so a reader sees the
+        old view or the new one, never half, and no maker fails because another one is at work."""
         final = self.view_dir(run_id, name)
         final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
-        for obj in objects:
-            link = tmp / obj.relative
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(self.object_path(obj.entry_id), link)
-        old = None
-        if final.exists() or final.is_symlink():
-            old = final.parent / f".{name}-old-{os.getpid()}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        listing = "\n".join(f"{obj.relative}\0{obj.entry_id}" for obj in sorted(objects, key=lambda o: o.relative))
+        content = f".{name}-{hashlib.sha256(listing.encode()).hexdigest()[:16]}"
+        with contextlib.suppress(OSError):
+            if os.readlink(final) == content and (final.parent / content).is_dir():
+                return final  # made already, by this task's earlier attempt or by another task
+        if not (final.parent / content).is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-tmp-"))
+            for obj in objects:
+                link = tmp / obj.relative
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(self.object_path(obj.entry_id), link)
+            try:
+                os.rename(tmp, final.parent / content)
+            except OSError:  # another task made it first (ENOTEMPTY/EEXIST): the same content
+                shutil.rmtree(tmp, ignore_errors=True)
+        if final.is_dir() and not final.is_symlink():  # a view an older version made as a directory
+            with contextlib.suppress(OSError):
+                aside = final.parent / f".{name}-old-{os.getpid()}-{time.time_ns()}"
+                os.rename(final, aside)
+                shutil.rmtree(aside, ignore_errors=True)
+        link = final.parent / f".{name}-link-{os.getpid()}-{time.time_ns()}"
+        os.symlink(content, link)
+        os.replace(link, final)
         return final
-
 
 def view_path(root: str | os.PathLike, user: str, run_id: str, name: str) -> Path:
     """The run's stable path of a dataset in a cache (what $SLURMCTL_DATA_<NAME> names)."""

@@ -133,32 +133,37 @@ class DataMeter:
     first_wait: float = 0.0
     window: list[float] = field(default_factory=lambda: [0, 0.0, 0.0])  # batches, wait, busy
 
-    def wrap(self, iterable: Iterable, tick=None) -> Iterator:
+    def wrap(self, iterable: Iterable, tick=None, done=None) -> Iterator:
+        """`done()` is called once the pass ends (exhausted, broken off or failed)."""
         clock = time.perf_counter
         it = iter(iterable)
         ready = None
         window = self.window
-        while True:
-            asked = clock()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            got = clock()
-            if ready is None:
-                self.first_wait += got - asked
-            else:
-                waited, busy = got - asked, asked - ready
-                self.batches += 1
-                self.wait += waited
-                self.busy += busy
-                window[0] += 1
-                window[1] += waited
-                window[2] += busy
-            ready = got
-            if tick is not None:
-                tick(got)
-            yield batch
+        try:
+            while True:
+                asked = clock()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                got = clock()
+                if ready is None:
+                    self.first_wait += got - asked
+                else:
+                    waited, busy = got - asked, asked - ready
+                    self.batches += 1
+                    self.wait += waited
+                    self.busy += busy
+                    window[0] += 1
+                    window[1] += waited
+                    window[2] += busy
+                ready = got
+                if tick is not None:
+                    tick(got)
+                yield batch
+        finally:
+            if done is not None:
+                done()
 
     def take_window(self) -> dict:
         batches, wait, busy = self.window

@@ -27,6 +27,7 @@ def data_plan(spec: RunSpec, site: SiteConfig, user: str, run_id: str) -> dict |
         "node_cache_dir": site.data.node_cache_dir,
         "node_cache_budget": site.data.node_cache_bytes,
         "shared_cache_dir": site.data.shared_cache_dir,
+        "shared_cache_budget": site.data.shared_cache_bytes,
         "verify_on_reuse": site.data.verify_on_reuse,
         "options": {d.src: site.data.client_options(d.src) for d in spec.datasets},
     }

@@ -16,7 +16,7 @@ import yaml
 
 from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
 from slurmctl.durations import parse_duration, slurm_time
-from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError
+from slurmctl.errors import CostNotConfirmed, PreflightFailed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import DATA_PLAN, Run, RunRegistry, current_user, job_log_path, new_run_id, resolve_checkpoint_dir
 from slurmctl.slurm.client import SlurmClient
@@ -170,6 +170,7 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
     if site.require_smoke and not opts.smoke:
         report.add(_smoke_gate(site, code_hash, spec_path, client))
     _stop_unless_forced(report, opts)
+    refuse_mount_without_image(spec, opts.build)
     # Build/push if asked, then pin the image to the registry's digest (preflight enforced the tag rule).
     image = resolve_run_image(spec, site, workdir, build=opts.build, allow_mutable=True)
 
@@ -229,6 +230,20 @@ def submit(spec_path: Path, site: SiteConfig, client: SlurmClient, options: Subm
 # The preflight checks that read the cluster's nodes and partitions (sinfo): one of them failing on
 # cached facts asks sinfo again before the submit is refused.
 _SHAPE_CHECKS = frozenset({"cluster", "time-limit", "memory"})
+
+
+def refuse_mount_without_image(spec: RunSpec, build: bool) -> None:
+    """A dataset's `mount:` is where it appears inside the run's container; a run without one (no `image:`,
+    no build) has nowhere to mount it, and reads it at $SLURMCTL_DATA_<NAME> instead."""
+    if spec.image or spec.build is not None or build:
+        return
+    mounted = [d for d in spec.datasets if d.mount]
+    if mounted:
+        d = mounted[0]
+        raise SpecError(f"data entry {d.name} ({d.src}) has `mount: {d.mount}`, but the run has no container "
+                        "(`image:` or `build:`), so there is nothing to mount it in.",
+                        f"Remove `mount:` and read the dataset at ${d.env_var} (a local directory on every node), or "
+                        "run in a container with `image:`/`build:` in run.yaml.")
 
 
 def _stop_unless_forced(report: PreflightReport, opts: SubmitOptions) -> None:

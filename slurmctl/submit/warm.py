@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from slurmctl.config.models import DataSource, SiteConfig
 from slurmctl.errors import SpecError
@@ -25,7 +26,13 @@ def warm_spec(src: str, cache: str, partition: str, nodes: int, site: SiteConfig
     if partition not in site.partitions:
         raise SpecError(f"--partition {partition!r} is not a partition of cluster {site.cluster}.",
                         f"Pass one of: {', '.join(sorted(site.partitions))}.")
-    dataset = DataSource.model_validate({"src": src, "cache": cache})
+    try:
+        dataset = DataSource.model_validate({"src": src, "cache": cache})
+    except ValidationError as exc:
+        problems = "; ".join(err["msg"].removeprefix("Value error, ") for err in exc.errors())
+        raise SpecError(f"SRC {src!r} is not an object-store dataset: {problems}.",
+                        "Pass it as s3://bucket/prefix or gs://bucket/prefix, e.g. "
+                        "`slurmctl data warm s3://datasets/shards --partition P`.") from None
     if dataset.cache == "none":
         raise SpecError("`data warm` with --cache none stages nothing.", "Use --cache node or --cache shared.")
     name = "warm-" + re.sub(r"[^a-z0-9._-]", "-", dataset.name.lower())[:40]

@@ -115,7 +115,8 @@ def test_bob_can_neither_read_nor_reuse_alices_cache(store, workdir, user_dir):
     assert (bob_stage["hits"], bob_stage["bytes_staged"]) == (0, SHARDS * SHARD_BYTES)  # his own copy
     assert Path(bob_stage["path"]).parents[2].name == "bob"
     listing = json.loads(bob.slurmctl("data", "ls", "--json").stdout)
-    assert {u["user"] for tier in listing for u in tier["users"]} == {"bob"}
+    assert {u["user"] for tier in listing["caches"] for u in tier["users"]} == {"bob"}
+    assert {e["node"] for e in listing["staged_by_your_runs"]} == {"h100-2"}  # the node his run staged on
 
 
 def test_a_corrupted_entry_is_restaged_and_never_read(store, workdir):
@@ -132,6 +133,7 @@ def test_a_corrupted_entry_is_restaged_and_never_read(store, workdir):
     assert (stage["hits"], stage["rejected"], stage["bytes_staged"]) == (SHARDS - 1, 1, SHARD_BYTES), stage
     status = alice.slurmctl("status", second.name).stdout
     assert "1 bad cache entry re-staged" in status and "83% of objects from the node cache" in status, status
+    assert "Data loading over the run: rank 0 spent" in status, status  # the ended run's data wait
 
 
 @pytest.fixture
@@ -171,7 +173,14 @@ def test_eviction_keeps_the_budget_and_never_takes_a_running_jobs_data(store, wo
     state = wait_for_state(refused["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
     refused_log = log_of(Path(refused["run_dir"]))
     assert state["state"] == "FAILED" and "budget" in refused_log and "verified" not in refused_log, refused_log[-3000:]
+    assert "nothing was evicted" in refused_log and "Traceback" not in refused_log, refused_log[-3000:]
     assert len(list((cache / "alice" / "objects").glob("*.json"))) == SHARDS  # the running job's data untouched
+    # status and diagnose say it in words: the dataset, the cause, what to do
+    status = alice.slurmctl_json("status", refused["run_id"], env=env)
+    assert status["headline"].startswith("Staging dataset shards failed on h100-2: the dataset needs"), status
+    assert "cache: none" in status["action"] and status["diagnosis"]["category"] == "data_staging", status
+    diagnosis = alice.slurmctl_json("diagnose", refused["run_id"], env=env)
+    assert diagnosis["category"] == "data_staging" and "data.node_cache_budget" in diagnosis["hint"], diagnosis
     wait_for_state(held["run_id"], {"COMPLETED", "FAILED"}, timeout=300)
     again = alice.slurmctl_json("submit", second, "--", "--nodelist=h100-2", env=env)
     wait_for_state(again["run_id"], {"COMPLETED", "FAILED"}, timeout=300)

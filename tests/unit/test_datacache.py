@@ -219,10 +219,15 @@ def test_md5_of_single_part_etag_is_the_identity(s3):
     assert obj.md5 == hashlib.md5(bytes([0]) * SHARD).hexdigest() and obj.size == SHARD
 
 
-def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path):
+def test_exporter_sums_running_jobs_staging_per_node_as_gauges(tmp_path):
+    """The data series are the running jobs' staging per node, recomputed at each snapshot: gauges, since
+    they fall when a job ends or a fresh exporter (`--once`, a restart) starts; promtool accepts them."""
+    import shutil
+    import subprocess
     from types import SimpleNamespace
 
-    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
 
     from slurmctl.ops.exporter import SnapshotCache, data_metrics
     from slurmctl.rundir import Run, write_stage_record
@@ -233,26 +238,42 @@ def test_exporter_sums_staging_per_node_once_and_only_for_slurms_nodes(tmp_path)
     write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
+    write_stage_record(run.path, "77", "h100-3", {"node": "h100-3", "job_id": "77", "datasets": [
+        {"hits": "nan", "objects": -1, "bytes_staged": 1e300, "seconds": float("inf")}]})  # user-written nonsense
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     write_stage_record(elsewhere, "78", "h100-1", {"node": "h100-1", "job_id": "78", "datasets": [ds]})
     linked = Run("r-20261201-ef01", tmp_path / "r-20261201-ef01")
     linked.path.mkdir()
     os.symlink(elsewhere / "data-stage", linked.path / "data-stage")  # read as root: never followed
-    cache = SnapshotCache.__new__(SnapshotCache)  # only the staging totals are exercised here
-    cache.data_by_node, cache._data_seen = __import__("collections").defaultdict(lambda: [0, 0, 0, 0.0]), set()
+    cache = SnapshotCache.__new__(SnapshotCache)  # only the staging sums are exercised here
+    cache.data_by_node = {}
     me = __import__("pwd").getpwuid(os.geteuid()).pw_name
     jobs = [(run, SimpleNamespace(user=me, job_id=77)), (linked, SimpleNamespace(user=me, job_id=78)),
             (run, SimpleNamespace(user="no-such-user", job_id=77))]
-    for _ in range(2):  # two snapshots see the same record: counted once
-        cache._read_staging(jobs, {"h100-1", "h100-2"})
+    for _ in range(2):  # two snapshots see the same record: the same value, not twice it
+        cache._read_staging(jobs, {"h100-1", "h100-2", "h100-3"})
     families = {f.name: f for f in data_metrics(cache.data_by_node)}
-    assert all(isinstance(f, CounterMetricFamily) for f in families.values())
-    samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples
-               if s.name.endswith("_total")}
-    assert samples == {("slurmctl_data_cache_hits", "h100-2"): 5, ("slurmctl_data_cache_lookups", "h100-2"): 6,
-                       ("slurmctl_data_staged_bytes", "h100-2"): 1024,
-                       ("slurmctl_data_staging_seconds", "h100-2"): 2.5}
+    assert all(isinstance(f, GaugeMetricFamily) for f in families.values())
+    samples = {(f.name, s.labels["node"]): s.value for f in families.values() for s in f.samples}
+    assert {k: v for k, v in samples.items() if k[1] == "h100-2"} == {
+        ("slurmctl_data_cache_hits", "h100-2"): 5, ("slurmctl_data_cache_lookups", "h100-2"): 6,
+        ("slurmctl_data_staged_bytes", "h100-2"): 1024, ("slurmctl_data_staging_seconds", "h100-2"): 2.5}
+    assert {v for k, v in samples.items() if k[1] == "h100-3"} == {0}  # no NaN, inf or negative published
+    class Collector:
+        def collect(self):
+            return data_metrics(cache.data_by_node)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())
+    text = generate_latest(registry).decode()
+    assert "# TYPE slurmctl_data_cache_hits gauge" in text and "_total" not in text
+    if shutil.which("promtool") is None:
+        pytest.fail("promtool is missing (deploy/local/apt-extras.txt installs prometheus)")
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cache._read_staging([], {"h100-1", "h100-2"})  # the job ended: its node's sums leave with it
+    assert cache.data_by_node == {}
 
 
 def test_status_words_for_staging_and_uncached_data(tmp_path):
@@ -433,3 +454,231 @@ def test_all_users_listing_follows_no_symlink_and_trusts_no_directory_name(tmp_p
     listing = cache_listing(root, 100, all_users=True)
     assert listing["users"] == [{"user": daemon, "bytes": 0, "datasets": []}, {"user": nobody, "bytes": 7, "datasets": [
         {"src": "s3://b/mine", "objects": 1, "bytes": 7, "last_used": 0.0}]}]
+
+
+# --- staging failures: one paragraph, recorded, read by status and diagnose ----------------------------------
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _staging_run(tmp_path: Path, name: str, src: str, options: dict, budget: int = 64 * SHARD) -> Path:
+    """A run dir as submit leaves it (run.json, data-plan.json) whose one dataset is `src`."""
+    import json
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o1777, parents=True, exist_ok=True)
+    os.chmod(cache, 0o1777)
+    run_dir = tmp_path / f"{name}-20261201-abcd"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"name": name, "created": time.time()}))
+    (run_dir / "attempts.jsonl").write_text(json.dumps({"event": "submitted", "job_id": 7001}) + "\n")
+    (run_dir / "data-plan.json").write_text(json.dumps({
+        "datasets": [{"name": "shards", "src": src, "cache": "node", "env_var": "SLURMCTL_DATA_SHARDS", "path": ""}],
+        "node_cache_dir": str(cache), "node_cache_budget": budget, "shared_cache_dir": None,
+        "verify_on_reuse": True, "options": {src: options}}))
+    return run_dir
+
+
+def _stage_step(run_dir: Path, block_import: str | None = None):
+    """The job script's staging step as a process: `python -m slurmctl.runtime.datastage stage RUN_DIR`
+    (`block_import`: a module the job's Python lacks, as `import` would find it missing)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "h100-2", "PYTHONPATH": str(REPO)}
+    prelude = f"import sys; sys.modules[{block_import!r}] = None; " if block_import else "import sys; "
+    code = prelude + "from slurmctl.runtime.datastage import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, "stage", str(run_dir)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_every_staging_failure_is_one_paragraph_recorded_for_status_and_diagnose(s3, tmp_path, monkeypatch):
+    from moto import settings as moto_settings
+
+    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.observe.status import build_status
+    from slurmctl.rundir import Run
+    from slurmctl.slurm.client import Job
+
+    _, options = s3
+    unreachable = {"anon": True, "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"},
+                   "config_kwargs": {"retries": {"max_attempts": 1}}}
+    cases = [  # name, src, options, budget, module the job's Python lacks, kind, words of the fix
+        ("empty", f"s3://{BUCKET}/no-such-prefix", options, 64 * SHARD, None, "empty", "Check `src`"),
+        ("nobucket", "s3://no-such-bucket-x/a", options, 64 * SHARD, None, "missing", "Check `src`"),
+        ("denied", f"s3://{BUCKET}/shards", options, 64 * SHARD, None, "denied", "grant read access"),
+        ("down", f"s3://{BUCKET}/shards", unreachable, 64 * SHARD, None, "unreachable", "tell the operator"),
+        ("nogcs", "gs://some-bucket/shards", {}, 64 * SHARD, "gcsfs", "client_missing", "slurmctl[data-gcs]"),
+        ("small", f"s3://{BUCKET}/shards", options, 4 * SHARD, None, "budget", "cache: none"),
+    ]
+    for name, src, opts, budget, lacks, kind, fix_words in cases:
+        run_dir = _staging_run(tmp_path / name, name, src, opts, budget)
+        if name == "denied":  # the store checks credentials from now on: the test's keys are unknown to it
+            monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        step = _stage_step(run_dir, lacks)
+        monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
+        said = step.stderr.strip()
+        assert step.returncode == 1 and "Traceback" not in step.stderr and "\n" not in said, (name, step.stderr)
+        assert said.startswith("slurmctl data: staging failed on h100-2: dataset shards (") and src in said, said
+        assert fix_words in said, (name, said)
+        run = Run(run_dir.name, run_dir)
+        record = run.stage_records()[0]
+        assert record["failed"]["kind"] == kind and record["failed"]["dataset"] == "shards", (name, record)
+        # the job script's own line follows the step's, as on the cluster
+        (run_dir / "logs" / "7001.out").write_text(step.stderr + "slurmctl: staging the run's datasets failed "
+                                                   "(exit 1); the training did not start\n")
+        status = build_status(run, Job(job_id=7001, name=name, state="FAILED", exit_code="1:0", source="sacct"))
+        assert status.headline.startswith("Staging dataset shards failed on h100-2: "), (name, status.headline)
+        assert fix_words in status.action and status.diagnosis["category"] == "data_staging", (name, status)
+        diagnosis = diagnose_file(run_dir / "logs" / "7001.out", "FAILED", "1:0")
+        assert diagnosis.category == "data_staging" and fix_words in diagnosis.hint, (name, diagnosis)
+        assert "shards" in diagnosis.summary and src in diagnosis.evidence[0]
+
+
+def test_a_dataset_larger_than_the_budget_evicts_nothing(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path, budget=5 * SHARD)
+    stage_dataset(dataset("other", "other"), cache, "run-a", None, options)
+    with pytest.raises(CacheError) as refused:
+        stage_dataset(dataset(), cache, "run-b", None, options)  # 6 shards > 5: can never fit
+    assert len(cache.entries()) == 1 and not list((cache.dir / "leases").iterdir())  # `other` stays
+    assert refused.value.kind == "budget" and "more than the whole cache budget" in str(refused.value)
+
+
+def test_eviction_takes_nothing_when_evicting_cannot_make_room(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path, budget=8 * SHARD)
+    stage_dataset(dataset(), cache, "run-a", "4242", options)  # 6 shards, held by the current job 4242
+    stage_dataset(dataset("other", "other"), cache, "run-b", None, options)  # 1 shard, held by nobody
+    with pytest.raises(CacheError) as refused:
+        cache.make_room(3 * SHARD, set(), "4242")  # 7 used + 3 > 8 even with `other` gone
+    assert len(cache.entries()) == 7  # the unheld entry was not taken for a download that cannot fit
+    assert "nothing was evicted" in str(refused.value)
+    assert cache.make_room(2 * SHARD, set(), "4242") == (1, SHARD)  # one that can fit evicts
+
+
+def _make_views(root: str, objects: list, rounds: int, errors) -> None:
+    cache = UserCache(Path(root), 64 * SHARD)
+    try:
+        cache.open()
+        for _ in range(rounds):
+            cache.make_view("run-shared", "shards", objects)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_many_processes_make_the_same_view_at_once(s3, tmp_path):
+    """The nodes of a job on the shared tier each make the run's view: none fails, the view is whole."""
+    import multiprocessing
+
+    _, options = s3
+    cache = fresh(tmp_path)
+    stage_dataset(dataset(), cache, "run-shared", None, options)
+    _, listed, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    objects = [obj for _, obj in listed]
+    context = multiprocessing.get_context("fork")
+    errors = context.Queue()
+    workers = [context.Process(target=_make_views, args=(str(cache.root), objects, 25, errors)) for _ in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found and all(w.exitcode == 0 for w in workers), found
+    view = cache.view_dir("run-shared", "shards")
+    assert sorted(p.name for p in view.iterdir()) == [f"part-{i}.bin" for i in range(6)]
+    assert (view / "part-4.bin").read_bytes() == bytes([4]) * SHARD
+    # an older version's view (a real directory) is replaced by the new kind in place
+    old = cache.view_dir("run-old", "shards")
+    old.mkdir(parents=True)
+    (old / "stale").write_text("x")
+    assert sorted(p.name for p in cache.make_view("run-old", "shards", objects).iterdir())[0] == "part-0.bin"
+
+
+def test_bad_data_entries_and_warm_sources_are_one_clear_error_each(tmp_path):
+    from slurmctl.config.models import format_validation_error
+    from slurmctl.errors import SpecError
+    from slurmctl.submit.warm import warm_spec
+
+    for bad, words in (({"src": "http://x/y"}, "`data.0.src` = 'http://x/y': write the dataset as s3://"),
+                       ({"src": "s3://bkt/a", "cache": "nvme"}, "`data.0.cache` = 'nvme': Input should be 'node'"),
+                       (5, "`data.0` = 5: write a path (a string) or an object-store dataset")):
+        with pytest.raises(ValidationError) as exc:
+            RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p", "data": [bad]})
+        text = format_validation_error(exc.value, "run.yaml")
+        assert words in text and "valid string" not in text and "function-after" not in text, text
+        assert len(exc.value.errors()) == 1, exc.value.errors()
+    site = __import__("slurmctl.config.models", fromlist=["load_site_config"]).load_site_config(
+        REPO / "deploy" / "local" / "site.yaml")
+    with pytest.raises(SpecError, match="SRC 'http://bad/x' is not an object-store dataset") as exc:
+        warm_spec("http://bad/x", "node", "l4-dev", 1, site)
+    assert "s3://bucket/prefix" in exc.value.hint and exc.value.exit_code == 2
+
+
+def test_mount_without_a_container_is_refused_at_submit():
+    from slurmctl.errors import SpecError
+    from slurmctl.submit.submission import refuse_mount_without_image
+
+    def spec(**extra):
+        return RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p", **extra,
+                                       "data": [{"src": "s3://bkt/a/shards", "mount": "/data/shards"}]})
+
+    with pytest.raises(SpecError, match="has `mount: /data/shards`, but the run has no container") as exc:
+        refuse_mount_without_image(spec(), build=False)
+    assert "$SLURMCTL_DATA_SHARDS" in exc.value.hint
+    refuse_mount_without_image(spec(), build=True)  # `submit --build` makes the container
+    refuse_mount_without_image(spec(image="registry.example/x@sha256:" + "0" * 64), build=False)
+    with pytest.raises(ValidationError, match="needs a cached dataset"):
+        DataSource.model_validate({"src": "s3://bkt/a", "cache": "none", "mount": "/data/a"})
+
+
+def test_data_ls_names_the_machine_each_tiers_budget_and_what_runs_staged_on_other_nodes(tmp_path):
+    """A node cache is node-local: `data ls` says whose machine it lists, gives each tier its own budget,
+    and lists what the user's runs staged on the other nodes (their staging records)."""
+    import json
+    import pwd
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    from slurmctl.rundir import write_stage_record
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    site = yaml.safe_load((REPO / "deploy" / "local" / "site.yaml").read_text())
+    node_root, shared_root = tmp_path / "node", tmp_path / "shared"
+    for root in (node_root, shared_root):
+        (root / me / "objects").mkdir(parents=True)
+        os.chmod(root / me, 0o700)
+    (node_root / me / "objects" / "e1.json").write_text(json.dumps(
+        {"url": "s3://bkt/local/a.bin", "size": 1024, "last_used": time.time()}))
+    site["runs_root"] = str(tmp_path / "runs")
+    site["data"] = {**site["data"], "node_cache_dir": str(node_root), "node_cache_budget": "8G",
+                    "shared_cache_dir": str(shared_root), "shared_cache_budget": "2T"}
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    run_dir = tmp_path / "runs" / me / "ds-20261201-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"name": "ds", "created": time.time()}))
+    write_stage_record(run_dir, "41", "h100-2", {"node": "h100-2", "job_id": "41", "time": time.time(), "datasets": [
+        {"name": "shards", "src": "s3://bkt/shards", "cache": "node", "objects": 6, "bytes_total": 3 * 2**20}]})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLURMCTL_SITE_CONFIG": str(tmp_path / "site.yaml"),
+           "COLUMNS": "200"}
+
+    def ls(*args):
+        done = subprocess.run([sys.executable, "-m", "slurmctl.cli", "data", "ls", *args], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    text = ls()
+    host = socket.gethostname()
+    assert f"(node-local: the cache of {host}, the machine this runs on)" in text, text
+    assert "of a 8.0 GiB budget per node (data.node_cache_budget)" in text, text
+    assert "of a 2.0 TiB budget for the whole tier (data.shared_cache_budget)" in text, text
+    assert "s3://bkt/local" in text and "h100-2" in text and "s3://bkt/shards" in text and "3.0 MiB" in text, text
+    assert "run `slurmctl data ls` there" in text
+    listing = json.loads(ls("--json"))
+    assert listing["host"] == host and [c["budget_bytes"] for c in listing["caches"]] == [8 * 2**30, 2 * 2**40]
+    assert listing["staged_by_your_runs"][0]["node"] == "h100-2"

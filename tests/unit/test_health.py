@@ -250,3 +250,32 @@ def test_site_fabric_and_idle_policy_are_validated_with_the_field_named(tmp_path
         with pytest.raises(ConfigError) as err:
             load_site_config(path)
         assert f"`{field}`" in err.value.message
+
+
+def test_a_finished_runs_status_shows_its_data_wait_over_the_whole_run(tmp_path):
+    """What the ranks' records say of the whole run stays in status once the job ended (its transport does not)."""
+    from slurmctl.observe.status import RunStatus
+
+    (tmp_path / "health").mkdir()
+    for rank, (wait, busy) in enumerate([(30.0, 70.0), (5.0, 95.0)]):
+        window = {"batches": 3, "wait_seconds": 0.0, "step_seconds": 1.0, "wait_share": 0.0}  # the last flush
+        (tmp_path / "health" / f"rank-{rank}.json").write_text(json.dumps({
+            "rank": rank, "world_size": 2, "job_id": "9", "transport": {"transport": "socket", "network": "Socket"},
+            "data": {"batches": 400, "wait_seconds": wait, "step_seconds": wait + busy,
+                     "wait_share": wait / (wait + busy), "window": window}}))
+    status = RunStatus("r", str(tmp_path), 9, "COMPLETED", "h", "a", partition="h100")
+    job = Job(job_id=9, name="r", state="COMPLETED", elapsed_seconds=600, time_limit_seconds=900)
+    apply_live_health(status, Run(tmp_path.name, tmp_path), job, _Site("infiniband"))
+    said = [n for n in status.health_notes if "Data loading over the run" in n]
+    assert said and "rank 0 spent 30% of its step time waiting" in said[0] and "mean over ranks 18%" in said[0]
+    assert said[0].startswith("WARNING: input-bound") and "cache: node" in said[0]
+    assert not any(n.startswith(("Network:", "WARNING: NCCL")) for n in status.health_notes)  # history, not news
+
+
+def test_the_end_of_a_pass_over_the_data_reaches_the_record(tmp_path, monkeypatch):
+    """A pass shorter than the flush interval (30 s) still leaves its totals for status once it ended."""
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    rt = Runtime(run_dir=tmp_path)
+    assert list(rt.data(range(8))) == list(range(8))
+    record = json.loads((tmp_path / "health" / "rank-0.json").read_text())
+    assert record["data"]["batches"] == 7  # the first batch (the loader's start-up) is counted apart
