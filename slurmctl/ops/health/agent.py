@@ -261,6 +261,18 @@ def verify(cfg: HookConfig) -> Outcome:
     return Outcome(cfg.node, "failed", findings, evidence.text())
 
 
+def active(cfg: HookConfig) -> Outcome:
+    """The scheduled active check, as a root job on an idle node: the all-reduce alone. A failure
+    drains the node with our reason (never over another's drain); the periodic program then
+    verifies it before it returns, like any node we drained."""
+    findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="active"))
+    failed = first_failure(findings)
+    if failed is None:
+        return Outcome(cfg.node, "passed" if findings else "none", findings,
+                       "" if findings else "no torch python configured: nothing measured")
+    return Outcome(cfg.node, drain(cfg, failed.reason()), findings, failed.reason().text())
+
+
 def log_outcome(cfg: HookConfig, env, moment: str, outcome: Outcome, started: float) -> None:
     """One line in the hooks log (hooklog), and in the job's / slurmd's output."""
     from slurmctl.ops.hooks.hooklog import log_hook  # why: only the entry points log

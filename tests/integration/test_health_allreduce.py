@@ -1,0 +1,116 @@
+"""The active check on real daemons: a throwaway two-node Slurm cluster (throwaway_slurm.py; the
+shared cluster is never drained) whose HealthCheckProgram verifies a node we drained before it
+returns, the verification now running a real gloo all-reduce under real torchrun as root.
+
+One node goes through four verifications in a row (SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS=1):
+the fault stub on `allreduce`, a gloo interface that does not exist, a site minimum bandwidth no
+node reaches, then a clean one that returns the node. The other node runs the scheduled active
+check as root's job (`python -m slurmctl.ops.health active`) with a bad interface: drained.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_node_health import job_by_name, node, wait_for
+from tests.integration.throwaway_slurm import ThrowawayCluster
+
+REPO = Path(__file__).resolve().parents[2]
+TORCH_PYTHON = "/work/main/.venv/bin/python"
+INTERVAL = 5
+NODES = {"an1": "", "an2": ""}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("mariadbd"):
+        pytest.fail("needs root, Slurm and MariaDB (scripts/setup installs them)")
+    if not Path(TORCH_PYTHON).exists():
+        pytest.fail(f"needs torch in {TORCH_PYTHON} (scripts/setup installs it)")
+    c = ThrowawayCluster("allreduce")
+    try:
+        c.faults = c.dir / "hookstate" / "health-faults"
+        for n in NODES:
+            (c.faults / n).mkdir(parents=True, mode=0o755)
+        c.settings = c.dir / "health.env"  # the test changes the site's settings between verifications
+        c.settings.write_text("")
+        env = " ".join([f"SLURM_CONF={c.conf}", f"SLURMCTL_LOCAL_DIR={c.dir}/hookstate",
+                        f"SLURMCTL_HOOKS_LOG={c.dir}/log/hooks.jsonl", "SLURMCTL_MIN_FREE_SCRATCH_MB=1",
+                        "SLURMCTL_MIN_FREE_SHM_MB=1", "SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS=1",
+                        f"SLURMCTL_HEALTH_TORCH_PYTHON={TORCH_PYTHON}", "SLURMCTL_DATA_CACHE_DIRS="])
+        hc = c.dir / "healthcheck.sh"
+        hc.write_text(f"#!/bin/sh\nexport {env}\n. {c.settings}\nexec /usr/bin/python3 {REPO}/plugins/healthcheck.py\n")
+        hc.chmod(0o755)
+        c.hook_env = env
+        c.write("\n".join([f"HealthCheckProgram={hc}", f"HealthCheckInterval={INTERVAL}", "HealthCheckNodeState=ANY",
+                           "SelectType=select/cons_tres", "SchedulerParameters=sched_interval=2,bf_interval=2",
+                           "PartitionName=main Nodes=ALL Default=YES MaxTime=60 State=UP", ""]), NODES)
+        c.start()
+        c.start_slurm()
+        yield c
+    finally:
+        c.close()
+
+
+def verify_lines(c: ThrowawayCluster) -> list[dict]:
+    return [d for d in map(json.loads, c.log("hooks.jsonl").splitlines()) if d.get("hook") == "health-verify"]
+
+
+def test_verification_runs_a_gloo_allreduce_and_keeps_a_bad_or_slow_node_drained(cluster):
+    c = cluster
+    show = lambda: "\n".join([c.run(["squeue", "-h", "-t", "all", "-o", "%i %u %j %T %r %N"]).stdout,  # noqa: E731
+                              c.run(["sinfo", "-h", "-N", "-o", "%N %T %E"]).stdout, c.log("hooks.jsonl")[-3000:]])
+    stub = c.faults / "an1" / "allreduce"
+    stub.write_text("simulated slow interconnect\n")
+    ours = "slurmctl:[node_problem] disk: repaired by the test"
+    assert c.run(["scontrol", "update", "nodename=an1", "state=drain", f"reason={ours}"]).returncode == 0
+
+    def verified_with(text: str):
+        return lambda: text in node(c, "an1")["reason"] and node(c, "an1")
+
+    failed = wait_for("stub", verified_with("verify: allreduce: injected fault"), 6 * INTERVAL + 60, show=show)
+    assert failed["drained"] and failed["reason"] == \
+        "slurmctl:[node_problem] verify: allreduce: injected fault: simulated slow interconnect", failed
+
+    stub.unlink()  # a real failure: the ranks cannot bind a gloo interface that does not exist
+    c.settings.write_text("export SLURMCTL_HEALTH_GLOO_IFNAME=nosuch0\n")
+    failed = wait_for("bad interface", verified_with("nosuch0"), 6 * INTERVAL + 90, show=show)
+    assert failed["drained"], failed
+    assert failed["reason"] == ("slurmctl:[node_problem] verify: allreduce: gloo all-reduce over 2 ranks failed: "
+                                "Unable to find address for: nosuch0"), failed
+
+    c.settings.write_text("export SLURMCTL_HEALTH_MIN_BUSBW_MBPS=100000000\n")  # 100 TB/s: no node reaches it
+    failed = wait_for("too slow", verified_with("too slow"), 6 * INTERVAL + 90, show=show)
+    assert failed["drained"], failed
+    assert failed["reason"].startswith("slurmctl:[node_problem] verify: allreduce: gloo all-reduce over 2 ranks: "
+                                       "bus bandwidth "), failed
+    assert failed["reason"].endswith(": too slow, the site minimum is 100000000 MB/s"), failed
+
+    c.settings.write_text("")  # the site's defaults: the node passes and returns
+    wait_for("an1 back in service", lambda: not node(c, "an1")["drained"]
+             and (job_by_name(c, "slurmctl-verify-an1") or ("",))[0] == "COMPLETED", 6 * INTERVAL + 90, show=show)
+    passed = [d for d in verify_lines(c) if d.get("action") == "passed"][-1]
+    measured = next(f for f in passed["findings"] if f["check"] == "allreduce")
+    assert measured["ok"] and measured["detail"].startswith("gloo all-reduce over 2 ranks: bus bandwidth "), passed
+    print(measured["detail"])
+
+
+def test_the_scheduled_active_check_drains_a_node_whose_allreduce_fails(cluster):
+    c = cluster
+    command = (f"cd / && exec /usr/bin/env {c.hook_env} SLURMCTL_HEALTH_GLOO_IFNAME=nosuch0 PYTHONPATH={REPO} "
+               "/usr/bin/python3 -m slurmctl.ops.health active")
+    out = c.run(["sbatch", "--parsable", "--job-name=slurmctl-active-an2", "--nodelist=an2", "--time=5",
+                 f"--output={c.dir}/jobs/active-%j.out", f"--wrap={command}"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    wait_for("an2 drained by the active check", lambda: node(c, "an2")["drained"], 120,
+             show=lambda: c.log("hooks.jsonl")[-2000:])
+    assert node(c, "an2")["reason"] == ("slurmctl:[node_problem] allreduce: gloo all-reduce over 2 ranks failed: "
+                                        "Unable to find address for: nosuch0")
+    wait_for("the active job FAILED", lambda: c.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State"])
+             .stdout.strip() == "FAILED", 30)
