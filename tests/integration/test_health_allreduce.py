@@ -2,6 +2,8 @@
 shared cluster is never drained) whose HealthCheckProgram verifies a node we drained before it
 returns, the verification now running a real gloo all-reduce under real torchrun as root.
 
+Then `slurmctl nodes --json` charges the drained node its drained GPU-hours from accounting.
+
 One node goes through four verifications in a row (SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS=1):
 the fault stub on `allreduce`, a gloo interface that does not exist, a site minimum bandwidth no
 node reaches, then a clean one that returns the node. The other node runs the scheduled active
@@ -13,6 +15,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
+import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -50,6 +55,13 @@ def cluster():
         c.write("\n".join([f"HealthCheckProgram={hc}", f"HealthCheckInterval={INTERVAL}", "HealthCheckNodeState=ANY",
                            "SelectType=select/cons_tres", "SchedulerParameters=sched_interval=2,bf_interval=2",
                            "PartitionName=main Nodes=ALL Default=YES MaxTime=60 State=UP", ""]), NODES)
+        # two fake GPUs per node (character devices, as the local cluster's): the GPU-hours lost to a node
+        (c.dir / "dev").mkdir()
+        for i in range(2):
+            os.mknod(c.dir / "dev" / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(195, i))
+        (c.dir / "gres.conf").write_text(f"AutoDetect=off\nNodeName=an[1-2] Name=gpu File={c.dir}/dev/nvidia[0-1]\n")
+        c.conf.write_text("\n".join(line + " Gres=gpu:2" if line.startswith("NodeName=") else line
+                                    for line in c.conf.read_text().splitlines()) + "\n")
         c.start()
         c.start_slurm()
         yield c
@@ -114,3 +126,24 @@ def test_the_scheduled_active_check_drains_a_node_whose_allreduce_fails(cluster)
                                         "Unable to find address for: nosuch0")
     wait_for("the active job FAILED", lambda: c.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State"])
              .stdout.strip() == "FAILED", 30)
+
+
+def test_nodes_shows_the_gpu_hours_the_drained_node_lost(cluster):
+    """After the tests above: an1 spent its verifications drained ([node_problem], 2 GPUs); an2 was
+    drained by the active check. Accounting's node events charge them; read as alice."""
+    c = cluster
+    out = subprocess.run(["runuser", "-u", "alice", "--", "env", f"SLURM_CONF={c.conf}", "PATH=/usr/bin:/bin",
+                          f"PYTHONPATH={REPO}", TORCH_PYTHON, "-m", "slurmctl.cli", "nodes", "--json"],
+                         capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert out.returncode == 0, out.stderr
+    views = {v["node"]: v for v in json.loads(out.stdout)}
+    events = c.run(["sacctmgr", "-n", "-P", "show", "event", "format=NodeName,TimeStart,TimeEnd,State,Reason"]).stdout
+    an1 = views["an1"]["gpu_hours_lost"]
+    assert views["an1"]["gpus"] == 2 and an1["failed_jobs"] == 0 and an1["jobs"] == 0, views["an1"]
+    spans = [line.split("|") for line in events.splitlines() if line.startswith("an1|")]
+    seconds = sum((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+                  for _, start, end, _, reason in spans if reason.startswith("slurmctl:[node_problem]"))
+    assert len(spans) >= 4 and seconds > 0, events  # the drain before each of the four verifications
+    assert an1["drained"] == pytest.approx(2 * seconds / 3600, abs=0.001), (views["an1"], events)
+    assert an1["total"] == an1["drained"]
+    print({n: v["gpu_hours_lost"] for n, v in views.items()}, events, sep="\n")

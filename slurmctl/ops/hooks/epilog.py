@@ -279,20 +279,21 @@ def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     return diagnose_file(Path(log_path), slurm_state, exit_code).category
 
 
-def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
-    """A failed job's category on this node (health/blame.py scores them): its log read as the
-    job's user, bounded by cfg.user_read_timeout. Jobs that ended well cost one comparison."""
+def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> str | None:
+    """A failed job's category on this node (health/blame.py scores them; the cost record keeps it
+    for the GPU-hours lost to the node, health/lost.py): its log read as the job's user, bounded by
+    cfg.user_read_timeout. Jobs that ended well cost one comparison."""
     code = env.get("SLURM_JOB_EXIT_CODE2") or ""
     state = info.state if info else ""
     if (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL")) or info is None:
-        return
+        return None
     uid_text, user = env.get("SLURM_JOB_UID") or "", env.get("SLURM_JOB_USER") or ""
     log = info.std_out.replace("%j", str(info.job_id)).replace("%A", str(info.job_id)).replace("%u", user)
     if not uid_text.isdigit() or not log.startswith("/") or "%" in log:
-        return
+        return None
     gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
     if gid is None:
-        return
+        return None
     from slurmctl.observe import diagnose  # why: only a failed job's epilog classifies; preloaded for the child
 
     try:
@@ -300,9 +301,9 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
                                  else "FAILED", code, timeout=cfg.user_read_timeout)
     except AsUserError as exc:
         result.notes.append(f"failure not classified: {exc}")
-        return
+        return None
     if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
-        return
+        return None
     nodes: list[str] = []
     if info.nodelist and cfg.slurm is not None:
         try:  # the job's peers: blame singles out the node its failing jobs have in common
@@ -312,6 +313,7 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     blame.record(cfg.health_failures_dir, blame.Failure(info.job_id, category, time.time(), int(uid_text),
                                                         tuple(nodes or [cfg.node])))
     result.notes.append(f"failure classified: {category}")
+    return category
 
 
 def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
@@ -330,6 +332,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     result = HookResult()
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     info = jobinfo.query_job(cfg.slurm, job_id)
+    classified: dict[str, str | None] = {}
     if info is None:
         result.notes.append("Slurm did not describe the job; record has no state/times")
     steps = (
@@ -338,7 +341,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("scratch", lambda: remove_scratch(cfg, job_id)),
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
         ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
-        ("failure class", lambda: classify_failure(cfg, env, info, result)),
+        ("failure class", lambda: classified.update(category=classify_failure(cfg, env, info, result))),
     )
     for label, step in steps:
         try:
@@ -348,6 +351,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     check_node(cfg, job_id, result)
     now = time.time()
     record = build_record(cfg, env, info, now, result)
+    record.failure_category = classified.get("category")
     try:
         record_killed_attempt(cfg, env, info, record, now, result)
     except Exception as exc:  # noqa: BLE001 - the cost record must be written
