@@ -141,12 +141,8 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, action, findings, failed.reason().text())
     if verifying:
         return settle_verification(cfg, row, findings, now)
-    if not row.drained:
-        failures = blame.read(cfg.health_failures_dir)
-        verdict = blame.suspect(cfg.node, failures, now, blame.passed_at(cfg.health_failures_dir))
-        if verdict.suspect:
-            why = reasons.DrainReason(reasons.NODE_PROBLEM, "suspect", verdict.why)
-            return Outcome(cfg.node, drain(cfg, why), findings, why.text())
+    if not row.drained and (why := suspect_reason(cfg, now)) is not None:
+        return Outcome(cfg.node, drain(cfg, why), findings, why.text())
     ours = reasons.parse(row.reason) if row.drained else None
     if ours is None:
         return Outcome(cfg.node, "none", findings)
@@ -157,6 +153,13 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, "waiting", findings,
                        f"the failed verification is retried {cfg.verify_retry_seconds - age:.0f} s from now")
     return start_verification(cfg, findings)
+
+
+def suspect_reason(cfg: HookConfig, now: float) -> reasons.DrainReason | None:
+    """Our suspect drain reason when this node's recorded failures make it a suspect (blame.suspect)."""
+    verdict = blame.suspect(cfg.node, blame.read(cfg.health_failures_dir), now,
+                            blame.passed_at(cfg.health_failures_dir))
+    return reasons.DrainReason(reasons.NODE_PROBLEM, "suspect", verdict.why) if verdict.suspect else None
 
 
 def seconds_since(slurm_time: str, now: float | None = None) -> float | None:

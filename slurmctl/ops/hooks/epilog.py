@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 from slurmctl.errors import AsUserError, SlurmctlError
 from slurmctl.ops.health import blame
-from slurmctl.ops.health.agent import drain
+from slurmctl.ops.health.agent import drain, suspect_reason
 from slurmctl.ops.health.checks import Subject, first_failure, run_checks
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
@@ -272,6 +273,10 @@ def _own_user_dir(top: int, user: str) -> int:
     return fd
 
 
+# slurmstepd's line in the job's log when an attempt is requeued (scontrol requeue, our `end`)
+_REQUEUE_BANNER = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE \*\*\*")
+
+
 def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     """Runs in the child, as the job's user: the category `diagnose` gives the job's log."""
     from slurmctl.observe.diagnose import diagnose_file  # why: the child's; preloaded by classify_failure
@@ -279,13 +284,36 @@ def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     return diagnose_file(Path(log_path), slurm_state, exit_code).category
 
 
+def requeued_attempt_category(log_path: str) -> str:
+    """Runs in the child, as the job's user: the category of the attempt being requeued, read from
+    its own lines only -- after the previous requeue's banner, before its own (the banner says
+    "requeue", which `diagnose` rightly calls a preemption; what failed comes before it)."""
+    from slurmctl.observe.diagnose import diagnose_text  # why: the child's, as above
+    from slurmctl.observe.log_reading import read_tail  # why: as above
+
+    lines = read_tail(Path(log_path)).splitlines(keepends=True)
+    marks = [i for i, line in enumerate(lines) if _REQUEUE_BANNER.search(line)]
+    if marks:
+        lines = lines[marks[-2] + 1 if len(marks) > 1 else 0:marks[-1]]
+    return diagnose_text("".join(lines)).category
+
+
+def being_requeued(info: JobInfo | None) -> bool:
+    """The attempt ending here is being requeued: Slurm already describes the next attempt, whose
+    end (requeue time + time limit) lies in the future (see build_record)."""
+    return info is not None and info.end_time is not None and info.end_time > time.time() + 1
+
+
 def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> str | None:
     """A failed job's category on this node (health/blame.py scores them; the cost record keeps it
     for the GPU-hours lost to the node, health/lost.py): its log read as the job's user, bounded by
-    cfg.user_read_timeout. Jobs that ended well cost one comparison."""
+    cfg.user_read_timeout. Jobs that ended well cost one comparison. An attempt that is being
+    requeued shows exit code 0:0 whatever killed it (the run's `end` requeues a failed attempt
+    itself): its log decides, and only a failure it shows is recorded."""
     code = env.get("SLURM_JOB_EXIT_CODE2") or ""
     state = info.state if info else ""
-    if (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL")) or info is None:
+    requeued = being_requeued(info)
+    if info is None or (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL") and not requeued):
         return None
     uid_text, user = env.get("SLURM_JOB_UID") or "", env.get("SLURM_JOB_USER") or ""
     log = info.std_out.replace("%j", str(info.job_id)).replace("%A", str(info.job_id)).replace("%u", user)
@@ -297,13 +325,19 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     from slurmctl.observe import diagnose  # why: only a failed job's epilog classifies; preloaded for the child
 
     try:
-        category = asuser.run_as(int(uid_text), gid, diagnose_category, log, state if state in ("FAILED", "NODE_FAIL")
-                                 else "FAILED", code, timeout=cfg.user_read_timeout)
+        if requeued:
+            category = asuser.run_as(int(uid_text), gid, requeued_attempt_category, log, timeout=cfg.user_read_timeout)
+        else:
+            said = state if state in ("FAILED", "NODE_FAIL") else "FAILED"
+            category = asuser.run_as(int(uid_text), gid, diagnose_category, log, said, code,
+                                     timeout=cfg.user_read_timeout)
     except AsUserError as exc:
         result.notes.append(f"failure not classified: {exc}")
         return None
     if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
         return None
+    if requeued and category == "unknown":
+        return None  # a requeue whose log shows no failure: a drain, a preemption
     nodes: list[str] = []
     if info.nodelist and cfg.slurm is not None:
         try:  # the job's peers: blame singles out the node its failing jobs have in common
@@ -314,6 +348,29 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
                                                         tuple(nodes or [cfg.node])))
     result.notes.append(f"failure classified: {category}")
     return category
+
+
+def exclude_if_suspect(cfg: HookConfig, info: JobInfo | None, category: str | None, result: HookResult) -> None:
+    """A GPU/NCCL-class failure was just recorded here: judge this node now, not at the periodic
+    program's next run, so the job's requeue (its attempt ends in this epilog) cannot be placed back
+    on a suspect. A suspect is drained, and added to the requeued job's ExcNodeList -- its own job,
+    as its expediter adds a lost node; the job's later attempts never run here."""
+    if category not in blame.GPU_CLASS or info is None or cfg.slurm is None:
+        return
+    why = suspect_reason(cfg, time.time())
+    if why is None:
+        return
+    result.notes.append(f"health: {why.text()} -> {drain(cfg, why)}")
+    view = cfg.slurm.requeue_wait(info.job_id)
+    if view is None or view[0] not in ("COMPLETING", "PENDING") or not being_requeued(info):
+        return
+    have = cfg.slurm.hostnames(view[2]) if view[2] and view[2] != "(null)" else []
+    excluded = ",".join(dict.fromkeys([*have, cfg.node]))
+    try:
+        cfg.slurm.update_job(info.job_id, ExcNodeList=excluded)
+        result.notes.append(f"requeued job excludes the suspect: ExcNodeList={excluded}")
+    except SlurmctlError as exc:
+        result.notes.append(f"could not exclude the suspect from the requeued job: {exc.message}")
 
 
 def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
@@ -342,6 +399,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
         ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
         ("failure class", lambda: classified.update(category=classify_failure(cfg, env, info, result))),
+        ("suspect", lambda: exclude_if_suspect(cfg, info, classified.get("category"), result)),
     )
     for label, step in steps:
         try:
