@@ -87,6 +87,9 @@ class HookConfig:
     verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
     # a verification job still pending this long after its submission has failed to start
     verify_start_seconds: float = 1800.0
+    # start the run's requeue expediter from the epilog (epilog.start_requeue_expediter): where slurmd
+    # uses proctrack/cgroup, which kills the one the batch script detached with the job's cgroup
+    epilog_expediter: bool = False
     # the active check (health/allreduce.py): skipped without a python that has torch
     torch_python: str = ""
     allreduce_ranks: int = 2
@@ -130,6 +133,7 @@ class HookConfig:
             health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
             verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
             verify_start_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_START_SECONDS") or 1800),
+            epilog_expediter=env.get("SLURMCTL_EPILOG_EXPEDITER") == "1",
             torch_python=env.get("SLURMCTL_HEALTH_TORCH_PYTHON") or "",
             allreduce_ranks=max(2, int(env.get("SLURMCTL_HEALTH_ALLREDUCE_RANKS") or 2)),
             gloo_ifname=env.get("SLURMCTL_HEALTH_GLOO_IFNAME") or "",

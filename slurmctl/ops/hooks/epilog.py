@@ -373,6 +373,44 @@ def exclude_if_suspect(cfg: HookConfig, info: JobInfo | None, category: str | No
         result.notes.append(f"could not exclude the suspect from the requeued job: {exc.message}")
 
 
+def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
+    """Under proctrack/cgroup the job's cgroup is killed whole, and with it the expediter the batch
+    script detached (runtime/attempt.start_expediter): the requeued run would wait Slurm's BeginTime.
+    The epilog runs outside that cgroup, so for a run's attempt that is being requeued it starts the
+    expediter here, as the job's user: its own session, the user's ids set in the child itself (no
+    runuser/su around it, which would end it when the epilog ends), a clean environment. It acts
+    only on the user's own job, as the user could from a login shell, and ends by itself. On where
+    the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for slurmd with proctrack/cgroup)."""
+    if not cfg.epilog_expediter or info is None or not being_requeued(info) or run_id_of(env) is None:
+        return
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID")) if uid_text.isdigit() else None
+    if gid is None:
+        return
+    import pwd
+    import subprocess
+    import sys  # why: these three only for the requeue of a run, not every job's epilog
+
+    try:
+        user = pwd.getpwuid(int(uid_text))
+    except KeyError:
+        return
+    package_root = Path(__file__).resolve().parents[3]
+    child_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root), "HOME": user.pw_dir,
+                 "USER": user.pw_name, "LC_ALL": "C"}
+    if env.get("SLURM_CONF"):  # the hook's own cluster
+        child_env["SLURM_CONF"] = env["SLURM_CONF"]
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "slurmctl.runtime.attempt", "expedite-requeue", "--job", str(info.job_id)],
+            user=int(uid_text), group=gid, extra_groups=os.getgrouplist(user.pw_name, gid), start_new_session=True,
+            cwd="/", env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        result.notes.append(f"requeue expediter not started: {exc}")
+        return
+    result.notes.append(f"requeue expediter started as uid {uid_text} (pid {child.pid}), outside the job's cgroup")
+
+
 def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
     """The epilog's health checks, after the cleanup: a failure drains the node with our reason
     (the epilog itself still exits 0: Slurm's own "Epilog error" drain would hide the cause)."""
@@ -400,6 +438,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
         ("failure class", lambda: classified.update(category=classify_failure(cfg, env, info, result))),
         ("suspect", lambda: exclude_if_suspect(cfg, info, classified.get("category"), result)),
+        ("expediter", lambda: start_requeue_expediter(cfg, env, info, result)),
     )
     for label, step in steps:
         try:
