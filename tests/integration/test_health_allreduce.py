@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import ROOT, SLURMCTL
 from tests.integration.test_node_health import job_by_name, node, wait_for
 from tests.integration.throwaway_slurm import ThrowawayCluster
 
@@ -147,3 +148,57 @@ def test_nodes_shows_the_gpu_hours_the_drained_node_lost(cluster):
     assert an1["drained"] == pytest.approx(2 * seconds / 3600, abs=0.001), (views["an1"], events)
     assert an1["total"] == an1["drained"]
     print({n: v["gpu_hours_lost"] for n, v in views.items()}, events, sep="\n")
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                    reason="chromium and chromium-driver are in deploy/local/apt-extras.txt")
+def test_the_operators_nodes_page_in_chromium_shows_the_view_as_text(cluster):
+    """root's `slurmctl web` on this cluster: the Nodes page renders node_views (the same as `slurmctl
+    nodes`), and an operator's reason holding markup is shown as text, never run."""
+    from selenium.webdriver.common.by import By
+
+    from tests.integration.test_web_browser import SCREENS, WebServer, _browser, _wait
+
+    c = cluster
+    hostile = 'maint <script>document.title="pwned"</script> & <b>bold</b>'
+    assert c.run(["scontrol", "update", "nodename=an2", "state=drain", f"reason={hostile}"]).returncode == 0
+    server = WebServer(_RootOn(c))
+    driver = None
+    try:
+        driver = _browser()
+        driver.get(server.url)
+        driver.find_element(By.ID, "nav-nodes").click()
+        table = _wait(lambda: driver.find_elements(By.ID, "nodes"), 20, "the Nodes page")[0]
+        SCREENS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SCREENS / "nodes.png"))
+        rows = {r.get_attribute("data-node"): [td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")}
+        expected = {v["node"]: v for v in json.loads(ROOT.run([*SLURMCTL, "nodes", "--json"],
+                                                              env={"SLURM_CONF": str(c.conf)}).stdout)}
+        assert set(rows) == set(expected) == {"an1", "an2"}, rows
+        an2 = rows["an2"]
+        assert an2[2] == "root" and an2[5] == hostile, an2  # the reason as text, markup and all
+        assert driver.title != "pwned" and not table.find_elements(By.TAG_NAME, "b")
+        assert not driver.find_elements(By.CSS_SELECTOR, "td script")
+        for name, cells in rows.items():
+            lost = expected[name]["gpu_hours_lost"]
+            assert cells[8] == "2" and cells[11] == f"{lost['total']:.2f}", (cells, lost)
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.stop()
+        c.run(["scontrol", "update", "nodename=an2", "state=resume"])
+
+
+class _RootOn:
+    """root (the operator) whose commands speak to the throwaway cluster (SLURM_CONF)."""
+
+    def __init__(self, c: ThrowawayCluster):
+        self.c = c
+
+    def argv(self, argv):
+        return ROOT.argv(argv, env={"SLURM_CONF": str(self.c.conf)})
+
+    @property
+    def home(self):
+        return ROOT.home
