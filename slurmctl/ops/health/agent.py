@@ -30,12 +30,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.health import blame, reasons
 from slurmctl.ops.health.checks import Finding, Subject, first_failure, run_checks
 from slurmctl.ops.hooks.config import HookConfig
-from slurmctl.slurm.records import NodeHealthRow
+
+if TYPE_CHECKING:  # annotations only: the prolog imports this module and never reads a node row
+    from slurmctl.slurm.records import NodeHealthRow
 
 VERIFY_PREFIX = "slurmctl-verify-"
 VERIFY_JOB_LIMIT = "00:10:00"

@@ -26,14 +26,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmctl.errors import UnsafeDirectory
-from slurmctl.ops.health import allreduce
 from slurmctl.ops.health.reasons import NODE_PROBLEM, USER_PROBLEM, DrainReason, one_line
 from slurmctl.ops.hooks import jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
@@ -213,6 +211,8 @@ def check_leftovers(subject: Subject) -> Finding | None:
 
 
 def _visible_gpus(cfg: HookConfig) -> set[str]:
+    import subprocess  # why: only a node with nvidia-smi runs a command here; the prolog starts faster without
+
     try:
         proc = subprocess.run([cfg.nvidia_smi, "--query-gpu=index", "--format=csv,noheader"],
                               capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT)
@@ -324,6 +324,8 @@ def check_allreduce(subject: Subject) -> Finding | None:
     cfg = subject.cfg
     if not cfg.torch_python:
         return None
+    from slurmctl.ops.health import allreduce  # why: verification jobs only; it brings subprocess
+
     measured, why = allreduce.measure(cfg.torch_python, cfg.allreduce_ranks, cfg.gloo_ifname, cfg.allreduce_timeout)
     if measured is None:
         return Finding("allreduce", False, why)
