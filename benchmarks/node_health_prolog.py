@@ -5,6 +5,9 @@ about), state goes to a temporary directory.
 
     /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE] [OTHERS]
 
+Each prolog is also run N/4 times under `python3 -X importtime` (interleaved the same way): what
+the whole process spends importing, and how much of it is slurmctl's own modules.
+
 BASELINE_TREE: a checkout of another commit (`git archive <commit> slurmctl plugins | tar -x -C DIR`):
 its prolog joins the interleaving, e.g. the one before the health checks ("-": none).
 OTHERS: that many processes of another user (bob, `sleep`) carrying another node's job environment
@@ -64,6 +67,15 @@ def run(n: int, baseline: str | None, others: int) -> None:
                 times[name].append((time.perf_counter() - t0) * 1000)
                 if done.returncode != 0:
                     raise SystemExit(f"{name} exited {done.returncode}: {done.stderr.decode().strip()}")
+        prologs = {("this prolog" if "health" in k else "the baseline"): v
+                   for k, v in commands.items() if "prolog" in k}
+        imports: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in prologs}
+        for _ in range(max(1, n // 4)):
+            for name, argv in prologs.items():
+                done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=env, capture_output=True, text=True)
+                total, own = import_ms(done.stderr)
+                imports[name][0].append(total)
+                imports[name][1].append(own)
     floor, ours = times["python3 -c pass"], times["prolog with health checks"]
     print(f"{n} runs each, interleaved, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
           f"{others} processes of another user's job alive")
@@ -75,6 +87,21 @@ def run(n: int, baseline: str | None, others: int) -> None:
         base = times["baseline prolog"]
         print(f"  ratio prolog/baseline        p50 {statistics.median(ours) / statistics.median(base):.2f}x  "
               f"p99 {p99(ours) / p99(base):.2f}x")
+    for name, (total, own) in imports.items():
+        print(f"  imports of {name:17s} p50 {statistics.median(total):5.1f} ms (slurmctl's own modules "
+              f"{statistics.median(own):5.1f} ms)  p99 {p99(total):5.1f} ms   [python -X importtime]")
+
+
+def import_ms(stderr: str) -> tuple[float, float]:
+    """(all imports, slurmctl's modules) in ms from `-X importtime`: the sum of the self times."""
+    total = own = 0
+    for line in stderr.splitlines():
+        parts = line.split("|")
+        if line.startswith("import time:") and len(parts) == 3 and parts[0].split(":")[1].strip().isdigit():
+            us = int(parts[0].split(":")[1])
+            total += us
+            own += us if parts[2].strip().startswith("slurmctl") else 0
+    return total / 1000, own / 1000
 
 
 if __name__ == "__main__":

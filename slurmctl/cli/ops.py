@@ -44,22 +44,27 @@ def cleanup(ctx: Context, apply_: bool, run_ref: str | None, as_json: bool) -> N
 @json_option
 @pass_ctx
 def nodes(ctx: Context, only: str | None, as_json: bool) -> None:
-    """Nodes as an operator sees them: state, who drained each and why, checks, verification, suspect score."""
+    """Nodes as an operator sees them: state, who drained each and why, checks, verification, suspect score.
+
+    With the GPU-hours lost to each node this week: attempts that died of it, and its drained time."""
     import os
     from pathlib import Path
 
+    from slurmctl.ops.accounting import cost_records_dir
     from slurmctl.ops.health.view import node_views
 
     local = os.environ.get("SLURMCTL_LOCAL_DIR")  # the local dev cluster's shared state: the failure spools
-    views = node_views(ctx.client, only, Path(local) if local else None)
+    views = node_views(ctx.client, only, Path(local) if local else None, cost_spool=cost_records_dir(ctx.site))
     if as_json:
         print_json([v.to_dict() for v in views])
         return
-    out.print(f"{'NODE':12} {'STATE':22} {'DRAINED BY':11} {'CHECK':10} {'SUSPECT':7}  WHY", markup=False)
+    out.print(f"{'NODE':12} {'STATE':22} {'DRAINED BY':11} {'CHECK':10} {'SUSPECT':7} {'GPU-H LOST':>10}  WHY",
+              markup=False)
     for v in views:
         check = f"{v.check}{' (verifying)' if v.verifying else ''}" if v.check or v.verifying else "-"
         score = "-" if v.suspect_score is None else str(v.suspect_score)
+        lost = "?" if v.gpu_hours_lost is None else f"{v.gpu_hours_lost.total:.1f}"
         why = (f"[{v.blame}] " if v.blame else "") + (v.reason or "") + (f" (since {v.since})" if v.since else "")
         # node names, reasons and users are data, never markup
-        out.print(f"{v.node:12} {v.state:22} {v.drained_by or '-':11} {check:10} {score:7}  {why or '-'}",
+        out.print(f"{v.node:12} {v.state:22} {v.drained_by or '-':11} {check:10} {score:7} {lost:>10}  {why or '-'}",
                   markup=False)

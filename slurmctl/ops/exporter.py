@@ -20,6 +20,8 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -32,6 +34,8 @@ from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.demand import node_demand
 from slurmctl.ops.health import reasons as health_reasons
+from slurmctl.ops.health.lost import GpuHoursLost, gpu_hours_lost
+from slurmctl.ops.health.view import diagnosed_categories
 from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
 from slurmctl.rundir import Run, run_id_from_comment
@@ -42,6 +46,9 @@ from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 # QOS limits change when an operator runs accounting.sh, not between scrapes: sacctmgr (slurmdbd) is
 # asked at most this often, and its last answer kept while it does not answer.
 QOS_REFRESH_SECONDS = 300.0
+# GPU-hours lost per node over the last week (health/lost.py: one sacct over 7 days of attempts and
+# one sacctmgr): a weekly figure moves slowly, and the sacct call is the snapshot's heaviest.
+LOST_REFRESH_SECONDS = 600.0
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
 # responding) makes the node's free GPUs count as down.
@@ -82,6 +89,7 @@ class Snapshot:
     qos: dict[str, QosLimits] = field(default_factory=dict)  # each QOS's limits (cached: see QOS_REFRESH_SECONDS)
     runs: list[RunSample] = field(default_factory=list)
     health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
+    gpu_hours_lost: dict[str, GpuHoursLost] = field(default_factory=dict)  # node -> this week (LOST_REFRESH_SECONDS)
 
 
 def node_state(state: str) -> str:
@@ -139,6 +147,8 @@ class SnapshotCache:
         self.data_by_node: dict[str, list[float]] = {}
         self._qos: dict[str, QosLimits] = {}
         self._qos_mono = float("-inf")
+        self._lost: dict[str, GpuHoursLost] = {}
+        self._lost_mono = float("-inf")
 
     def get(self) -> Snapshot:
         with self._lock:
@@ -174,7 +184,23 @@ class SnapshotCache:
         runs, health = self._read_runs(run_jobs, now)
         self._read_staging(run_jobs, {node.name for node in nodes})
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
-                        policies=policies, qos=self._qos_table(), runs=runs, health=health)
+                        policies=policies, qos=self._qos_table(), runs=runs, health=health,
+                        gpu_hours_lost=self._lost_table(nodes))
+
+    def _lost_table(self, nodes: list[NodeUsage]) -> dict[str, GpuHoursLost]:
+        if self.clock() - self._lost_mono >= LOST_REFRESH_SECONDS:
+            self._lost_mono = self.clock()
+
+            gpus: dict[str, int] = {}
+            for node in nodes:
+                gpus[node.name] = max(gpus.get(node.name, 0), node.gpus)
+            spool = Path(self.site.cost_records_dir) if self.site.cost_records_dir else None
+            try:
+                self._lost = gpu_hours_lost(self.client, gpus, diagnosed_categories(spool),
+                                            datetime.now().replace(microsecond=0))
+            except SlurmctlError:
+                pass  # slurmdbd down: the last figures until it answers
+        return self._lost
 
     def _qos_table(self) -> dict[str, QosLimits]:
         if self.clock() - self._qos_mono >= QOS_REFRESH_SECONDS:
@@ -322,6 +348,13 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
     yield _gauge("slurmctl_node_health_check_failed", "1 for each node our health checks drained, by the check "
                  "that failed (suspect: blamed from diagnosed failures; verify: failed its verification job).",
                  ["node", "check"], check_failed)
+    lost: dict[tuple, float] = {}
+    for name, hours in snap.gpu_hours_lost.items():
+        lost[(name, "failed_jobs")] = round(hours.failed_jobs, 4)
+        lost[(name, "drained")] = round(hours.drained, 4)
+    yield _gauge("slurmctl_node_gpu_hours_lost", "GPU-hours lost to each node over the last 7 days: attempts that "
+                 "died of it (NODE_FAIL, or FAILED with a GPU/NCCL-class diagnosis) and time it was down or drained "
+                 "for its own problems (docs/node-health.md).", ["node", "cause"], lost)
     yield _gauge("slurmctl_pending_capacity_elsewhere_oldest_seconds",
                  "Oldest wait of a pending job while another of its acceptable partitions has room for it.",
                  ["partition"], _capacity_elsewhere(snap))

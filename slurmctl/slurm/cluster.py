@@ -103,6 +103,20 @@ class ClusterQueries:
                 reason_user=clean["UserLong"], reason_time=clean["TimeStamp"], gres=clean["Gres"]))
         return list(found.values())
 
+    def node_events(self, start: datetime, end: datetime,
+                    timeout: float = 60.0) -> list[tuple[str, str, str, str, str]]:
+        """(node, start, end, state, reason) of every node event (down, drain) accounting holds that
+        overlaps the window, one sacctmgr call. Reasons are set by root, operators and slurmd, never by
+        users; Reason is the last column, so one holding the separator stays whole."""
+        argv = ["sacctmgr", "-n", "-P", "show", "event", f"start={start.isoformat(timespec='seconds')}",
+                f"end={end.isoformat(timespec='seconds')}", "format=NodeName,TimeStart,TimeEnd,State,Reason"]
+        found = []
+        for line in self._run(argv, timeout=timeout).stdout.splitlines():
+            parts = line.split("|", 4)
+            if len(parts) == 5 and parts[0]:  # a cluster event (TRES registered) names no node
+                found.append((parts[0], parts[1], parts[2], parts[3], parts[4]))
+        return found
+
     def partitions(self) -> dict[str, PartitionInfo]:
         """Each partition's MaxTime and availability, one sinfo call."""
         result = self._run(["sinfo", "-h", "-o", SEP.join(["%R", "%l", "%a"])])

@@ -124,6 +124,10 @@ class WebApp:
                 return Response(200, line_chart(pages.showback_chart(data["report"], by), "svg"), "image/svg+xml",
                                 {"Cache-Control": "no-store"})
             return self._page("showback.html", title="Showback", by=by, days=days, **data)
+        if parts[0] == "nodes" and len(parts) == 1:
+            if not self.operator:
+                raise NotAllowed("nodes is the operator's page (run `slurmctl web` as root)")
+            return self._page("nodes.html", title="Nodes", **pages.nodes_page(self.ctx))
         if parts[0] == "run" and len(parts) >= 2:
             run = self._run(parts[1], one("user"))
             return self._run_route(run, parts[2:], query, one, session)

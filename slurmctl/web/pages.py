@@ -1,8 +1,8 @@
 """What each page shows, read from the same core as the CLI: `ls` (rundir's registry + observe/status's
 batched `runs_statuses`), `status` (`run_status`: story, diagnosis), `cost` (ops/accounting's
 `run_cost` over the run's lineage), `logs` (observe/logs), `queue` (one squeue + observe/explain),
-`compare` (observe/compare) and `report` (ops/report over the ledger). No second implementation of
-any of them: these functions only pick and shape values for the templates.
+`compare` (observe/compare), `report` (ops/report over the ledger) and `nodes` (ops/health/view). No
+second implementation of any of them: these functions only pick and shape values for the templates.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from slurmctl.observe.explain import explain_reason
 from slurmctl.observe.listing import my_plain_jobs_listing, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
-from slurmctl.ops.accounting import Ledger, run_cost
+from slurmctl.ops.accounting import Ledger, cost_records_dir, run_cost
+from slurmctl.ops.health.view import node_views
 from slurmctl.ops.report import build_report
 from slurmctl.rundir import Run
 from slurmctl.runtime.checkpoint import CheckpointManager
@@ -141,6 +142,17 @@ def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dic
                      until(j.start_time) if j.state == "PENDING" and j.start_time else
                      ("running" if j.state == "RUNNING" else "")))
     return {"rows": rows, "pending": sum(1 for j in jobs if j.state == "PENDING")}
+
+
+def nodes_page(ctx) -> dict:
+    """`slurmctl nodes` (ops/health/view): state, who drained each node and why, the failed check,
+    verification, suspect score and the GPU-hours lost to it this week."""
+    local = os.environ.get("SLURMCTL_LOCAL_DIR")  # the local dev cluster's shared state: the failure spools
+    views = node_views(ctx.client, None, Path(local) if local else None, cost_spool=cost_records_dir(ctx.site))
+    lost = [v.gpu_hours_lost.total for v in views if v.gpu_hours_lost is not None]
+    return {"nodes": views, "drained": sum(1 for v in views if v.drained),
+            "ours": sum(1 for v in views if v.drained_by == "slurmctl"),
+            "lost_total": sum(lost) if lost else None}
 
 
 def compare_page(runs: list[Run], metric: str) -> dict:

@@ -378,3 +378,33 @@ def test_user_code_failures_on_three_nodes_drain_nothing_and_one_user_cannot_mak
              show=lambda: story(c))
     time.sleep(2 * INTERVAL)
     assert not node(c, "hn4")["drained"], node(c, "hn4")
+
+
+def test_a_suspect_is_judged_in_the_epilog_and_excluded_from_the_requeued_job(cluster):
+    """alice's NCCL-class failure on hn1, then bob's job there fails the same way and requeues itself
+    (as `end` does): hn1 is now the common factor of two users' failures, so that epilog drains it
+    as a suspect at once and adds it to bob's requeued job's ExcNodeList; the job finishes elsewhere."""
+    c = cluster
+    for n in ("hn1", "hn2", "hn4"):
+        for f in (c.faults / n).iterdir():
+            f.unlink()
+        if node(c, n)["drained"]:
+            c.run(["scontrol", "update", f"nodename={n}", "state=resume"])
+    first = submit(c, "--nodelist=hn1", "--time=1", f"--wrap={FAIL_NCCL}")
+    wait_for(f"job {first} failed", lambda: job(c, first)["state"] == "FAILED", 60, show=lambda: story(c))
+    assert not node(c, "hn1")["drained"]
+    requeue_once = ('if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then ' + FAIL_NCCL.replace("; exit 1", "")
+                    + '; scontrol requeue "$SLURM_JOB_ID"; sleep 60; fi; echo done')
+    second = submit(c, "--requeue", "--time=2", f"--wrap={requeue_once}", user="bob")  # hn1: the lowest Weight
+    wait_for("requeued", lambda: "BeginTime" in c.run(["squeue", "-h", "-j", str(second), "-o", "%r"]).stdout, 90,
+             show=lambda: story(c))
+    state = node(c, "hn1")
+    assert state["drained"] and state["reason"].startswith("slurmctl:[node_problem] suspect: 2 jobs of 2 user(s)"), (
+        state, [line for line in c.log("hooks.jsonl").splitlines() if '"hook": "epilog"' in line])
+    shown = c.run(["scontrol", "show", "job", str(second)]).stdout
+    assert " ExcNodeList=hn1 " in shown.replace("\n", " "), shown
+    assert "requeued job excludes the suspect: ExcNodeList=hn1" in c.log("hooks.jsonl")
+    as_user(c, "bob", "scontrol", "update", f"JobId={second}", "StartTime=now")
+    done = wait_for("bob's job completed", lambda: job(c, second)["state"] == "COMPLETED" and job(c, second), 90,
+                    show=lambda: story(c))
+    assert done["node"] not in ("hn1", "") and done["attempts"][0][1] == "hn1", done

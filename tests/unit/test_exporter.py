@@ -113,13 +113,14 @@ def test_many_scrapes_in_one_interval_ask_slurm_once(tmp_path):
     for _ in range(20):
         scrape(registry)
         clock.now += 0.5  # 10 s of scraping every 0.5 s, inside one 15 s interval
-    # jobs, nodes, partitions' MaxTime, their AllowQos and MaxNodes, the QOS limits
-    assert [c[0] for c in runner.calls] == ["squeue", "sinfo", "sinfo", "scontrol", "sacctmgr"]
+    # jobs, nodes, partitions' MaxTime, their AllowQos and MaxNodes, the QOS limits, the week's node
+    # events and failed attempts (GPU-hours lost per node)
+    first = ["squeue", "sinfo", "sinfo", "scontrol", "sacctmgr", "sacctmgr", "sacct"]
+    assert [c[0] for c in runner.calls] == first
     clock.now += 5.1
     samples = scrape(registry)
-    # the QOS limits are asked every QOS_REFRESH_SECONDS, not every interval
-    assert [c[0] for c in runner.calls] == ["squeue", "sinfo", "sinfo", "scontrol", "sacctmgr",
-                                            "squeue", "sinfo", "sinfo", "scontrol"]
+    # the QOS limits and the lost GPU-hours are asked every few minutes, not every interval
+    assert [c[0] for c in runner.calls] == [*first, "squeue", "sinfo", "sinfo", "scontrol"]
     assert value(samples, "slurmctl_slurm_commands_total", command="squeue") == 2
 
 

@@ -167,3 +167,18 @@ def test_the_prologs_leftover_scan_reads_a_bounded_number_of_processes():
             c.kill()
             c.wait()
     assert checks.PROLOG_MAX_ENVIRON_READS <= 1024
+
+
+def test_a_requeued_attempt_is_judged_on_its_own_lines(tmp_path):
+    """The requeue banner is Slurm's word for the requeue (diagnose: preempted); what failed is the
+    attempt's own lines before it, and never an earlier attempt's."""
+    from slurmctl.ops.hooks.epilog import requeued_attempt_category
+
+    nccl = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled "
+            "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n")
+    banner = "slurmstepd: error: *** JOB 7 ON hn1 CANCELLED AT 2026-12-01T22:12:12 DUE TO JOB REQUEUE ***\n"
+    log = tmp_path / "7.out"
+    log.write_text("step 1 loss 2.0\n" + nccl + banner)
+    assert requeued_attempt_category(str(log)) == "nccl_error"
+    log.write_text("step 1 loss 2.0\n" + nccl + banner + "step 2 loss 1.9\ndrain requested (preemption)\n" + banner)
+    assert requeued_attempt_category(str(log)) == "unknown"  # the second attempt shows no failure of its own

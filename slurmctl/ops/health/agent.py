@@ -30,12 +30,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.health import blame, reasons
 from slurmctl.ops.health.checks import Finding, Subject, first_failure, run_checks
 from slurmctl.ops.hooks.config import HookConfig
-from slurmctl.slurm.records import NodeHealthRow
+
+if TYPE_CHECKING:  # annotations only: the prolog imports this module and never reads a node row
+    from slurmctl.slurm.records import NodeHealthRow
 
 VERIFY_PREFIX = "slurmctl-verify-"
 VERIFY_JOB_LIMIT = "00:10:00"
@@ -141,12 +144,8 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, action, findings, failed.reason().text())
     if verifying:
         return settle_verification(cfg, row, findings, now)
-    if not row.drained:
-        failures = blame.read(cfg.health_failures_dir)
-        verdict = blame.suspect(cfg.node, failures, now, blame.passed_at(cfg.health_failures_dir))
-        if verdict.suspect:
-            why = reasons.DrainReason(reasons.NODE_PROBLEM, "suspect", verdict.why)
-            return Outcome(cfg.node, drain(cfg, why), findings, why.text())
+    if not row.drained and (why := suspect_reason(cfg, now)) is not None:
+        return Outcome(cfg.node, drain(cfg, why), findings, why.text())
     ours = reasons.parse(row.reason) if row.drained else None
     if ours is None:
         return Outcome(cfg.node, "none", findings)
@@ -157,6 +156,13 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, "waiting", findings,
                        f"the failed verification is retried {cfg.verify_retry_seconds - age:.0f} s from now")
     return start_verification(cfg, findings)
+
+
+def suspect_reason(cfg: HookConfig, now: float) -> reasons.DrainReason | None:
+    """Our suspect drain reason when this node's recorded failures make it a suspect (blame.suspect)."""
+    verdict = blame.suspect(cfg.node, blame.read(cfg.health_failures_dir), now,
+                            blame.passed_at(cfg.health_failures_dir))
+    return reasons.DrainReason(reasons.NODE_PROBLEM, "suspect", verdict.why) if verdict.suspect else None
 
 
 def seconds_since(slurm_time: str, now: float | None = None) -> float | None:
@@ -259,6 +265,18 @@ def verify(cfg: HookConfig) -> Outcome:
     if not replace_reason(cfg, evidence):
         return Outcome(cfg.node, "failed", findings, "drained by someone else; their reason kept")
     return Outcome(cfg.node, "failed", findings, evidence.text())
+
+
+def active(cfg: HookConfig) -> Outcome:
+    """The scheduled active check, as a root job on an idle node: the all-reduce alone. A failure
+    drains the node with our reason (never over another's drain); the periodic program then
+    verifies it before it returns, like any node we drained."""
+    findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="active"))
+    failed = first_failure(findings)
+    if failed is None:
+        return Outcome(cfg.node, "passed" if findings else "none", findings,
+                       "" if findings else "no torch python configured: nothing measured")
+    return Outcome(cfg.node, drain(cfg, failed.reason()), findings, failed.reason().text())
 
 
 def log_outcome(cfg: HookConfig, env, moment: str, outcome: Outcome, started: float) -> None:

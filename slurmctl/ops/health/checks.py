@@ -6,7 +6,10 @@
   periodic  Slurm's HealthCheckProgram, on nodes in any state: all of the prolog's, plus the clock
             and the controller's view of this node's slurmd; GPUs are counted against the node's Gres
   verify    the verification job before a drained node returns: all of periodic's plus `probe`, a
-            short active test (write, fsync, read back and compare a file on the local disk)
+            short active test (write, fsync, read back and compare a file on the local disk), and
+            `allreduce` (allreduce.py: a gloo all-reduce across the node's ranks against the site's
+            bus bandwidth and latency thresholds)
+  active    `allreduce` alone: the root job an operator schedules on idle nodes
 
 Each check returns a Finding (failed or passed) or None when it does not apply here (no nvidia-smi).
 
@@ -23,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from slurmctl.ops.hooks import jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, read_small
 
-CHECK_NAMES = ("gpu", "shm", "disk", "leftovers", "clock", "slurmd", "probe")
+CHECK_NAMES = ("gpu", "shm", "disk", "leftovers", "clock", "slurmd", "probe", "allreduce")
 NVIDIA_SMI_TIMEOUT = 20.0
 CLOCK_SLACK_SECONDS = 5.0
 # The prolog reads at most this many processes' environments (~0.1 ms each, 0.2 s in all on the
@@ -209,6 +211,8 @@ def check_leftovers(subject: Subject) -> Finding | None:
 
 
 def _visible_gpus(cfg: HookConfig) -> set[str]:
+    import subprocess  # why: only a node with nvidia-smi runs a command here; the prolog starts faster without
+
     try:
         proc = subprocess.run([cfg.nvidia_smi, "--query-gpu=index", "--format=csv,noheader"],
                               capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT)
@@ -314,15 +318,31 @@ def check_probe(subject: Subject) -> Finding:
     return Finding("probe", True, f"16 MiB write+fsync+read in {time.monotonic() - started:.2f} s")
 
 
+def check_allreduce(subject: Subject) -> Finding | None:
+    """The active check (allreduce.py): a gloo all-reduce across this node's ranks under torchrun,
+    its bus bandwidth and latency against the site's thresholds. Skipped without a torch python."""
+    cfg = subject.cfg
+    if not cfg.torch_python:
+        return None
+    from slurmctl.ops.health import allreduce  # why: verification jobs only; it brings subprocess
+
+    measured, why = allreduce.measure(cfg.torch_python, cfg.allreduce_ranks, cfg.gloo_ifname, cfg.allreduce_timeout)
+    if measured is None:
+        return Finding("allreduce", False, why)
+    ok, detail = allreduce.judge(measured, allreduce.Thresholds(cfg.min_busbw_mbps, cfg.max_allreduce_latency_us))
+    return Finding("allreduce", ok, detail)
+
+
 CHECKS: dict[str, Callable[[Subject], Finding | None]] = {
     "gpu": check_gpu, "shm": check_shm, "disk": check_disk, "leftovers": check_leftovers,
-    "clock": check_clock, "slurmd": check_slurmd, "probe": check_probe,
+    "clock": check_clock, "slurmd": check_slurmd, "probe": check_probe, "allreduce": check_allreduce,
 }
 MOMENTS = {
     "prolog": ("gpu", "shm", "disk", "leftovers"),
     "epilog": ("shm", "disk"),
     "periodic": ("gpu", "shm", "disk", "leftovers", "clock", "slurmd"),
-    "verify": ("gpu", "shm", "disk", "leftovers", "clock", "slurmd", "probe"),
+    "verify": ("gpu", "shm", "disk", "leftovers", "clock", "slurmd", "probe", "allreduce"),
+    "active": ("allreduce",),
 }
 
 

@@ -87,6 +87,16 @@ class HookConfig:
     verify_retry_seconds: float = 600.0  # a node that failed its verification is tried again after this
     # a verification job still pending this long after its submission has failed to start
     verify_start_seconds: float = 1800.0
+    # start the run's requeue expediter from the epilog (epilog.start_requeue_expediter): where slurmd
+    # uses proctrack/cgroup, which kills the one the batch script detached with the job's cgroup
+    epilog_expediter: bool = False
+    # the active check (health/allreduce.py): skipped without a python that has torch
+    torch_python: str = ""
+    allreduce_ranks: int = 2
+    gloo_ifname: str = ""
+    min_busbw_mbps: float = 100.0
+    max_allreduce_latency_us: float = 20000.0
+    allreduce_timeout: float = 120.0
 
     @classmethod
     def from_env(cls, env) -> HookConfig:
@@ -123,6 +133,13 @@ class HookConfig:
             health_failures_dir=Path(env.get("SLURMCTL_HEALTH_FAILURES_DIR") or failures),
             verify_retry_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS") or 600),
             verify_start_seconds=float(env.get("SLURMCTL_HEALTH_VERIFY_START_SECONDS") or 1800),
+            epilog_expediter=env.get("SLURMCTL_EPILOG_EXPEDITER") == "1",
+            torch_python=env.get("SLURMCTL_HEALTH_TORCH_PYTHON") or "",
+            allreduce_ranks=max(2, int(env.get("SLURMCTL_HEALTH_ALLREDUCE_RANKS") or 2)),
+            gloo_ifname=env.get("SLURMCTL_HEALTH_GLOO_IFNAME") or "",
+            min_busbw_mbps=float(env.get("SLURMCTL_HEALTH_MIN_BUSBW_MBPS") or 100),
+            max_allreduce_latency_us=float(env.get("SLURMCTL_HEALTH_MAX_LATENCY_US") or 20000),
+            allreduce_timeout=float(env.get("SLURMCTL_HEALTH_ALLREDUCE_TIMEOUT") or 120),
             health_faults_env=tuple(c.strip() for c in (env.get("SLURMCTL_HEALTH_FAULTS") or "").split(",")
                                     if c.strip()),
         )

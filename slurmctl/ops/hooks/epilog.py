@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 from slurmctl.errors import AsUserError, SlurmctlError
 from slurmctl.ops.health import blame
-from slurmctl.ops.health.agent import drain
+from slurmctl.ops.health.agent import drain, suspect_reason
 from slurmctl.ops.health.checks import Subject, first_failure, run_checks
 from slurmctl.ops.hooks import asuser, jobinfo, procs
 from slurmctl.ops.hooks.config import HookConfig
@@ -272,6 +273,10 @@ def _own_user_dir(top: int, user: str) -> int:
     return fd
 
 
+# slurmstepd's line in the job's log when an attempt is requeued (scontrol requeue, our `end`)
+_REQUEUE_BANNER = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE \*\*\*")
+
+
 def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     """Runs in the child, as the job's user: the category `diagnose` gives the job's log."""
     from slurmctl.observe.diagnose import diagnose_file  # why: the child's; preloaded by classify_failure
@@ -279,30 +284,60 @@ def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     return diagnose_file(Path(log_path), slurm_state, exit_code).category
 
 
-def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
-    """A failed job's category on this node (health/blame.py scores them): its log read as the
-    job's user, bounded by cfg.user_read_timeout. Jobs that ended well cost one comparison."""
+def requeued_attempt_category(log_path: str) -> str:
+    """Runs in the child, as the job's user: the category of the attempt being requeued, read from
+    its own lines only -- after the previous requeue's banner, before its own (the banner says
+    "requeue", which `diagnose` rightly calls a preemption; what failed comes before it)."""
+    from slurmctl.observe.diagnose import diagnose_text  # why: the child's, as above
+    from slurmctl.observe.log_reading import read_tail  # why: as above
+
+    lines = read_tail(Path(log_path)).splitlines(keepends=True)
+    marks = [i for i, line in enumerate(lines) if _REQUEUE_BANNER.search(line)]
+    if marks:
+        lines = lines[marks[-2] + 1 if len(marks) > 1 else 0:marks[-1]]
+    return diagnose_text("".join(lines)).category
+
+
+def being_requeued(info: JobInfo | None) -> bool:
+    """The attempt ending here is being requeued: Slurm already describes the next attempt, whose
+    end (requeue time + time limit) lies in the future (see build_record)."""
+    return info is not None and info.end_time is not None and info.end_time > time.time() + 1
+
+
+def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> str | None:
+    """A failed job's category on this node (health/blame.py scores them; the cost record keeps it
+    for the GPU-hours lost to the node, health/lost.py): its log read as the job's user, bounded by
+    cfg.user_read_timeout. Jobs that ended well cost one comparison. An attempt that is being
+    requeued shows exit code 0:0 whatever killed it (the run's `end` requeues a failed attempt
+    itself): its log decides, and only a failure it shows is recorded."""
     code = env.get("SLURM_JOB_EXIT_CODE2") or ""
     state = info.state if info else ""
-    if (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL")) or info is None:
-        return
+    requeued = being_requeued(info)
+    if info is None or (code in ("", "0:0") and state not in ("FAILED", "NODE_FAIL") and not requeued):
+        return None
     uid_text, user = env.get("SLURM_JOB_UID") or "", env.get("SLURM_JOB_USER") or ""
     log = info.std_out.replace("%j", str(info.job_id)).replace("%A", str(info.job_id)).replace("%u", user)
     if not uid_text.isdigit() or not log.startswith("/") or "%" in log:
-        return
+        return None
     gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
     if gid is None:
-        return
+        return None
     from slurmctl.observe import diagnose  # why: only a failed job's epilog classifies; preloaded for the child
 
     try:
-        category = asuser.run_as(int(uid_text), gid, diagnose_category, log, state if state in ("FAILED", "NODE_FAIL")
-                                 else "FAILED", code, timeout=cfg.user_read_timeout)
+        if requeued:
+            category = asuser.run_as(int(uid_text), gid, requeued_attempt_category, log, timeout=cfg.user_read_timeout)
+        else:
+            said = state if state in ("FAILED", "NODE_FAIL") else "FAILED"
+            category = asuser.run_as(int(uid_text), gid, diagnose_category, log, said, code,
+                                     timeout=cfg.user_read_timeout)
     except AsUserError as exc:
         result.notes.append(f"failure not classified: {exc}")
-        return
+        return None
     if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
-        return
+        return None
+    if requeued and category == "unknown":
+        return None  # a requeue whose log shows no failure: a drain, a preemption
     nodes: list[str] = []
     if info.nodelist and cfg.slurm is not None:
         try:  # the job's peers: blame singles out the node its failing jobs have in common
@@ -312,6 +347,68 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     blame.record(cfg.health_failures_dir, blame.Failure(info.job_id, category, time.time(), int(uid_text),
                                                         tuple(nodes or [cfg.node])))
     result.notes.append(f"failure classified: {category}")
+    return category
+
+
+def exclude_if_suspect(cfg: HookConfig, info: JobInfo | None, category: str | None, result: HookResult) -> None:
+    """A GPU/NCCL-class failure was just recorded here: judge this node now, not at the periodic
+    program's next run, so the job's requeue (its attempt ends in this epilog) cannot be placed back
+    on a suspect. A suspect is drained, and added to the requeued job's ExcNodeList -- its own job,
+    as its expediter adds a lost node; the job's later attempts never run here."""
+    if category not in blame.GPU_CLASS or info is None or cfg.slurm is None:
+        return
+    why = suspect_reason(cfg, time.time())
+    if why is None:
+        return
+    result.notes.append(f"health: {why.text()} -> {drain(cfg, why)}")
+    view = cfg.slurm.requeue_wait(info.job_id)
+    if view is None or view[0] not in ("COMPLETING", "PENDING") or not being_requeued(info):
+        return
+    have = cfg.slurm.hostnames(view[2]) if view[2] and view[2] != "(null)" else []
+    excluded = ",".join(dict.fromkeys([*have, cfg.node]))
+    try:
+        cfg.slurm.update_job(info.job_id, ExcNodeList=excluded)
+        result.notes.append(f"requeued job excludes the suspect: ExcNodeList={excluded}")
+    except SlurmctlError as exc:
+        result.notes.append(f"could not exclude the suspect from the requeued job: {exc.message}")
+
+
+def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
+    """Under proctrack/cgroup the job's cgroup is killed whole, and with it the expediter the batch
+    script detached (runtime/attempt.start_expediter): the requeued run would wait Slurm's BeginTime.
+    The epilog runs outside that cgroup, so for a run's attempt that is being requeued it starts the
+    expediter here, as the job's user: its own session, the user's ids set in the child itself (no
+    runuser/su around it, which would end it when the epilog ends), a clean environment. It acts
+    only on the user's own job, as the user could from a login shell, and ends by itself. On where
+    the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for slurmd with proctrack/cgroup)."""
+    if not cfg.epilog_expediter or info is None or not being_requeued(info) or run_id_of(env) is None:
+        return
+    uid_text = env.get("SLURM_JOB_UID") or ""
+    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID")) if uid_text.isdigit() else None
+    if gid is None:
+        return
+    import pwd
+    import subprocess
+    import sys  # why: these three only for the requeue of a run, not every job's epilog
+
+    try:
+        user = pwd.getpwuid(int(uid_text))
+    except KeyError:
+        return
+    package_root = Path(__file__).resolve().parents[3]
+    child_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root), "HOME": user.pw_dir,
+                 "USER": user.pw_name, "LC_ALL": "C"}
+    if env.get("SLURM_CONF"):  # the hook's own cluster
+        child_env["SLURM_CONF"] = env["SLURM_CONF"]
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "slurmctl.runtime.attempt", "expedite-requeue", "--job", str(info.job_id)],
+            user=int(uid_text), group=gid, extra_groups=os.getgrouplist(user.pw_name, gid), start_new_session=True,
+            cwd="/", env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        result.notes.append(f"requeue expediter not started: {exc}")
+        return
+    result.notes.append(f"requeue expediter started as uid {uid_text} (pid {child.pid}), outside the job's cgroup")
 
 
 def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
@@ -330,6 +427,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     result = HookResult()
     job_id = int(env.get("SLURM_JOB_ID") or 0)
     info = jobinfo.query_job(cfg.slurm, job_id)
+    classified: dict[str, str | None] = {}
     if info is None:
         result.notes.append("Slurm did not describe the job; record has no state/times")
     steps = (
@@ -338,7 +436,9 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
         ("scratch", lambda: remove_scratch(cfg, job_id)),
         ("gpu map", lambda: remove_gpu_map(cfg, env, job_id)),
         ("smoke verdict", lambda: record_smoke_verdict(cfg, env, info, result)),
-        ("failure class", lambda: classify_failure(cfg, env, info, result)),
+        ("failure class", lambda: classified.update(category=classify_failure(cfg, env, info, result))),
+        ("suspect", lambda: exclude_if_suspect(cfg, info, classified.get("category"), result)),
+        ("expediter", lambda: start_requeue_expediter(cfg, env, info, result)),
     )
     for label, step in steps:
         try:
@@ -348,6 +448,7 @@ def run_epilog(env, cfg: HookConfig | None = None) -> HookResult:
     check_node(cfg, job_id, result)
     now = time.time()
     record = build_record(cfg, env, info, now, result)
+    record.failure_category = classified.get("category")
     try:
         record_killed_attempt(cfg, env, info, record, now, result)
     except Exception as exc:  # noqa: BLE001 - the cost record must be written

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slurmctl.errors import SlurmctlError
-from slurmctl.slurm.records import JobInfo
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: slurm.records is a fifth of the prolog's own imports
     from slurmctl.slurm.client import SlurmClient
+    from slurmctl.slurm.records import JobInfo
 
 TIMEOUT_SECONDS = 5.0  # a hook's whole budget is 150 ms in the normal case; this bounds the bad one
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmctl.errors import HealthError, UnsafeDirectory
-from slurmctl.ops.health.agent import drain
 from slurmctl.ops.health.checks import Subject, first_failure, run_checks
 from slurmctl.ops.health.reasons import NODE_PROBLEM, DrainReason
 from slurmctl.ops.health.reasons import parse as parse_reason
@@ -151,5 +150,7 @@ def run_prolog(env, cfg: HookConfig | None = None) -> HookResult:
 def drain_node(cfg: HookConfig, reason: str) -> bool:
     """Drain this node with `reason` (ours: slurmctl:[...]) unless someone else's drain is on it;
     False if Slurm did not take it."""
+    from slurmctl.ops.health.agent import drain  # why: only a failing prolog drains; most never import it
+
     parsed = parse_reason(reason) or DrainReason(NODE_PROBLEM, "prolog", reason)
     return drain(cfg, parsed) != "failed"

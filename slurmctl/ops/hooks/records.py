@@ -69,6 +69,7 @@ class CostRecord:
     written_by: str
     written_at: float
     schema_version: int = SCHEMA_VERSION
+    failure_category: str | None = None  # a failed attempt's `diagnose` category (epilog.classify_failure)
 
     @property
     def filename(self) -> str:

@@ -1,0 +1,59 @@
+"""The active check's judgement (health/allreduce.py): thresholds, gloo's own failure words out of
+torchrun's output (captured from a real launch with GLOO_SOCKET_IFNAME=nosuch0), and the check
+skipped where no torch python is configured. The real torchrun runs are tests/integration/test_health_allreduce.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmctl.ops.health import allreduce
+from slurmctl.ops.health.checks import MOMENTS, Subject, check_allreduce
+from slurmctl.ops.hooks.config import HookConfig
+
+# torchrun 2.13's stderr, two ranks, a gloo interface that does not exist (shortened in the middle)
+NOSUCH_IFACE = """\
+Traceback (most recent call last):
+  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2169, in _new_process_group_helper
+    backend_class = ProcessGroupGloo(
+                    ^^^^^^^^^^^^^^^^^
+RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: nosuch0
+Traceback (most recent call last):
+  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+"""  # noqa: E501, W291
+
+
+def test_gloos_own_words_not_torchruns_summary():
+    assert allreduce.failure_line(NOSUCH_IFACE) == "Unable to find address for: nosuch0"
+    assert allreduce.failure_line("") == "no output"
+
+
+def test_thresholds_name_the_number_and_the_limit():
+    limits = allreduce.Thresholds(min_busbw_mbps=100, max_latency_us=20000)
+    assert allreduce.judge(allreduce.Measured(2, 595.0, 646.0), limits) == \
+        (True, "gloo all-reduce over 2 ranks: bus bandwidth 595 MB/s, latency 646 us")
+    ok, why = allreduce.judge(allreduce.Measured(2, 40.0, 646.0), limits)
+    assert not ok and why.endswith("bus bandwidth 40 MB/s, latency 646 us: too slow, the site minimum is 100 MB/s")
+    ok, why = allreduce.judge(allreduce.Measured(2, 595.0, 25000.0), limits)
+    assert not ok and why.endswith(": too slow, the site maximum latency is 20000 us")
+
+
+def test_skipped_without_a_torch_python_and_part_of_verify_and_active(tmp_path):
+    cfg = HookConfig(node="n1", gpu_map_dir=tmp_path, scratch_root=tmp_path, cost_spool=tmp_path)
+    assert check_allreduce(Subject(cfg, moment="verify")) is None
+    assert "allreduce" in MOMENTS["verify"] and MOMENTS["active"] == ("allreduce",)
+    assert "allreduce" not in MOMENTS["prolog"] + MOMENTS["periodic"]
+
+
+def test_a_python_without_torch_fails_the_check_with_its_error(tmp_path):
+    """A real launch with the system python3, which has no torch: the check fails, saying why."""
+    cfg = HookConfig(node="n1", gpu_map_dir=tmp_path, scratch_root=tmp_path, cost_spool=tmp_path,
+                     torch_python="/usr/bin/python3", allreduce_timeout=30)
+    assert Path("/usr/bin/python3").exists()
+    finding = check_allreduce(Subject(cfg, moment="verify"))
+    assert finding is not None and not finding.ok
+    assert finding.detail == ("gloo all-reduce over 2 ranks failed: /usr/bin/python3: Error while finding module "
+                              "specification for 'torch.distributed.run' (ModuleNotFoundError: No module named "
+                              "'torch')"), finding
