@@ -101,8 +101,10 @@ def test_hang_after_step_5_is_caught_within_the_window(tmp_path):
         assert "trainer.py" in stacks  # py-spy dump of the hung rank
     assert "iter 5/1000" in (scene / "log_tail.txt").read_text()
     last_progress = (tmp_path / "train.log").stat().st_mtime  # approximate; bound generously
-    # detection latency: last progress -> step ended, vs stall 1.2 s + drain 1 s + kill grace 1 s
-    assert killed_at - last_progress < 1.2 + 1.0 + 1.0 + 3.0, err
+    # detection latency: last progress -> step ended, vs stall 1.2 s + drain 1 s + kill grace 1 s, plus 3 s
+    # of slack; on a machine with more runnable processes than cores every step of that chain waits its turn
+    crowding = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    assert killed_at - last_progress < (1.2 + 1.0 + 1.0 + 3.0) * crowding, err
 
 
 def test_four_step_conventions_are_never_killed(tmp_path):
@@ -123,11 +125,13 @@ def test_four_step_conventions_are_never_killed(tmp_path):
 
 
 def test_field_that_never_appears_is_a_config_problem_not_a_kill(tmp_path):
-    trainer = start_trainer(tmp_path, "step", hang_after=10**6, total=30)
+    trainer = start_trainer(tmp_path, "step", hang_after=10**6, total=300)
     (tmp_path / "trainer_state.json").write_text(json.dumps({"epoch": 1}))
     dog = start_watchdog(tmp_path, "global_step", trainer.pid, startup="1")
     try:
-        time.sleep(3)
+        deadline = time.monotonic() + 20  # start-up 1 s; a loaded machine may take longer to get there
+        while "CONFIGURATION PROBLEM" not in (tmp_path / "watchdog.err").read_text() and time.monotonic() < deadline:
+            time.sleep(0.3)
         assert trainer.poll() is None and dog.poll() is None
     finally:
         finish(trainer, dog)
