@@ -124,3 +124,20 @@ def test_singleton_keeps_the_jobs_name_and_the_run_id_goes_in_the_comment(tmp_pa
     assert _job_name(parse_script(plain), run_id) == run_id
     args = _platform_args(run_id, tmp_path / run_id, False, 60, "nightly")
     assert "--job-name=nightly" in args and f"--comment=slurmctl:{run_id}" in args
+
+
+@pytest.mark.parametrize("launch, warned", [
+    ("srun torchrun --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:29500 train.py", True),
+    ("srun python -m torch.distributed.run --rdzv_backend c10d train.py", True),
+    ("srun bash -c 'torchrun --nnodes=2 --node-rank=$SLURM_NODEID --rdzv-backend=static train.py'", False),
+    ("srun python train.py --rdzv-backend=c10d", False),  # the program's own option, not torchrun's
+])
+def test_a_torchrun_c10d_rendezvous_gets_one_note(tmp_path, launch, warned):
+    from slurmctl.submit.adopt.plan import _notes
+
+    path = tmp_path / "job.sbatch"
+    path.write_text(f"#!/bin/bash\n#SBATCH -N 2\n{launch}\n")
+    script = parse_script(path)
+    notes = [n for n in _notes(script, read_shape(script), read_body(script.body), False, 60)
+             if n.startswith("rendezvous:")]
+    assert len(notes) == warned and all("pickle" in n and "--rdzv-backend=static" in n for n in notes)

@@ -36,10 +36,37 @@ def test_script_has_the_contract_lines(local_site):
     for line in ["#SBATCH --job-name=tiny-lm-20261129-abcd", "#SBATCH --comment=slurmctl:tiny-lm-20261129-abcd",
                  "#SBATCH --partition=h100-spot,h100-ondemand", "#SBATCH --gres=gpu:h100:2",
                  "#SBATCH --signal=B:USR1@60", "#SBATCH --no-requeue", "#SBATCH --open-mode=append",
-                 "--nproc-per-node=2", "--rdzv-backend=c10d", "export WANDB_RUN_ID=tiny-lm-20261129-abcd",
+                 "--nproc-per-node=2", "--rdzv-backend=static", "export WANDB_RUN_ID=tiny-lm-20261129-abcd",
                  "export WANDB_RESUME=allow", "export NCCL_SOCKET_IFNAME=lo"]:
         assert line in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    # the c10d (dynamic) rendezvous unpickles what its unauthenticated store holds: never launched
+    assert "c10d" not in script.split("while :; do", 1)[1]
+
+
+def test_each_node_launches_static_rendezvous_with_its_rank_and_no_port_on_the_command_line(local_site, tmp_path):
+    """The launch through a real bash and /bin/sh, as srun runs it on node 3 (no shell of its own)."""
+    script = render(TEMPLATE, context(local_site, args=["--steps", "$(touch pwned)", "it's"]))
+    launch = script.split("srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\\n", 1)[1].split(" &\n", 1)[0]
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\necho "PET_NODE_RANK=$PET_NODE_RANK PET_RDZV_ENDPOINT=$PET_RDZV_ENDPOINT"\n'
+                           'printf \'%s\\n\' "$@"\n')
+    fake_python.chmod(0o755)
+    probe = (f"srun() {{ env SLURM_NODEID=3 \"$@\"; }}\nPY={fake_python}\nSLURM_JOB_NUM_NODES=4 SLURM_JOB_ID=77\n"
+             f"export PET_RDZV_ENDPOINT=h100-1:23456\nsrun {launch}\n")
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    lines = out.splitlines()
+    assert lines[0] == "PET_NODE_RANK=3 PET_RDZV_ENDPOINT=h100-1:23456"
+    assert lines[1:] == ["-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=2", "--rdzv-backend=static",
+                         "--rdzv-id=77", "--max-restarts=0", "--tee=3", "train.py", "--steps", "$(touch pwned)", "it's"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_rendezvous_port_is_picked_before_each_launch_never_computed(local_site):
+    script = render(TEMPLATE, context(local_site))
+    loop = script.split("while :; do\n", 1)[1]
+    assert loop.startswith('MASTER_PORT=$("$PY" -m slurmctl.runtime.rendezvous port) || { rc=$?; break; }\n')
+    assert "SLURM_JOB_ID %" not in script and "MASTER_PORT=$((" not in script
 
 
 def test_hostile_args_and_env_are_quoted_not_executed(local_site, tmp_path):

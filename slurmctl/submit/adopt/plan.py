@@ -300,6 +300,10 @@ def _cost(shape: Shape, site, partition: str | None, processors: int | None = No
     return cost
 
 
+# torchrun's dynamic rendezvous, however the option is spelled (the script runs as written: only a note)
+_C10D_RENDEZVOUS = re.compile(r"--rdzv[-_]backend(?:=|\s+)[\"']?c10d\b")
+
+
 def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_signal: bool, margin: int) -> list[str]:
     notes = []
     if add_drain_signal:
@@ -323,6 +327,10 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
     if body.launches and not body.under_srun:
         notes.append("the program is started without srun: at preemption only srun steps get Slurm's early "
                      "SIGTERM; the batch shell's processes get nothing until the grace time ends.")
+    if any("torchrun" in launch.launchers and _C10D_RENDEZVOUS.search(launch.text) for launch in body.launches):
+        notes.append("rendezvous: torchrun's c10d backend keeps its state as a pickle in a store that any user on the "
+                     "network can write, so they can run code as you; use --rdzv-backend=static with each node's "
+                     "own SLURM_NODEID as --node-rank (SECURITY.md).")
     for number, text in script.ignored:
         notes.append(f"line {number}: {text.strip()!r} comes after the first command; sbatch ignores it "
                      "(as it would for the original).")
