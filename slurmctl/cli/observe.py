@@ -19,6 +19,7 @@ from slurmctl.cli.context import (
     print_line,
     print_table,
     printable,
+    usd,
 )
 from slurmctl.durations import human_duration, until
 
@@ -41,10 +42,11 @@ def _print_status(s: RunStatus) -> None:
         pos = f" · position {s.queue_position}" if s.queue_position else ""
         print_line(("Queue:", "bold"), f" {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
                    f"estimated start {_when(s.estimated_start)}")
-    if s.gpus:
+    if s.gpus or s.cpus:
         on = f" on {s.nodes}" if s.nodes else ""
-        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {s.gpus} GPU(s){on}"
-                   f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
+        held = f"{s.gpus} GPU(s)" if s.gpus else f"{s.cpus} CPU(s), no GPU"
+        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {held}{on}"
+                   f"{f' · cost so far {usd(s.cost_usd)}' if s.cost_usd is not None else ''}")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
         loss = s.last_metrics.get("loss")
@@ -113,7 +115,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
-        return print_plain_status(target, as_json)
+        return print_plain_status(target, as_json, ctx.site_view)
     result = run_status(target, ctx.client, site=ctx.site_view)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
@@ -178,11 +180,12 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
         row = (label, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
                human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
-               f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
+               usd(s.cost_usd),
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
         table.append((users[i], *row) if all_users else row)
     for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
-        table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed, "-",
+        table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed,
+                      usd(p.cost_usd),
                       f"plain sbatch job, not a run: `slurmctl status {p.job_id.split('_')[0]}`"))
     print_table(("USER", *columns) if all_users else columns, table)
     return _unreachable_exit(statuses)
@@ -192,7 +195,7 @@ def _plain_jobs(ctx: Context, limit: int | None) -> list:
     """The caller's plain sbatch jobs: queued, running and recently ended; none when Slurm is slow."""
     from slurmctl.observe.listing import my_plain_jobs_listing
 
-    return my_plain_jobs_listing(ctx.client, ctx.registry.uid, limit)
+    return my_plain_jobs_listing(ctx.client, ctx.registry.uid, limit, site=ctx.site_view)
 
 
 def _unreachable_exit(statuses: list) -> int | None:

@@ -5,7 +5,9 @@ and beside them the caller's plain sbatch jobs, queued, running or ended in the 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta
 
+from slurmctl.config.pricing import allocated_cost
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmUnreachable
 from slurmctl.observe.status import QUERY_SECONDS, RunStatus, runs_statuses, unreachable_statuses
 from slurmctl.observe.sweep import queued_sweep_runs
@@ -51,7 +53,8 @@ def my_runs(registry: RunRegistry, client: SlurmClient, runs: list[Run], site=No
     return runs, runs_statuses(runs, client, site=site, queue=snapshot)
 
 
-def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None, limit: int | None = None) -> list:
+def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None, limit: int | None = None,
+                          site=None) -> list:
     """The caller's plain sbatch jobs (no runs): queued and running (one squeue --me), then those that
     ended in the last RECENT_DAYS, newest first, at most `limit` (as many as the runs shown) and never
     more than RECENT_LIMIT (one sacct); none when Slurm does not answer within the read budget."""
@@ -69,4 +72,19 @@ def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None, limit: in
             ended = [row for row in ended if row.job_id not in shown]
     except SlurmUnreachable:
         return []
-    return active + ended
+    rows = active + ended
+    for row in rows:
+        row.cost_usd = plain_row_cost(row, site)
+    return rows
+
+
+def plain_row_cost(row, site) -> float | None:
+    """A plain job's cost so far: what Slurm allocated (its TRES) for as long as it held it, at the
+    site's prices (the same rule as the ledger: slurmctl.config.pricing.allocated_cost)."""
+    part = next((site.partitions[p] for p in row.partition.split(",") if p in site.partitions), None) \
+        if site is not None else None
+    if part is None or not row.elapsed_seconds or row.started_at is None:
+        return None
+    start = datetime.fromtimestamp(row.started_at)
+    return allocated_cost(row.gpus, row.cpus, start, start + timedelta(seconds=row.elapsed_seconds), part,
+                          site.accounting.discounts)

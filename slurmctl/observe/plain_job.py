@@ -18,6 +18,7 @@ from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.observe.adopted import script_advice
 from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.slurm.owned import owned_job
@@ -49,6 +50,8 @@ class PlainJobStatus:
     nodes: str = ""
     num_nodes: int = 0
     gpus: int = 0
+    cpus: int = 0
+    cost_usd: float | None = None  # what Slurm allocated (TRES) so far, at the site's prices
     elapsed_seconds: int | None = None
     time_limit_seconds: int | None = None
     exit_code: str = ""
@@ -122,7 +125,7 @@ def _phase(job: Job | None) -> str:
             "TIMEOUT": "stopped", "PREEMPTED": "stopped", "NODE_FAIL": "stopped"}.get(state, "failed")
 
 
-def plain_job_status(plain: PlainJob) -> PlainJobStatus:
+def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     job = plain.job
     if job is None:
         return PlainJobStatus(plain.job_id, "", "UNKNOWN", "unknown",
@@ -135,7 +138,8 @@ def plain_job_status(plain: PlainJob) -> PlainJobStatus:
     action = action.replace("JOBID", str(plain.job_id)).replace("RUN", str(plain.job_id))
     status = PlainJobStatus(
         plain.job_id, job.name, job.state, _phase(job), headline, action,
-        partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus,
+        partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus, cpus=job.cpus,
+        cost_usd=job_cost(job, site, job.elapsed_seconds),
         elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds, exit_code=job.exit_code,
         reason=job.reason, log_path=str(plain.log_path) if plain.log_path else None)
     if job.state == "RUNNING":

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.config.pricing import allocation_cost
+from slurmctl.config.pricing import allocated_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
@@ -85,6 +85,7 @@ class RunStatus:
     why: str = ""  # the reason in plain words, with numbers where Slurm has them
     reason_kind: str = ""  # wait | blocked | hold | ... (slurmctl.observe.explain)
     gpus: int = 0
+    cpus: int = 0  # allocated (running) or asked (pending), from Slurm's TRES
     num_nodes: int = 0
     waiting_seconds: float | None = None
     estimated_start: str | None = None
@@ -196,7 +197,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
                            "Check the log with `slurmctl logs RUN`; the platform team can look it up.", phase="unknown")
     else:
         status = _from_job(run, job, events, heartbeat, queue, now)
-        _price(status, job, spec, site)
+        _price(status, job, site)
 
     _attempts(status, events, job, spec, queue, site)
     if heartbeat:
@@ -265,16 +266,25 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     return status
 
 
-def _price(status: RunStatus, job: Job, spec, site) -> None:
-    """The cost so far, at the same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger."""
-    if spec is None or site is None or not status.elapsed_seconds:
-        return
-    prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
-    if prices:
-        start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
-        status.cost_usd = round(allocation_cost(
-            spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
-            prices[0], site.accounting.discounts), 2)
+def _price(status: RunStatus, job: Job, site) -> None:
+    """The cost so far of what Slurm allocated (the job's TRES) at the site's prices, with the same
+    off-peak/weekend discounts as `slurmctl cost` and the ledger: a run, an adopted script or a
+    CPU-only job alike."""
+    status.cpus = job.cpus
+    status.cost_usd = job_cost(job, site, status.elapsed_seconds)
+
+
+def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None = None) -> float | None:
+    """Dollars for `job`'s allocation (its TRES) held for `elapsed_seconds`; None when there is nothing
+    to price (no site prices, not started, or Slurm gave no TRES)."""
+    if site is None or not elapsed_seconds or not job.tres:
+        return None
+    partition = next((site.partitions[p] for p in job.partitions if p in site.partitions), None)
+    if partition is None:
+        return None
+    start = job.start_time or (now or datetime.now()) - timedelta(seconds=elapsed_seconds)
+    return allocated_cost(job.gpus, job.cpus, start, start + timedelta(seconds=elapsed_seconds), partition,
+                          site.accounting.discounts)
 
 
 def _diagnosis(run: Run, job: Job) -> dict:
@@ -324,8 +334,10 @@ def _attempts(status: RunStatus, events: list[dict], job: Job | None, spec, queu
     cancelled_on_request(status, job, events)
     status.requeues = _requeues(events)
     status.restarts_in_allocation = in_allocation_restarts(events)
+    if job is not None and job.tres:
+        status.gpus = job.gpus  # what Slurm allocated (or, pending, what the job asks)
     if spec is not None:
-        status.gpus = spec.nodes * spec.gpus_per_node
+        status.gpus = status.gpus or spec.nodes * spec.gpus_per_node
         status.num_nodes = status.num_nodes or spec.nodes
         status.requeues_left = max(0, spec.max_restarts - status.requeues)
         if job is not None and job.state == "PENDING" and status.reason in {"Resources", "Priority"} and queue:

@@ -49,8 +49,11 @@ __all__ = ["ACTIVE_STATES", "SEP", "Association", "Job", "JobInfo", "NodeInfo", 
            "QueueEntry", "QueueView", "QuotaJob", "SlurmClient", "StartEstimate", "parse_slurm_duration"]
 
 # One query per kind of job listing, each sealed per call (parsing.new_seal).
+# -O, not -o: only -O has the allocated TRES (what a job costs) and the restart count (a requeued job
+# waiting to start again); the same single call, as fast (~10 ms).
 QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
-                           "time_limit_seconds", "submit_time", "start_time", "user", "name", "comment"), "squeue -o")
+                           "time_limit_seconds", "submit_time", "start_time", "tres", "restarts", "user", "name",
+                           "comment"), "squeue -O")
 # ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
 JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
 _QUEUE_USER, _QUEUE_COMMENT = QUEUE.attrs.index("user"), QUEUE.attrs.index("comment")
@@ -77,8 +80,8 @@ QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tr
 JOB_INFO = JobQuery("job_info", ("job_id", "state", "exit_code", "restarts", "start_time", "end_time", "batch_host",
                                  "nodelist", "tres", "std_out", "work_dir", "name"), "squeue -O")
 HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
-                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
-                               "name", "comment"), "sacct")
+                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "tres",
+                               "user", "name", "comment"), "sacct")
 
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"

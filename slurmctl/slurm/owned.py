@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
 from dataclasses import dataclass
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmCommandError
 from slurmctl.slurm.parsing import SEP, JobQuery
-from slurmctl.slurm.records import Job, tres_gpus
+from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 
 # One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
@@ -85,6 +86,10 @@ class PlainJobRow:
     elapsed: str
     name: str
     gpus: int = 0  # allocated (a pending job has none yet)
+    cpus: int = 0  # allocated, from the same TRES
+    elapsed_seconds: int | None = None
+    started_at: float | None = None  # epoch: when the allocation began (priced from then)
+    cost_usd: float | None = None  # filled by the caller that has the site's prices
 
     def to_dict(self) -> dict:
         return {"kind": "sbatch", "run_id": None, **self.__dict__}
@@ -97,10 +102,15 @@ def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> li
     uid = os.geteuid() if uid is None else uid
     me = _user_name(uid)
     jobs = client._listing(PLAIN, ["squeue", "-h", "-r", "--me"])
-    return [PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
-                        human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name,
-                        tres_gpus(j.tres)[0])
+    return [_row(j, time.time() - (j.elapsed_seconds or 0))
             for j in jobs if j.user == me and not j.comment.startswith(run_comment_prefix)]
+
+
+def _row(job: Job, started_at: float | None) -> PlainJobRow:
+    return PlainJobRow(str(job.job_id), job.state, job.partition, job.num_nodes,
+                       human_duration(job.elapsed_seconds) if job.elapsed_seconds is not None else "-", job.name,
+                       tres_gpus(job.tres)[0], tres_cpus(job.tres), job.elapsed_seconds,
+                       started_at if job.elapsed_seconds else None)
 
 
 def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
@@ -116,9 +126,8 @@ def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None,
     for j in ended:  # a requeued job has a record per attempt: its newest stands for it
         if j.job_id not in seen:
             seen.add(j.job_id)
-            rows.append(PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
-                                    human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-",
-                                    j.name, tres_gpus(j.tres)[0]))
+            ended_at = j.end_time.timestamp() if j.end_time else None
+            rows.append(_row(j, ended_at - (j.elapsed_seconds or 0) if ended_at else None))
     return rows[:limit]
 
 

@@ -37,6 +37,16 @@ def tres_gpus(tres: str) -> tuple[int, str]:
     return total, model
 
 
+@lru_cache(maxsize=4096)
+def tres_cpus(tres: str) -> int:
+    """cpu=N of a TRES string ('billing=2,cpu=2,mem=2000M,node=1' -> 2); 0 when it has none."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "cpu" and value.isdigit():
+            return int(value)
+    return 0
+
+
 def array_task_count(spec: str) -> int:
     """'0-9,15%2' -> 2, '0-9:3' -> 4, '' or a single index or anything unreadable -> 1."""
     ranges, _, throttle = spec.strip("[]").partition("%")
@@ -101,6 +111,11 @@ class Job:
     def gpus(self) -> int:
         """GPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
         return tres_gpus(self.tres)[0]
+
+    @property
+    def cpus(self) -> int:
+        """CPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
+        return tres_cpus(self.tres)
 
     @property
     def pending_tasks(self) -> int:

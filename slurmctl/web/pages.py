@@ -82,7 +82,7 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
     down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
     # as `ls`: the caller's plain sbatch jobs beside the runs (never another user's; none for the operator)
     plain = [] if operator or down else [p.to_dict() for p in my_plain_jobs_listing(ctx.client, ctx.registry.uid,
-                                                                                      limit)]
+                                                                                      limit, site=ctx.site)]
     return {"rows": rows, "phases": phases, "plain": plain,
             "unreachable": datetime.fromtimestamp(min(down)).strftime("%H:%M:%S") if down else None}
 

@@ -362,7 +362,14 @@ def test_cancel_of_a_program_that_cannot_save_says_so_at_once(workdir, alice):
         while slurmctl_json("status", run["run_id"])["state"] != "RUNNING":
             assert time.monotonic() < deadline
             time.sleep(1)
-        assert slurmctl_json("status", run["run_id"])["phase"] == "training"  # no heartbeat expected of it
+        time.sleep(2)  # a second or two held: something to price
+        running = slurmctl_json("status", run["run_id"])
+        assert running["phase"] == "training"  # no heartbeat expected of it
+        # priced from what Slurm allocated (CPUs, no GPU) at l4-dev's CPU price, though it has no run.yaml
+        assert running["cpus"] >= 1 and running["gpus"] == 0 and running["cost_usd"] > 0, running
+        assert [r["cost_usd"] for r in slurmctl_json("ls") if r.get("run_id") == run["run_id"]][0] > 0
+        text = slurmctl("status", run["run_id"]).stdout
+        assert "CPU(s), no GPU" in text and "cost so far " in text and "0xl4" not in text, text
         began = time.monotonic()
         refused = slurmctl("cancel", run["run_id"], check=False)
         took = time.monotonic() - began

@@ -42,14 +42,19 @@ def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
         assert "plain sbatch job" in slurmctl("status", str(failed)).stdout
         assert "CUDA out of memory" in slurmctl("logs", str(failed)).stdout
         assert slurmctl_json("diagnose", str(failed))["category"] == "cuda_oom"
+        # a CPU-only job is priced by its allocated CPUs (TRES) at the partition's CPU price, everywhere
+        assert status["cpus"] >= 1 and status["gpus"] == 0 and status["cost_usd"] > 0, status
         cost = slurmctl_json("cost", str(failed))
         assert cost["kind"] == "sbatch" and [a["job_id"] for a in cost["attempts"]] == [failed]
+        assert cost["cost_usd"] > 0 and "CPU only" in slurmctl("cost", str(failed)).stdout
+        assert "0xl4" not in slurmctl("cost", str(failed)).stdout
         assert "failed" in slurmctl("explain", str(failed)).stdout
 
         listed = [r for r in slurmctl_json("ls") if r.get("kind") == "sbatch"]
         assert [r["job_id"] for r in listed if r["name"] == "plain-held"] == [str(held)]
         # an ended plain job stays listed (accounting of the last days), once
         assert [r["state"] for r in listed if r["job_id"] == str(failed)] == ["FAILED"]
+        assert [r["cost_usd"] > 0 for r in listed if r["job_id"] == str(failed)] == [True]
         assert not any(r["name"] == "bobs-job" for r in listed)
         human = slurmctl("ls").stdout
         assert "plain-held (sbatch)" in human and "bobs-job" not in human
