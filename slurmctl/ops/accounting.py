@@ -128,8 +128,11 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         attempt.drain_requested = int(bool(record.get("drain_requested")))
         attempt.drain_acked = int(bool(record.get("drain_acknowledged", record.get("drain_acked"))))
         attempt.last_ckpt_step = record.get("last_checkpoint_step")
-    if attempt.state not in LOSSY_STATES or attempt.gpus == 0 or attempt.elapsed_s == 0:
-        return attempt
+    # A cancel whose drain the program never acknowledged (it saved nothing) loses its work like a kill.
+    lossy = attempt.state in LOSSY_STATES or (attempt.state == "CANCELLED" and attempt.drain_requested
+                                               and not attempt.drain_acked)
+    if not lossy or attempt.elapsed_s == 0 or (attempt.gpus == 0 and attempt.cost_usd == 0):
+        return attempt  # a CPU-only job is wasted money too, at its CPU price
     if not record:
         return attempt  # without the epilog's checkpoint facts, do not guess
     ckpt_time = record.get("last_checkpoint_time")

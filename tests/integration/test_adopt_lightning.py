@@ -139,6 +139,9 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
         jobs = [a["job_id"] for a in cost["attempts"]]
         assert jobs.count(job_id) >= 2 and new_job in jobs  # preempted attempt, requeued attempt, resume
         assert cost["run_id"] == run_id
+        # the epilog's record names Lightning's own checkpoint, so the preempted attempt's loss is counted from it
+        preempted = min((a for a in cost["attempts"] if a["job_id"] == job_id), key=lambda a: a["start"])
+        assert preempted["epilog_record"] and preempted["last_ckpt_step"] == saved, preempted
         assert slurmctl_json("diagnose", run_id)["category"]
     finally:
         if preemptor:
