@@ -215,15 +215,15 @@ def _unreachable_exit(statuses: list) -> int | None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (across requeues).")
 @click.option("-n", "--lines", default=100, show_default=True, help="Lines from the end (0 = all).")
 @click.option("--rank", default="0", show_default=True, help="Rank to show, or 'all'.")
-@click.option("--attempt", type=int, help="Only this attempt (restart count) of the job.")
+@click.option("--attempt", type=int, help="Only this attempt of the run (1 = the first, as `status` numbers them).")
 @click.option("--job", "job_id", type=int, help="A specific job id of the run (default: the latest).")
 @json_option
 @pass_ctx
 def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: int | None, job_id: int | None,
          as_json: bool) -> None:
     """Print the training output of RUN (rank 0 by default)."""
+    from slurmctl.observe.logs import attempt_log, log_file, tail_lines, training_lines
     from slurmctl.observe.logs import follow as follow_log
-    from slurmctl.observe.logs import log_file, split_attempts, tail_lines, training_lines
 
     if rank != "all" and not rank.isdigit():
         from slurmctl.errors import SpecError
@@ -241,11 +241,12 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
         print_line(("slurmctl:", "bold"), f" job ended: {state.lower()} — `slurmctl status {the_run.run_id}` "
                    "explains it", to_stderr=True)
         return
-    path = log_file(the_run, job_id)
-    text = tail_lines(path, 0 if attempt is not None else lines)
     if attempt is not None:
-        text = split_attempts(text).get(attempt, [])
+        path, text = attempt_log(the_run, attempt)
         text = text[-lines:] if lines else text
+    else:
+        path = log_file(the_run, job_id)
+        text = tail_lines(path, lines)
     text = training_lines(text, wanted_rank)
     if as_json:
         print_json({"run_id": the_run.run_id, "path": str(path), "rank": rank, "attempt": attempt, "lines": text})
@@ -253,6 +254,9 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
     if not text and not path.exists():
         print_line(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`",
                    to_stderr=True)
+        return
+    if not text and attempt is not None:
+        print_line(f"attempt {attempt} wrote no output to {path} (or none within its last part)", to_stderr=True)
         return
     click.echo("\n".join(text))
 
@@ -329,12 +333,12 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
 @pass_ctx
 def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     """The whole queue, every user, with the reason in plain words and the estimated start."""
-    from slurmctl.observe.explain import explain_reason
+    from slurmctl.observe.explain import explain_job_reason
 
     jobs = ctx.client.queue_filtered(partitions, users, states)
     whys, starts = [], []
     for j in jobs:
-        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        expl = explain_job_reason(j) if j.state == "PENDING" else None
         whys.append(expl.headline if expl else "")
         starts.append(j.start_time.isoformat() if j.state == "PENDING" and j.start_time else None)
     if as_json:

@@ -17,7 +17,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.observe.adopted import script_advice
 from slurmctl.observe.diagnose import diagnose_file
-from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.explain import explain_job_reason, explain_state
 from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
@@ -116,7 +116,7 @@ def _phase(job: Job | None) -> str:
         return "unknown"
     state = job.state
     if state in {"PENDING", "REQUEUED"}:
-        return "held" if job.held else "queued"
+        return "held" if job.held else ("requeued" if job.restarts else "queued")
     if state in {"REQUEUE_HOLD", "SPECIAL_EXIT"}:
         return "held"
     if state in {"RUNNING", "CONFIGURING", "SIGNALING"}:
@@ -132,7 +132,7 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
                               f"Slurm no longer knows job {plain.job_id}.", "Nothing to do.")
     expl = explain_state(job.state)
     headline, action = expl.headline, expl.action
-    reason = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    reason = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason:
         headline, action = f"Waiting: {reason.headline}", reason.action
     action = action.replace("JOBID", str(plain.job_id)).replace("RUN", str(plain.job_id))

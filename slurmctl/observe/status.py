@@ -21,11 +21,11 @@ from slurmctl.config.pricing import allocated_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.fsutil import read_json, write_atomic
+from slurmctl.fsutil import read_json, tail_text_lines, write_atomic
 from slurmctl.observe import diagnose, log_reading
 from slurmctl.observe.data import cache_suggestion, data_note, data_summary
 from slurmctl.observe.diagnose import diagnose_file, one_line_why
-from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
+from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
@@ -34,11 +34,13 @@ from slurmctl.observe.story import (
     in_allocation_restarts,
     node_loss,
     reliability_details,
+    requeue_cause,
     requeue_story,
     story,
+    waiting_requeued,
 )
 from slurmctl.observe.watchdog_report import watchdog_report
-from slurmctl.rundir import Run
+from slurmctl.rundir import Run, attempt_ids
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
@@ -48,6 +50,7 @@ STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as un
 # A read command's Slurm queries are cut off after this: with a hung controller, status and ls still
 # answer within 5 s, from the run directory.
 QUERY_SECONDS = 3.0
+REQUEUE_LOG_TAIL_BYTES = 64 * 1024  # why a requeued job was requeued: the end of its log says
 
 
 @dataclass
@@ -199,7 +202,7 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status = _from_job(run, job, events, heartbeat, queue, now)
         _price(status, job, site)
 
-    _attempts(status, events, job, spec, queue, site)
+    _attempts(status, events, job, spec, queue, site, _requeue_cause(run, job, events))
     if heartbeat:
         _progress(status, run, heartbeat, now)
     _checkpoint(status, run, events, job_id, now)
@@ -232,7 +235,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     the diagnosis of a failed one."""
     state_expl = explain_state(job.state)
     headline, action = state_expl.headline, state_expl.action
-    reason_expl = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    reason_expl = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason_expl:
         headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
     status = RunStatus(
@@ -242,7 +245,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
         exit_code=job.exit_code, num_nodes=job.num_nodes,
         why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",
     )
-    status.phase = _phase(run, job, heartbeat, _requeues(events))
+    status.phase = _phase(run, job, heartbeat, max(_requeues(events), job.restarts))
     if job.state == "PENDING":
         if job.submit_time:
             status.waiting_seconds = max(0.0, now - job.submit_time.timestamp())
@@ -324,15 +327,29 @@ def _requeues(events: list[dict]) -> int:
     return max([int(e.get("restart_count") or 0) for e in events if e.get("event") == "start"] + [0])
 
 
+def _requeue_cause(run: Run, job: Job | None, events: list[dict]) -> str:
+    """Why Slurm requeued the latest attempt, for a job waiting to start again without slurmctl's end
+    record of it (story.requeue_cause); read only then: the drain request, then the log's tail."""
+    if waiting_requeued(events, job) is None:
+        return ""
+    drain = run.drain_request()
+    try:
+        lines = tail_text_lines(run.log_path(job.job_id), 0, REQUEUE_LOG_TAIL_BYTES, nofollow=True)
+    except OSError:
+        lines = []
+    return requeue_cause(lines, (drain or {}).get("reason"))
+
+
 def _attempts(status: RunStatus, events: list[dict], job: Job | None, spec, queue: QueueContext | None,
-              site) -> None:
+              site, requeued_because: str = "") -> None:
     """Attempts and their story, requeues against the cap, the run's size, and why a pending job waits."""
-    status.attempts = sum(1 for e in events if e.get("event") == "start")
+    status.attempts = len(attempt_ids(events))
     reliability_details(status, events)
-    status.history = story(events, job)
-    requeue_story(status, job, events)
+    status.history = story(events, job, requeued_because)
+    requeue_story(status, job, events, requeued_because)
     cancelled_on_request(status, job, events)
-    status.requeues = _requeues(events)
+    # Slurm's restart count where the attempt it requeued recorded no end (a requeue by the program itself)
+    status.requeues = max(_requeues(events), job.restarts if job is not None else 0)
     status.restarts_in_allocation = in_allocation_restarts(events)
     if job is not None and job.tres:
         status.gpus = job.gpus  # what Slurm allocated (or, pending, what the job asks)

@@ -21,7 +21,7 @@ from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 # One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
-                                   "exit_code", "user", "tres", "name", "comment"), "squeue -O")
+                                   "exit_code", "user", "tres", "restarts", "name", "comment"), "squeue -O")
 # Every job of that id in accounting (ids restart when a cluster is rebuilt): the caller's newest is taken.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",

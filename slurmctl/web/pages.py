@@ -18,7 +18,7 @@ from slurmctl.durations import human_duration, until
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.charts import Chart, Series
 from slurmctl.observe.compare import load_series
-from slurmctl.observe.explain import explain_reason
+from slurmctl.observe.explain import explain_job_reason
 from slurmctl.observe.listing import my_plain_jobs_listing, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
@@ -136,7 +136,7 @@ def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dic
                                      [state] if state else [])
     rows = []
     for j in jobs:
-        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        expl = explain_job_reason(j) if j.state == "PENDING" else None
         rows.append((j, expl.headline if expl else "", expl.action.replace("JOBID", str(j.job_id)) if expl else "",
                      until(j.start_time) if j.state == "PENDING" and j.start_time else
                      ("running" if j.state == "RUNNING" else "")))

@@ -116,7 +116,7 @@ def test_run_page_story_charts_log_by_rank_and_escaped_metrics(web):
     page = web.get(f"/run/{run_id}")
     text = page.body.decode()
     assert page.status == 200 and run_id in text
-    assert f'src="/run/{run_id}/chart/loss.svg"' in text and "attempt 0 (job 77)" in text
+    assert f'src="/run/{run_id}/chart/loss.svg"' in text and "attempt 1 (job 77)" in text
     svg = web.get(f"/run/{run_id}/chart/loss.svg")
     assert svg.content_type == "image/svg+xml" and b"<svg" in svg.body and b"(log scale)" in svg.body
     tail = json.loads(web.get(f"/run/{run_id}/log?rank=0").body)
