@@ -49,7 +49,8 @@ def test_plain_jobs_skip_runs_and_other_users_and_a_forged_record_stays_inside_i
 
 def test_owned_job_record_from_the_controller():
     fields = ["45", "FAILED", "NonZeroExitCode", "l4-dev", "1", "l4-1", "0:01", "5:00", "2026-12-01T14:48:12",
-              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "plain oom", "(null)"]
+              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "plain oom",
+              "(null)"]
     runner = ReplayRunner({SQUEUE: f"45\x1f{os.geteuid()}\n", NOW: squeue_output(fields)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.exit_code, job.elapsed_seconds, job.time_limit_seconds, job.nodelist,
