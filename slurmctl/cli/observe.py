@@ -234,6 +234,13 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
 
     the_run = resolve_ref(ctx, run)
     if isinstance(the_run, PlainJob):
+        ignored = [o for o, given in (("--rank", rank != "0"), ("--attempt", attempt is not None),
+                                      ("-f", follow), ("--job", job_id is not None)) if given]
+        if ignored:  # said, not silently dropped: a plain job has one output file, no ranks or attempts of ours
+            print_line(f"job {the_run.job_id} is a plain sbatch job with one output file: {', '.join(ignored)} "
+                       f"does not apply; showing its output" + (f" (follow it with `tail -f {the_run.log_path}`)"
+                                                                if follow and the_run.log_path else ""),
+                       to_stderr=True)
         return print_plain_logs(the_run, lines, as_json)
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -125,6 +126,37 @@ def _phase(job: Job | None) -> str:
             "TIMEOUT": "stopped", "PREEMPTED": "stopped", "NODE_FAIL": "stopped"}.get(state, "failed")
 
 
+# Advice written for runs names commands that do not exist for a plain job: it has one output file (no
+# per-rank logs: `logs --rank`), and `logs -f` follows a run's log. The words that work for it instead.
+_RUN_ONLY_COMMANDS = (
+    (re.compile(r"`slurmctl logs RUN --rank (?:N|all)`( shows other ranks)?"), "rank"),
+    (re.compile(r"`slurmctl logs RUN -f`"), "follow"),
+)
+
+
+def in_job_words(text: str, job_id: int, log_path: Path | None) -> str:
+    """`text` (advice for runs) for plain job `job_id`: commands that take a run reworded to ones that
+    work for it (its id for RUN/JOBID; its whole output file where a run would show a rank)."""
+    where = f" ({log_path})" if log_path else ""
+    for pattern, kind in _RUN_ONLY_COMMANDS:
+        if kind == "rank":
+            words = f"`slurmctl logs {job_id} -n 0` shows its whole output{where}, every rank's lines in one file"
+        else:
+            words = f"`tail -f {shlex.quote(str(log_path))}`" if log_path else f"`slurmctl logs {job_id}`"
+        text = pattern.sub(words, text)
+    return re.sub(r"\b(?:JOBID|RUN)\b", str(job_id), text)
+
+
+def _job_advice(status: PlainJobStatus, job_id: int, log_path: Path | None) -> None:
+    status.headline = in_job_words(status.headline, job_id, log_path)
+    status.action = in_job_words(status.action, job_id, log_path)
+    status.details = [in_job_words(d, job_id, log_path) for d in status.details]
+    if status.diagnosis:
+        status.diagnosis = {**status.diagnosis, **{k: in_job_words(status.diagnosis[k], job_id, log_path)
+                                                   for k in ("hint", "summary")
+                                                   if isinstance(status.diagnosis.get(k), str)}}
+
+
 def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     job = plain.job
     if job is None:
@@ -135,7 +167,7 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     reason = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason:
         headline, action = f"Waiting: {reason.headline}", reason.action
-    action = action.replace("JOBID", str(plain.job_id)).replace("RUN", str(plain.job_id))
+    # RUN and JOBID in the advice become the job id at the end (_job_advice)
     status = PlainJobStatus(
         plain.job_id, job.name, job.state, _phase(job), headline, action,
         partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus, cpus=job.cpus,
@@ -152,6 +184,7 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     status.details.append("Submitted with plain sbatch: no heartbeat, checkpoints or drain. "
                           "`slurmctl adopt SCRIPT` runs the same script with them.")
     script_advice(status, "`sbatch SCRIPT` (or `slurmctl adopt SCRIPT`) again")
+    _job_advice(status, plain.job_id, plain.log_path)
     return status
 
 
@@ -161,7 +194,10 @@ def plain_job_diagnosis(plain: PlainJob):
         raise RunNotFound(f"Slurm no longer says where job {plain.job_id} wrote its output.",
                           "Give the file: `slurmctl diagnose --log PATH`.")
     job = plain.job
-    return diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
+    found = diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
+    found.hint = in_job_words(found.hint, plain.job_id, plain.log_path)
+    found.summary = in_job_words(found.summary, plain.job_id, plain.log_path)
+    return found
 
 
 def _readable(path: Path) -> bool:

@@ -41,6 +41,11 @@ def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
         assert status["diagnosis"]["category"] == "cuda_oom"
         assert "plain sbatch job" in slurmctl("status", str(failed)).stdout
         assert "CUDA out of memory" in slurmctl("logs", str(failed)).stdout
+        # its advice names commands that work for a plain job: no per-rank logs of ours
+        said = slurmctl("status", str(failed)).stdout + slurmctl("diagnose", str(failed)).stdout
+        assert "--rank" not in said and "logs RUN" not in said, said
+        ranked = slurmctl("logs", str(failed), "--rank", "1")
+        assert "CUDA out of memory" in ranked.stdout and "--rank does not apply" in ranked.stderr
         assert slurmctl_json("diagnose", str(failed))["category"] == "cuda_oom"
         # a CPU-only job is priced by its allocated CPUs (TRES) at the partition's CPU price, everywhere
         assert status["cpus"] >= 1 and status["gpus"] == 0 and status["cost_usd"] > 0, status

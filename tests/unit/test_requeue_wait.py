@@ -66,3 +66,24 @@ def test_a_begin_time_is_not_a_requeue(monkeypatch):
     requeued = plain_job_status(PlainJob(3336, jobs[3336], None))
     assert requeued.headline.startswith("Waiting: Requeued (Slurm restart 1) and waiting to start again")
     assert requeued.phase == "requeued"
+
+
+def test_a_plain_jobs_advice_names_commands_that_work_for_it(tmp_path, monkeypatch):
+    """A plain job has one output file and no per-rank logs: no `logs --rank`, no `logs -f`."""
+    from slurmctl.observe.plain_job import plain_job_diagnosis
+    from slurmctl.slurm.client import Job
+
+    out = tmp_path / "slurm-4242.out"
+    out.write_text("step 3 loss 2.0\nTraceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+                   "ValueError: bad shape\n")
+    job = Job(job_id=4242, name="plain", state="FAILED", exit_code="1:0", partition="l4-dev", num_nodes=1,
+              elapsed_seconds=3, source="sacct")
+    status = plain_job_status(PlainJob(4242, job, out))
+    said = " ".join([status.headline, status.action, *status.details, status.diagnosis["hint"],
+                     status.diagnosis["summary"]])
+    assert "--rank" not in said and "logs RUN" not in said and " -f`" not in said, said
+    assert "`slurmctl logs 4242 -n 0` shows its whole output" in status.diagnosis["hint"]
+    assert "--rank" not in plain_job_diagnosis(PlainJob(4242, job, out)).hint
+    running = plain_job_status(PlainJob(4242, Job(job_id=4242, name="p", state="RUNNING", partition="l4-dev",
+                                                  num_nodes=1, elapsed_seconds=3), out))
+    assert running.action == f"Follow it with `tail -f {out}`.", running.action
