@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from slurmctl.observe.status import RunStatus
 
 _ENDINGS = {"preemption": "preempted", "time-limit": "reached its time limit", "failed": "crashed",
-            "completed": "finished", "cancelled": "cancelled"}
-_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash", "node-lost": "node loss"}
+            "completed": "finished", "cancelled": "cancelled",
+            "requeued": "requeued by the job itself (`scontrol requeue` in its script or program)"}
+_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash", "node-lost": "node loss",
+          "requeued": "the job's own `scontrol requeue`"}
 
 
 def _lost(record: dict) -> str:
@@ -181,6 +183,7 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
         if end.get("steps_lost") is not None and outcome != "completed":
             ending += f", {end['steps_lost']} steps lost"
         then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
+        then = "a new Slurm attempt follows" if outcome == "requeued" and then else then
         lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
     return lines
 

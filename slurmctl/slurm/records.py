@@ -88,6 +88,7 @@ class Job:
     tres_per_node: str = ""  # what the job asked per node: 'gres:gpu:l4:1' (--gres, --gpus-per-node)
     array_tasks: str = ""  # a pending array's tasks not yet started, as squeue prints them: '0-9,15%2'
     restarts: int = 0
+    preempt_time: datetime | None = None
     batch_host: str = ""
     work_dir: str = ""  # user-written, like name and comment
     std_out: str = ""  # user-written
@@ -125,7 +126,7 @@ class Job:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("submit_time", "start_time", "end_time"):
+        for key in ("submit_time", "start_time", "end_time", "preempt_time"):
             d[key] = d[key].isoformat() if d[key] else None
         return d
 

@@ -101,7 +101,11 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
                       lambda: (s := _status(run_id))["latest_checkpoint_step"] is not None and s, timeout=90)
         saved = first["latest_checkpoint_step"]
         assert saved >= 20
-        _wait("the requeue", lambda: _status(run_id)["state"] == "PENDING", timeout=90)
+        waiting = _wait("the requeue", lambda: (s := _status(run_id))["state"] == "PENDING" and s, timeout=90)
+        # Lightning requeued itself on the preemption's SIGUSR1: status says so, and waits to start again
+        assert waiting["phase"].startswith("requeued") and waiting["requeues"] >= 1, waiting
+        told = " ".join([waiting["why"], *waiting["history"]])
+        assert "preempt" in told and not waiting["history"][-1].endswith("running"), waiting
         bob.scancel(preemptor)
         start_requeued_now(job_id)
         restored = _wait("the resumed attempt", lambda: re.search(

@@ -197,6 +197,12 @@ def test_a_job_that_requeued_itself_and_was_cancelled_while_waiting_reads_cancel
                 not (Path(plan["run_dir"]) / "attempts.jsonl").read_text().count('"start"'):
             assert time.monotonic() < deadline, "the job never requeued itself"
             time.sleep(1)
+        # its own requeue is recorded as this attempt's end (the wrapper's SIGTERM trap), and status says
+        # it waits to start again
+        waiting = slurmctl_json("status", run_id)
+        assert waiting["phase"].startswith("requeued") and waiting["requeues"] == 1, waiting
+        assert "requeued by the job itself" in waiting["history"][0], waiting["history"]
+        assert not waiting["history"][-1].endswith("running"), waiting["history"]
         assert slurmctl_json("cancel", run_id)["final_state"] == "CANCELLED"
         deadline = time.monotonic() + 150  # MinJobAge: then only accounting knows the job
         while alice.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.strip():
