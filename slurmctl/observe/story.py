@@ -161,6 +161,13 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
                             for e in following)
             if cancelled and following_start is None:
                 line += "; cancelled on request (`slurmctl cancel`)"
+                told = next((e for e in reversed(following) if e.get("event") == "cancel-result"
+                             and e.get("steps_lost") is not None), None)
+                if told is not None:
+                    ck = told.get("checkpoint_step")
+                    line += (f" at step {told.get('last_step')}, "
+                             + (f"newest checkpoint {ck}" if ck is not None else "no checkpoint")
+                             + f", {told['steps_lost']} steps lost")
             elif following_start is not None and _requeued_by_slurm(start, following_start):
                 line += ("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost "
                          "node, or a preemption that did not wait for the drain)")
