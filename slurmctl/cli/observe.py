@@ -67,7 +67,7 @@ def _print_status(s: RunStatus) -> None:
         for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
-        from slurmctl.observe.diagnose import excerpt  # loaded already: status imports diagnose
+        from slurmctl.observe.diagnose import excerpt  # why: only a failed run's status prints its evidence
 
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
@@ -147,6 +147,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
 
         raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
     wanted = None if show_all else limit
+    # the plain sbatch jobs' squeue and sacct run while the runs' statuses are read
+    plain_rows = None if all_users else _plain_jobs(ctx, wanted)
     if all_users:
         owned = ctx.registry.list_all_users(wanted, since=after)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
@@ -158,7 +160,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
-    plain = [] if all_users or slurm_down else _plain_jobs(ctx, wanted)
+    plain = [] if plain_rows is None else plain_rows()
+    plain = [] if slurm_down else plain
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
@@ -191,11 +194,12 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     return _unreachable_exit(statuses)
 
 
-def _plain_jobs(ctx: Context, limit: int | None) -> list:
-    """The caller's plain sbatch jobs: queued, running and recently ended; none when Slurm is slow."""
-    from slurmctl.observe.listing import my_plain_jobs_listing
+def _plain_jobs(ctx: Context, limit: int | None):
+    """The caller's plain sbatch jobs (queued, running and recently ended; none when Slurm is slow),
+    asked for now, in the background: call the result for the rows."""
+    from slurmctl.observe.listing import my_plain_jobs_started
 
-    return my_plain_jobs_listing(ctx.client, ctx.registry.uid, limit, site=ctx.site_view)
+    return my_plain_jobs_started(ctx.client, ctx.registry.uid, limit, site=ctx.site_view)
 
 
 def _unreachable_exit(statuses: list) -> int | None:

@@ -5,6 +5,7 @@ and beside them the caller's plain sbatch jobs, queued, running or ended in the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from slurmctl.config.pricing import allocated_cost
@@ -13,7 +14,7 @@ from slurmctl.observe.status import QUERY_SECONDS, RunStatus, runs_statuses, unr
 from slurmctl.observe.sweep import queued_sweep_runs
 from slurmctl.rundir import COMMENT_PREFIX, Run, RunRegistry, run_id_from_comment
 from slurmctl.slurm.client import QueueSnapshot, SlurmClient
-from slurmctl.slurm.runner import answer_within
+from slurmctl.slurm.runner import LocalRunner, answer_within
 
 
 def with_queued(registry: RunRegistry, client: SlurmClient, runs: list[Run]) -> tuple[list[Run], QueueSnapshot | None]:
@@ -75,6 +76,39 @@ def my_plain_jobs_listing(client: SlurmClient, uid: int | None = None, limit: in
     rows = active + ended
     for row in rows:
         row.cost_usd = plain_row_cost(row, site)
+    return rows
+
+
+def my_plain_jobs_started(client: SlurmClient, uid: int | None = None, limit: int | None = None,
+                          site=None) -> Callable[[], list]:
+    """``my_plain_jobs_listing`` started now, in a thread: its squeue and sacct wait on Slurm while the
+    caller reads its runs' statuses (a sacct costs ~0.2 s, more than the rest of `ls`). The returned
+    function waits for it and gives its rows (or raises what it raised). A local runner is copied:
+    each thread's read budget (answer_within) is its own. Any other runner (SSH: one connection)
+    is asked when the rows are wanted, in the caller's thread."""
+    if not isinstance(client.runner, LocalRunner):
+        return lambda: my_plain_jobs_listing(client, uid, limit, site)
+    import copy  # why: only ls and the runs page list plain jobs
+    import threading
+
+    own = SlurmClient(copy.copy(client.runner))
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["rows"] = my_plain_jobs_listing(own, uid, limit, site)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="plain-jobs", daemon=True)
+    thread.start()
+
+    def rows() -> list:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["rows"]
+
     return rows
 
 

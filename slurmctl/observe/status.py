@@ -22,9 +22,7 @@ from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.fsutil import read_json, tail_text_lines, write_atomic
-from slurmctl.observe import diagnose, log_reading
 from slurmctl.observe.data import cache_suggestion, data_note, data_summary
-from slurmctl.observe.diagnose import diagnose_file, one_line_why
 from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
@@ -262,10 +260,10 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     elif not job.active and job.elapsed_seconds is not None:
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES:
-        status.diagnosis = _diagnosis(run, job)
+        status.diagnosis, why = _diagnosis(run, job)
         if status.diagnosis.get("failing_exit"):  # srun's 143/137 or the shutdown's 15 says only who was last
             status.details.append(f"The failing rank ended with {status.diagnosis['failing_exit']}.")
-        status.why = status.why or one_line_why(status.diagnosis)
+        status.why = status.why or why
     return status
 
 
@@ -290,11 +288,16 @@ def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None =
                           site.accounting.discounts)
 
 
-def _diagnosis(run: Run, job: Job) -> dict:
-    """The ended job's diagnosis: the run's cached one while nothing it was read from changed (the log,
-    attempts.jsonl, the watchdog's state, Slurm's state and exit code, the diagnosis code itself), else
-    a new one, cached. Every rule compiled and run over the log costs ~0.3 s a run in `ls`; a failed
-    run's log no longer changes. Only the run's owner reads or writes the cache."""
+# The diagnosis code: a change to it misses every cached diagnosis. Named, not imported: a cached
+# diagnosis is read without importing (and compiling the rules of) the diagnosis modules at all.
+_DIAGNOSIS_CODE = (Path(__file__).with_name("diagnose.py"), Path(__file__).with_name("log_reading.py"))
+
+
+def _diagnosis(run: Run, job: Job) -> tuple[dict, str]:
+    """The ended job's diagnosis and its one-line why: the run's cached ones while nothing they were read
+    from changed (the log, attempts.jsonl, the watchdog's state, Slurm's state and exit code, the
+    diagnosis code itself), else new ones, cached. Every rule compiled and run over the log costs ~0.3 s
+    a run in `ls`; a failed run's log no longer changes. Only the run's owner reads or writes the cache."""
     def stamp(path) -> list[int]:
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -305,21 +308,25 @@ def _diagnosis(run: Run, job: Job) -> dict:
     log = run.log_path(job.job_id)
     key = [job.job_id, job.state, job.exit_code, stamp(log), stamp(run.path / rundir.ATTEMPTS),
            stamp(run.path / rundir.WATCHDOG_DIR / rundir.WATCHDOG_STATE),
-           stamp(diagnose.__file__), stamp(log_reading.__file__)]
+           *(stamp(path) for path in _DIAGNOSIS_CODE)]
     cache = run.path / rundir.DIAGNOSIS_CACHE
     mine = stamp(run.path) and os.stat(run.path, follow_symlinks=False).st_uid == os.geteuid()
     if mine:
         cached = read_json(cache, 1024 * 1024, owner=os.geteuid())
-        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict):
-            return cached["diagnosis"]
+        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict) \
+                and isinstance(cached.get("why"), str):
+            return cached["diagnosis"], cached["why"]
+    from slurmctl.observe.diagnose import diagnose_file, one_line_why  # why: see _DIAGNOSIS_CODE
+
     # as JSON prints it (a set of line numbers becomes its text): the same whether fresh or read back
     found = json.loads(json.dumps(diagnose_file(log, job.state, job.exit_code).to_dict(), default=str))
+    why = one_line_why(found)
     if mine:
         try:
-            write_atomic(cache, json.dumps({"key": key, "diagnosis": found}), mode=0o600)
+            write_atomic(cache, json.dumps({"key": key, "diagnosis": found, "why": why}), mode=0o600)
         except OSError:
             pass  # a full disk or a read-only run dir: the diagnosis is still shown
-    return found
+    return found, why
 
 
 def _requeues(events: list[dict]) -> int:

@@ -454,6 +454,8 @@ class Run:
         recorded = self.meta.get("checkpoint_dir")
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
+        if not os.path.lexists(self.spec_path):  # an adopted script's run: no run.yaml, no yaml to import
+            return self.default_checkpoint_dir
         try:
             from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
