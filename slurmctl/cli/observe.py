@@ -147,8 +147,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
 
         raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
     wanted = None if show_all else limit
-    # the plain sbatch jobs' squeue and sacct run while the runs' statuses are read
-    plain_rows = None if all_users else _plain_jobs(ctx, wanted)
+    # the caller's own jobs (squeue --me, a sacct of the last days) are asked for while the runs are read
+    mine = None if all_users else _caller_jobs(ctx)
     if all_users:
         owned = ctx.registry.list_all_users(wanted, since=after)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
@@ -156,12 +156,12 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
-        runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all)
+        runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all,
+                                 known=mine.recent)
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
-    plain = [] if plain_rows is None else plain_rows()
-    plain = [] if slurm_down else plain
+    plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
@@ -194,12 +194,11 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     return _unreachable_exit(statuses)
 
 
-def _plain_jobs(ctx: Context, limit: int | None):
-    """The caller's plain sbatch jobs (queued, running and recently ended; none when Slurm is slow),
-    asked for now, in the background: call the result for the rows."""
-    from slurmctl.observe.listing import my_plain_jobs_started
+def _caller_jobs(ctx: Context):
+    """The caller's own jobs, asked for now, in the background (slurmctl.observe.listing.CallerJobs)."""
+    from slurmctl.observe.listing import CallerJobs
 
-    return my_plain_jobs_started(ctx.client, ctx.registry.uid, limit, site=ctx.site_view)
+    return CallerJobs(ctx.client, ctx.registry.uid)
 
 
 def _unreachable_exit(statuses: list) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -446,13 +447,17 @@ def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
     return QueueContext(position=position, pending_in_partition=len(pending))
 
 
-def _lookup(client: SlurmClient, job_ids: set[int],
-            snapshot: QueueSnapshot | None = None) -> tuple[dict[int, Job], QueueView]:
+def _lookup(client: SlurmClient, job_ids: set[int], snapshot: QueueSnapshot | None = None,
+            known: Callable[[], dict[int, Job]] | None = None) -> tuple[dict[int, Job], QueueView]:
     """One squeue for everything active, or the `snapshot` of one (+ one sacct for what squeue no
-    longer shows)."""
+    longer shows and `known`, the caller's recent jobs from accounting, does not have)."""
     view = client.queue_view(job_ids, snapshot)
     found = dict(view.jobs)
     missing = job_ids - found.keys()
+    if missing and known is not None:
+        recent = known()
+        found.update({j: recent[j] for j in missing if j in recent})
+        missing -= recent.keys()
     if missing:
         for job in client.history(missing):
             found.setdefault(job.job_id, job)
@@ -493,16 +498,16 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     return status
 
 
-def runs_statuses(runs: list[Run], client: SlurmClient, site=None,
-                  queue: QueueSnapshot | None = None) -> list[RunStatus]:
+def runs_statuses(runs: list[Run], client: SlurmClient, site=None, queue: QueueSnapshot | None = None,
+                  known: Callable[[], dict[int, Job]] | None = None) -> list[RunStatus]:
     """Status for many runs with one squeue call (none when the caller passes the `queue` it has)
-    and at most one sacct call (run dirs alone, marked UNREACHABLE, when Slurm does not answer
-    within QUERY_SECONDS)."""
+    and at most one sacct call, none for the jobs `known` has (run dirs alone, marked UNREACHABLE, when
+    Slurm does not answer within QUERY_SECONDS)."""
     latest = {run.run_id: run.latest_job_id() for run in runs}
     wanted = {j for j in latest.values() if j is not None}
     try:
         with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
-            found, view = _lookup(client, wanted, queue) if wanted else ({}, QueueView())
+            found, view = _lookup(client, wanted, queue, known) if wanted else ({}, QueueView())
     except SlurmUnreachable:
         return unreachable_statuses(runs, site)
     if wanted:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmCommandError
+from slurmctl.slurm.client import HISTORY
 from slurmctl.slurm.parsing import SEP, JobQuery
 from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 
@@ -30,9 +31,9 @@ OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partiti
 # -O: only it has the allocated TRES (ls's GPUS column); its JobID is each task's own id, as -o's %A.
 PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "tres",
                                 "name", "comment"), "squeue -O")
-# The caller's jobs of the last days in accounting (ended ones: the queue has the rest).
-PLAIN_ENDED = JobQuery("plain_ended", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "end_time",
-                                       "user", "tres", "name", "comment"), "sacct")
+# The caller's jobs of the last days in accounting, with the fields status reads (client.HISTORY's): one
+# sacct answers for ls's ended plain jobs and for its runs' ended jobs alike.
+RECENT = JobQuery("recent_jobs", HISTORY.attrs, "sacct")
 RECENT_DAYS, RECENT_LIMIT = 7, 50  # how far back ls looks for ended plain jobs, and how many it shows
 
 
@@ -113,14 +114,21 @@ def _row(job: Job, started_at: float | None) -> PlainJobRow:
                        started_at if job.elapsed_seconds else None)
 
 
-def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
-                        limit: int = RECENT_LIMIT) -> list[PlainJobRow]:
-    """The caller's plain jobs that ended in the last `days` (newest first, at most `limit`), one sealed
-    sacct of the caller's own jobs; the owner is checked on each record."""
+def my_recent_jobs(client, uid: int | None = None, *, days: int = RECENT_DAYS) -> list[Job]:
+    """The caller's jobs that ran or ended in the last `days` as accounting has them (each job's newest
+    record), one sealed sacct of the caller's own jobs; the owner is checked on each record."""
     uid = os.geteuid() if uid is None else uid
     me = _user_name(uid)
-    jobs = client._listing(PLAIN_ENDED, ["sacct", "-n", "-P", "-X", "-S", f"now-{int(days)}days"], source="sacct")
-    ended = [j for j in jobs if j.user == me and not j.active and not j.comment.startswith(run_comment_prefix)]
+    jobs = client._listing(RECENT, ["sacct", "-n", "-P", "-X", "-S", f"now-{int(days)}days"], source="sacct")
+    return [j for j in jobs if j.user == me]
+
+
+def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
+                        limit: int = RECENT_LIMIT, recent: list[Job] | None = None) -> list[PlainJobRow]:
+    """The caller's plain jobs that ended in the last `days` (newest first, at most `limit`), from
+    `recent` (my_recent_jobs) or one sacct of its own."""
+    jobs = my_recent_jobs(client, uid, days=days) if recent is None else recent
+    ended = [j for j in jobs if not j.active and not j.comment.startswith(run_comment_prefix)]
     ended.sort(key=lambda j: j.end_time.timestamp() if j.end_time else 0.0, reverse=True)
     seen, rows = set(), []
     for j in ended:  # a requeued job has a record per attempt: its newest stands for it

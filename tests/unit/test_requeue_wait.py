@@ -87,3 +87,4 @@ def test_a_plain_jobs_advice_names_commands_that_work_for_it(tmp_path, monkeypat
     running = plain_job_status(PlainJob(4242, Job(job_id=4242, name="p", state="RUNNING", partition="l4-dev",
                                                   num_nodes=1, elapsed_seconds=3), out))
     assert running.action == f"Follow it with `tail -f {out}`.", running.action
+
