@@ -86,11 +86,12 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
 
 
 def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Path | None, str]:
-    """Where the job writes its output: StdOut from `scontrol show job` while the controller knows the
-    job, else Slurm's default `slurm-<id>.out` in the work dir sacct recorded."""
-    info = client.job_info(job_id)
-    if info is not None and info.std_out:
-        return Path(_expand(info.std_out, job_id, job)), info.work_dir
+    """Where the job writes its output: its StdOut while the controller knows the job (the record
+    owned_job read), else Slurm's default `slurm-<id>.out` in the work dir accounting recorded."""
+    if job is not None and job.std_out:
+        return Path(_expand(job.std_out, job_id, job)), job.work_dir
+    if job is not None and job.source == "sacct" and job.work_dir.startswith("/"):
+        return Path(job.work_dir) / f"slurm-{job_id}.out", job.work_dir
     # the newest job of that id that is the caller's (ids restart when a cluster is rebuilt)
     result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", "-j", str(job_id), "-o",
                           "JobIDRaw,UID,Submit,WorkDir"], check=False)

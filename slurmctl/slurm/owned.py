@@ -20,13 +20,17 @@ from slurmctl.slurm.parsing import SEP, JobQuery
 from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 
 # One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
+# With where it writes (StdOut, WorkDir: user-written, sealed like name and comment).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
-                                   "exit_code", "user", "tres", "restarts", "name", "comment"), "squeue -O")
-# Every job of that id in accounting (ids restart when a cluster is rebuilt): the caller's newest is taken.
+                                   "exit_code", "user", "tres", "restarts", "name", "comment", "std_out", "work_dir"),
+                     "squeue -O")
+# Every job of that id in accounting, every user's (ids restart when a cluster is rebuilt): the newest
+# decides whose it is (its numeric uid), in the same call that reads it.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
-                                           "end_time", "exit_code", "user", "tres", "name", "comment"), "sacct")
+                                           "end_time", "exit_code", "user", "uid", "tres", "name", "comment",
+                                           "work_dir"), "sacct")
 # The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
 # -O: only it has the allocated TRES (ls's GPUS column); its JobID is each task's own id, as -o's %A.
 PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "tres",
@@ -140,26 +144,48 @@ def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None,
 
 
 def owned_job(client, job_id: int, uid: int | None = None) -> Job | None:
-    """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's):
-    from the controller while it knows the job, else from accounting, the caller's newest job of
-    that id. Only this job's own records are read, never the whole queue."""
+    """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's, RunNotFound
+    when Slurm knows no such job): from the controller while it knows the job (two squeue calls: the
+    owner's uid, then the record), else from accounting, one sacct of every record of that id, whose
+    newest decides whose it is. Only this job's own records are read, never the whole queue."""
     uid = os.geteuid() if uid is None else uid
-    owned_job_id(client, job_id, uid)
-    me = _user_name(uid)
+    result = client._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", f"%A{SEP}%U"], check=False)
+    owner = next((int(u) for j, _, u in (line.partition(SEP) for line in result.stdout.splitlines())
+                  if j == str(job_id) and u.isdigit()), None) if result.returncode == 0 else None
+    if owner is not None:
+        _check_owner(job_id, owner, uid)
+        me = _user_name(uid)
+        try:
+            result, seal = client._sealed(OWNED_NOW, ["squeue", "-h", "-t", "all", "-j", str(job_id)])
+            found = [j for j in OWNED_NOW.parse(result.stdout, seal, client.rejects, "squeue") if j.job_id == job_id]
+            if found and found[0].user == me:
+                return found[0]
+        except SlurmCommandError:
+            pass  # it left the controller just now ('Invalid job id'): accounting has it
     try:
-        result, seal = client._sealed(OWNED_NOW, ["squeue", "-h", "-t", "all", "-j", str(job_id)])
-        found = [j for j in OWNED_NOW.parse(result.stdout, seal, client.rejects, "squeue") if j.job_id == job_id]
-        if found and found[0].user == me:
-            return found[0]
+        result, seal = client._sealed(OWNED_HISTORY, ["sacct", "-n", "-P", "-X", "-a", "--duplicates"],
+                                      ["-j", str(job_id)])
     except SlurmCommandError:
-        pass  # the controller no longer knows the job ('Invalid job id'): accounting does
-    try:
-        result, seal = client._sealed(OWNED_HISTORY, ["sacct", "-n", "-P", "-X", "--duplicates"], ["-j", str(job_id)])
-    except SlurmCommandError:
-        return None
+        result, seal = None, ""
     rows = []
-    for values in OWNED_HISTORY.records(result.stdout, seal, client.rejects):
+    for values in OWNED_HISTORY.records(result.stdout, seal, client.rejects) if result is not None else []:
         job = OWNED_HISTORY.parse_values(values, client.rejects, "sacct")
-        if job is not None and job.job_id == job_id and job.user == me:
+        if job is not None and job.job_id == job_id and job.uid is not None:
             rows.append(job)
-    return max(rows, key=lambda j: j.submit_time.timestamp() if j.submit_time else 0.0) if rows else None
+    if not rows:
+        if owner is not None:
+            return None  # the controller's, not yet in accounting
+        _check_owner(job_id, None, uid)
+    # the newest job of that id (ISO times sort as text); its attempts: the newest one
+    newest = max(rows, key=lambda j: j.submit_time.timestamp() if j.submit_time else 0.0)
+    _check_owner(job_id, newest.uid, uid)
+    return newest
+
+
+def _check_owner(job_id: int, owner: int | None, uid: int) -> None:
+    if owner is None:
+        raise RunNotFound(f"Slurm knows no job {job_id} (neither the queue nor accounting).",
+                          "Check the id with `squeue --me` or `sacct`; `slurmctl ls` lists your runs and jobs.")
+    if owner != uid:
+        raise RunNotOwned(f"job {job_id} is not yours.",
+                          "slurmctl only shows and acts on your own jobs; `slurmctl ls` lists them.")

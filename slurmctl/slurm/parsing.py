@@ -210,6 +210,7 @@ FIELDS = {f.attr: f for f in [
     Field("end_time", None, "EndTime", "End", parse_slurm_timestamp),
     Field("exit_code", None, "exit_code", "ExitCode", _wait_status, sacct_convert=str),
     Field("user", "%u", "UserName", "User", str),
+    Field("uid", "%U", None, "UID", lambda s: int(s) if s.isdigit() else None),
     Field("account", "%a", "Account", "Account", str),
     Field("qos", "%q", "QOS", "QOS", str),
     Field("tres", None, "tres-alloc", "AllocTRES", _text),

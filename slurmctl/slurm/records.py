@@ -81,6 +81,7 @@ class Job:
     exit_code: str = ""
     comment: str = ""
     user: str = ""
+    uid: int | None = None  # the owner's numeric uid, where the query asked (whose job it is)
     account: str = ""
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'

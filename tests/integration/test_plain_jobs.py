@@ -11,6 +11,7 @@ PLAIN_SCRIPT = """#!/bin/bash
 #SBATCH -t 5
 #SBATCH -J plain-oom
 echo "step 1 loss 2.5"
+sleep 2  # held for a moment: something to price
 echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 exit 1
 """
