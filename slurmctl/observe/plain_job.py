@@ -17,7 +17,6 @@ from pathlib import Path
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.observe.adopted import script_advice
-from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.explain import explain_job_reason, explain_state
 from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
@@ -181,6 +180,8 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     elif not job.active and job.elapsed_seconds is not None:
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES and plain.log_path is not None and _readable(plain.log_path):
+        from slurmctl.observe.diagnose import diagnose_file  # why: a failed job's only (the rules cost ~30 ms)
+
         status.diagnosis = diagnose_file(plain.log_path, job.state, job.exit_code).to_dict()
     status.details.append("Submitted with plain sbatch: no heartbeat, checkpoints or drain. "
                           "`slurmctl adopt SCRIPT` runs the same script with them.")
@@ -194,6 +195,8 @@ def plain_job_diagnosis(plain: PlainJob):
     if plain.log_path is None:
         raise RunNotFound(f"Slurm no longer says where job {plain.job_id} wrote its output.",
                           "Give the file: `slurmctl diagnose --log PATH`.")
+    from slurmctl.observe.diagnose import diagnose_file  # why: as in plain_job_status
+
     job = plain.job
     found = diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
     found.hint = in_job_words(found.hint, plain.job_id, plain.log_path)
