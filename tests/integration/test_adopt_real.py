@@ -114,7 +114,7 @@ def test_multi_node_torchrun_script_reads_as_slurm_reads_it(workdir, alice):
                                                                  "export"]
     assert plan["body"]["traps"] and any("passed on to the original script" in n for n in plan["notes"])
     # the original's batch-shell signal reaches the original script's own trap
-    assert "trap 'kill -USR1 \"$body_pid\"" in plan["wrapper"]
+    assert "drain-signal; kill -USR1 \"$body_pid\"" in plan["wrapper"]
 
 
 def test_singleton_dependency_still_waits_for_the_users_job_of_that_name(workdir, alice):
