@@ -398,9 +398,12 @@ def interrupted(run_dir: Path, client: SlurmClient) -> dict | None:
         outcome = "requeued"
     block = _program_block(run_dir)
     kept = block.restored() if block else _checkpoints(run_dir).latest()
-    saved = block is not None and kept is not None and kept.mtime >= float(start_record.get("time") or 0)
     last_step = _program_last_step(run_dir, block) if block else _last_step(run_dir, start_record.get("time"))
     ck_step = kept.step if kept is not None else None
+    # it saved on the signal: a checkpoint of its own after our drain request, else one at its last step
+    saved = block is not None and kept is not None and (
+        kept.mtime >= float(drain.get("time") or 0) if drain is not None
+        else ck_step is not None and last_step is not None and ck_step >= last_step)
     why = {"preemption": "a preemption", "time-limit": "its time limit",
            "requeued": "the job's own `scontrol requeue`"}[outcome]
     record = {**_base_record("end"), "exit_code": 143, "outcome": outcome, "action": REQUEUE,

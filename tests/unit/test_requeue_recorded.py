@@ -5,6 +5,7 @@ real cluster printed for the client's `squeue -O` while a requeued job completed
 already 1; PreemptTime set only after a preemption)."""
 
 import json
+import os
 import pickle
 import time
 import zipfile
@@ -38,7 +39,7 @@ def adopted(tmp_path, monkeypatch):
     (path / "logs" / "3424.out").write_text("slurmctl: attempt 0 of job 3424 starting on l4-1\n"
                                             + "".join(f"iter {i}: loss 1.0\n" for i in range(46)))
     with zipfile.ZipFile(out / "ckpt.pt", "w") as archive:  # its save on USR1, as torch.save lays it out
-        archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 44, "model": {}}, protocol=2))
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 45, "model": {}}, protocol=2))
     for name, value in {"SLURM_JOB_ID": "3424", "SLURM_RESTART_COUNT": "0", "SLURMCTL_ADOPTED": "1",
                         "SLURMCTL_DRAIN_MARGIN": "60", "SLURMCTL_PROGRAM_SIGNAL_MARGIN": "90"}.items():
         monkeypatch.setenv(name, value)
@@ -55,12 +56,12 @@ def _client(monkeypatch, state: str, restarts: str, preempt_time: str) -> SlurmC
 def test_a_requeue_by_the_scripts_trap_near_the_limit_is_recorded_as_the_time_limit(adopted, monkeypatch):
     record = interrupted(adopted.path, _client(monkeypatch, "COMPLETING", "1", "N/A"))
     assert record["outcome"] == "time-limit" and record["action"] == "requeue" and record["drain_acked"]
-    assert (record["checkpoint_step"], record["last_step"], record["steps_lost"]) == (44, 45, 1)
+    assert (record["checkpoint_step"], record["last_step"], record["steps_lost"]) == (45, 45, 0)
     # once: a second SIGTERM finds the end recorded
     assert interrupted(adopted.path, _client(monkeypatch, "COMPLETING", "1", "N/A")) is None
     status = build_status(adopted, Job(job_id=3424, state="PENDING", reason="BeginTime", restarts=1))
     assert status.phase == "requeued after time limit", status.phase
-    assert status.history[0].endswith("reached its time limit at step 45, newest checkpoint 44, 1 steps lost; "
+    assert status.history[0].endswith("reached its time limit at step 45, newest checkpoint 45, 0 steps lost; "
                                       "requeued (new Slurm attempt)"), status.history
 
 
@@ -73,3 +74,17 @@ def test_no_requeue_no_record(adopted, monkeypatch):
     """The time limit's own kill or a cancel: the restart count did not move; the epilog records those."""
     assert interrupted(adopted.path, _client(monkeypatch, "COMPLETING", "0", "N/A")) is None
     assert '"end"' not in (adopted.path / "attempts.jsonl").read_text()
+
+
+def test_a_periodic_checkpoint_before_the_signal_is_no_save_on_it(adopted, monkeypatch):
+    """The real cluster's case: the script's USR1 trap requeued at once, the program never got the signal;
+    its newest checkpoint is an older periodic one: the steps since are lost, the drain unacknowledged."""
+    from slurmctl.runtime import write_drain_request
+
+    write_drain_request(adopted.path, "time-limit", time_left_seconds=66)
+    time.sleep(0.01)
+    old = time.time() - 30
+    os.utime(next((adopted.path.parent / "out").iterdir()), (old, old))
+    record = interrupted(adopted.path, _client(monkeypatch, "COMPLETING", "1", "N/A"))
+    assert record["outcome"] == "time-limit" and not record["drain_acked"]
+    assert "saved a checkpoint" not in record["reason"]
