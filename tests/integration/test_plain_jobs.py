@@ -21,7 +21,10 @@ def _wait_ended(user, job_id: int, timeout: float = 90) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = user.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).stdout.strip()
-        if state and state.split()[0] not in {"PENDING", "RUNNING", "COMPLETING", "REQUEUED"}:
+        # and the controller is done with it too (its epilog can keep it COMPLETING after accounting's end)
+        live = user.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], check=False).stdout.strip()
+        if state and state.split()[0] not in {"PENDING", "RUNNING", "COMPLETING", "REQUEUED"} \
+                and live != "COMPLETING":
             return state.split()[0]
         time.sleep(1)
     raise AssertionError(f"job {job_id} did not end within {timeout} s")
