@@ -404,17 +404,20 @@ def interrupted(run_dir: Path, client: SlurmClient) -> dict | None:
     saved = block is not None and kept is not None and (
         kept.mtime >= float(drain.get("time") or 0) if drain is not None
         else ck_step is not None and last_step is not None and ck_step >= last_step)
-    why = {"preemption": "a preemption", "time-limit": "its time limit",
-           "requeued": "the job's own `scontrol requeue`"}[outcome]
+    before_limit = f", {int(left)} s before its time limit" if left is not None else ""
+    why = {"preemption": "preempted: requeued (by Slurm after the grace time, or by the job itself on the "
+                         "preemption's signal)",
+           "time-limit": "requeued by the job itself (its script's trap or its program, e.g. Lightning on its "
+                         f"signal){before_limit}: the time limit's",
+           "requeued": f"requeued by the job itself (`scontrol requeue` in its script or program){before_limit}",
+           }[outcome]
     record = {**_base_record("end"), "exit_code": 143, "outcome": outcome, "action": REQUEUE,
               "recorded_by": "requeue", "drain_requested": drain is not None or outcome != "requeued",
               "drain_reason": (drain or {}).get("reason") or (outcome if outcome != "requeued" else None),
               "drain_acked": saved, "checkpoint_step": ck_step, "last_step": last_step,
               "steps_lost": (max(0, last_step - ck_step) if ck_step is not None else last_step + 1)
               if last_step is not None else None,
-              "reason": (f"requeued by the job itself (the script's trap or the program, e.g. Lightning on its signal) "
-                         f"for {why}" + (f", {int(left)} s before its time limit" if left is not None else "")
-                         + ("; it saved a checkpoint of its own first" if saved else ""))}
+              "reason": why + ("; it saved a checkpoint of its own first" if saved else "")}
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
     print(f"slurmctl: attempt requeued ({outcome}): {record['reason']}", file=sys.stderr)
     return record
