@@ -73,6 +73,25 @@ def submit_held(name: str, partition: str, comment: str | None = None) -> int:
     return int(sh(argv).stdout.strip().split(";")[0])
 
 
+def ended_job(name: str, partition: str, comment: str | None = None) -> int:
+    """A job of its own that runs `true` and ends at once."""
+    argv = ["sbatch", "--parsable", "-p", partition, "-J", name, "-t", "1", "-o", "/dev/null",
+            *([f"--comment={comment}"] if comment else []), "--wrap", "true"]
+    return int(sh(argv).stdout.strip().split(";")[0])
+
+
+def wait_ended(job_ids: list[int], timeout: float = 120) -> None:
+    """Until accounting has each of them as ended (the queue may still list them for MinJobAge)."""
+    deadline = time.monotonic() + timeout
+    ids = ",".join(map(str, job_ids))
+    while time.monotonic() < deadline:
+        states = sh(["sacct", "-n", "-X", "-P", "-j", ids, "-o", "State"], check=False).stdout.split()
+        if len(states) >= len(job_ids) and all(s in {"COMPLETED", "FAILED", "CANCELLED"} for s in states):
+            return
+        time.sleep(1)
+    raise SystemExit(f"jobs {ids} did not end within {timeout:.0f} s")
+
+
 def make_run(root: Path, run_id: str, created: float, job_id: int, partition: str) -> None:
     path = root / run_id
     path.mkdir(mode=0o700)
@@ -190,6 +209,12 @@ def main() -> None:
         ]
         me = (["squeue", "--me"], small_env)  # what the user would type instead
         plain_job = job_ids[-1]  # one of its own held plain jobs (no run)
+        # one plain job and one run of its own that ran and ended (accounting answers for them)
+        ended_run = run_id_for("bench17-ended", now, 99)
+        ended = [ended_job(tag, args.partition), ended_job(ended_run, args.partition, f"slurmctl:{ended_run}")]
+        job_ids += ended
+        make_run(tmp / "runs-20" / user, ended_run, now, ended[1], args.partition)
+        wait_ended(ended)
         rows += [
             {"name": "ls vs squeue --me", "goal": None, "commands": {
                 "slurmctl": ([SLURMCTL, "ls"], small_env), "squeue --me": me}},
@@ -197,6 +222,10 @@ def main() -> None:
                 "slurmctl": ([SLURMCTL, "status", status_run], small_env), "squeue --me": me}},
             {"name": "status JOBID (plain) vs squeue --me", "goal": None, "commands": {
                 "slurmctl": ([SLURMCTL, "status", str(plain_job)], small_env), "squeue --me": me}},
+            {"name": "status RUN (ended) vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", ended_run], small_env), "squeue --me": me}},
+            {"name": "status JOBID (ended plain) vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", str(ended[0])], small_env), "squeue --me": me}},
         ]
         rows = [row for row in rows if args.only in row["name"]]
         for row in rows:
@@ -207,7 +236,7 @@ def main() -> None:
         compare(rows, args.repeat)
 
         print(f"\nmedians of {args.repeat} whole-process runs each, interleaved, as {user}:")
-        print(f"{'command':<36} {'slurmctl':>10} {'baseline':>10} {'ratio':>7} {'goal':>6}  met")
+        print(f"{'command':<42} {'slurmctl':>10} {'baseline':>10} {'ratio':>7} {'goal':>6}  met")
         for row in rows:
             medians = {label: statistics.median(t) for label, t in row["times"].items()}
             others = [label for label in medians if label != "slurmctl"]
@@ -217,7 +246,7 @@ def main() -> None:
             what = " + ".join(f"{p} {medians[p] * 1000:.0f}" for p in parts) if len(parts) > 1 else parts[0]
             goal, met = (f"{row['goal']:>5.1f}x", "yes" if ratio <= row["goal"] else "NO") if row["goal"] else \
                 ("    -", "  -")
-            print(f"{row['name']:<36} {medians['slurmctl'] * 1000:>8.0f}ms {baseline * 1000:>8.0f}ms "
+            print(f"{row['name']:<42} {medians['slurmctl'] * 1000:>8.0f}ms {baseline * 1000:>8.0f}ms "
                   f"{ratio:>6.2f}x {goal}  {met}   ({what})")
     finally:
         # the jobs the submit rows made: slurmctl's carry the run id as comment, submitit's the tag
