@@ -14,6 +14,10 @@ Started as root it re-runs itself as alice (see _as_user.py); everything below r
 Rows (goals): --help vs `python -c pass` (<= 2.5x); ls and status vs python start + the raw squeue
 (<= 3x); queue with the filled queue vs raw squeue (<= 3x); ls with --runs run dirs vs ls with 20
 (<= 1.2x); submit --yes -- --hold vs python start + `import submitit` + submitit's submit() (<= 1.5x).
+The "vs squeue --me" rows put ls, status RUN and status JOBID (one of its plain held jobs) beside the
+bare `squeue --me` a user would type instead; their ratio is what a user feels (no goal: python's own
+start alone is ~10x a squeue). `--only WORD` runs the rows whose name has WORD (e.g. `--only "squeue --me"`).
+Before/after a change: run it twice, PYTHONPATH=<the other checkout> for the first.
 Not part of the test suite.
 """
 
@@ -69,6 +73,25 @@ def submit_held(name: str, partition: str, comment: str | None = None) -> int:
     return int(sh(argv).stdout.strip().split(";")[0])
 
 
+def ended_job(name: str, partition: str, comment: str | None = None) -> int:
+    """A job of its own that runs `true` and ends at once."""
+    argv = ["sbatch", "--parsable", "-p", partition, "-J", name, "-t", "1", "-o", "/dev/null",
+            *([f"--comment={comment}"] if comment else []), "--wrap", "true"]
+    return int(sh(argv).stdout.strip().split(";")[0])
+
+
+def wait_ended(job_ids: list[int], timeout: float = 120) -> None:
+    """Until accounting has each of them as ended (the queue may still list them for MinJobAge)."""
+    deadline = time.monotonic() + timeout
+    ids = ",".join(map(str, job_ids))
+    while time.monotonic() < deadline:
+        states = sh(["sacct", "-n", "-X", "-P", "-j", ids, "-o", "State"], check=False).stdout.split()
+        if len(states) >= len(job_ids) and all(s in {"COMPLETED", "FAILED", "CANCELLED"} for s in states):
+            return
+        time.sleep(1)
+    raise SystemExit(f"jobs {ids} did not end within {timeout:.0f} s")
+
+
 def make_run(root: Path, run_id: str, created: float, job_id: int, partition: str) -> None:
     path = root / run_id
     path.mkdir(mode=0o700)
@@ -115,6 +138,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10000, help="ended run dirs of the large runs root")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--partition", default="l4-dev")
+    parser.add_argument("--only", default="", help="only the rows whose name contains this")
     args = parser.parse_args()
 
     import yaml
@@ -183,6 +207,27 @@ def main() -> None:
                 "submitit": ([PYTHON, str(submitit_script), str(tmp / "submitit"), args.partition, tag],
                              small_env)}},
         ]
+        me = (["squeue", "--me"], small_env)  # what the user would type instead
+        plain_job = job_ids[-1]  # one of its own held plain jobs (no run)
+        # one plain job and one run of its own that ran and ended (accounting answers for them)
+        ended_run = run_id_for("bench17-ended", now, 99)
+        ended = [ended_job(tag, args.partition), ended_job(ended_run, args.partition, f"slurmctl:{ended_run}")]
+        job_ids += ended
+        make_run(tmp / "runs-20" / user, ended_run, now, ended[1], args.partition)
+        wait_ended(ended)
+        rows += [
+            {"name": "ls vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "ls"], small_env), "squeue --me": me}},
+            {"name": "status RUN vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", status_run], small_env), "squeue --me": me}},
+            {"name": "status JOBID (plain) vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", str(plain_job)], small_env), "squeue --me": me}},
+            {"name": "status RUN (ended) vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", ended_run], small_env), "squeue --me": me}},
+            {"name": "status JOBID (ended plain) vs squeue --me", "goal": None, "commands": {
+                "slurmctl": ([SLURMCTL, "status", str(ended[0])], small_env), "squeue --me": me}},
+        ]
+        rows = [row for row in rows if args.only in row["name"]]
         for row in rows:
             row["times"] = {}
         for row in rows:  # one warm-up round (page cache, slurmctld's user cache), not counted
@@ -191,7 +236,7 @@ def main() -> None:
         compare(rows, args.repeat)
 
         print(f"\nmedians of {args.repeat} whole-process runs each, interleaved, as {user}:")
-        print(f"{'command':<36} {'slurmctl':>10} {'baseline':>10} {'ratio':>7} {'goal':>6}  met")
+        print(f"{'command':<42} {'slurmctl':>10} {'baseline':>10} {'ratio':>7} {'goal':>6}  met")
         for row in rows:
             medians = {label: statistics.median(t) for label, t in row["times"].items()}
             others = [label for label in medians if label != "slurmctl"]
@@ -199,8 +244,10 @@ def main() -> None:
             baseline = sum(medians[p] for p in parts)
             ratio = medians["slurmctl"] / baseline
             what = " + ".join(f"{p} {medians[p] * 1000:.0f}" for p in parts) if len(parts) > 1 else parts[0]
-            print(f"{row['name']:<36} {medians['slurmctl'] * 1000:>8.0f}ms {baseline * 1000:>8.0f}ms "
-                  f"{ratio:>6.2f}x {row['goal']:>5.1f}x  {'yes' if ratio <= row['goal'] else 'NO'}   ({what})")
+            goal, met = (f"{row['goal']:>5.1f}x", "yes" if ratio <= row["goal"] else "NO") if row["goal"] else \
+                ("    -", "  -")
+            print(f"{row['name']:<42} {medians['slurmctl'] * 1000:>8.0f}ms {baseline * 1000:>8.0f}ms "
+                  f"{ratio:>6.2f}x {goal}  {met}   ({what})")
     finally:
         # the jobs the submit rows made: slurmctl's carry the run id as comment, submitit's the tag
         mine = sh(["squeue", "--me", "-h", "-o", "%i %j %k"], check=False).stdout.split("\n")

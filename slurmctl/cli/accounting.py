@@ -45,7 +45,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
         return
     table = plain_table("JOB", "RUN", "STATE", "PARTITION", "GPUS", "START", "HOURS", "COST", "WASTE")
     for a in result.attempts:
-        table.add_row(str(a.job_id), a.run_id, a.state.lower(), a.partition, f"{a.gpus}x{a.gpu_type}", a.start,
+        table.add_row(str(a.job_id), a.run_id, a.state.lower(), a.partition, a.shape, a.start,
                       f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)

@@ -278,3 +278,13 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_remember
 
 def print_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+def usd(amount: float | None) -> str:
+    """Dollars as ls and status print them: cents, or four decimals under a cent (a short CPU-only job
+    costs fractions of one, and "$0.00" would read as free); "-" when there is no price."""
+    if amount is None:
+        return "-"
+    if 0 < amount < 0.0001:
+        return "< $0.0001"
+    return f"${amount:,.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.4f}"

@@ -19,6 +19,7 @@ from slurmctl.cli.context import (
     print_line,
     print_table,
     printable,
+    usd,
 )
 from slurmctl.durations import human_duration, until
 
@@ -41,10 +42,11 @@ def _print_status(s: RunStatus) -> None:
         pos = f" · position {s.queue_position}" if s.queue_position else ""
         print_line(("Queue:", "bold"), f" {s.partition} · waiting {human_duration(s.waiting_seconds)}{pos} · "
                    f"estimated start {_when(s.estimated_start)}")
-    if s.gpus:
+    if s.gpus or s.cpus:
         on = f" on {s.nodes}" if s.nodes else ""
-        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {s.gpus} GPU(s){on}"
-                   f"{f' · cost so far ${s.cost_usd:,.2f}' if s.cost_usd is not None else ''}")
+        held = f"{s.gpus} GPU(s)" if s.gpus else f"{s.cpus} CPU(s), no GPU"
+        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {held}{on}"
+                   f"{f' · cost so far {usd(s.cost_usd)}' if s.cost_usd is not None else ''}")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
         loss = s.last_metrics.get("loss")
@@ -65,7 +67,7 @@ def _print_status(s: RunStatus) -> None:
         for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
-        from slurmctl.observe.diagnose import excerpt  # loaded already: status imports diagnose
+        from slurmctl.observe.diagnose import excerpt  # why: only a failed run's status prints its evidence
 
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
@@ -113,7 +115,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
-        return print_plain_status(target, as_json)
+        return print_plain_status(target, as_json, ctx.site_view)
     result = run_status(target, ctx.client, site=ctx.site_view)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
@@ -145,6 +147,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
 
         raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
     wanted = None if show_all else limit
+    # the caller's own jobs (squeue --me, a sacct of the last days) are asked for while the runs are read
+    mine = None if all_users else _caller_jobs(ctx)
     if all_users:
         owned = ctx.registry.list_all_users(wanted, since=after)
         users, runs = [u for u, _ in owned], [r for _, r in owned]
@@ -152,11 +156,12 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
-        runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all)
+        runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all,
+                                 known=mine.recent)
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
-    plain = [] if all_users or slurm_down else _plain_jobs(ctx, wanted)
+    plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]
         for row, user in zip(rows, users):
@@ -178,21 +183,22 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
         row = (label, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
                human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
-               f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-",
+               usd(s.cost_usd),
                s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
         table.append((users[i], *row) if all_users else row)
     for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
-        table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed, "-",
+        table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed,
+                      usd(p.cost_usd),
                       f"plain sbatch job, not a run: `slurmctl status {p.job_id.split('_')[0]}`"))
     print_table(("USER", *columns) if all_users else columns, table)
     return _unreachable_exit(statuses)
 
 
-def _plain_jobs(ctx: Context, limit: int | None) -> list:
-    """The caller's plain sbatch jobs: queued, running and recently ended; none when Slurm is slow."""
-    from slurmctl.observe.listing import my_plain_jobs_listing
+def _caller_jobs(ctx: Context):
+    """The caller's own jobs, asked for now, in the background (slurmctl.observe.listing.CallerJobs)."""
+    from slurmctl.observe.listing import CallerJobs
 
-    return my_plain_jobs_listing(ctx.client, ctx.registry.uid, limit)
+    return CallerJobs(ctx.client, ctx.registry.uid)
 
 
 def _unreachable_exit(statuses: list) -> int | None:
@@ -212,15 +218,15 @@ def _unreachable_exit(statuses: list) -> int | None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends (across requeues).")
 @click.option("-n", "--lines", default=100, show_default=True, help="Lines from the end (0 = all).")
 @click.option("--rank", default="0", show_default=True, help="Rank to show, or 'all'.")
-@click.option("--attempt", type=int, help="Only this attempt (restart count) of the job.")
+@click.option("--attempt", type=int, help="Only this attempt of the run (1 = the first, as `status` numbers them).")
 @click.option("--job", "job_id", type=int, help="A specific job id of the run (default: the latest).")
 @json_option
 @pass_ctx
 def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: int | None, job_id: int | None,
          as_json: bool) -> None:
     """Print the training output of RUN (rank 0 by default)."""
+    from slurmctl.observe.logs import attempt_log, log_file, tail_lines, training_lines
     from slurmctl.observe.logs import follow as follow_log
-    from slurmctl.observe.logs import log_file, split_attempts, tail_lines, training_lines
 
     if rank != "all" and not rank.isdigit():
         from slurmctl.errors import SpecError
@@ -231,6 +237,13 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
 
     the_run = resolve_ref(ctx, run)
     if isinstance(the_run, PlainJob):
+        ignored = [o for o, given in (("--rank", rank != "0"), ("--attempt", attempt is not None),
+                                      ("-f", follow), ("--job", job_id is not None)) if given]
+        if ignored:  # said, not silently dropped: a plain job has one output file, no ranks or attempts of ours
+            print_line(f"job {the_run.job_id} is a plain sbatch job with one output file: {', '.join(ignored)} "
+                       f"does not apply; showing its output" + (f" (follow it with `tail -f {the_run.log_path}`)"
+                                                                if follow and the_run.log_path else ""),
+                       to_stderr=True)
         return print_plain_logs(the_run, lines, as_json)
     if follow:
         state = follow_log(the_run, ctx.client, lambda text: click.echo(
@@ -238,11 +251,12 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
         print_line(("slurmctl:", "bold"), f" job ended: {state.lower()} — `slurmctl status {the_run.run_id}` "
                    "explains it", to_stderr=True)
         return
-    path = log_file(the_run, job_id)
-    text = tail_lines(path, 0 if attempt is not None else lines)
     if attempt is not None:
-        text = split_attempts(text).get(attempt, [])
+        path, text = attempt_log(the_run, attempt)
         text = text[-lines:] if lines else text
+    else:
+        path = log_file(the_run, job_id)
+        text = tail_lines(path, lines)
     text = training_lines(text, wanted_rank)
     if as_json:
         print_json({"run_id": the_run.run_id, "path": str(path), "rank": rank, "attempt": attempt, "lines": text})
@@ -250,6 +264,9 @@ def logs(ctx: Context, run: str, follow: bool, lines: int, rank: str, attempt: i
     if not text and not path.exists():
         print_line(f"no log yet at {path} (the job has not started writing); try `slurmctl status {the_run.run_id}`",
                    to_stderr=True)
+        return
+    if not text and attempt is not None:
+        print_line(f"attempt {attempt} wrote no output to {path} (or none within its last part)", to_stderr=True)
         return
     click.echo("\n".join(text))
 
@@ -326,12 +343,12 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
 @pass_ctx
 def queue(ctx: Context, partitions, users, states, as_json: bool) -> None:
     """The whole queue, every user, with the reason in plain words and the estimated start."""
-    from slurmctl.observe.explain import explain_reason
+    from slurmctl.observe.explain import explain_job_reason
 
     jobs = ctx.client.queue_filtered(partitions, users, states)
     whys, starts = [], []
     for j in jobs:
-        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        expl = explain_job_reason(j) if j.state == "PENDING" else None
         whys.append(expl.headline if expl else "")
         starts.append(j.start_time.isoformat() if j.state == "PENDING" and j.start_time else None)
     if as_json:

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from slurmctl.cli.context import Context, out, print_json, print_line
+from slurmctl.cli.context import Context, out, print_json, print_line, usd
 from slurmctl.durations import human_duration
 from slurmctl.observe.plain_job import PlainJob, plain_job_diagnosis, plain_job_status, resolve
 from slurmctl.slurm.owned import owned_job
@@ -21,8 +21,8 @@ def resolve_ref(ctx: Context, ref: str):
     return resolve(ref, ctx.registry, ctx.client)
 
 
-def print_plain_status(plain: PlainJob, as_json: bool) -> None:
-    s = plain_job_status(plain)
+def print_plain_status(plain: PlainJob, as_json: bool, site=None) -> None:
+    s = plain_job_status(plain, site)
     if as_json:
         print_json(s.to_dict())
         return
@@ -30,9 +30,10 @@ def print_plain_status(plain: PlainJob, as_json: bool) -> None:
                f"(Slurm: {s.state.lower()}; plain sbatch job, not a slurmctl run)")
     print_line(("Why:", "bold"), f" {s.headline}")
     if s.num_nodes:
-        gpus = f", {s.gpus} GPU(s)" if s.gpus else ""
-        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s){gpus}{f' on {s.nodes}' if s.nodes else ''} · "
-                   f"{s.partition}")
+        held = f", {s.gpus} GPU(s)" if s.gpus else (f", {s.cpus} CPU(s), no GPU" if s.cpus else "")
+        cost = f" · cost so far {usd(s.cost_usd)}" if s.cost_usd is not None else ""
+        print_line(("Shape:", "bold"), f" {s.num_nodes} node(s){held}{f' on {s.nodes}' if s.nodes else ''} · "
+                   f"{s.partition}{cost}")
     for line in s.details:
         print_line(f"  {line}")
     if s.log_path:
@@ -75,7 +76,7 @@ def cost_plain(ctx: Context, plain: PlainJob, as_json: bool) -> None:
         print_json({**result.to_dict(), "kind": "sbatch"})
         return
     for a in result.attempts:
-        out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.gpus}x{a.gpu_type}  {a.start}  "
+        out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.shape}  {a.start}  "
                   f"{a.elapsed_s / 3600:.2f} h  ${a.cost_usd:,.2f}", markup=False)
     out.print(f"job {plain.job_id} (plain sbatch): {len(result.attempts)} attempt(s), "
               f"{result.gpu_hours:.2f} GPU-hours, ${result.cost_usd:,.2f}", markup=False)
@@ -108,14 +109,14 @@ def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: flo
 
 def explain_job(ctx: Context, job_id: int, as_json: bool) -> int | None:
     """`explain JOBID`: the state (and, while it waits, the reason) of one of the caller's jobs."""
-    from slurmctl.observe.explain import explain_reason, explain_state
+    from slurmctl.observe.explain import explain_job_reason, explain_state
 
     job = owned_job(ctx.client, job_id, ctx.registry.uid)
     if job is None:
         print_line(f"job {job_id}: Slurm no longer knows it.")
         return 1
     state = explain_state(job.state)
-    reason = explain_reason(job.reason) if job.reason and job.state != "RUNNING" else None
+    reason = explain_job_reason(job) if job.reason and job.state != "RUNNING" else None
     if as_json:
         print_json({"job_id": job_id, "state": job.state, "reason": job.reason, "state_explained": state.to_dict(),
                     "reason_explained": reason.to_dict() if reason else None})

@@ -64,6 +64,10 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
             err.print(f"[red bold]DRAIN NOT ACKNOWLEDGED[/] within {result.drain_seconds:.0f} s: the training did not "
                       "save and confirm; work since its last checkpoint is lost. Make it poll "
                       "`rt.should_stop()` every step (see README), or raise --timeout.")
+        if result.steps_lost is not None:
+            kept = f"checkpoint step {result.kept_step}" if result.kept_step is not None else "no checkpoint"
+            out.print(f"steps lost: {result.steps_lost} (it logged step {result.last_step}; its next start restores "
+                      f"{kept})", markup=False)
         out.print(f"job {result.job_id} of {result.run_id} is {result.final_state.lower()} "
                   f"(verified after {result.seconds:.1f} s"
                   + (f"; Slurm records it as {result.slurm_state.lower()}" if result.slurm_state else "") + ")",

@@ -75,3 +75,16 @@ def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hou
         if second_of_day >= 86400:
             second_of_day, weekday = 0.0, (weekday + 1) % 7
     return gpus * weighted / 3600 * price_per_gpu_hour
+
+
+def allocated_cost(gpus: int, cpus: int, start: datetime, end: datetime, partition,
+                   discounts: Discounts | None = None) -> float:
+    """Dollars for what Slurm allocated (its TRES) on `partition` (site.yaml's entry: its
+    price_per_gpu_hour and price_per_cpu_hour; None for a partition the site does not price) from start
+    to end: the GPUs at the GPU price, and a job without GPUs by its CPUs at the CPU price. The one
+    price rule for the ledger, `cost`, `status` and `ls`, whatever submitted the job."""
+    if partition is None:
+        return 0.0
+    if gpus:
+        return allocation_cost(gpus, start, end, partition.price_per_gpu_hour, discounts)
+    return allocation_cost(cpus, start, end, getattr(partition, "price_per_cpu_hour", 0.0), discounts)

@@ -12,10 +12,13 @@ import time
 from slurmctl.control.cancel import CancelResult, ProgressFn
 from slurmctl.control.resume import ResumeResult
 from slurmctl.errors import ResumeError, RunNotFound, SlurmCommandError, SlurmctlError
+from slurmctl.fsutil import tail_text_lines
 from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
 from slurmctl.runtime import write_drain_request
 from slurmctl.runtime.adapters import ProgramCheckpoint, Resilience
 from slurmctl.slurm.client import ACTIVE_STATES, SlurmClient
+
+LOG_TAIL_BYTES = 256 * 1024  # the program's last logged step is near the end of its log
 
 
 def is_adopted(run: Run) -> bool:
@@ -79,6 +82,7 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
             if state not in {None, "CANCELLED"}:
                 result.slurm_state = state
             result.verified, result.seconds = True, time.monotonic() - started
+            _steps_lost(run, job_id, block, result)
             if result.drain == "unacknowledged":
                 latest = block.restored() if block else None  # what the next start restores, as status says
                 result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
@@ -95,6 +99,25 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
         time.sleep(poll)
     raise SlurmctlError(f"job {job_id} is still {state} {wait_seconds:.0f} s after scancel.",
                         "Check again with `slurmctl status`, then tell the platform team.")
+
+
+def _steps_lost(run: Run, job_id: int, block: Resilience | None, result: CancelResult) -> None:
+    """The steps the cancel cost: the last step the program logged in this attempt (its adapter's step
+    pattern) past the step of the checkpoint its next start restores (all of them without one)."""
+    if block is None:
+        return
+    try:
+        lines = tail_text_lines(run.log_path(job_id), 0, LOG_TAIL_BYTES, nofollow=True)
+    except OSError:
+        return
+    heads = [i for i, line in enumerate(lines) if line.startswith("slurmctl: attempt ")]
+    result.last_step = block.last_step(lines[heads[-1]:] if heads else lines)
+    kept = block.restored()
+    result.kept_step = kept.step if kept is not None else None
+    if result.last_step is not None and (kept is None or kept.step is not None):
+        result.steps_lost = max(0, result.last_step - kept.step) if kept is not None else result.last_step + 1
+    run.record("cancel-result", job_id=job_id, last_step=result.last_step, checkpoint_step=result.kept_step,
+               steps_lost=result.steps_lost)
 
 
 def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result: CancelResult, timeout: float,

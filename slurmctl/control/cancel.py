@@ -36,6 +36,10 @@ class CancelResult:
     drain_seconds: float | None = None
     slurm_state: str | None = None  # Slurm's own end state, when it differs from final_state
     note: str = ""  # what the drain found, in words (an adopted program's own checkpoint)
+    # an adopted program's last logged step and the checkpoint its next start restores: the steps lost
+    last_step: int | None = None
+    kept_step: int | None = None
+    steps_lost: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -4,6 +4,7 @@ checkpoint from its own files (slurmctl.runtime.adapters)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 
@@ -16,7 +17,7 @@ LOG_TAIL_BYTES = 256 * 1024  # the newest progress line is near the end
 
 # The advice written for run.yaml runs, in the words of a job that has only its sbatch script: each
 # run.yaml field as the #SBATCH option (or script line) that says the same, tried in this order.
-_SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for p, r in (
+_SCRIPT_WORDS: tuple[tuple[str, str], ...] = (
     (r"`time_limit` in run\.yaml", "`#SBATCH --time` in the script"),
     (r"`nodes` in run\.yaml", "`#SBATCH --nodes` in the script"),
     (r"`gpus_per_node` in run\.yaml / `--gres=gpu:N`", "`#SBATCH --gres=gpu:N` in the script"),
@@ -37,7 +38,14 @@ _SCRIPT_WORDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), r) for
     (r"`slurmctl submit` again", "`slurmctl resume RUN`"),
     (r"\bin run\.yaml\b", "in the sbatch script"),
     (r"\brun\.yaml\b", "the sbatch script"),
-))
+)
+
+
+@functools.cache
+def _script_words() -> tuple[tuple[re.Pattern, str], ...]:
+    """_SCRIPT_WORDS compiled, once, when advice is first reworded (not at import: `status` of a plain
+    job or an adopted run that needs no rewording never compiles them)."""
+    return tuple((re.compile(pattern), words) for pattern, words in _SCRIPT_WORDS)
 
 
 _RUN_YAML_TERMS = ("run.yaml", "slurmctl submit", "args:", "workdir", "config_files:", "run directory")
@@ -48,7 +56,7 @@ def in_script_words(text: str, resubmit: str = "`slurmctl resume RUN`", script: 
     `resubmit` says how that job is started again."""
     if not any(word in text for word in _RUN_YAML_TERMS):
         return text
-    for pattern, words in _SCRIPT_WORDS:
+    for pattern, words in _script_words():
         text = pattern.sub(resubmit if words == "`slurmctl resume RUN`" else words, text)
     if "#SBATCH" in text and "slurmctl adopt" not in text:
         text += f" Then run the script again with `slurmctl adopt {script}`."

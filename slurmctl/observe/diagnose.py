@@ -873,7 +873,8 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
         return diagnose_text(text, slurm_state, exit_code)
     # A run's log holds every attempt of the job, appended. The newest attempt is read first; while it runs
     # (or shows no failure), the newest attempt that failed is what explains the run.
-    attempts = attempts_newest_first(text, path.stem)
+    numbers = {key: n + 1 for n, key in enumerate(rundir.attempt_ids(read_jsonl(run_dir / rundir.ATTEMPTS)))}
+    attempts = attempts_newest_first(text, path.stem, numbers)
     if not attempts:
         result = diagnose_text(text, slurm_state, exit_code)
         add_watchdog(result, watchdog_report(run_dir, path.stem), text)
@@ -906,23 +907,29 @@ _ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)")
 _STEP_RESTART = re.compile(r"^slurmctl: training exited with code -?\d+; the allocation is healthy: restarting it")
 
 
-def attempts_newest_first(text: str, job_id: str) -> list[tuple[dict, str]]:
+def attempts_newest_first(text: str, job_id: str, numbers: dict[tuple[int, int], int] | None = None
+                          ) -> list[tuple[dict, str]]:
     """Each attempt of a job's log, newest first, with a description of which it is (runtime.attempt writes a
     header per attempt; a training restarted inside the allocation starts after its 'restarting it here' line,
-    and only its newest run is the attempt's own)."""
+    and only its newest run is the attempt's own). `numbers`: (job id, restart count) -> the run-wide
+    attempt number (rundir.attempt_ids), as `slurmctl logs --attempt` takes it."""
     lines = text.splitlines()
     starts = [(i, int(m[1])) for i, line in enumerate(lines) if (m := _ATTEMPT_HEADER.match(line))]
     found = []
     for k, (begin, number) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(lines)
         restarts = [i for i in range(begin, end) if _STEP_RESTART.match(lines[i])]
-        # attempts are numbered by Slurm's restart count (0 = the first), as `slurmctl logs --attempt` takes them
+        # the header carries Slurm's restart count; the user's number is the run's (1 = its first attempt)
+        run_attempt = (numbers or {}).get((int(job_id), number)) if job_id.isdigit() else None
         label = (f"read from job {job_id}'s attempt {k + 1} of {len(starts)}"
                  + (", the newest" if k + 1 == len(starts) else ", the newest that failed")
-                 + f"; restart count {number}, `slurmctl logs RUN --attempt {number}`")
+                 + f"; restart count {number}"
+                 + (f"; the run's attempt {run_attempt}: `slurmctl logs RUN --attempt {run_attempt}`"
+                    if run_attempt else ""))
         if restarts:
             label += f"; after {len(restarts)} restart(s) of the training inside the allocation"
-        found.append(({"number": number, "index": k + 1, "of": len(starts), "job_id": job_id,
+        found.append(({"number": number, "run_attempt": run_attempt, "index": k + 1, "of": len(starts),
+                       "job_id": job_id,
                        "restarts_in_allocation": len(restarts), "label": label},
                       "\n".join(lines[(restarts[-1] + 1) if restarts else begin:end])))
     return found[::-1]

@@ -88,7 +88,7 @@ REASONS: dict[str, Explanation] = {
     "JobHeldUser": _e("The job is on hold (held by you).", "Release it with `scontrol release JOBID` when it should start, or cancel it.", "hold"),
     "JobHeldAdmin": _e("An administrator put the job on hold.", "Ask the platform team why.", "hold"),
     "JobHoldMaxRequeue": _e("The job was requeued too many times and is held so it stops looping.", "Read why it keeps failing (`slurmctl diagnose RUN`), fix it, then release or resubmit.", "hold"),
-    "BeginTime": _e("The job is waiting for its scheduled start time (requeued jobs wait about 2 minutes).", "Nothing to do; it starts by itself.", "wait"),
+    "BeginTime": _e("The job is waiting for its start time: one given at submission (--begin), or, after a requeue, the about 2 minutes Slurm holds a requeued job before it may start again.", "Nothing to do; it starts by itself.", "wait"),
     "PartitionDown": _e("The partition is down (maintenance or an outage).", "Wait, or submit to another partition; the platform team knows.", "wait"),
     "PartitionInactive": _e("The partition is inactive: it accepts jobs but starts none.", "Submit to another partition, or ask the platform team when it reopens.", "wait"),
     "PartitionNodeLimit": _e("The job asks for more (or fewer) nodes than the partition allows.", "Change `nodes` in run.yaml, or use another partition.", "blocked"),
@@ -270,6 +270,22 @@ def explain_reason(reason: str) -> Explanation | None:
         return family.explanation()
     return Explanation(f"Slurm holds the job back for a reason slurmctl does not know: {word}.",
                        "Ask the platform team if it does not start soon.", "unknown", known=False)
+
+
+def explain_job_reason(job) -> Explanation | None:
+    """Why `job` (a slurm Job) waits, in the words its own record allows: BeginTime is a requeued job's
+    hold before it may start again only when Slurm restarted it (its restart count), else the start
+    time it was given at submission (--begin), with that time. Any other reason: explain_reason."""
+    if normalise_word(job.reason or "") != "BeginTime":
+        return explain_reason(job.reason)
+    when = f" ({job.start_time:%Y-%m-%d %H:%M:%S})" if job.start_time else ""
+    if job.restarts:
+        return _e(f"Requeued (Slurm restart {job.restarts}) and waiting to start again: Slurm holds a requeued job "
+                  f"about 2 minutes before it may start{when}.",
+                  "Nothing to do; it starts again by itself (from its newest checkpoint, where it has one).", "wait")
+    return _e(f"Waiting for the start time it was given at submission (--begin){when}; it has not run yet.",
+              "Nothing to do; it starts by itself then (`scontrol update JobId=JOBID StartTime=now` starts it "
+              "sooner).", "wait")
 
 
 def explain_word(word: str) -> tuple[str, Explanation]:

@@ -87,6 +87,23 @@ def split_attempts(lines: list[str]) -> dict[int, list[str]]:
     return attempts
 
 
+def attempt_log(run: Run, number: int) -> tuple[Path, list[str]]:
+    """Attempt `number` of the run (1 = the first, numbered across its jobs as status and its story
+    number them: rundir.attempt_ids): its job's log and that attempt's part of it (every line within
+    the log's last LOG_TAIL_BYTES). SpecError naming the attempts there are."""
+    ids = run.attempt_ids()
+    if not 1 <= number <= len(ids):
+        from slurmctl.errors import SpecError  # why: only a wrong --attempt gets here
+
+        have = f"attempts 1 to {len(ids)}" if len(ids) > 1 else ("attempt 1" if ids else "no attempt yet")
+        raise SpecError(f"--attempt {number}: run {run.run_id} has {have}.",
+                        "`slurmctl status RUN` lists them (History); omit --attempt for the newest output.")
+    job_id, restart = ids[number - 1]
+    path = run.log_path(job_id)
+    # a job's log holds each of its Slurm attempts behind a header with the restart count
+    return path, split_attempts(tail_lines(path, 0)).get(restart, [])
+
+
 def training_lines(lines: list[str], rank: int | None = 0) -> list[str]:
     """Training output of one rank (None = all): lines tagged with another rank are dropped;
     untagged lines (batch shell, rank-0-only prints) are kept."""

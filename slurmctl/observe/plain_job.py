@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned
 from slurmctl.observe.adopted import script_advice
-from slurmctl.observe.diagnose import diagnose_file
-from slurmctl.observe.explain import explain_reason, explain_state
+from slurmctl.observe.explain import explain_job_reason, explain_state
+from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.slurm.owned import owned_job
@@ -49,6 +50,8 @@ class PlainJobStatus:
     nodes: str = ""
     num_nodes: int = 0
     gpus: int = 0
+    cpus: int = 0
+    cost_usd: float | None = None  # what Slurm allocated (TRES) so far, at the site's prices
     elapsed_seconds: int | None = None
     time_limit_seconds: int | None = None
     exit_code: str = ""
@@ -82,11 +85,12 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
 
 
 def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Path | None, str]:
-    """Where the job writes its output: StdOut from `scontrol show job` while the controller knows the
-    job, else Slurm's default `slurm-<id>.out` in the work dir sacct recorded."""
-    info = client.job_info(job_id)
-    if info is not None and info.std_out:
-        return Path(_expand(info.std_out, job_id, job)), info.work_dir
+    """Where the job writes its output: its StdOut while the controller knows the job (the record
+    owned_job read), else Slurm's default `slurm-<id>.out` in the work dir accounting recorded."""
+    if job is not None and job.std_out:
+        return Path(_expand(job.std_out, job_id, job)), job.work_dir
+    if job is not None and job.source == "sacct" and job.work_dir.startswith("/"):
+        return Path(job.work_dir) / f"slurm-{job_id}.out", job.work_dir
     # the newest job of that id that is the caller's (ids restart when a cluster is rebuilt)
     result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", "-j", str(job_id), "-o",
                           "JobIDRaw,UID,Submit,WorkDir"], check=False)
@@ -113,7 +117,7 @@ def _phase(job: Job | None) -> str:
         return "unknown"
     state = job.state
     if state in {"PENDING", "REQUEUED"}:
-        return "held" if job.held else "queued"
+        return "held" if job.held else ("requeued" if job.restarts else "queued")
     if state in {"REQUEUE_HOLD", "SPECIAL_EXIT"}:
         return "held"
     if state in {"RUNNING", "CONFIGURING", "SIGNALING"}:
@@ -122,20 +126,52 @@ def _phase(job: Job | None) -> str:
             "TIMEOUT": "stopped", "PREEMPTED": "stopped", "NODE_FAIL": "stopped"}.get(state, "failed")
 
 
-def plain_job_status(plain: PlainJob) -> PlainJobStatus:
+# Advice written for runs names commands that do not exist for a plain job: it has one output file (no
+# per-rank logs: `logs --rank`), and `logs -f` follows a run's log. The words that work for it instead.
+_RUN_ONLY_COMMANDS = (
+    (re.compile(r"`slurmctl logs RUN --rank (?:N|all)`( shows other ranks)?"), "rank"),
+    (re.compile(r"`slurmctl logs RUN -f`"), "follow"),
+)
+
+
+def in_job_words(text: str, job_id: int, log_path: Path | None) -> str:
+    """`text` (advice for runs) for plain job `job_id`: commands that take a run reworded to ones that
+    work for it (its id for RUN/JOBID; its whole output file where a run would show a rank)."""
+    where = f" ({log_path})" if log_path else ""
+    for pattern, kind in _RUN_ONLY_COMMANDS:
+        if kind == "rank":
+            words = f"`slurmctl logs {job_id} -n 0` shows its whole output{where}, every rank's lines in one file"
+        else:
+            words = f"`tail -f {shlex.quote(str(log_path))}`" if log_path else f"`slurmctl logs {job_id}`"
+        text = pattern.sub(words, text)
+    return re.sub(r"\b(?:JOBID|RUN)\b", str(job_id), text)
+
+
+def _job_advice(status: PlainJobStatus, job_id: int, log_path: Path | None) -> None:
+    status.headline = in_job_words(status.headline, job_id, log_path)
+    status.action = in_job_words(status.action, job_id, log_path)
+    status.details = [in_job_words(d, job_id, log_path) for d in status.details]
+    if status.diagnosis:
+        status.diagnosis = {**status.diagnosis, **{k: in_job_words(status.diagnosis[k], job_id, log_path)
+                                                   for k in ("hint", "summary")
+                                                   if isinstance(status.diagnosis.get(k), str)}}
+
+
+def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     job = plain.job
     if job is None:
         return PlainJobStatus(plain.job_id, "", "UNKNOWN", "unknown",
                               f"Slurm no longer knows job {plain.job_id}.", "Nothing to do.")
     expl = explain_state(job.state)
     headline, action = expl.headline, expl.action
-    reason = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    reason = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason:
         headline, action = f"Waiting: {reason.headline}", reason.action
-    action = action.replace("JOBID", str(plain.job_id)).replace("RUN", str(plain.job_id))
+    # RUN and JOBID in the advice become the job id at the end (_job_advice)
     status = PlainJobStatus(
         plain.job_id, job.name, job.state, _phase(job), headline, action,
-        partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus,
+        partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus, cpus=job.cpus,
+        cost_usd=job_cost(job, site, job.elapsed_seconds),
         elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds, exit_code=job.exit_code,
         reason=job.reason, log_path=str(plain.log_path) if plain.log_path else None)
     if job.state == "RUNNING":
@@ -144,10 +180,13 @@ def plain_job_status(plain: PlainJob) -> PlainJobStatus:
     elif not job.active and job.elapsed_seconds is not None:
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES and plain.log_path is not None and _readable(plain.log_path):
+        from slurmctl.observe.diagnose import diagnose_file  # why: a failed job's only (the rules cost ~30 ms)
+
         status.diagnosis = diagnose_file(plain.log_path, job.state, job.exit_code).to_dict()
     status.details.append("Submitted with plain sbatch: no heartbeat, checkpoints or drain. "
                           "`slurmctl adopt SCRIPT` runs the same script with them.")
     script_advice(status, "`sbatch SCRIPT` (or `slurmctl adopt SCRIPT`) again")
+    _job_advice(status, plain.job_id, plain.log_path)
     return status
 
 
@@ -156,8 +195,13 @@ def plain_job_diagnosis(plain: PlainJob):
     if plain.log_path is None:
         raise RunNotFound(f"Slurm no longer says where job {plain.job_id} wrote its output.",
                           "Give the file: `slurmctl diagnose --log PATH`.")
+    from slurmctl.observe.diagnose import diagnose_file  # why: as in plain_job_status
+
     job = plain.job
-    return diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
+    found = diagnose_file(plain.log_path, job.state if job else "", job.exit_code if job else "")
+    found.hint = in_job_words(found.hint, plain.job_id, plain.log_path)
+    found.summary = in_job_words(found.summary, plain.job_id, plain.log_path)
+    return found
 
 
 def _readable(path: Path) -> bool:

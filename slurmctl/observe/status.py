@@ -12,20 +12,19 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from slurmctl import rundir
-from slurmctl.config.pricing import allocation_cost
+from slurmctl.config.pricing import allocated_cost
 from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
-from slurmctl.fsutil import read_json, write_atomic
-from slurmctl.observe import diagnose, log_reading
+from slurmctl.fsutil import read_json, tail_text_lines, write_atomic
 from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline
-from slurmctl.observe.diagnose import diagnose_file, one_line_why
-from slurmctl.observe.explain import explain_beyond_limit, explain_reason, explain_state
+from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
@@ -34,11 +33,13 @@ from slurmctl.observe.story import (
     in_allocation_restarts,
     node_loss,
     reliability_details,
+    requeue_cause,
     requeue_story,
     story,
+    waiting_requeued,
 )
 from slurmctl.observe.watchdog_report import watchdog_report
-from slurmctl.rundir import Run
+from slurmctl.rundir import Run, attempt_ids
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
 from slurmctl.slurm.runner import answer_within
@@ -48,6 +49,7 @@ STALL_SECONDS = 600  # no new step for this long while RUNNING is reported as un
 # A read command's Slurm queries are cut off after this: with a hung controller, status and ls still
 # answer within 5 s, from the run directory.
 QUERY_SECONDS = 3.0
+REQUEUE_LOG_TAIL_BYTES = 64 * 1024  # why a requeued job was requeued: the end of its log says
 
 
 @dataclass
@@ -85,6 +87,7 @@ class RunStatus:
     why: str = ""  # the reason in plain words, with numbers where Slurm has them
     reason_kind: str = ""  # wait | blocked | hold | ... (slurmctl.observe.explain)
     gpus: int = 0
+    cpus: int = 0  # allocated (running) or asked (pending), from Slurm's TRES
     num_nodes: int = 0
     waiting_seconds: float | None = None
     estimated_start: str | None = None
@@ -197,9 +200,9 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
                            "Check the log with `slurmctl logs RUN`; the platform team can look it up.", phase="unknown")
     else:
         status = _from_job(run, job, events, heartbeat, queue, now)
-        _price(status, job, spec, site)
+        _price(status, job, site)
 
-    _attempts(status, events, job, spec, queue, site)
+    _attempts(status, events, job, spec, queue, site, _requeue_cause(run, job, events))
     if heartbeat:
         _progress(status, run, heartbeat, now)
     _checkpoint(status, run, events, job_id, now)
@@ -239,7 +242,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     the diagnosis of a failed one."""
     state_expl = explain_state(job.state)
     headline, action = state_expl.headline, state_expl.action
-    reason_expl = explain_reason(job.reason) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
+    reason_expl = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason_expl:
         headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
     status = RunStatus(
@@ -249,7 +252,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
         exit_code=job.exit_code, num_nodes=job.num_nodes,
         why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",
     )
-    status.phase = _phase(run, job, heartbeat, _requeues(events))
+    status.phase = _phase(run, job, heartbeat, max(_requeues(events), job.restarts))
     if job.state == "PENDING":
         if job.submit_time:
             status.waiting_seconds = max(0.0, now - job.submit_time.timestamp())
@@ -266,30 +269,44 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
     elif not job.active and job.elapsed_seconds is not None:
         status.details.append(f"Ran for {human_duration(job.elapsed_seconds)} on {job.nodelist or 'no nodes'}.")
     if job.state in FAILED_STATES:
-        status.diagnosis = _diagnosis(run, job)
+        status.diagnosis, why = _diagnosis(run, job)
         if status.diagnosis.get("failing_exit"):  # srun's 143/137 or the shutdown's 15 says only who was last
             status.details.append(f"The failing rank ended with {status.diagnosis['failing_exit']}.")
-        status.why = status.why or one_line_why(status.diagnosis)
+        status.why = status.why or why
     return status
 
 
-def _price(status: RunStatus, job: Job, spec, site) -> None:
-    """The cost so far, at the same prices (off-peak/weekend discounts) as `slurmctl cost` and the ledger."""
-    if spec is None or site is None or not status.elapsed_seconds:
-        return
-    prices = [site.partitions[p].price_per_gpu_hour for p in job.partition.split(",") if p in site.partitions]
-    if prices:
-        start = job.start_time or datetime.now() - timedelta(seconds=status.elapsed_seconds)
-        status.cost_usd = round(allocation_cost(
-            spec.nodes * spec.gpus_per_node, start, start + timedelta(seconds=status.elapsed_seconds),
-            prices[0], site.accounting.discounts), 2)
+def _price(status: RunStatus, job: Job, site) -> None:
+    """The cost so far of what Slurm allocated (the job's TRES) at the site's prices, with the same
+    off-peak/weekend discounts as `slurmctl cost` and the ledger: a run, an adopted script or a
+    CPU-only job alike."""
+    status.cpus = job.cpus
+    status.cost_usd = job_cost(job, site, status.elapsed_seconds)
 
 
-def _diagnosis(run: Run, job: Job) -> dict:
-    """The ended job's diagnosis: the run's cached one while nothing it was read from changed (the log,
-    attempts.jsonl, the watchdog's state, Slurm's state and exit code, the diagnosis code itself), else
-    a new one, cached. Every rule compiled and run over the log costs ~0.3 s a run in `ls`; a failed
-    run's log no longer changes. Only the run's owner reads or writes the cache."""
+def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None = None) -> float | None:
+    """Dollars for `job`'s allocation (its TRES) held for `elapsed_seconds`; None when there is nothing
+    to price (no site prices, not started, or Slurm gave no TRES)."""
+    if site is None or not elapsed_seconds or not job.tres:
+        return None
+    partition = next((site.partitions[p] for p in job.partitions if p in site.partitions), None)
+    if partition is None:
+        return None
+    start = job.start_time or (now or datetime.now()) - timedelta(seconds=elapsed_seconds)
+    return allocated_cost(job.gpus, job.cpus, start, start + timedelta(seconds=elapsed_seconds), partition,
+                          site.accounting.discounts)
+
+
+# The diagnosis code: a change to it misses every cached diagnosis. Named, not imported: a cached
+# diagnosis is read without importing (and compiling the rules of) the diagnosis modules at all.
+_DIAGNOSIS_CODE = (Path(__file__).with_name("diagnose.py"), Path(__file__).with_name("log_reading.py"))
+
+
+def _diagnosis(run: Run, job: Job) -> tuple[dict, str]:
+    """The ended job's diagnosis and its one-line why: the run's cached ones while nothing they were read
+    from changed (the log, attempts.jsonl, the watchdog's state, Slurm's state and exit code, the
+    diagnosis code itself), else new ones, cached. Every rule compiled and run over the log costs ~0.3 s
+    a run in `ls`; a failed run's log no longer changes. Only the run's owner reads or writes the cache."""
     def stamp(path) -> list[int]:
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -301,21 +318,25 @@ def _diagnosis(run: Run, job: Job) -> dict:
     key = [job.job_id, job.state, job.exit_code, stamp(log), stamp(run.path / rundir.ATTEMPTS),
            stamp(run.path / rundir.DATA_DIR),
            stamp(run.path / rundir.WATCHDOG_DIR / rundir.WATCHDOG_STATE),
-           stamp(diagnose.__file__), stamp(log_reading.__file__)]
+           *(stamp(path) for path in _DIAGNOSIS_CODE)]
     cache = run.path / rundir.DIAGNOSIS_CACHE
     mine = stamp(run.path) and os.stat(run.path, follow_symlinks=False).st_uid == os.geteuid()
     if mine:
         cached = read_json(cache, 1024 * 1024, owner=os.geteuid())
-        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict):
-            return cached["diagnosis"]
+        if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict) \
+                and isinstance(cached.get("why"), str):
+            return cached["diagnosis"], cached["why"]
+    from slurmctl.observe.diagnose import diagnose_file, one_line_why  # why: see _DIAGNOSIS_CODE
+
     # as JSON prints it (a set of line numbers becomes its text): the same whether fresh or read back
     found = json.loads(json.dumps(diagnose_file(log, job.state, job.exit_code).to_dict(), default=str))
+    why = one_line_why(found)
     if mine:
         try:
-            write_atomic(cache, json.dumps({"key": key, "diagnosis": found}), mode=0o600)
+            write_atomic(cache, json.dumps({"key": key, "diagnosis": found, "why": why}), mode=0o600)
         except OSError:
             pass  # a full disk or a read-only run dir: the diagnosis is still shown
-    return found
+    return found, why
 
 
 def _requeues(events: list[dict]) -> int:
@@ -323,18 +344,34 @@ def _requeues(events: list[dict]) -> int:
     return max([int(e.get("restart_count") or 0) for e in events if e.get("event") == "start"] + [0])
 
 
+def _requeue_cause(run: Run, job: Job | None, events: list[dict]) -> str:
+    """Why Slurm requeued the latest attempt, for a job waiting to start again without slurmctl's end
+    record of it (story.requeue_cause); read only then: the drain request, then the log's tail."""
+    if waiting_requeued(events, job) is None:
+        return ""
+    drain = run.drain_request()
+    try:
+        lines = tail_text_lines(run.log_path(job.job_id), 0, REQUEUE_LOG_TAIL_BYTES, nofollow=True)
+    except OSError:
+        lines = []
+    return requeue_cause(lines, (drain or {}).get("reason"))
+
+
 def _attempts(status: RunStatus, events: list[dict], job: Job | None, spec, queue: QueueContext | None,
-              site) -> None:
+              site, requeued_because: str = "") -> None:
     """Attempts and their story, requeues against the cap, the run's size, and why a pending job waits."""
-    status.attempts = sum(1 for e in events if e.get("event") == "start")
+    status.attempts = len(attempt_ids(events))
     reliability_details(status, events)
-    status.history = story(events, job)
-    requeue_story(status, job, events)
+    status.history = story(events, job, requeued_because)
+    requeue_story(status, job, events, requeued_because)
     cancelled_on_request(status, job, events)
-    status.requeues = _requeues(events)
+    # Slurm's restart count where the attempt it requeued recorded no end (a requeue by the program itself)
+    status.requeues = max(_requeues(events), job.restarts if job is not None else 0)
     status.restarts_in_allocation = in_allocation_restarts(events)
+    if job is not None and job.tres:
+        status.gpus = job.gpus  # what Slurm allocated (or, pending, what the job asks)
     if spec is not None:
-        status.gpus = spec.nodes * spec.gpus_per_node
+        status.gpus = status.gpus or spec.nodes * spec.gpus_per_node
         status.num_nodes = status.num_nodes or spec.nodes
         status.requeues_left = max(0, spec.max_restarts - status.requeues)
         if job is not None and job.state == "PENDING" and status.reason in {"Resources", "Priority"} and queue:
@@ -419,13 +456,17 @@ def _queue_context(job: Job | None, view: QueueView) -> QueueContext | None:
     return QueueContext(position=position, pending_in_partition=len(pending))
 
 
-def _lookup(client: SlurmClient, job_ids: set[int],
-            snapshot: QueueSnapshot | None = None) -> tuple[dict[int, Job], QueueView]:
+def _lookup(client: SlurmClient, job_ids: set[int], snapshot: QueueSnapshot | None = None,
+            known: Callable[[], dict[int, Job]] | None = None) -> tuple[dict[int, Job], QueueView]:
     """One squeue for everything active, or the `snapshot` of one (+ one sacct for what squeue no
-    longer shows)."""
+    longer shows and `known`, the caller's recent jobs from accounting, does not have)."""
     view = client.queue_view(job_ids, snapshot)
     found = dict(view.jobs)
     missing = job_ids - found.keys()
+    if missing and known is not None:
+        recent = known()
+        found.update({j: recent[j] for j in missing if j in recent})
+        missing -= recent.keys()
     if missing:
         for job in client.history(missing):
             found.setdefault(job.job_id, job)
@@ -466,16 +507,16 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     return status
 
 
-def runs_statuses(runs: list[Run], client: SlurmClient, site=None,
-                  queue: QueueSnapshot | None = None) -> list[RunStatus]:
+def runs_statuses(runs: list[Run], client: SlurmClient, site=None, queue: QueueSnapshot | None = None,
+                  known: Callable[[], dict[int, Job]] | None = None) -> list[RunStatus]:
     """Status for many runs with one squeue call (none when the caller passes the `queue` it has)
-    and at most one sacct call (run dirs alone, marked UNREACHABLE, when Slurm does not answer
-    within QUERY_SECONDS)."""
+    and at most one sacct call, none for the jobs `known` has (run dirs alone, marked UNREACHABLE, when
+    Slurm does not answer within QUERY_SECONDS)."""
     latest = {run.run_id: run.latest_job_id() for run in runs}
     wanted = {j for j in latest.values() if j is not None}
     try:
         with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
-            found, view = _lookup(client, wanted, queue) if wanted else ({}, QueueView())
+            found, view = _lookup(client, wanted, queue, known) if wanted else ({}, QueueView())
     except SlurmUnreachable:
         return unreachable_statuses(runs, site)
     if wanted:

@@ -5,18 +5,22 @@ Each function reads only the events (and the Slurm job `build_status` was given)
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slurmctl.durations import human_duration
+from slurmctl.rundir import attempt_ids
 from slurmctl.slurm.client import Job
 
 if TYPE_CHECKING:
     from slurmctl.observe.status import RunStatus
 
 _ENDINGS = {"preemption": "preempted", "time-limit": "reached its time limit", "failed": "crashed",
-            "completed": "finished", "cancelled": "cancelled"}
-_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash", "node-lost": "node loss"}
+            "completed": "finished", "cancelled": "cancelled",
+            "requeued": "requeued by the job itself (`scontrol requeue` in its script or program)"}
+_AFTER = {"preemption": "preemption", "time-limit": "time limit", "failed": "crash", "node-lost": "node loss",
+          "requeued": "the job's own `scontrol requeue`"}
 
 
 def _lost(record: dict) -> str:
@@ -57,18 +61,79 @@ def _submissions(events: list[dict]) -> list[list[dict]]:
     return parts
 
 
-def story(events: list[dict], job: Job | None = None) -> list[str]:
+# What a job's log says of why Slurm requeued it, strongest first: slurmstepd's words for the step it
+# ended, and Lightning's auto-requeue (on the signal its SLURM environment listens to).
+_REQUEUE_CAUSES = (
+    (re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO PREEMPTION"), " after preemption"),
+    (re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT"), " at its time limit"),
+    (re.compile(r"Handling auto-requeue signal|Requeued SLURM job|requeing job \d+"),
+     " by the program itself (Lightning's auto-requeue on its signal)"),
+    (re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO JOB REQUEUE"),
+     " by `scontrol requeue` (the script's own or by hand)"),
+)
+
+
+def requeue_cause(log_lines: list[str], drain_reason: str | None = None) -> str:
+    """Why the latest attempt was requeued, as words to follow "Requeued": the drain request's reason
+    (preemption, time limit) where slurmctl saw the signal, else what the attempt's log says; "" when
+    neither says."""
+    if drain_reason in ("preemption", "time-limit"):
+        return f" after {_AFTER[drain_reason]}"
+    heads = [i for i, line in enumerate(log_lines) if line.startswith("slurmctl: attempt ")]
+    tail = log_lines[heads[-1]:] if heads else log_lines
+    for pattern, words in _REQUEUE_CAUSES:
+        if any(pattern.search(line) for line in tail):
+            return words
+    return ""
+
+
+def waiting_requeued(events: list[dict], job: Job | None) -> dict | None:
+    """The latest attempt's start record when Slurm requeued that attempt and the job waits to start
+    again (its restart count is past the attempt's), with no end record of slurmctl's: the batch
+    script was killed by the requeue (the program's or the script's own `scontrol requeue`)."""
+    if job is None or not job.active or job.source == "sacct" or job.state not in {"PENDING", "REQUEUED"}:
+        return None
+    current = _current(events)
+    starts = [i for i, e in enumerate(current) if e.get("event") == "start" and e.get("job_id") == job.job_id]
+    if not starts or any(e.get("event") == "end" for e in current[starts[-1] + 1:]):
+        return None
+    start = current[starts[-1]]
+    try:
+        return start if job.restarts > int(start.get("restart_count") or 0) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def story(events: list[dict], job: Job | None = None, requeued_because: str = "") -> list[str]:
     """One line per attempt of the run, every job it was submitted as (a resume is a new job) oldest
     first, from attempts.jsonl: when and where it started, from which checkpoint, how it ended
     (preempted / time limit / crashed / finished / cancelled / no end record: the node or the batch
     script was lost) at which step, the steps it lost past its newest checkpoint, and what followed
-    (requeued: a new Slurm attempt, or stopped). `job` is the latest job as Slurm shows it."""
+    (requeued: a new Slurm attempt, or stopped). `job` is the latest job as Slurm shows it;
+    `requeued_because`: requeue_cause's words for a latest attempt Slurm requeued without an end record."""
     parts = _submissions(events)
-    return [line for n, part in enumerate(parts)
-            for line in _attempt_lines(part, job if n == len(parts) - 1 else None)]
+    numbers = {key: n + 1 for n, key in enumerate(attempt_ids(events))}
+    lines = [line for n, part in enumerate(parts)
+             for line in _attempt_lines(part, job if n == len(parts) - 1 else None, numbers)]
+    if lines and waiting_requeued(events, job) is not None:
+        lines[-1] = (lines[-1].removesuffix("; running")
+                     + f"; requeued{requeued_because} (Slurm restart {job.restarts}); waiting to start again")
+    return lines
 
 
-def _attempt_lines(current: list[dict], job: Job | None) -> list[str]:
+def attempt_label(start: dict, numbers: dict[tuple[int, int], int]) -> str:
+    """'attempt 3 (job 812, Slurm restart 1)': the run-wide number (rundir.attempt_ids), the job, and
+    Slurm's restart count when it is not the job's first start."""
+    try:
+        key = (int(start.get("job_id")), int(start.get("restart_count") or 0))
+    except (TypeError, ValueError):
+        key = None
+    restart = key[1] if key else 0
+    return (f"attempt {numbers.get(key, '?')} (job {start.get('job_id')}"
+            + (f", Slurm restart {restart}" if restart else "") + ")")
+
+
+def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int, int], int]) -> list[str]:
     lines = []
     starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
     for n, (i, start) in enumerate(starts):
@@ -78,7 +143,7 @@ def _attempt_lines(current: list[dict], job: Job | None) -> list[str]:
         restarts = [e for e in following if e.get("event") == "step-restart"]
         when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
         resume = start.get("resume_step")
-        line = (f"attempt {start.get('restart_count', n)} (job {start.get('job_id')}): started {when} on "
+        line = (f"{attempt_label(start, numbers)}: started {when} on "
                 f"{start.get('nodes') or '?'}, " + (f"from checkpoint step {resume}" if resume is not None
                                                     else "from scratch"))
         for r in restarts:  # crashes restarted inside this allocation (runtime.attempt restart-step)
@@ -96,6 +161,13 @@ def _attempt_lines(current: list[dict], job: Job | None) -> list[str]:
                             for e in following)
             if cancelled and following_start is None:
                 line += "; cancelled on request (`slurmctl cancel`)"
+                told = next((e for e in reversed(following) if e.get("event") == "cancel-result"
+                             and e.get("steps_lost") is not None), None)
+                if told is not None:
+                    ck = told.get("checkpoint_step")
+                    line += (f" at step {told.get('last_step')}, "
+                             + (f"newest checkpoint {ck}" if ck is not None else "no checkpoint")
+                             + f", {told['steps_lost']} steps lost")
             elif following_start is not None and _requeued_by_slurm(start, following_start):
                 line += ("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost "
                          "node, or a preemption that did not wait for the drain)")
@@ -118,6 +190,7 @@ def _attempt_lines(current: list[dict], job: Job | None) -> list[str]:
         if end.get("steps_lost") is not None and outcome != "completed":
             ending += f", {end['steps_lost']} steps lost"
         then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
+        then = "a new Slurm attempt follows" if outcome == "requeued" and then else then
         lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
     return lines
 
@@ -140,10 +213,13 @@ def checkpoint_failure(status: RunStatus, events: list[dict], now: float) -> Non
         status.health = f"checkpoint failing: {last.get('reason')}"
 
 
-def requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> None:
+def requeue_story(status: RunStatus, job: Job | None, events: list[dict], requeued_because: str = "") -> None:
     """A run waiting after a requeue says why ("requeued after preemption"); one whose job vanished
     while it waited (cancelled: sacct keeps only the REQUEUED record) is not shown as requeued forever."""
     current = _current(events)
+    if (killed := waiting_requeued(events, job)) is not None:
+        _waiting_after_requeue(status, job, killed, requeued_because, len(attempt_ids(events)))
+        return
     ends = [i for i, e in enumerate(current) if e.get("event") == "end"]
     last = current[ends[-1]] if ends else None
     if job is None or last is None or last.get("action") != "requeue":
@@ -171,6 +247,16 @@ def requeue_story(status: RunStatus, job: Job | None, events: list[dict]) -> Non
                 + (f"; it restarts from checkpoint step {ck}" if ck is not None else ""))
         status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
         status.why = f"{told}; {status.why}" if status.why else told
+
+
+def _waiting_after_requeue(status: RunStatus, job: Job, start: dict, because: str, attempts: int) -> None:
+    """Slurm requeued the latest attempt before slurmctl recorded its end: say so, why where known, and
+    that it waits to start again as the next attempt."""
+    status.phase = "requeued"
+    ran = f" (attempt {attempts}, started {datetime.fromtimestamp(float(start.get('time') or 0)):%H:%M:%S})"
+    told = f"Requeued{because or ' by Slurm'}{ran}; waiting to start again as attempt {attempts + 1}"
+    status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
+    status.why = f"{told}; {status.why}" if status.why else told
 
 
 def cancelled_on_request(status: RunStatus, job: Job | None, events: list[dict]) -> None:

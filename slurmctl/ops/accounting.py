@@ -24,12 +24,13 @@ from operator import attrgetter
 from pathlib import Path
 
 from slurmctl.config.models import SiteConfig
-from slurmctl.config.pricing import Discounts, allocation_cost
+from slurmctl.config.pricing import Discounts, allocated_cost
 from slurmctl.durations import human_duration
 from slurmctl.errors import ForgedSlurmOutput
 from slurmctl.ops.hooks.records import read_records
 from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
+from slurmctl.slurm.records import tres_cpus  # cached: one call per sacct row
 from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
@@ -77,6 +78,11 @@ class Attempt:
     waste_usd: float = 0.0
     waste_cause: str = ""
 
+    @property
+    def shape(self) -> str:
+        """What it held, as `cost` prints it: '8xh100', or 'CPU only' for a job priced by its CPUs."""
+        return f"{self.gpus}x{self.gpu_type or 'GPU'}" if self.gpus else "CPU only"
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -103,28 +109,15 @@ def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts
     eligible = submit if eligible_s in _NO_TIME else datetime.fromisoformat(eligible_s)
     elapsed = max(0, int((end - start).total_seconds()))
     part = site.partitions.get(partition)
-    if gpus:
-        cost = allocation_cost(gpus, start, end, part.price_per_gpu_hour if part else 0.0, discounts)
-    else:  # a job without GPUs is priced by its CPUs (a CPU-only run), at the partition's CPU price
-        cpu_price = getattr(part, "price_per_cpu_hour", 0.0) if part else 0.0
-        cost = allocation_cost(_cpus(tres), start, end, cpu_price, discounts) if cpu_price else 0.0
+    cost = allocated_cost(gpus, tres_cpus(tres) if not gpus else 0, start, end, part, discounts)
     return Attempt(
         site.cluster, int(job_id.split("_")[0].split(".")[0]), start_s, end_s, submit_s,
         run_id_from_comment(comment) or "", name, user, account, partition,
-        model or (part.gpu_type if part else ""), gpus, int(nnodes or 0), elapsed, _time_limit(limit), state,
+        model or (part.gpu_type if part and gpus else ""), gpus, int(nnodes or 0), elapsed, _time_limit(limit), state,
         exit_code, max(0, int((start - max(submit, eligible)).total_seconds())),
         gpu_hours=gpus * elapsed / 3600,
         cost_usd=cost,
     )
-
-
-def _cpus(tres: str) -> int:
-    """cpu=N of an AllocTRES string ('billing=2,cpu=2,mem=2000M,node=1')."""
-    for item in tres.split(","):
-        key, _, value = item.partition("=")
-        if key == "cpu" and value.isdigit():
-            return int(value)
-    return 0
 
 
 def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
@@ -135,8 +128,11 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         attempt.drain_requested = int(bool(record.get("drain_requested")))
         attempt.drain_acked = int(bool(record.get("drain_acknowledged", record.get("drain_acked"))))
         attempt.last_ckpt_step = record.get("last_checkpoint_step")
-    if attempt.state not in LOSSY_STATES or attempt.gpus == 0 or attempt.elapsed_s == 0:
-        return attempt
+    # A cancel whose drain the program never acknowledged (it saved nothing) loses its work like a kill.
+    lossy = attempt.state in LOSSY_STATES or (attempt.state == "CANCELLED" and attempt.drain_requested
+                                               and not attempt.drain_acked)
+    if not lossy or attempt.elapsed_s == 0 or (attempt.gpus == 0 and attempt.cost_usd == 0):
+        return attempt  # a CPU-only job is wasted money too, at its CPU price
     if not record:
         return attempt  # without the epilog's checkpoint facts, do not guess
     ckpt_time = record.get("last_checkpoint_time")

@@ -232,6 +232,23 @@ def step_rate(records: list[dict], since: float | None = None, window: int = _ST
     return (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
 
 
+def attempt_ids(events: list[dict]) -> list[tuple[int, int]]:
+    """(job id, Slurm restart count) of every attempt of a run that started, oldest first, across all
+    its submissions (a resume is a new job whose restart count starts at 0 again). Attempt N (1 = the
+    first) is the N-th: status, its story, diagnose and `logs --attempt N` number them so."""
+    found: list[tuple[int, int]] = []
+    for e in events:
+        if e.get("event") != "start":
+            continue
+        try:
+            key = (int(e.get("job_id")), int(e.get("restart_count") or 0))
+        except (TypeError, ValueError):
+            continue
+        if key not in found:
+            found.append(key)
+    return found
+
+
 @dataclass
 class Run:
     """One run directory. Every path and reader of a run is here; nothing else spells a file name.
@@ -437,6 +454,8 @@ class Run:
         recorded = self.meta.get("checkpoint_dir")
         if isinstance(recorded, str) and os.path.isabs(recorded):
             return Path(recorded)
+        if not os.path.lexists(self.spec_path):  # an adopted script's run: no run.yaml, no yaml to import
+            return self.default_checkpoint_dir
         try:
             from slurmctl.safe_yaml import bounded_safe_load  # why: yaml for old runs only (no record in run.json)
 
@@ -523,6 +542,11 @@ class Run:
             elif e.get("event") == "start":
                 task = None
         return task
+
+    def attempt_ids(self) -> list[tuple[int, int]]:
+        """(job id, Slurm restart count) of each attempt that started; attempt N is the N-th: see
+        ``attempt_ids``."""
+        return attempt_ids(self.events())
 
     def latest_job_id(self) -> int | None:
         ids = self.job_ids()

@@ -35,14 +35,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmctl import rundir
 from slurmctl.errors import CheckpointSaveFailed
 from slurmctl.fsutil import append_jsonl, write_atomic
 from slurmctl.runtime.checkpoint import CheckpointManager
 from slurmctl.runtime.health import RankHealth
-from slurmctl.runtime.prefetch import prefetched
-from slurmctl.runtime.tracking import TrackerBridge
+
+if TYPE_CHECKING:  # imported where used: status and ls read checkpoints through this package, never track
+    from slurmctl.runtime.tracking import TrackerBridge
 
 __all__ = ["Runtime", "ack_drain", "drain_requested", "heartbeat", "read_drain_request", "write_drain_request"]
 
@@ -155,6 +157,8 @@ class Runtime:
         Host time: a loop that never synchronises with the GPU (no .item(), no logging) can count
         time the GPU is still busy with queued work as waiting. `prefetch=N`: a background thread reads
         up to N batches ahead (runtime/prefetch.py), so the transfer overlaps the step."""
+        from slurmctl.runtime.prefetch import prefetched  # why: see TYPE_CHECKING above
+
         health = self.rank_health()
         # flushed again when the pass ends: a run shorter than the flush interval, or its last stretch,
         # would otherwise never reach the record status reads once the run ended
@@ -168,6 +172,8 @@ class Runtime:
             return
         if not self._tracker_checked:  # before this step reaches metrics.jsonl: it reads the steps logged so far
             self._tracker_checked = True
+            from slurmctl.runtime.tracking import TrackerBridge  # why: see TYPE_CHECKING above
+
             self.tracker = TrackerBridge.from_env(self.run_dir)
         now = time.time()
         record = {"step": step, "time": now, **{k: float(v) for k, v in metrics.items()}}

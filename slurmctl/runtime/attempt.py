@@ -32,7 +32,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped
+from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_text_lines
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.adapters import Resilience
 from slurmctl.runtime.checkpoint import CheckpointManager
@@ -345,6 +345,84 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     return 0
 
 
+def _program_margin() -> int:
+    """How long before the time limit the job's own --signal arrives (the adopted script's `@N`; ours
+    otherwise): a requeue that close to the limit is the time limit's."""
+    return max(_env_int("SLURMCTL_DRAIN_MARGIN", 120), _env_int("SLURMCTL_PROGRAM_SIGNAL_MARGIN", 0))
+
+
+def _program_last_step(run_dir: Path, block: Resilience | None) -> int | None:
+    """The last step an adopted program printed in this job's log (its adapter's step pattern)."""
+    if block is None:
+        return None
+    try:
+        lines = tail_text_lines(rundir.job_log_path(run_dir, _env_int("SLURM_JOB_ID")), 0, 256 * 1024,
+                                nofollow=True)
+    except OSError:
+        return None
+    heads = [i for i, line in enumerate(lines) if line.startswith("slurmctl: attempt ")]
+    return block.last_step(lines[heads[-1]:] if heads else lines)
+
+
+def interrupted(run_dir: Path, client: SlurmClient) -> dict | None:
+    """The batch shell was sent SIGTERM (the adopted wrapper's trap). When Slurm requeued the job (its
+    restart count moved past this attempt's) before this attempt recorded its end — the script's own
+    trap or the program (Lightning on its signal) ran `scontrol requeue`, or a preemption requeued it —
+    record that end now, with why: preemption (Slurm's PreemptTime), the time limit (the requeue came
+    within the job's signal margin of it), or the job's own requeue. Anything else (a cancel, the time
+    limit's kill) is recorded as before (cancel; the epilog). Returns the record written, if any."""
+    events = read_jsonl(run_dir / rundir.ATTEMPTS)
+    start_record, since_start = _this_attempt(events)
+    restart = _env_int("SLURM_RESTART_COUNT")
+    if start_record is None or int(start_record.get("restart_count") or 0) != restart or any(
+            e.get("event") in {"end", "cancel-requested"} for e in since_start):
+        return None
+    try:
+        job = client.requeue_check(job_ref_from_env())
+    except SlurmctlError:
+        job = None
+    if job is None or job.restarts <= restart:
+        return None  # not a requeue
+    drain = read_drain_request(run_dir)
+    if drain is not None and drain.get("reason") == "cancel":
+        return None
+    elapsed = time.time() - float(start_record.get("time") or time.time())
+    left = job.time_limit_seconds - elapsed if job.time_limit_seconds else None
+    if drain is not None and drain.get("reason") in ("preemption", "time-limit"):
+        outcome = drain["reason"]  # our own signal came first: its reason stands
+    elif job.preempt_time is not None:
+        outcome = "preemption"
+    elif left is not None and left <= _program_margin() + _PREEMPTION_SLACK_SECONDS:
+        outcome = "time-limit"
+    else:
+        outcome = "requeued"
+    block = _program_block(run_dir)
+    kept = block.restored() if block else _checkpoints(run_dir).latest()
+    last_step = _program_last_step(run_dir, block) if block else _last_step(run_dir, start_record.get("time"))
+    ck_step = kept.step if kept is not None else None
+    # it saved on the signal: a checkpoint of its own after our drain request, else one at its last step
+    saved = block is not None and kept is not None and (
+        kept.mtime >= float(drain.get("time") or 0) if drain is not None
+        else ck_step is not None and last_step is not None and ck_step >= last_step)
+    before_limit = f", {int(left)} s before its time limit" if left is not None else ""
+    why = {"preemption": "preempted: requeued (by Slurm after the grace time, or by the job itself on the "
+                         "preemption's signal)",
+           "time-limit": "requeued by the job itself (its script's trap or its program, e.g. Lightning on its "
+                         f"signal){before_limit}: the time limit's",
+           "requeued": f"requeued by the job itself (`scontrol requeue` in its script or program){before_limit}",
+           }[outcome]
+    record = {**_base_record("end"), "exit_code": 143, "outcome": outcome, "action": REQUEUE,
+              "recorded_by": "requeue", "drain_requested": drain is not None or outcome != "requeued",
+              "drain_reason": (drain or {}).get("reason") or (outcome if outcome != "requeued" else None),
+              "drain_acked": saved, "checkpoint_step": ck_step, "last_step": last_step,
+              "steps_lost": (max(0, last_step - ck_step) if ck_step is not None else last_step + 1)
+              if last_step is not None else None,
+              "reason": why + ("; it saved a checkpoint of its own first" if saved else "")}
+    append_jsonl(run_dir / rundir.ATTEMPTS, record)
+    print(f"slurmctl: attempt requeued ({outcome}): {record['reason']}", file=sys.stderr)
+    return record
+
+
 # Slurm's final state of an attempt whose batch script died before `end` -> the outcome `end` would have recorded
 _KILLED_OUTCOMES = {"FAILED": "failed", "OUT_OF_MEMORY": "failed", "TIMEOUT": "time-limit", "CANCELLED": "cancelled"}
 
@@ -457,7 +535,7 @@ def _smoke_round_trip(run_dir: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
     parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step",
-                                          "expedite-requeue"])
+                                          "expedite-requeue", "interrupted"])
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--job", default=None)
     parser.add_argument("--exclude", default="")
@@ -476,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
         return start(run_path)
     if args.event == "drain-signal":
         return drain_signal(run_path, client)
+    if args.event == "interrupted":
+        interrupted(run_path, client)
+        return 0
     if args.event == "watch-requeue":
         return watch_requeue(run_path, client)
     if args.event == "restart-step":

@@ -49,8 +49,11 @@ __all__ = ["ACTIVE_STATES", "SEP", "Association", "Job", "JobInfo", "NodeInfo", 
            "QueueEntry", "QueueView", "QuotaJob", "SlurmClient", "StartEstimate", "parse_slurm_duration"]
 
 # One query per kind of job listing, each sealed per call (parsing.new_seal).
+# -O, not -o: only -O has the allocated TRES (what a job costs) and the restart count (a requeued job
+# waiting to start again); the same single call, as fast (~10 ms).
 QUEUE = JobQuery("queue", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
-                           "time_limit_seconds", "submit_time", "start_time", "user", "name", "comment"), "squeue -o")
+                           "time_limit_seconds", "submit_time", "start_time", "tres", "restarts", "user", "name",
+                           "comment"), "squeue -O")
 # ls: which of the caller's queued jobs belong to a run (the run id is in the comment)
 JOB_COMMENTS = JobQuery("job_comments", ("job_id", "comment"), "squeue -o")
 _QUEUE_USER, _QUEUE_COMMENT = QUEUE.attrs.index("user"), QUEUE.attrs.index("comment")
@@ -76,9 +79,12 @@ QUOTA = JobQuery("quota_jobs", ("job_id", "state", "user", "account", "qos", "tr
 # the node hooks' view of one job (JobInfo): what `scontrol show job` would say, sealed
 JOB_INFO = JobQuery("job_info", ("job_id", "state", "exit_code", "restarts", "start_time", "end_time", "batch_host",
                                  "nodelist", "tres", "std_out", "work_dir", "name"), "squeue -O")
+# A batch script told to stop (SIGTERM): was its job requeued, after a preemption, and how long may it run
+REQUEUE_CHECK = JobQuery("requeue_check", ("job_id", "state", "restarts", "preempt_time", "time_limit_seconds"),
+                         "squeue -O")
 HISTORY = JobQuery("history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist", "elapsed_seconds",
-                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "user",
-                               "name", "comment"), "sacct")
+                               "time_limit_seconds", "submit_time", "start_time", "end_time", "exit_code", "tres",
+                               "user", "name", "comment"), "sacct")
 
 _UNREACHABLE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
@@ -213,6 +219,15 @@ class SlurmClient(ClusterQueries):
         result = self._run(["squeue", "-h", "-j", job_ref(job_id), "-o", "%T|%r|%x"], check=False)
         fields = result.stdout.strip().split("|") if result.returncode == 0 else []
         return (fields[0], fields[1], fields[2]) if len(fields) == 3 else None
+
+    def requeue_check(self, job_id: int | str) -> Job | None:
+        """ONE job's state, restart count, preemption time and time limit (a sealed `squeue -O`, ~10 ms);
+        None once the controller forgot it."""
+        try:
+            jobs = self._listing(REQUEUE_CHECK, ["squeue", "-h", "-t", "all", "-j", job_ref(job_id)])
+        except SlurmCommandError:
+            return None
+        return jobs[0] if jobs else None
 
     def release(self, job_id: int) -> None:
         self._run(["scontrol", "release", str(int(job_id))])

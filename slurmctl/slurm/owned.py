@@ -10,28 +10,34 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
 from dataclasses import dataclass
 
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmCommandError
+from slurmctl.slurm.client import HISTORY
 from slurmctl.slurm.parsing import SEP, JobQuery
-from slurmctl.slurm.records import Job, tres_gpus
+from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 
 # One job as the controller knows it now (queued, running or recently ended: `squeue -t all`).
+# With where it writes (StdOut, WorkDir: user-written, sealed like name and comment).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
-                                   "exit_code", "user", "tres", "name", "comment"), "squeue -O")
-# Every job of that id in accounting (ids restart when a cluster is rebuilt): the caller's newest is taken.
+                                   "exit_code", "user", "tres", "restarts", "name", "comment", "std_out", "work_dir"),
+                     "squeue -O")
+# Every job of that id in accounting, every user's (ids restart when a cluster is rebuilt): the newest
+# decides whose it is (its numeric uid), in the same call that reads it.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
-                                           "end_time", "exit_code", "user", "tres", "name", "comment"), "sacct")
+                                           "end_time", "exit_code", "user", "uid", "tres", "name", "comment",
+                                           "work_dir"), "sacct")
 # The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
 # -O: only it has the allocated TRES (ls's GPUS column); its JobID is each task's own id, as -o's %A.
 PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "tres",
                                 "name", "comment"), "squeue -O")
-# The caller's jobs of the last days in accounting (ended ones: the queue has the rest).
-PLAIN_ENDED = JobQuery("plain_ended", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "end_time",
-                                       "user", "tres", "name", "comment"), "sacct")
+# The caller's jobs of the last days in accounting, with the fields status reads (client.HISTORY's): one
+# sacct answers for ls's ended plain jobs and for its runs' ended jobs alike.
+RECENT = JobQuery("recent_jobs", HISTORY.attrs, "sacct")
 RECENT_DAYS, RECENT_LIMIT = 7, 50  # how far back ls looks for ended plain jobs, and how many it shows
 
 
@@ -85,6 +91,10 @@ class PlainJobRow:
     elapsed: str
     name: str
     gpus: int = 0  # allocated (a pending job has none yet)
+    cpus: int = 0  # allocated, from the same TRES
+    elapsed_seconds: int | None = None
+    started_at: float | None = None  # epoch: when the allocation began (priced from then)
+    cost_usd: float | None = None  # filled by the caller that has the site's prices
 
     def to_dict(self) -> dict:
         return {"kind": "sbatch", "run_id": None, **self.__dict__}
@@ -97,52 +107,85 @@ def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> li
     uid = os.geteuid() if uid is None else uid
     me = _user_name(uid)
     jobs = client._listing(PLAIN, ["squeue", "-h", "-r", "--me"])
-    return [PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
-                        human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-", j.name,
-                        tres_gpus(j.tres)[0])
+    return [_row(j, time.time() - (j.elapsed_seconds or 0))
             for j in jobs if j.user == me and not j.comment.startswith(run_comment_prefix)]
 
 
-def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
-                        limit: int = RECENT_LIMIT) -> list[PlainJobRow]:
-    """The caller's plain jobs that ended in the last `days` (newest first, at most `limit`), one sealed
-    sacct of the caller's own jobs; the owner is checked on each record."""
+def _row(job: Job, started_at: float | None) -> PlainJobRow:
+    return PlainJobRow(str(job.job_id), job.state, job.partition, job.num_nodes,
+                       human_duration(job.elapsed_seconds) if job.elapsed_seconds is not None else "-", job.name,
+                       tres_gpus(job.tres)[0], tres_cpus(job.tres), job.elapsed_seconds,
+                       started_at if job.elapsed_seconds else None)
+
+
+def my_recent_jobs(client, uid: int | None = None, *, days: int = RECENT_DAYS) -> list[Job]:
+    """The caller's jobs that ran or ended in the last `days` as accounting has them (each job's newest
+    record), one sealed sacct of the caller's own jobs; the owner is checked on each record."""
     uid = os.geteuid() if uid is None else uid
     me = _user_name(uid)
-    jobs = client._listing(PLAIN_ENDED, ["sacct", "-n", "-P", "-X", "-S", f"now-{int(days)}days"], source="sacct")
-    ended = [j for j in jobs if j.user == me and not j.active and not j.comment.startswith(run_comment_prefix)]
+    jobs = client._listing(RECENT, ["sacct", "-n", "-P", "-X", "-S", f"now-{int(days)}days"], source="sacct")
+    return [j for j in jobs if j.user == me]
+
+
+def my_ended_plain_jobs(client, run_comment_prefix: str, uid: int | None = None, *, days: int = RECENT_DAYS,
+                        limit: int = RECENT_LIMIT, recent: list[Job] | None = None) -> list[PlainJobRow]:
+    """The caller's plain jobs that ended in the last `days` (newest first, at most `limit`), from
+    `recent` (my_recent_jobs) or one sacct of its own."""
+    jobs = my_recent_jobs(client, uid, days=days) if recent is None else recent
+    ended = [j for j in jobs if not j.active and not j.comment.startswith(run_comment_prefix)]
     ended.sort(key=lambda j: j.end_time.timestamp() if j.end_time else 0.0, reverse=True)
     seen, rows = set(), []
     for j in ended:  # a requeued job has a record per attempt: its newest stands for it
         if j.job_id not in seen:
             seen.add(j.job_id)
-            rows.append(PlainJobRow(str(j.job_id), j.state, j.partition, j.num_nodes,
-                                    human_duration(j.elapsed_seconds) if j.elapsed_seconds is not None else "-",
-                                    j.name, tres_gpus(j.tres)[0]))
+            ended_at = j.end_time.timestamp() if j.end_time else None
+            rows.append(_row(j, ended_at - (j.elapsed_seconds or 0) if ended_at else None))
     return rows[:limit]
 
 
 def owned_job(client, job_id: int, uid: int | None = None) -> Job | None:
-    """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's):
-    from the controller while it knows the job, else from accounting, the caller's newest job of
-    that id. Only this job's own records are read, never the whole queue."""
+    """The caller's job `job_id` as Slurm knows it now (RunNotOwned when it is another user's, RunNotFound
+    when Slurm knows no such job): from the controller while it knows the job (two squeue calls: the
+    owner's uid, then the record), else from accounting, one sacct of every record of that id, whose
+    newest decides whose it is. Only this job's own records are read, never the whole queue."""
     uid = os.geteuid() if uid is None else uid
-    owned_job_id(client, job_id, uid)
-    me = _user_name(uid)
+    result = client._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", f"%A{SEP}%U"], check=False)
+    owner = next((int(u) for j, _, u in (line.partition(SEP) for line in result.stdout.splitlines())
+                  if j == str(job_id) and u.isdigit()), None) if result.returncode == 0 else None
+    if owner is not None:
+        _check_owner(job_id, owner, uid)
+        me = _user_name(uid)
+        try:
+            result, seal = client._sealed(OWNED_NOW, ["squeue", "-h", "-t", "all", "-j", str(job_id)])
+            found = [j for j in OWNED_NOW.parse(result.stdout, seal, client.rejects, "squeue") if j.job_id == job_id]
+            if found and found[0].user == me:
+                return found[0]
+        except SlurmCommandError:
+            pass  # it left the controller just now ('Invalid job id'): accounting has it
     try:
-        result, seal = client._sealed(OWNED_NOW, ["squeue", "-h", "-t", "all", "-j", str(job_id)])
-        found = [j for j in OWNED_NOW.parse(result.stdout, seal, client.rejects, "squeue") if j.job_id == job_id]
-        if found and found[0].user == me:
-            return found[0]
+        result, seal = client._sealed(OWNED_HISTORY, ["sacct", "-n", "-P", "-X", "-a", "--duplicates"],
+                                      ["-j", str(job_id)])
     except SlurmCommandError:
-        pass  # the controller no longer knows the job ('Invalid job id'): accounting does
-    try:
-        result, seal = client._sealed(OWNED_HISTORY, ["sacct", "-n", "-P", "-X", "--duplicates"], ["-j", str(job_id)])
-    except SlurmCommandError:
-        return None
+        result, seal = None, ""
     rows = []
-    for values in OWNED_HISTORY.records(result.stdout, seal, client.rejects):
+    for values in OWNED_HISTORY.records(result.stdout, seal, client.rejects) if result is not None else []:
         job = OWNED_HISTORY.parse_values(values, client.rejects, "sacct")
-        if job is not None and job.job_id == job_id and job.user == me:
+        if job is not None and job.job_id == job_id and job.uid is not None:
             rows.append(job)
-    return max(rows, key=lambda j: j.submit_time.timestamp() if j.submit_time else 0.0) if rows else None
+    if not rows:
+        if owner is not None:
+            return None  # the controller's, not yet in accounting
+        _check_owner(job_id, None, uid)
+    # the newest job of that id (ISO times sort as text); its attempts: the newest one
+    newest = max(rows, key=lambda j: j.submit_time.timestamp() if j.submit_time else 0.0)
+    _check_owner(job_id, newest.uid, uid)
+    return newest
+
+
+def _check_owner(job_id: int, owner: int | None, uid: int) -> None:
+    if owner is None:
+        raise RunNotFound(f"Slurm knows no job {job_id} (neither the queue nor accounting).",
+                          "Check the id with `squeue --me` or `sacct`; `slurmctl ls` lists your runs and jobs.")
+    if owner != uid:
+        raise RunNotOwned(f"job {job_id} is not yours.",
+                          "slurmctl only shows and acts on your own jobs; `slurmctl ls` lists them.")

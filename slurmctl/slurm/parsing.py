@@ -210,6 +210,7 @@ FIELDS = {f.attr: f for f in [
     Field("end_time", None, "EndTime", "End", parse_slurm_timestamp),
     Field("exit_code", None, "exit_code", "ExitCode", _wait_status, sacct_convert=str),
     Field("user", "%u", "UserName", "User", str),
+    Field("uid", "%U", None, "UID", lambda s: int(s) if s.isdigit() else None),
     Field("account", "%a", "Account", "Account", str),
     Field("qos", "%q", "QOS", "QOS", str),
     Field("tres", None, "tres-alloc", "AllocTRES", _text),
@@ -221,6 +222,8 @@ FIELDS = {f.attr: f for f in [
     # a pending array's rest ('0-9,15%2'); 'N/A' for any other job
     Field("array_tasks", None, "ArrayTaskID", None, lambda s: "" if s in _NULL or s == "N/A" else s),
     Field("restarts", None, "RestartCnt", None, _int),
+    # set when Slurm chose the job for preemption; kept while the requeued job completes, gone once PENDING
+    Field("preempt_time", None, "PreemptTime", None, parse_slurm_timestamp),
     Field("batch_host", None, "BatchHost", None, lambda s: "" if s in _NULL or s == "n/a" else s),
     # written by users: any byte, our marks included (the seal keeps them inside their field)
     Field("name", "%j", "Name", "JobName", str),

@@ -37,6 +37,16 @@ def tres_gpus(tres: str) -> tuple[int, str]:
     return total, model
 
 
+@lru_cache(maxsize=4096)
+def tres_cpus(tres: str) -> int:
+    """cpu=N of a TRES string ('billing=2,cpu=2,mem=2000M,node=1' -> 2); 0 when it has none."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "cpu" and value.isdigit():
+            return int(value)
+    return 0
+
+
 def array_task_count(spec: str) -> int:
     """'0-9,15%2' -> 2, '0-9:3' -> 4, '' or a single index or anything unreadable -> 1."""
     ranges, _, throttle = spec.strip("[]").partition("%")
@@ -71,6 +81,7 @@ class Job:
     exit_code: str = ""
     comment: str = ""
     user: str = ""
+    uid: int | None = None  # the owner's numeric uid, where the query asked (whose job it is)
     account: str = ""
     qos: str = ""
     tres: str = ""  # allocated (running) or requested (pending): 'cpu=2,mem=1G,node=1,gres/gpu=1'
@@ -78,6 +89,7 @@ class Job:
     tres_per_node: str = ""  # what the job asked per node: 'gres:gpu:l4:1' (--gres, --gpus-per-node)
     array_tasks: str = ""  # a pending array's tasks not yet started, as squeue prints them: '0-9,15%2'
     restarts: int = 0
+    preempt_time: datetime | None = None
     batch_host: str = ""
     work_dir: str = ""  # user-written, like name and comment
     std_out: str = ""  # user-written
@@ -103,6 +115,11 @@ class Job:
         return tres_gpus(self.tres)[0]
 
     @property
+    def cpus(self) -> int:
+        """CPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
+        return tres_cpus(self.tres)
+
+    @property
     def pending_tasks(self) -> int:
         """How many tasks this record stands for: an array's pending rest ('0-9:2,15%2') counts its
         indices, at most its throttle (%N tasks run at once); any other job is one."""
@@ -110,7 +127,7 @@ class Job:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("submit_time", "start_time", "end_time"):
+        for key in ("submit_time", "start_time", "end_time", "preempt_time"):
             d[key] = d[key].isoformat() if d[key] else None
         return d
 

@@ -18,8 +18,8 @@ from slurmctl.durations import human_duration, until
 from slurmctl.errors import SlurmctlError
 from slurmctl.observe.charts import Chart, Series
 from slurmctl.observe.compare import load_series
-from slurmctl.observe.explain import explain_reason
-from slurmctl.observe.listing import my_plain_jobs_listing, my_runs
+from slurmctl.observe.explain import explain_job_reason
+from slurmctl.observe.listing import CallerJobs, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
 from slurmctl.ops.accounting import Ledger, cost_records_dir, run_cost
@@ -67,7 +67,9 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
         users, runs = [u for u, _ in owned], [r for _, r in owned]
         statuses = runs_statuses(runs, ctx.client, site=ctx.site)
     else:
-        runs, statuses = my_runs(ctx.registry, ctx.client, ctx.registry.recent(limit), site=ctx.site)
+        mine = CallerJobs(ctx.client, ctx.registry.uid)  # as `ls`: asked while the runs are read
+        runs, statuses = my_runs(ctx.registry, ctx.client, ctx.registry.recent(limit), site=ctx.site,
+                                 known=mine.recent)
         users = [ctx.registry.user] * len(runs)
     now = time.time()
     rows = [_row(u, r, s, now) for u, r, s in zip(users, runs, statuses)]
@@ -82,8 +84,7 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
     rows.sort(key=key, reverse=descending)
     down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
     # as `ls`: the caller's plain sbatch jobs beside the runs (never another user's; none for the operator)
-    plain = [] if operator or down else [p.to_dict() for p in my_plain_jobs_listing(ctx.client, ctx.registry.uid,
-                                                                                      limit)]
+    plain = [] if operator or down else [p.to_dict() for p in mine.plain_rows(limit, ctx.site)]
     return {"rows": rows, "phases": phases, "plain": plain,
             "unreachable": datetime.fromtimestamp(min(down)).strftime("%H:%M:%S") if down else None}
 
@@ -137,7 +138,7 @@ def queue_page(ctx, partition: str = "", user: str = "", state: str = "") -> dic
                                      [state] if state else [])
     rows = []
     for j in jobs:
-        expl = explain_reason(j.reason) if j.state == "PENDING" else None
+        expl = explain_job_reason(j) if j.state == "PENDING" else None
         rows.append((j, expl.headline if expl else "", expl.action.replace("JOBID", str(j.job_id)) if expl else "",
                      until(j.start_time) if j.state == "PENDING" and j.start_time else
                      ("running" if j.state == "RUNNING" else "")))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from slurmctl.observe.charts import Chart, Marker, Series
-from slurmctl.rundir import Run
+from slurmctl.observe.story import attempt_label
+from slurmctl.rundir import Run, attempt_ids
 
 # A throughput the training logs itself wins over steps/s computed from the records' clock.
 THROUGHPUT_FIELDS = ("tokens_per_s", "tokens_per_sec", "samples_per_s", "samples_per_sec", "throughput")
@@ -30,7 +31,9 @@ def _number(value) -> float | None:
 def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker]]:
     """[(segment label, its metric records)] in order, and the restart markers. A segment is an
     attempt (a Slurm start) or, after a crash restarted inside the allocation, the rest of it."""
-    events = _current_starts(run.events())
+    everything = run.events()
+    numbers = {key: n + 1 for n, key in enumerate(attempt_ids(everything))}  # as status and its story number them
+    events = _current_starts(everything)
     records = [r for r in run.metrics_records() if isinstance(r.get("step"), int)]
     bounds = [e for e in events if e.get("event") in {"start", "step-restart"} and _number(e.get("time")) is not None]
     if not any(e.get("event") == "start" for e in bounds):
@@ -43,12 +46,12 @@ def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker
         if event not in bounds:
             continue
         if event.get("event") == "start":
-            attempt = f"attempt {event.get('restart_count', 0)} (job {event.get('job_id')})"
+            attempt = attempt_label(event, numbers)
             labels.append(attempt)
             step = event.get("resume_step")
             if len(labels) > 1 and isinstance(step, int):
                 lost = (previous_end or {}).get("steps_lost")
-                markers.append(Marker(step, f"attempt {event.get('restart_count')} from step {step}"
+                markers.append(Marker(step, f"{attempt.split(' (')[0]} from step {step}"
                                       + (f", {lost} steps lost" if isinstance(lost, int) else ""),
                                       _END_KIND.get((previous_end or {}).get("outcome"), "restart")))
         else:

@@ -101,7 +101,11 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
                       lambda: (s := _status(run_id))["latest_checkpoint_step"] is not None and s, timeout=90)
         saved = first["latest_checkpoint_step"]
         assert saved >= 20
-        _wait("the requeue", lambda: _status(run_id)["state"] == "PENDING", timeout=90)
+        waiting = _wait("the requeue", lambda: (s := _status(run_id))["state"] == "PENDING" and s, timeout=90)
+        # Lightning requeued itself on the preemption's SIGUSR1: status says so, and waits to start again
+        assert waiting["phase"].startswith("requeued") and waiting["requeues"] >= 1, waiting
+        told = " ".join([waiting["why"], *waiting["history"]])
+        assert "preempt" in told and not waiting["history"][-1].endswith("running"), waiting
         bob.scancel(preemptor)
         start_requeued_now(job_id)
         restored = _wait("the resumed attempt", lambda: re.search(
@@ -121,6 +125,9 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
         assert cancelled["drain"] == "acknowledged" and cancelled["final_state"] == "CANCELLED"
         assert cancelled["ack_step"] >= resumed["last_step"] and cancelled["ack_checkpoint"].endswith(".ckpt")
         assert took < 60
+        # the steps the cancel cost: its last logged step past the checkpoint its next start restores
+        assert cancelled["last_step"] is not None and cancelled["kept_step"] == cancelled["ack_step"], cancelled
+        assert cancelled["steps_lost"] == max(0, cancelled["last_step"] - cancelled["ack_step"]), cancelled
 
         # 3. resume under the same run id, from its own newest checkpoint
         again = slurmctl_json("resume", run_id)
@@ -134,11 +141,20 @@ def test_lightning_adopted_preempted_cancelled_and_resumed(workdir, alice):
               and (s["last_step"] or 0) >= cancelled["ack_step"], timeout=90)
         stopped = slurmctl_json("cancel", run_id, "--now")
         assert stopped["final_state"] == "CANCELLED" and stopped["drain"] == "skipped"
+        assert stopped["steps_lost"] is not None, stopped
+        # numbered once across the run: its three attempts, and `logs --attempt` reads each
+        history = _status(run_id)["history"]
+        assert [line.split(" (")[0] for line in history] == ["attempt 1", "attempt 2", "attempt 3"], history
+        assert "steps lost" in history[-1], history
+        assert "Restored all states" in slurmctl("logs", run_id, "--attempt", "2", "-n", "0").stdout
 
         cost = slurmctl_json("cost", run_id)
         jobs = [a["job_id"] for a in cost["attempts"]]
         assert jobs.count(job_id) >= 2 and new_job in jobs  # preempted attempt, requeued attempt, resume
         assert cost["run_id"] == run_id
+        # the epilog's record names Lightning's own checkpoint, so the preempted attempt's loss is counted from it
+        preempted = min((a for a in cost["attempts"] if a["job_id"] == job_id), key=lambda a: a["start"])
+        assert preempted["epilog_record"] and preempted["last_ckpt_step"] == saved, preempted
         assert slurmctl_json("diagnose", run_id)["category"]
     finally:
         if preemptor:

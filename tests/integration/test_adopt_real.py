@@ -114,7 +114,7 @@ def test_multi_node_torchrun_script_reads_as_slurm_reads_it(workdir, alice):
                                                                  "export"]
     assert plan["body"]["traps"] and any("passed on to the original script" in n for n in plan["notes"])
     # the original's batch-shell signal reaches the original script's own trap
-    assert "trap 'kill -USR1 \"$body_pid\"" in plan["wrapper"]
+    assert "drain-signal; kill -USR1 \"$body_pid\"" in plan["wrapper"]
 
 
 def test_singleton_dependency_still_waits_for_the_users_job_of_that_name(workdir, alice):
@@ -197,6 +197,12 @@ def test_a_job_that_requeued_itself_and_was_cancelled_while_waiting_reads_cancel
                 not (Path(plan["run_dir"]) / "attempts.jsonl").read_text().count('"start"'):
             assert time.monotonic() < deadline, "the job never requeued itself"
             time.sleep(1)
+        # its own requeue is recorded as this attempt's end (the wrapper's SIGTERM trap), and status says
+        # it waits to start again
+        waiting = slurmctl_json("status", run_id)
+        assert waiting["phase"].startswith("requeued") and waiting["requeues"] == 1, waiting
+        assert "requeued by the job itself" in waiting["history"][0], waiting["history"]
+        assert not waiting["history"][-1].endswith("running"), waiting["history"]
         assert slurmctl_json("cancel", run_id)["final_state"] == "CANCELLED"
         deadline = time.monotonic() + 150  # MinJobAge: then only accounting knows the job
         while alice.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.strip():
@@ -362,7 +368,14 @@ def test_cancel_of_a_program_that_cannot_save_says_so_at_once(workdir, alice):
         while slurmctl_json("status", run["run_id"])["state"] != "RUNNING":
             assert time.monotonic() < deadline
             time.sleep(1)
-        assert slurmctl_json("status", run["run_id"])["phase"] == "training"  # no heartbeat expected of it
+        time.sleep(2)  # a second or two held: something to price
+        running = slurmctl_json("status", run["run_id"])
+        assert running["phase"] == "training"  # no heartbeat expected of it
+        # priced from what Slurm allocated (CPUs, no GPU) at l4-dev's CPU price, though it has no run.yaml
+        assert running["cpus"] >= 1 and running["gpus"] == 0 and running["cost_usd"] > 0, running
+        assert [r["cost_usd"] for r in slurmctl_json("ls") if r.get("run_id") == run["run_id"]][0] > 0
+        text = slurmctl("status", run["run_id"]).stdout
+        assert "CPU(s), no GPU" in text and "cost so far " in text and "0xl4" not in text, text
         began = time.monotonic()
         refused = slurmctl("cancel", run["run_id"], check=False)
         took = time.monotonic() - began

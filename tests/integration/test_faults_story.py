@@ -32,7 +32,7 @@ def test_requeued_after_a_crash_then_cancelled_while_waiting(workdir):
         assert waiting["why"].startswith("Requeued after crash at step 8, 3 steps lost; it restarts from "
                                          "checkpoint step 5"), waiting["why"]
         (line,) = waiting["history"]
-        assert "attempt 0" in line and "crashed (exit code " in line, line
+        assert line.startswith("attempt 1 (job ") and "crashed (exit code " in line, line
         assert "at step 8, newest checkpoint 5, 3 steps lost" in line, line
         shown = slurmctl("status", run["run_id"]).stdout
         assert "History:" in shown and "requeued (new Slurm attempt)" in shown

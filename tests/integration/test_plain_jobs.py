@@ -11,6 +11,7 @@ PLAIN_SCRIPT = """#!/bin/bash
 #SBATCH -t 5
 #SBATCH -J plain-oom
 echo "step 1 loss 2.5"
+sleep 2  # held for a moment: something to price
 echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 exit 1
 """
@@ -20,7 +21,10 @@ def _wait_ended(user, job_id: int, timeout: float = 90) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = user.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]).stdout.strip()
-        if state and state.split()[0] not in {"PENDING", "RUNNING", "COMPLETING", "REQUEUED"}:
+        # and the controller is done with it too (its epilog can keep it COMPLETING after accounting's end)
+        live = user.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], check=False).stdout.strip()
+        if state and state.split()[0] not in {"PENDING", "RUNNING", "COMPLETING", "REQUEUED"} \
+                and live != "COMPLETING":
             return state.split()[0]
         time.sleep(1)
     raise AssertionError(f"job {job_id} did not end within {timeout} s")
@@ -41,15 +45,25 @@ def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
         assert status["diagnosis"]["category"] == "cuda_oom"
         assert "plain sbatch job" in slurmctl("status", str(failed)).stdout
         assert "CUDA out of memory" in slurmctl("logs", str(failed)).stdout
+        # its advice names commands that work for a plain job: no per-rank logs of ours
+        said = slurmctl("status", str(failed)).stdout + slurmctl("diagnose", str(failed)).stdout
+        assert "--rank" not in said and "logs RUN" not in said, said
+        ranked = slurmctl("logs", str(failed), "--rank", "1")
+        assert "CUDA out of memory" in ranked.stdout and "--rank does not apply" in ranked.stderr
         assert slurmctl_json("diagnose", str(failed))["category"] == "cuda_oom"
+        # a CPU-only job is priced by its allocated CPUs (TRES) at the partition's CPU price, everywhere
+        assert status["cpus"] >= 1 and status["gpus"] == 0 and status["cost_usd"] > 0, status
         cost = slurmctl_json("cost", str(failed))
         assert cost["kind"] == "sbatch" and [a["job_id"] for a in cost["attempts"]] == [failed]
+        assert cost["cost_usd"] > 0 and "CPU only" in slurmctl("cost", str(failed)).stdout
+        assert "0xl4" not in slurmctl("cost", str(failed)).stdout
         assert "failed" in slurmctl("explain", str(failed)).stdout
 
         listed = [r for r in slurmctl_json("ls") if r.get("kind") == "sbatch"]
         assert [r["job_id"] for r in listed if r["name"] == "plain-held"] == [str(held)]
         # an ended plain job stays listed (accounting of the last days), once
         assert [r["state"] for r in listed if r["job_id"] == str(failed)] == ["FAILED"]
+        assert [r["cost_usd"] > 0 for r in listed if r["job_id"] == str(failed)] == [True]
         assert not any(r["name"] == "bobs-job" for r in listed)
         human = slurmctl("ls").stdout
         assert "plain-held (sbatch)" in human and "bobs-job" not in human

@@ -136,7 +136,7 @@ def test_journey_runs_run_charts_story_log_cancel_in_chromium(alice, bob, workdi
         link.click()
         _wait(lambda: driver.current_url.endswith(f"/run/{run_id}"), 20, "the Run page")
         assert driver.find_element(By.ID, "phase").text in {"training", "checkpointing"}
-        assert "attempt 0 (job" in driver.find_element(By.ID, "history").text
+        assert "attempt 1 (job" in driver.find_element(By.ID, "history").text
         for chart in ("chart-loss", "chart-throughput"):  # an <img> whose SVG loaded and drew
             _wait(lambda c=chart: driver.execute_script(
                 f"return document.getElementById('{c}').naturalWidth") > 300, 20, chart)

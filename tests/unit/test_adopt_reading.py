@@ -82,7 +82,7 @@ def test_wrapper_keeps_the_header_and_runs_under_bash_with_hostile_values(tmp_pa
     run_dir = tmp_path / "run-20261201-abcd"
     wrapper = render_wrapper(script, "run-20261201-abcd", run_dir, "py'thon $(touch pwned2)", 60, False, "077")
     assert "#SBATCH -J '$(touch pwned)'" in wrapper.splitlines()[3:5]
-    assert "trap 'kill -USR1 \"$body_pid\"" in wrapper
+    assert "drain-signal; kill -USR1 \"$body_pid\"" in wrapper and "attempt interrupted; exit 143' TERM" in wrapper
     check = subprocess.run(["bash", "-n", "-c", wrapper], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert not (tmp_path / "pwned").exists()

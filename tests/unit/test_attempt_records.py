@@ -45,3 +45,15 @@ def test_the_last_attempt_keeps_slurms_own_start_and_end(tmp_path):
     done = JobInfo(88, state="COMPLETING", restarts=4, start_time=now - 18, end_time=now - 1)
     record = epilog.build_record(cfg, {**BASE, "SLURM_JOB_RESTART_COUNT": "4"}, done, now)
     assert (record.restart_count, record.start_time, record.end_time) == (4, now - 18, now - 1)
+
+
+def test_after_the_jobs_own_requeue_the_record_is_still_this_attempts(tmp_path):
+    """What the epilog of an adopted Lightning program's attempt saw after Lightning ran `scontrol
+    requeue` on SIGUSR1 (local cluster, 22.05.8): COMPLETING, Restarts=1, no start and no end yet."""
+    cfg = cfg_for(tmp_path)
+    assert prolog.run_prolog({**BASE, "SLURM_JOB_RESTART_COUNT": "0"}, cfg).ok
+    count, started = attempt_start(cfg.cost_spool, 88)
+    requeued = JobInfo(88, state="COMPLETING", restarts=1, start_time=None, end_time=None)
+    record = epilog.build_record(cfg, {**BASE, "SLURM_JOB_RESTART_COUNT": "1"}, requeued, started + 45)
+    assert (record.restart_count, record.start_time, record.end_time) == (0, started, started + 45)
+    assert record.filename == f"88.0.{int(started)}.json"

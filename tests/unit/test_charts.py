@@ -61,11 +61,11 @@ def test_records_split_by_attempt_with_a_marker_per_restart(tmp_path):
     metrics += [{"step": s, "time": 200.0 + s, "loss": 0.5} for s in range(10, 19)]
     metrics += [{"step": s, "time": 300.0 + s, "loss": 0.4} for s in range(16, 30)]
     groups, markers = attempt_records(_run(tmp_path, events, metrics))
-    assert [label for label, _ in groups] == ["attempt 0 (job 7)", "attempt 1 (job 7)",
-                                              "attempt 1 (job 7), restart 1 in the allocation"]
+    assert [label for label, _ in groups] == ["attempt 1 (job 7)", "attempt 2 (job 7, Slurm restart 1)",
+                                              "attempt 2 (job 7, Slurm restart 1), restart 1 in the allocation"]
     assert [len(rs) for _, rs in groups] == [13, 9, 14]
     assert [(m.step, m.kind) for m in markers] == [(10, "preemption"), (15, "failed")]
-    assert markers[0].label == "attempt 1 from step 10, 2 steps lost"
+    assert markers[0].label == "attempt 2 from step 10, 2 steps lost"
     assert markers[1].label == "crash, restarted from step 15, 3 steps lost"
     charts = run_charts(_run(tmp_path, events, metrics))
     assert [s.label for s in charts["throughput"].series] == [label for label, _ in groups]
@@ -73,7 +73,7 @@ def test_records_split_by_attempt_with_a_marker_per_restart(tmp_path):
     # a submission before the latest one (a resume starts a new story) is not drawn
     resumed = [*events, {"event": "submitted", "job_id": 8}, {"event": "start", "job_id": 8, "time": 400.0}]
     groups, markers = attempt_records(_run(tmp_path, resumed, [*metrics, {"step": 30, "time": 401.0, "loss": 0.3}]))
-    assert [label for label, _ in groups] == ["earlier jobs of this run", "attempt 0 (job 8)"] and markers == []
+    assert [label for label, _ in groups] == ["earlier jobs of this run", "attempt 3 (job 8)"] and markers == []
     assert [len(rs) for _, rs in groups] == [len(metrics), 1]
 
 

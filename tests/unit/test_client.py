@@ -33,8 +33,10 @@ def test_submit_parses_federated_answer():
 def test_queue_is_one_batched_sealed_call():
     runner = ReplayRunner()
     jobs = {j.job_id: j for j in SlurmClient(runner).queue(mine=True)}
-    assert runner.calls == [["squeue", "-h", "-o", FS.join(["%A", "%T", "%r", "%P", "%D", "%N", "%M", "%l", "%V",
-                                                            "%S", "%u", "%j", "%k"]) + END, "--me"]]
+    names = ["JobID", "State", "Reason", "Partition", "NumNodes", "NodeList", "TimeUsed", "TimeLimit", "SubmitTime",
+             "StartTime", "tres-alloc", "RestartCnt", "UserName", "Name", "Comment"]
+    assert runner.calls == [["squeue", "-h", "-O", ",".join(f"{n}:{FS}" for n in names[:-1]) + f",{names[-1]}:{END}",
+                             "--me"]]
     held = jobs[HELD]
     assert (held.state, held.reason, held.partition, held.num_nodes, held.user) == \
         ("PENDING", "JobHeldUser", "h100-ondemand", 2, "alice")
@@ -106,7 +108,7 @@ def test_refusal_is_a_command_error_with_slurms_words():
 
 def _fields(job_id, name, comment, user="alice", state="RUNNING"):
     return [str(job_id), state, "None", "h100-ondemand", "1", "h100-1", "1:00", "15:00",
-            "2026-11-30T10:00:00", "2026-11-30T10:00:01", user, name, comment]
+            "2026-11-30T10:00:00", "2026-11-30T10:00:01", "cpu=2,mem=2000M,node=1", "0", user, name, comment]
 
 
 def _forged_lines(victim):
@@ -149,13 +151,13 @@ def test_every_call_has_its_own_secret_seal(monkeypatch):
     client.queue(mine=False)
     client.queue(mine=False)
     first, second = runner.calls[0][3], runner.calls[1][3]
-    assert first != second and len(first.split("\x1f")[1].split("%")[0]) == 16
+    assert first != second and len(first.split("\x1f")[1].split(",")[0]) == 16
 
 
 def test_sacct_records_are_closed_by_their_own_id_so_a_newline_in_a_comment_is_text():
     comment = "slurmctl:r-20261130-0001\n99\x1fFAILED"
     fields = [str(7), "COMPLETED", "None", "h100-ondemand", "1", "h100-1", "60", "15:00", "2026-11-30T10:00:00",
-              "2026-11-30T10:00:01", "2026-11-30T10:01:01", "0:0", "alice", "n\nm", comment]
+              "2026-11-30T10:00:01", "2026-11-30T10:01:01", "0:0", "cpu=2,mem=2000M,node=1", "alice", "n\nm", comment]
     client = SlurmClient(ReplayRunner({"sacct": sacct_output(fields, [str(8), *fields[1:]])}))
     jobs = {j.job_id: j for j in client.history([7, 8])}
     assert set(jobs) == {7, 8} and jobs[7].comment == comment and jobs[7].name == "n\nm"

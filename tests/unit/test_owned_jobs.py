@@ -14,7 +14,7 @@ from tests.unit.fakes import TEST_SEAL, ReplayRunner, sacct_output, squeue_outpu
 SQUEUE = ("squeue", "-h", "-t", "all", "-j", "45", "-o", "%A\x1f%U")
 SACCT = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", "--delimiter=\x1f", "-j", "45", "-o", "JobIDRaw,UID,Submit")
 NOW = ("squeue", "-h", "-t", "all", "-j", "45", *OWNED_NOW.format_argv(TEST_SEAL))
-HISTORY = ("sacct", "-n", "-P", "-X", "--duplicates", *OWNED_HISTORY.format_argv(TEST_SEAL), "-j", "45")
+HISTORY = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", *OWNED_HISTORY.format_argv(TEST_SEAL), "-j", "45")
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -49,19 +49,27 @@ def test_plain_jobs_skip_runs_and_other_users_and_a_forged_record_stays_inside_i
 
 def test_owned_job_record_from_the_controller():
     fields = ["45", "FAILED", "NonZeroExitCode", "l4-dev", "1", "l4-1", "0:01", "5:00", "2026-12-01T14:48:12",
-              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "plain oom", "(null)"]
+              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "plain oom",
+              "(null)", "/home/x/slurm-45.out", "/home/x"]
     runner = ReplayRunner({SQUEUE: f"45\x1f{os.geteuid()}\n", NOW: squeue_output(fields)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.exit_code, job.elapsed_seconds, job.time_limit_seconds, job.nodelist,
             job.comment, job.source) == ("plain oom", "FAILED", "1:0", 1, 300, "l4-1", "", "squeue")
+    assert (job.std_out, job.work_dir) == ("/home/x/slurm-45.out", "/home/x") and len(runner.calls) == 2
 
 
 def test_owned_job_record_from_accounting_is_the_callers_newest():
     old = ["45", "COMPLETED", "None", "h100", "1", "h100-1", "9", "5", "2026-11-30T10:00:00", "", "", "0:0",
-           "someone-else", "", "allocation", ""]
+           "someone-else", "9999", "", "allocation", "", "/home/someone"]
     new = ["45", "FAILED", "None", "l4-dev", "1", "l4-1", "1", "5", "2026-12-01T14:48:12", "2026-12-01T14:48:12",
-           "2026-12-01T14:48:13", "1:0", ME, "cpu=1", "plain\x1foom", ""]
-    owners = f"45\x1f9999\x1f2026-11-30T10:00:00\n45\x1f{os.geteuid()}\x1f2026-12-01T14:48:12\n"
-    runner = ReplayRunner({SQUEUE: "", SACCT: owners, HISTORY: sacct_output(old, new)})
+           "2026-12-01T14:48:13", "1:0", ME, str(os.geteuid()), "cpu=1", "plain\x1foom", "", "/home/x"]
+    runner = ReplayRunner({SQUEUE: "", HISTORY: sacct_output(old, new)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.time_limit_seconds, job.source) == ("plain\x1foom", "FAILED", 300, "sacct")
+    assert len(runner.calls) == 2  # the controller's owner (none), then one sacct: the record and whose it is
+    with pytest.raises(RunNotOwned):  # the newest job of that id is another user's
+        owned_job(SlurmClient(ReplayRunner({SQUEUE: "", HISTORY: sacct_output(new, [*old[:8], "2026-12-02T10:00:00",
+                                                                                     *old[9:]])})), 45,
+                  uid=os.geteuid())
+    with pytest.raises(RunNotFound):
+        owned_job(SlurmClient(ReplayRunner({SQUEUE: "", HISTORY: ""})), 45, uid=os.geteuid())

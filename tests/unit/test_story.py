@@ -39,7 +39,8 @@ def test_history_line_per_attempt_and_requeued_after_preemption(tmp_path):
     waiting = Job(job_id=7, name="r", state="PENDING", reason="BeginTime", partition="h100-spot")
     status = build_status(run, waiting)
     first, second = status.history
-    assert "attempt 0 (job 7)" in first and "from scratch" in first
+    assert first.startswith("attempt 1 (job 7): ") and "from scratch" in first
+    assert second.startswith("attempt 2 (job 7, Slurm restart 1): ")
     assert "crashed (exit code 3) at step 12, newest checkpoint 9, 3 steps lost; requeued" in first
     assert "from checkpoint step 9" in second and "on h100-2" in second
     assert "preempted at step 23, newest checkpoint 23, 0 steps lost; requeued" in second
@@ -73,14 +74,17 @@ def test_an_attempt_without_an_end_record_and_a_running_one():
     # what a plain `scontrol requeue` leaves (the batch script is killed before `attempt end`)
     assert lost.endswith("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost node, "
                          "or a preemption that did not wait for the drain)")
-    assert "attempt 0" in lost and "ended without an end record" not in lost
+    assert lost.startswith("attempt 1 (job 9)") and "ended without an end record" not in lost
     assert running.endswith("from checkpoint step 40; running")
     # a resume is a new job of the same run: its attempts follow the earlier job's, which is no longer running
     resumed = story(events + [{"event": "submitted", "job_id": 10},
                               {"event": "start", "job_id": 10, "restart_count": 0, "nodes": "h100-2",
                                "resume_step": 40, "time": T0 + 400}], Job(job_id=10, name="r", state="RUNNING"))
     assert len(resumed) == 3 and resumed[1].endswith("from checkpoint step 40; no end record"), resumed
-    assert resumed[2].startswith("attempt 0 (job 10)") and resumed[2].endswith("; running")
+    # numbered across the run, as status, diagnose and `logs --attempt N` number them: never "attempt 0" twice
+    assert [line.split(":")[0] for line in resumed] == ["attempt 1 (job 9)", "attempt 2 (job 9, Slurm restart 1)",
+                                                        "attempt 3 (job 10)"]
+    assert resumed[2].endswith("; running")
 
 
 def test_a_cancelled_attempt_without_an_end_record_reads_cancelled():

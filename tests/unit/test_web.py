@@ -99,11 +99,14 @@ def test_runs_page_lists_the_callers_plain_sbatch_jobs_as_ls_does(web):
     from .fakes import sacct_output
 
     me = pwd.getpwuid(web.registry.uid).pw_name
+    def ended(job_id, state, end, user, name, comment):  # the fields of status's sacct (client.HISTORY)
+        return [job_id, state, "None", "l4-dev", 1, "l4-1", 61, "5:00", "2026-12-01T09:00:00", "2026-12-01T09:59:00",
+                end, "1:0", "cpu=1,node=1", user, name, comment]
+
     web.runner.outputs["sacct"] = sacct_output(
-        [4242, "FAILED", "l4-dev", 1, 61, "2026-12-01T10:00:00", me, "cpu=1,node=1", HOSTILE, ""],
-        [4243, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T11:00:00", "someone-else", "cpu=1,node=1", "theirs", ""],
-        [4244, "COMPLETED", "l4-dev", 1, 5, "2026-12-01T12:00:00", me, "cpu=1,node=1", "a-run",
-         "slurmctl:a-run-20261201-abcd"])
+        ended(4242, "FAILED", "2026-12-01T10:00:00", me, HOSTILE, ""),
+        ended(4243, "COMPLETED", "2026-12-01T11:00:00", "someone-else", "theirs", ""),
+        ended(4244, "COMPLETED", "2026-12-01T12:00:00", me, "a-run", "slurmctl:a-run-20261201-abcd"))
     page = web.get("/").body.decode()
     assert 'id="plain-jobs"' in page and "slurmctl status 4242" in page and "&lt;script&gt;" in page
     assert HOSTILE not in page and "4243" not in page and "4244" not in page  # another user's; a run's job
@@ -116,7 +119,7 @@ def test_run_page_story_charts_log_by_rank_and_escaped_metrics(web):
     page = web.get(f"/run/{run_id}")
     text = page.body.decode()
     assert page.status == 200 and run_id in text
-    assert f'src="/run/{run_id}/chart/loss.svg"' in text and "attempt 0 (job 77)" in text
+    assert f'src="/run/{run_id}/chart/loss.svg"' in text and "attempt 1 (job 77)" in text
     svg = web.get(f"/run/{run_id}/chart/loss.svg")
     assert svg.content_type == "image/svg+xml" and b"<svg" in svg.body and b"(log scale)" in svg.body
     tail = json.loads(web.get(f"/run/{run_id}/log?rank=0").body)
@@ -281,8 +284,9 @@ def test_runs_and_queue_pages_ask_slurm_exactly_what_ls_and_queue_ask(tmp_path):
         return lambda ctx: CliRunner().invoke(command, args, obj=ctx, catch_exceptions=False)
 
     web_ls, cli_ls = calls(page("/?n=20")), calls(cli(list_runs, ["-n", "20"]))
-    # both list the caller's plain sbatch jobs beside the runs (squeue --me, then the ended ones from sacct)
-    assert web_ls == cli_ls and [c[0] for c in web_ls] == ["squeue", "squeue", "sacct", "squeue", "sacct"], web_ls
+    # both list the caller's plain sbatch jobs beside the runs (squeue --me, the last days from one sacct,
+    # which also has the runs' ended jobs: a sacct -j only for those it does not have)
+    assert web_ls == cli_ls and [c[0] for c in web_ls] == ["squeue", "squeue", "squeue", "sacct", "sacct"], web_ls
     assert calls(page("/queue")) == calls(cli(queue, [])) == [calls(cli(queue, []))[0]]
 
 

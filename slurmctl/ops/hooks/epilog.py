@@ -162,13 +162,14 @@ def build_record(cfg: HookConfig, env, info: JobInfo | None, now: float,
     restarts = env.get("SLURM_JOB_RESTART_COUNT") or ""
     start = info.start_time if info else None
     end = (info.end_time if info and info.end_time else None) or now
-    if info is not None and info.end_time and info.end_time > now + 1:
-        # An end in the future: the attempt is being requeued and scontrol (and the environment's
-        # restart count) already describe the next one: StartTime = the requeue time, EndTime = that
-        # + the time limit. This attempt is the previous count; its start is the prolog's record of
+    count = int(restarts) if restarts.isdigit() else (info.restarts if info else 0)
+    if info is not None and ((info.end_time and info.end_time > now + 1) or (info.start_time is None and count > 0)):
+        # An end in the future, or no start at all: the attempt is being requeued and scontrol (and the
+        # environment's restart count) already describe the next one: after a preemption StartTime = the
+        # requeue time, EndTime = that + the time limit; after the job's own `scontrol requeue` (Lightning's
+        # on SIGUSR1) no start and no end yet. This attempt is the previous count; its start is the prolog's record of
         # it (records.attempt_start), or unknown when slurmd skipped the prolog (a requeued job
         # restarted on the same node seconds later) -- the ledger then matches it by restart count.
-        count = int(restarts) if restarts.isdigit() else info.restarts
         restarts = str(max(0, count - 1))
         seen = attempt_start(cfg.cost_spool, job_id)
         start = seen[1] if seen is not None and str(seen[0]) == restarts else None

@@ -63,9 +63,29 @@ def read_run_facts(run_dir: str, run_id: str, record: dict | None = None, filena
         if not isinstance(when, (int, float)):
             when = os.stat(ck.path / COMPLETE_MARKER, follow_symlinks=False).st_mtime
         facts.update(last_checkpoint_step=ck.step, last_checkpoint_time=float(when))
+    facts.update(_program_checkpoint(meta))
     if record is not None and filename:
         _leave_user_copy(run.cost_records_dir, filename, {**record, **facts})
     return facts
+
+
+def _program_checkpoint(meta: dict) -> dict:
+    """An adopted program's own checkpoints (Lightning's last.ckpt, HF's checkpoint-N, nanoGPT's ckpt.pt):
+    the one its next start restores is the work that survives the attempt (read as the job's user,
+    through the adapter that judges it complete). {} for a run of ours or a program without an adapter."""
+    from slurmctl.runtime.adapters import Resilience  # why: as in read_run_facts
+
+    adopted = meta.get("adopted")
+    block = Resilience.from_dict(adopted.get("resilience")) if isinstance(adopted, dict) else None
+    if block is None:
+        return {}
+    try:
+        kept = block.restored()
+    except OSError:
+        return {}
+    if kept is None:
+        return {}
+    return {"last_checkpoint_step": kept.step, "last_checkpoint_time": float(kept.mtime)}
 
 
 def _leave_user_copy(directory: Path, filename: str, record: dict) -> None:
@@ -90,6 +110,7 @@ def run_facts(cfg: HookConfig, env, info: JobInfo | None, run_id: str | None,
     # Import what the child needs here, as root: the child inherits the modules, and as the job's
     # user it could not write their bytecode cache (it would recompile them on every epilog).
     import slurmctl.fsutil  # noqa: F401  # why: preloaded for the child, see above
+    import slurmctl.runtime.adapters  # noqa: F401  # why: preloaded for the child, see above
     import slurmctl.runtime.checkpoint  # noqa: F401  # why: preloaded for the child, see above
 
     extra = (record.to_dict(), record.filename) if record is not None else ()

@@ -212,6 +212,7 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
     signal = script.value("signal") or ""
     batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
     q = shlex.quote
+    margin = re.search(r"@(\d+)$", signal)  # the job's own signal comes this long before the limit
     lines = [
         "#!/bin/bash",
         f"# slurmctl adopt: run {run_id} runs {ADOPTED_SCRIPT} (a copy of the original) as written.",
@@ -222,16 +223,20 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
         f"export SLURMCTL_RUN_DIR={q(str(run_dir))}",
         f"export SLURMCTL_DRAIN_MARGIN={int(drain_margin)}",
         "export SLURMCTL_ADOPTED=1",
+        f"export SLURMCTL_PROGRAM_SIGNAL_MARGIN={int(margin.group(1))}" if margin else "",
         f"PY={q(python)}",
         "trap 'early_drain=1' USR1" if add_drain_signal else "",
         '"$PY" -m slurmctl.runtime.attempt start',
+        "# SIGTERM: a requeue by the script's own trap or the program records why this attempt ended",
+        "trap '\"$PY\" -m slurmctl.runtime.attempt interrupted; exit 143' TERM",
         f"{q(str(run_dir / ADOPTED_SCRIPT))} &",
         "body_pid=$!",
     ]
     if batch_signal:
         # the original asked for a signal to its batch shell: the body is that shell now, it gets it
-        lines.append(f"trap 'kill -{batch_signal} \"$body_pid\" 2>/dev/null; "
-                     f"\"$PY\" -m slurmctl.runtime.attempt drain-signal' {batch_signal}")
+        # the drain request (why: time limit or preemption) first: the body's trap may requeue at once
+        lines.append(f"trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal; "
+                     f"kill -{batch_signal} \"$body_pid\" 2>/dev/null' {batch_signal}")
     if add_drain_signal:
         lines += ["trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal' USR1",
                   'if [ -n "${early_drain:-}" ]; then "$PY" -m slurmctl.runtime.attempt drain-signal; fi']

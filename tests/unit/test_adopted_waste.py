@@ -1,0 +1,67 @@
+"""Waste for adopted programs: the epilog's cost record names the program's own checkpoint (nanoGPT's
+ckpt.pt here, laid out as torch.save writes it), so the work lost after a preemption, a kill or an
+unacknowledged cancel is counted from it; a CPU-only job's loss is counted at its CPU price."""
+
+import json
+import os
+import pickle
+import time
+import zipfile
+from datetime import datetime
+
+import pytest
+
+from slurmctl.ops.accounting import Attempt, assess_waste
+from slurmctl.ops.hooks.run_records import read_run_facts
+
+
+def _adopted_run(tmp_path, checkpoint_at: float | None):
+    path = tmp_path / "runs" / "nanogpt-20261201-abcd"
+    path.mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    if checkpoint_at is not None:
+        with zipfile.ZipFile(out / "ckpt.pt", "w") as archive:
+            archive.writestr("ckpt/data.pkl", pickle.dumps({"iter_num": 1300, "model": {}}, protocol=2))
+        os.utime(out / "ckpt.pt", (checkpoint_at, checkpoint_at))
+    block = {"framework": "pytorch", "checkpoint_dir": str(out), "signal": "USR1", "signal_to": "steps"}
+    (path / "run.json").write_text(json.dumps({"run_id": path.name, "created": time.time(),
+                                               "adopted": {"script": "/home/alice/train.sbatch",
+                                                           "resilience": block}}))
+    return path
+
+
+def _attempt(state: str, gpus: int = 8, cost: float = 80.0) -> Attempt:
+    return Attempt("c", 81, "2026-12-01T10:00:00", "2026-12-01T11:00:00", "2026-12-01T10:00:00", "nanogpt", "n",
+                   "alice", "vision", "h100-spot", "h100" if gpus else "", gpus, 1, 3600, 7200, state, "0:0", 0,
+                   cost_usd=cost)
+
+
+def test_the_record_names_the_programs_own_checkpoint_and_the_loss_since_it_is_counted(tmp_path):
+    saved = datetime(2026, 12, 1, 10, 45).timestamp()  # 15 minutes before the attempt ended
+    path = _adopted_run(tmp_path, saved)
+    facts = read_run_facts(str(path), path.name)
+    assert facts["last_checkpoint_step"] == 1300 and facts["last_checkpoint_time"] == pytest.approx(saved)
+    wasted = assess_waste(_attempt("PREEMPTED"), {**facts, "drain_requested": False})
+    assert wasted.last_ckpt_step == 1300 and wasted.waste_cause == "lost-since-checkpoint"
+    assert wasted.waste_gpu_hours == pytest.approx(8 * 0.25) and wasted.waste_usd == pytest.approx(20.0)
+
+
+def test_without_a_checkpoint_of_its_own_the_whole_attempt_is_lost(tmp_path):
+    path = _adopted_run(tmp_path, None)
+    facts = read_run_facts(str(path), path.name)
+    assert "last_checkpoint_step" not in facts
+    wasted = assess_waste(_attempt("FAILED"), facts)
+    assert wasted.waste_cause == "failed-before-checkpoint" and wasted.waste_usd == pytest.approx(80.0)
+
+
+def test_an_unacknowledged_cancel_and_a_cpu_only_loss_count(tmp_path):
+    saved = datetime(2026, 12, 1, 10, 30).timestamp()
+    facts = read_run_facts(str(_adopted_run(tmp_path, saved)), "nanogpt-20261201-abcd")
+    cancelled = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": True, "drain_acknowledged": False})
+    assert cancelled.waste_cause == "drain-unacknowledged" and cancelled.waste_usd == pytest.approx(40.0)
+    saved_in_time = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": True,
+                                                        "drain_acknowledged": True})
+    assert saved_in_time.waste_usd == 0
+    cpu = assess_waste(_attempt("PREEMPTED", gpus=0, cost=0.06), facts)
+    assert cpu.waste_usd == pytest.approx(0.03) and cpu.waste_gpu_hours == 0
