@@ -25,7 +25,7 @@ from pydantic import (
 
 from slurmctl.config.locate import find_site_config
 from slurmctl.config.pricing import Discounts
-from slurmctl.durations import parse_duration
+from slurmctl.durations import parse_duration, parse_seconds
 from slurmctl.errors import ConfigError, SpecError, UnsafeFile, YAMLTooLarge
 from slurmctl.fsutil import read_capped
 from slurmctl.safe_yaml import MAX_YAML_BYTES, bounded_safe_load
@@ -510,6 +510,35 @@ class SiteDataConfig(_Strict):
         "between users (verified by every reader); everything else is cached per user, owner only")
     verify_on_reuse: bool = Field(True, description="re-hash every cached object before a job uses it (size and "
                                   "stored digest); false: size, owner and mode only")
+    user_cache_share: float = Field(0.5, gt=0, le=1, description="the most of a cache's budget one user's bytes "
+                                    "count for when another user makes room: one user holding more (a big "
+                                    "dataset, or files written into their own cache directory) never refuses "
+                                    "another user's staging; 1: every user counts in full")
+    connect_timeout: str = Field("10s", description="staging and the submit check: how long to wait for the store "
+                                 "to accept a connection, e.g. 10s")
+    read_timeout: str = Field("60s", description="staging: how long one request may wait for the store's answer")
+    staging_timeout: str = Field("2h", description="staging: the most one job's staging step may take on a node "
+                                 "before it stops and says why (the training does not start), e.g. 90m")
+
+    @field_validator("connect_timeout", "read_timeout", "staging_timeout")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        seconds = parse_seconds(v)
+        if seconds <= 0:
+            raise ValueError("write a duration above zero, such as 30s, 10m or 2h")
+        return v
+
+    @property
+    def connect_seconds(self) -> float:
+        return parse_seconds(self.connect_timeout)
+
+    @property
+    def read_seconds(self) -> float:
+        return parse_seconds(self.read_timeout)
+
+    @property
+    def staging_seconds(self) -> float:
+        return parse_seconds(self.staging_timeout)
 
     @field_validator("node_cache_budget", "shared_cache_budget")
     @classmethod
@@ -526,11 +555,24 @@ class SiteDataConfig(_Strict):
     def shared_cache_bytes(self) -> int:
         return parse_size(self.shared_cache_budget or self.node_cache_budget)
 
-    def client_options(self, src: str) -> dict:
-        """fsspec storage options for `src` (s3fs takes the endpoint in client_kwargs; gcsfs needs none)."""
+    def client_options(self, src: str, *, connect: float | None = None, read: float | None = None,
+                       attempts: int | None = None) -> dict:
+        """fsspec storage options for `src` (s3fs takes the endpoint in client_kwargs; gcsfs needs none),
+        with timeouts: a store that accepts connections and never answers must not hold a job or a
+        submit for botocore's defaults (60 s a read, retried). `connect`/`read`/`attempts` override the
+        site's (the submit check waits seconds, not minutes)."""
         options: dict = dict(self.storage_options)
-        if src.startswith("s3://") and self.endpoint_url:
-            options["client_kwargs"] = {"endpoint_url": self.endpoint_url}
+        connect = self.connect_seconds if connect is None else connect
+        read = self.read_seconds if read is None else read
+        if src.startswith("s3://"):
+            if self.endpoint_url:
+                options["client_kwargs"] = {"endpoint_url": self.endpoint_url}
+            config = {"connect_timeout": connect, "read_timeout": read}
+            if attempts is not None:
+                config["retries"] = {"max_attempts": attempts, "mode": "standard"}
+            options["config_kwargs"] = config
+        elif src.startswith("gs://"):
+            options["timeout"] = read  # gcsfs: each request's total time
         return options
 
     def is_public(self, src: str) -> bool:

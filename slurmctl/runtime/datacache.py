@@ -21,8 +21,10 @@ An entry is used only when it is a regular file owned by the user, not writable 
 the size the store lists, and (site.yaml data.verify_on_reuse, the default) its MD5 still equals the
 digest recorded when it was staged and the store's own MD5 where the store gives one; anything else is
 removed and staged again, never read. Eviction: least recently used entries of the user, none a live
-job holds, until the user's own entries (counted live) plus the other users' (as root last measured
-them; nothing a user writes counts for another) fit the budget.
+job holds, until the user's own entries and staging temporaries (counted live) plus the other users'
+(as root last measured them, each counted up to site.yaml data.user_cache_share of the budget) fit the
+budget. A staging temporary (objects/.staging-<id>-*) whose entry lock nobody holds was left by a job
+that ended mid-download: the next staging removes it.
 
 The cache itself is standard library; the object store is reached through fsspec (s3fs for s3://,
 gcsfs for gs://), imported only when a dataset's objects are listed (staged, or read with `cache: none`).
@@ -53,6 +55,9 @@ CHUNK = 8 * 1024 * 1024
 # file of the view: such objects are skipped and counted.
 _BAD_PART = {"", ".", ".."}
 USAGE_DIR = "usage"
+STAGING_PREFIX = ".staging-"  # a download in progress, in objects/: .staging-<entry id>-<random>
+# A temporary without an entry id in its name (older versions) is removed once this old.
+STALE_UNNAMED_STAGING = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,12 @@ class UserCache:
     """One user's entries under a cache root (the calling process's user: a job stages as its owner)."""
 
     def __init__(self, root: Path, budget_bytes: int, verify: bool = True,
-                 budget_setting: str = "data.node_cache_budget"):
+                 budget_setting: str = "data.node_cache_budget", user_share: float = 1.0):
         self.root = Path(root)
+        # another user's bytes count against this user's room only up to this share of the budget: one
+        # user over it (a big dataset, or anything written into their own directory) takes room from
+        # nobody else; their own next staging evicts their own entries back within the budget
+        self.user_share = min(max(float(user_share), 0.0), 1.0)
         self.uid = os.geteuid()
         self.user = pwd.getpwuid(self.uid).pw_name
         self.budget = budget_bytes
@@ -184,14 +193,22 @@ class UserCache:
         return True
 
     def remove(self, entry_id: str) -> None:
+        """Remove an entry and its record, whatever stands under their names in our own directory (a
+        directory made in place of an entry included: it is never read, and it must not block re-staging)."""
         for path in (self.object_path(entry_id), self.record_path(entry_id)):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:
+                shutil.rmtree(path, ignore_errors=True)  # rmtree never follows a symlink inside it
 
     def store(self, obj: RemoteObject, fs, remote_path: str) -> None:
         """Download into a temporary file, hashing as it goes; keep it only if size and MD5 match."""
         objects = self.dir / "objects"
-        fd, tmp = tempfile.mkstemp(dir=objects, prefix=".staging-")
+        # named after its entry: a later stager knows it abandoned (a cancelled or preempted job) when
+        # nobody holds the entry's lock, and removes it (clean_staging)
+        fd, tmp = tempfile.mkstemp(dir=objects, prefix=f"{STAGING_PREFIX}{obj.entry_id}-")
         try:
             digest = hashlib.md5(usedforsecurity=False)
             size = 0
@@ -227,6 +244,59 @@ class UserCache:
         finally:
             os.close(fd)
 
+    def clean_staging(self) -> tuple[int, int]:
+        """Remove the staging temporaries an ended stager left (a job cancelled, preempted or timed out in
+        the middle of a download): those whose entry's lock nobody holds now. Returns (files, bytes)."""
+        removed = freed = 0
+        temporaries = []
+        with contextlib.suppress(OSError), os.scandir(self.dir / "objects") as listing:
+            temporaries = [e for e in listing if e.name.startswith(STAGING_PREFIX)]
+        for entry in temporaries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            entry_id = entry.name[len(STAGING_PREFIX):].split("-", 1)[0]
+            if len(entry_id) == 40 and entry_id.isalnum():
+                if not self._lock_free(entry_id):
+                    continue  # a live stager is writing it
+            elif time.time() - info.st_mtime < STALE_UNNAMED_STAGING:
+                continue
+            try:
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+            removed += 1
+            freed += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+        return removed, freed
+
+    def _lock_free(self, entry_id: str) -> bool:
+        try:
+            fd = os.open(self.dir / "locks" / f"{entry_id}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # closing drops the lock we may have taken
+
+    def staging_bytes(self) -> int:
+        """Bytes on disk of the staging temporaries now in objects/ (live ones: they count as ours)."""
+        total = 0
+        with contextlib.suppress(OSError), os.scandir(self.dir / "objects") as listing:
+            for entry in listing:
+                if entry.name.startswith(STAGING_PREFIX):
+                    with contextlib.suppress(OSError):
+                        info = entry.stat(follow_symlinks=False)
+                        total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+        return total
+
     # --- leases and eviction -------------------------------------------------------------------------
     def hold(self, job_id: str, entry_ids: list[str]) -> None:
         """Record (adding to what this job already holds) that `job_id` uses these entries."""
@@ -261,7 +331,8 @@ class UserCache:
 
     def others_bytes(self) -> int:
         """What the other users' entries on this cache hold, as root last measured them (usage/, root's,
-        written by the prolog). A file any user could have written counts for nothing."""
+        written by the prolog), each user counted up to `user_share` of the budget. A file any user could
+        have written counts for nothing."""
         try:
             usage_fd = os.open(self.root / USAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -273,6 +344,7 @@ class UserCache:
                 return 0
             with os.scandir(usage_fd) as entries:
                 names = [e.name for _, e in zip(range(10_000), entries) if not e.name.startswith(".")]
+            share = int(self.user_share * self.budget)
             for name in names:
                 if name == self.user:
                     continue
@@ -281,7 +353,8 @@ class UserCache:
                     try:
                         st = os.fstat(fd)
                         if stat.S_ISREG(st.st_mode) and st.st_uid == 0:
-                            total += int((os.read(fd, 64).decode().split() or [0])[0])
+                            measured = int((os.read(fd, 64).decode().split() or [0])[0])
+                            total += min(max(measured, 0), share)
                     finally:
                         os.close(fd)
         finally:
@@ -291,10 +364,15 @@ class UserCache:
     def make_room(self, need: int, keep: set[str], current_job: str | None) -> tuple[int, int]:
         """Evict the least recently used entries nobody holds until `need` more bytes fit the budget.
         Whether they can fit is decided first: when even every evictable entry gone would not make room,
-        CacheError is raised and nothing is evicted. Returns (entries, bytes) evicted."""
+        CacheError is raised and nothing is evicted. Nothing needed: nothing evicted, never refused.
+        Returns (entries, bytes) evicted."""
+        if need <= 0:
+            return 0, 0
+        self.clean_staging()
         entries = self.entries()
         others = self.others_bytes()
-        used = sum(int(e.get("size") or 0) for e in entries) + others
+        # our own live staging temporaries (another job's downloads in progress) take room too
+        used = sum(int(e.get("size") or 0) for e in entries) + self.staging_bytes() + others
         if used + need <= self.budget:
             return 0, 0
         held = self.held(current_job) | keep
@@ -305,7 +383,8 @@ class UserCache:
                 f"the dataset needs {human_bytes(need)} more in the cache at {self.root}, whose budget is "
                 f"{human_bytes(self.budget)} ({self.budget_setting}); {human_bytes(held_bytes)} of it is held by "
                 f"running jobs of yours and {human_bytes(others)} by other users' entries (as the prolog last "
-                "measured them), so it cannot fit and nothing was evicted", kind="budget",
+                f"measured them, each user counted up to {self.user_share:.0%} of the budget, data.user_cache_share)"
+                ", so it cannot fit and nothing was evicted", kind="budget",
                 fix=f"Use `cache: none` for this dataset, run it after your running jobs end, or ask the operator "
                     f"for a larger {self.budget_setting}")
         evicted = freed = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -24,10 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmctl import rundir
+from slurmctl.durations import human_duration
 from slurmctl.fsutil import human_bytes, read_json
 from slurmctl.runtime.datacache import CacheError, UserCache, list_objects
 
 DOWNLOAD_THREADS = 4
+PROGRESS_SECONDS = 5.0  # how often the run's record says how far staging got
 
 
 @dataclass
@@ -54,9 +57,14 @@ class StageStats:
 
 
 
-def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | None, options: dict) -> StageStats:
+def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | None, options: dict,
+                  progress=None) -> StageStats:
+    """Stage one dataset into `cache`; `progress(stats)` is called as objects arrive (the run's record)."""
     stats = StageStats(name=dataset["name"], src=dataset["src"], cache=dataset["cache"])
     started = time.monotonic()
+    cache.clean_staging()  # what a cancelled or preempted stager of this user left half-written
+    if progress:
+        progress(stats)
     fs, objects, stats.skipped_keys = list_objects(dataset["src"], options)
     if not objects:
         raise CacheError("the store lists no objects under this prefix", kind="empty",
@@ -87,7 +95,8 @@ def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | No
 
     missing = [item for item in objects if not cache.object_path(item[1].entry_id).exists()]
     stats.evicted, stats.bytes_evicted = cache.make_room(sum(obj.size for _, obj in missing), set(ids), job_id)
-    with ThreadPoolExecutor(DOWNLOAD_THREADS) as pool:
+    pool = ThreadPoolExecutor(DOWNLOAD_THREADS)
+    try:
         for outcome, staged, verify in pool.map(one, objects):
             stats.verify_seconds += verify
             stats.bytes_staged += staged
@@ -96,6 +105,11 @@ def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | No
             else:
                 stats.misses += 1
                 stats.rejected += outcome == "rejected"
+            if progress:
+                progress(stats)
+    finally:
+        # a failure must not wait for downloads still in flight (a store that stopped answering)
+        pool.shutdown(wait=False, cancel_futures=True)
     stats.path = str(cache.make_view(run_id, dataset["name"], [obj for _, obj in objects]))
     stats.seconds = round(time.monotonic() - started, 3)
     stats.verify_seconds = round(stats.verify_seconds, 3)
@@ -128,6 +142,10 @@ def explain_failure(exc: BaseException, dataset: dict, plan: dict) -> dict:
         "Google Cloud Storage" if src.startswith("gs://") else "the object store")
     if isinstance(exc, CacheError):
         kind, problem, fix = exc.kind, str(exc), exc.fix
+    elif isinstance(exc, StagingTimeout):
+        kind, problem = "timeout", f"{where} did not finish serving it within {exc} (site.yaml data.staging_timeout)"
+        fix = ("Retry later; if it repeats, tell the operator: the store is not answering or too slow from the "
+               "nodes (check data.endpoint_url), or data.staging_timeout is too short for a dataset this large")
     elif isinstance(exc, ImportError):
         client, extra = ("gcsfs", "data-gcs") if src.startswith("gs://") else ("s3fs", "data")
         kind = "client_missing"
@@ -162,6 +180,10 @@ def explain_failure(exc: BaseException, dataset: dict, plan: dict) -> dict:
             "message": message}
 
 
+class StagingTimeout(Exception):
+    """The staging step ran past site.yaml data.staging_timeout."""
+
+
 class StagingFailed(Exception):
     """A dataset of the run could not be staged on this node; `failure` is what the run's record keeps."""
 
@@ -186,25 +208,75 @@ def stage_run(run_dir: Path) -> dict:
         with contextlib.suppress(OSError):
             rundir.write_stage_record(run_dir, job_id, node, record)
         raise StagingFailed(record["failed"], node)
-    dataset: dict = {}
+    current: dict = {"dataset": {}}
+    lock = threading.Lock()  # one writer of the record at a time: progress, the deadline, the end
+    ended = threading.Event()
+    last_write = [0.0]
+
+    def progress(stats: StageStats) -> None:
+        """While staging: which dataset, how far (status says the job is staging, not training)."""
+        now = time.monotonic()
+        done = stats.hits + stats.misses
+        if now - last_write[0] < PROGRESS_SECONDS and 0 < done < stats.objects:
+            return
+        last_write[0] = now
+        with lock:
+            if ended.is_set():
+                return
+            record["staging"] = {"dataset": stats.name, "src": stats.src, "objects": stats.objects,
+                                 "objects_done": done, "bytes_total": stats.bytes_total,
+                                 "bytes_staged": stats.bytes_staged, "time": time.time()}
+            with contextlib.suppress(OSError):
+                rundir.write_stage_record(run_dir, job_id, node, record)
+
+    def fail(exc: BaseException) -> StagingFailed:
+        with lock:
+            ended.set()
+            failure = explain_failure(exc, current["dataset"], plan)
+            if failure["kind"] == "unexpected":
+                failure["detail"] = traceback.format_exc()[-4000:]  # kept in the record, not printed
+            record.pop("staging", None)
+            record["failed"] = failure
+            with contextlib.suppress(OSError):
+                rundir.write_stage_record(run_dir, job_id, node, record)
+        return StagingFailed(failure, node)
+
+    deadline = float(plan.get("staging_timeout") or 0)
+
+    def overdue() -> None:
+        # a request that hangs can be stopped by no exception: record why, say it, end the process
+        if ended.is_set():
+            return
+        error = fail(StagingTimeout(human_duration(deadline)))
+        print(f"slurmctl data: staging failed on {node}: {error.failure['message']}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(deadline, overdue) if deadline > 0 else None
+    if timer:
+        timer.daemon = True
+        timer.start()
     try:
         for dataset in plan.get("datasets", []):
             if dataset["cache"] == "none":
                 continue
+            current["dataset"] = dataset
             root, budget, setting = cache_root(plan, dataset["cache"])
             cache = UserCache(root, budget, verify=bool(plan.get("verify_on_reuse", True)),
-                              budget_setting=setting).open()
-            stats = stage_dataset(dataset, cache, run_id, job_id, plan.get("options", {}).get(dataset["src"], {}))
+                              budget_setting=setting, user_share=float(plan.get("user_cache_share") or 1.0)).open()
+            stats = stage_dataset(dataset, cache, run_id, job_id, plan.get("options", {}).get(dataset["src"], {}),
+                                  progress)
             record["datasets"].append({**asdict(stats), "hit_rate": round(stats.hit_rate, 4)})
     except Exception as exc:  # noqa: BLE001 - every cause becomes one paragraph in the log and the record
-        failure = explain_failure(exc, dataset, plan)
-        if failure["kind"] == "unexpected":
-            failure["detail"] = traceback.format_exc()[-4000:]  # kept in the record, not printed
-        record["failed"] = failure
-        with contextlib.suppress(OSError):
-            rundir.write_stage_record(run_dir, job_id, node, record)
-        raise StagingFailed(failure, node) from None
-    rundir.write_stage_record(run_dir, job_id, node, record)
+        raise fail(exc) from None
+    finally:
+        if timer:
+            timer.cancel()
+    with lock:
+        if ended.is_set():  # the deadline fired as the last object arrived: its record stands
+            raise StagingFailed(record["failed"], node)
+        ended.set()
+        record.pop("staging", None)
+        rundir.write_stage_record(run_dir, job_id, node, record)
     return record
 
 

@@ -29,6 +29,8 @@ def data_plan(spec: RunSpec, site: SiteConfig, user: str, run_id: str) -> dict |
         "shared_cache_dir": site.data.shared_cache_dir,
         "shared_cache_budget": site.data.shared_cache_bytes,
         "verify_on_reuse": site.data.verify_on_reuse,
+        "user_cache_share": site.data.user_cache_share,
+        "staging_timeout": site.data.staging_seconds,
         "options": {d.src: site.data.client_options(d.src) for d in spec.datasets},
     }
 

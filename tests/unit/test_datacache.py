@@ -186,8 +186,15 @@ def test_data_entries_validate_with_clear_errors():
 def test_site_data_config():
     site = SiteDataConfig(endpoint_url="http://127.0.0.1:1", node_cache_budget="1.5G")
     assert site.node_cache_bytes == int(1.5 * 2**30) and parse_size("200MiB") == 200 * 2**20
-    assert site.client_options("s3://b/p") == {"client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
-    assert site.client_options("gs://b/p") == {}
+    assert site.client_options("s3://b/p") == {"client_kwargs": {"endpoint_url": "http://127.0.0.1:1"},
+                                               "config_kwargs": {"connect_timeout": 10.0, "read_timeout": 60.0}}
+    assert site.client_options("gs://b/p") == {"timeout": 60.0}
+    quick = site.client_options("s3://b/p", connect=2, read=3, attempts=1)["config_kwargs"]
+    assert quick == {"connect_timeout": 2, "read_timeout": 3, "retries": {"max_attempts": 1, "mode": "standard"}}
+    assert SiteDataConfig(staging_timeout="90m").staging_seconds == 5400 and SiteDataConfig().user_cache_share == 0.5
+    for bad in ({"staging_timeout": "soon"}, {"user_cache_share": 0}, {"user_cache_share": 2}):
+        with pytest.raises(ValidationError):
+            SiteDataConfig(**bad)
     with pytest.raises(ValidationError, match="size"):
         SiteDataConfig(node_cache_budget="lots")
 
@@ -373,6 +380,8 @@ def test_prolog_measures_usage_on_disk_by_owner(tmp_path):
         os.chown(path, 65534, 65534)
     (objects / "a").write_bytes(b"x" * 3 * SHARD)
     os.chown(objects / "a", 65534, 65534)
+    for i in range(40):  # one file under many names is on disk once
+        os.link(objects / "a", objects / f"a-{i}")
     (objects / "planted").write_bytes(b"x" * 50 * SHARD)  # not the user's own file: not the user's usage
     os.symlink(objects, root / "root")  # a symlink under another user's name counts nothing
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
@@ -384,7 +393,7 @@ def test_prolog_measures_usage_on_disk_by_owner(tmp_path):
     published = root / "usage" / nobody
     assert int(published.read_text().split()[0]) == totals[nobody] and published.stat().st_uid == 0
     assert stat_mode(published.stat()) == 0o644 and stat_mode((root / "usage").stat()) == 0o755
-    assert UserCache(root, SHARD).others_bytes() == totals[nobody]
+    assert UserCache(root, 64 * SHARD).others_bytes() == totals[nobody]
 
     def measure() -> int:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
@@ -682,3 +691,108 @@ def test_data_ls_names_the_machine_each_tiers_budget_and_what_runs_staged_on_oth
     listing = json.loads(ls("--json"))
     assert listing["host"] == host and [c["budget_bytes"] for c in listing["caches"]] == [8 * 2**30, 2 * 2**40]
     assert listing["staged_by_your_runs"][0]["node"] == "h100-2"
+
+
+def _usage_of_another_user(root: Path, user: str, size: int) -> None:
+    """root's published measure of another user (the prolog's usage/<user>, root-owned when run as root)."""
+    usage = root / "usage"
+    usage.mkdir(mode=0o755, exist_ok=True)
+    (usage / user).write_text(f"{size} 1\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="usage/ counts only root's files")
+def test_one_user_over_his_share_never_refuses_another(s3, tmp_path):
+    """One user's bytes (a big dataset, or whatever he wrote into his own directory) count against another
+    user's room only up to data.user_cache_share of the budget; a run that needs nothing more is never
+    refused, however full the cache."""
+    _, options = s3
+    cache = fresh(tmp_path, budget=8 * SHARD)
+    cache.user_share = 0.5
+    _usage_of_another_user(cache.root, "bob-flood", 1000 * 8 * SHARD)
+    assert cache.others_bytes() == 4 * SHARD
+    first = stage_dataset(dataset("other", "other"), cache, "run-a", None, options)
+    assert first.bytes_staged == SHARD
+    cache.user_share = 1.0  # every user counted in full: the cache is full of bob's bytes...
+    assert cache.make_room(0, set(), None) == (0, 0)  # ...but a run already in the cache needs nothing more
+    again = stage_dataset(dataset("other", "other"), cache, "run-b", None, options)
+    assert again.hits == 1
+
+
+def test_abandoned_staging_temporaries_are_removed_and_live_ones_kept(s3, tmp_path):
+    """A stager cancelled mid-download leaves .staging-<entry>-* behind: the next staging removes those
+    whose entry lock nobody holds, counts live ones as the user's own, and never touches a live download."""
+    from slurmctl.runtime.datacache import STAGING_PREFIX
+
+    _, options = s3
+    cache = fresh(tmp_path, budget=64 * SHARD)
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    abandoned = cache.dir / "objects" / f"{STAGING_PREFIX}{objects[0][1].entry_id}-k1ll3d"
+    abandoned.write_bytes(b"x" * SHARD)
+    live_id = "f" * 40
+    live = cache.dir / "objects" / f"{STAGING_PREFIX}{live_id}-inflight"
+    live.write_bytes(b"y" * SHARD)
+    assert cache.staging_bytes() >= 2 * SHARD
+    with cache.locked(live_id):  # another job downloading that entry right now
+        stage_dataset(dataset(), cache, "run-a", None, options)
+        assert not abandoned.exists() and live.exists()
+    assert cache.clean_staging()[0] == 1 and not live.exists()  # its stager ended: abandoned too
+
+
+def test_a_directory_in_place_of_an_entry_is_removed_and_restaged(s3, tmp_path):
+    _, options = s3
+    cache = fresh(tmp_path)
+    _, objects, _ = list_objects(f"s3://{BUCKET}/shards", options)
+    planted = cache.object_path(objects[2][1].entry_id)
+    planted.mkdir()
+    (planted / "x").write_text("hi")
+    result = stage_dataset(dataset(), cache, "run-a", None, options)
+    assert result.bytes_staged == 6 * SHARD and planted.is_file()
+    assert (Path(result.path) / "part-2.bin").read_bytes() == bytes([2]) * SHARD
+
+
+@pytest.fixture
+def silent_store():
+    """An endpoint that accepts connections and never answers (a hung store, a black-holing proxy)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with __import__("contextlib").suppress(OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset_and_store(silent_store, tmp_path):
+    import json
+
+    from slurmctl.config.models import SiteDataConfig
+    from slurmctl.rundir import Run
+
+    options = {"key": "k", "secret": "s", **SiteDataConfig(endpoint_url=silent_store).client_options("s3://b/p")}
+    run_dir = _staging_run(tmp_path, "hung", f"s3://{BUCKET}/shards", options)
+    plan = json.loads((run_dir / "data-plan.json").read_text())
+    (run_dir / "data-plan.json").write_text(json.dumps({**plan, "staging_timeout": 3}))
+    started = time.monotonic()
+    step = _stage_step(run_dir)
+    took = time.monotonic() - started
+    assert step.returncode == 1 and took < 30, (took, step.stderr)
+    said = step.stderr.strip()
+    assert "Traceback" not in said and "\n" not in said and "dataset shards" in said and silent_store in said, said
+    assert "data.staging_timeout" in said
+    failed = Run(run_dir.name, run_dir).stage_records()[0]["failed"]
+    assert failed["kind"] == "timeout" and "staging" not in Run(run_dir.name, run_dir).stage_records()[0]

@@ -9,7 +9,7 @@ one that older versions made), and at every job start the prolog, as root:
                         under that name (another user's directory, a symlink, a file) is renamed aside
                         to .squatted-<user>-<time> first (a rename: O(1), however big the planted tree)
   <root>/usage/<user>   measures every user's entries on disk (st_blocks of the regular files the user
-                        owns in <root>/<user>/objects, a bounded scan, skipped while that directory's
+                        owns in <root>/<user>/objects, each inode once, a bounded scan, skipped while that directory's
                         mtime is unchanged) and publishes them, root's, 0644: what each user's
                         eviction adds to its own live total (runtime/datacache.py)
 Every step goes through directory fds opened O_NOFOLLOW (rootfs.py). Standard library only.
@@ -62,7 +62,8 @@ def claim_dir(root_fd: int, name: str, uid: int, gid: int, mode: int) -> str | N
 
 
 def measure_user(root_fd: int, name: str, uid: int, previous: tuple[int, int] | None) -> tuple[int, int]:
-    """(bytes on disk of the regular files `uid` owns in <name>/objects, that directory's mtime in ns);
+    """(bytes on disk of the regular files `uid` owns in <name>/objects, each inode once however many names
+    link it, that directory's mtime in ns);
     (0, 0) when the directory is not uid's own (never through a symlink). `previous` (bytes, mtime) is
     reused when the directory has not changed since: no entry was added, replaced or removed."""
     try:
@@ -83,13 +84,15 @@ def measure_user(root_fd: int, name: str, uid: int, previous: tuple[int, int] | 
             if previous is not None and previous[1] == st.st_mtime_ns:
                 return previous
             total = 0
+            seen: set[tuple[int, int]] = set()  # a file hard-linked under many names is on disk once
             with os.scandir(objects_fd) as entries:
                 for _, entry in zip(range(MAX_OBJECTS), entries):
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
+                    if stat.S_ISREG(info.st_mode) and info.st_uid == uid and (info.st_dev, info.st_ino) not in seen:
+                        seen.add((info.st_dev, info.st_ino))
                         total += info.st_blocks * 512
             return total, st.st_mtime_ns
         finally:
