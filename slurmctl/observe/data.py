@@ -14,10 +14,55 @@ from slurmctl.durations import human_duration
 from slurmctl.fsutil import human_bytes
 from slurmctl.rundir.pinned import PinnedDir
 
+MAX_OBJECTS = 10_000_000  # objects of one dataset a record may claim
+MAX_BYTES = 2**60  # bytes of one dataset a record may claim (no cache budget is larger)
+MAX_SECONDS = 30 * 86400  # one staging step's time a record may claim
+MAX_DATASETS = 64  # datasets of one record read
+
+
+def _number(value, cap: float) -> float | None:
+    """A number of a user-written record, or None when it is not one a staging step could have written."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= cap else None  # NaN and inf fail both comparisons
+
+
+def staged_values(ds, budget: int | None = None) -> dict | None:
+    """One dataset entry of a staging record (user-written JSON) as numbers a staging step could have
+    written: non-negative, finite, hits within the objects, staged bytes within the dataset's size and
+    the cache budget; None when any is not. Status and the exporter read only these."""
+    if not isinstance(ds, dict):
+        return None
+    cap = min(budget, MAX_BYTES) if budget else MAX_BYTES
+    objects, hits = _number(ds.get("objects", 0), MAX_OBJECTS), _number(ds.get("hits", 0), MAX_OBJECTS)
+    rejected = _number(ds.get("rejected", 0), MAX_OBJECTS)
+    total, staged = _number(ds.get("bytes_total", 0), cap), _number(ds.get("bytes_staged", 0), cap)
+    seconds = _number(ds.get("seconds", 0.0), MAX_SECONDS)
+    if None in (objects, hits, rejected, total, staged, seconds) or hits > objects or rejected > objects:
+        return None
+    if total and staged > total:
+        return None
+    return {"name": _text(ds.get("name"), 64), "cache": _text(ds.get("cache"), 16), "objects": int(objects),
+            "hits": int(hits), "rejected": int(rejected), "bytes_total": int(total), "bytes_staged": int(staged),
+            "seconds": seconds}
+
+
+def record_datasets(record: dict, budget: int | None = None) -> list[dict]:
+    """The valid dataset entries of one staging record, each dataset name once."""
+    out, names = [], set()
+    datasets = record.get("datasets") if isinstance(record.get("datasets"), list) else []
+    for ds in datasets[:MAX_DATASETS]:
+        values = staged_values(ds, budget)
+        if values is not None and values["name"] not in names:
+            names.add(values["name"])
+            out.append(values)
+    return out
+
 
 def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
     """Totals of the latest job's staging (every node), or of the newest job that staged anything; with
-    `failed`, the staging failures of that job's newest attempt (staging_failures)."""
+    `failed`, the staging failures of that job's newest attempt (staging_failures), and `staging`, what
+    the nodes still staging have done so far (in_progress)."""
     records = run.stage_records()
     if not records:
         return None
@@ -26,21 +71,69 @@ def data_summary(run: rundir.Run, job_id: int | None) -> dict | None:
     objects = hits = staged = rejected = 0
     seconds = 0.0
     names: set[str] = set()
+    tiers: set[str] = set()
     for record in mine:
-        for ds in record.get("datasets") or []:
-            if not isinstance(ds, dict):
-                continue
-            names.add(str(ds.get("name")))
-            objects += int(ds.get("objects") or 0)
-            hits += int(ds.get("hits") or 0)
-            staged += int(ds.get("bytes_staged") or 0)
-            rejected += int(ds.get("rejected") or 0)
-            seconds = max(seconds, float(ds.get("seconds") or 0.0))
-    return {"job_id": mine[-1].get("job_id"), "nodes": sorted({str(r.get("node")) for r in mine}),
-            "datasets": sorted(names), "objects": objects, "hits": hits,
+        for ds in record_datasets(record):
+            names.add(ds["name"])
+            tiers.add(ds["cache"])
+            objects += ds["objects"]
+            hits += ds["hits"]
+            staged += ds["bytes_staged"]
+            rejected += ds["rejected"]
+            seconds = max(seconds, ds["seconds"])
+    return {"job_id": mine[-1].get("job_id"), "nodes": sorted({_text(r.get("node"), 64) for r in mine}),
+            "datasets": sorted(names), "tiers": sorted(tiers), "objects": objects, "hits": hits,
             "hit_rate": round(hits / objects, 4) if objects else None, "bytes_staged": staged,
             "staging_seconds": round(seconds, 3), "rejected": rejected,
-            "failed": staging_failures(mine, mine[-1].get("job_id"))}
+            "failed": staging_failures(mine, mine[-1].get("job_id")),
+            "staging": in_progress(mine, mine[-1].get("job_id"))}
+
+
+def in_progress(records: list[dict], job_id) -> list[dict]:
+    """The nodes of `job_id` whose staging step has not ended (datastage.py's `staging`: which dataset,
+    how far), each field one line of text and each number one a staging step could have written."""
+    out = []
+    for record in records:
+        now = record.get("staging")
+        if str(record.get("job_id")) != str(job_id) or not isinstance(now, dict) or record.get("failed"):
+            continue
+        values = staged_values({"name": now.get("dataset"), "objects": now.get("objects", 0),
+                                "hits": now.get("objects_done", 0), "bytes_total": now.get("bytes_total", 0),
+                                "bytes_staged": now.get("bytes_staged", 0)})
+        if values is None:
+            continue
+        out.append({"node": _text(record.get("node"), 64), "dataset": values["name"],
+                    "src": _text(now.get("src"), 300), "objects": values["objects"],
+                    "objects_done": values["hits"], "bytes_total": values["bytes_total"],
+                    "bytes_staged": values["bytes_staged"]})
+    return out
+
+
+def staging_progress(staging: list[dict]) -> str:
+    """'dataset shards on h100-1: 3 of 8 objects, 75.0 MiB of 200.0 MiB downloaded' (the first node's)."""
+    first = staging[0]
+    if not first["objects"]:
+        far = "listing the store's objects"
+    else:
+        far = (f"{first['objects_done']} of {first['objects']} objects checked or downloaded, "
+               f"{human_bytes(first['bytes_staged'])} downloaded of {human_bytes(first['bytes_total'])}")
+    others = f" (and {len(staging) - 1} more node(s))" if len(staging) > 1 else ""
+    return f"dataset {first['dataset'] or '?'} on {first['node']}{others}: {far}"
+
+
+def staging_headlines(staging: list[dict], ended: bool, state: str = "") -> tuple[str, str]:
+    """(headline, what to do) of a job whose staging step has not ended: still at work, or the job ended
+    under it (its time limit, a cancel) before the training could start."""
+    where = staging_progress(staging)
+    if not ended:
+        return (f"Staging data before the training starts: {where}.",
+                "Nothing to do; the training starts when the data is in the node cache (`slurmctl logs RUN -f`).")
+    src = staging[0]["src"]
+    return (f"The job ended ({state or 'Slurm stopped it'}) while staging {where} from {src}; the training never "
+            "started.",
+            "The store may have stopped answering or be too slow from the nodes: retry later, and tell the operator "
+            "if it repeats (site.yaml data.endpoint_url, data.staging_timeout); for a dataset too large to stage in "
+            "the time limit, use `cache: none` or raise `time_limit`.")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -75,9 +168,12 @@ def failure_headline(failure: dict) -> str:
             "did not start.")
 
 
-def cache_suggestion(datasets) -> str | None:
-    """For an input-bound run: the datasets it reads from the object store every epoch (`cache: none`)."""
+def cache_suggestion(datasets, summary: dict | None = None) -> str | None:
+    """For an input-bound run: the datasets it reads from the object store every epoch (`cache: none`).
+    None when every dataset is cached already (its staging `summary` says so), or none is declared."""
     uncached = [str(d.name) for d in datasets or () if getattr(d, "cache", None) == "none"]
+    if summary:
+        uncached = [name for name in uncached if name not in summary.get("datasets", ())]
     if not uncached:
         return None
     return (f"cache {', '.join(uncached)} on the nodes (`cache: node` in run.yaml data:): it is read from the "
@@ -88,8 +184,12 @@ def data_note(summary: dict) -> str:
     if summary.get("failed"):
         nodes = sorted({f["node"] for f in summary["failed"]})
         return f"Data: staging {summary['failed'][0]['dataset'] or 'the datasets'} failed on {', '.join(nodes)}."
+    if summary.get("staging") and not summary["datasets"]:
+        return f"Data: staging {staging_progress(summary['staging'])}."
     rate = summary["hit_rate"]
-    served = f"{100 * rate:.0f}% of objects from the node cache" if rate is not None else "no objects"
+    tier = {("shared",): "the shared cache", ("node",): "the node cache"}.get(tuple(summary.get("tiers") or ()),
+                                                                            "the caches")
+    served = f"{100 * rate:.0f}% of objects from {tier}" if rate is not None else "no objects"
     line = (f"Data: {', '.join(summary['datasets'])}: {served} on {', '.join(summary['nodes'])}; "
             f"{human_bytes(summary['bytes_staged'])} staged, staging took {human_duration(summary['staging_seconds'])}")
     if summary["rejected"]:
@@ -142,7 +242,7 @@ def _count(datasets: dict[str, dict], record) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         return
     size, last_used = record.get("size"), record.get("last_used")
-    prefix = record["url"].rsplit("/", 1)[0]
+    prefix = _text(record["url"].rsplit("/", 1)[0], 300)  # printed in root's table: one line of text
     ds = datasets.setdefault(prefix, {"src": prefix, "objects": 0, "bytes": 0, "last_used": 0.0})
     ds["objects"] += 1
     ds["bytes"] += size if isinstance(size, int) and size >= 0 else 0

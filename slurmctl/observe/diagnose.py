@@ -29,7 +29,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
-from slurmctl.observe.data import failure_headline, staging_failures
+from slurmctl.observe.data import failure_headline, in_progress, staging_failures, staging_headlines, staging_progress
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,
@@ -879,7 +879,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
         result = diagnose_text(text, slurm_state, exit_code)
         add_watchdog(result, watchdog_report(run_dir, path.stem), text)
         _add_node_loss(result, run_dir, path.stem)
-        _add_data_staging(result, run_dir, path.stem)
+        _add_data_staging(result, run_dir, path.stem, ended=_ended(slurm_state))
         return result
     chosen = None
     for n, (attempt, part) in enumerate(attempts):
@@ -894,7 +894,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
             break
     attempt, part, result = chosen
     add_watchdog(result, watchdog_report(run_dir, path.stem), part)
-    _add_data_staging(result, run_dir, path.stem, attempt)
+    _add_data_staging(result, run_dir, path.stem, attempt, ended=_ended(slurm_state))
     result.attempt = attempt
     result.summary = f"{result.summary.rstrip()} ({attempt['label']}.)"
     return result
@@ -935,18 +935,34 @@ def attempts_newest_first(text: str, job_id: str, numbers: dict[tuple[int, int],
     return found[::-1]
 
 
-def _add_data_staging(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None) -> None:
+def _ended(slurm_state: str | None) -> bool:
+    return (slurm_state or "").split(" ")[0].upper() in _ENDED_BADLY
+
+
+def _add_data_staging(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None,
+                      ended: bool = False) -> None:
     """The run's staging step recorded why it stopped this job before the training (runtime/datastage.py):
-    that record names the dataset, the cause and the fix, more exactly than the log's line."""
+    that record names the dataset, the cause and the fix, more exactly than the log's line. A job that
+    `ended` (its time limit, a cancel) while its record still says it was staging never trained either."""
     records = rundir.Run(run_dir.name, run_dir).stage_records()
     failed = staging_failures(records, job_id, attempt["number"] if attempt else None)
     if not failed:
+        staging = in_progress(records, job_id) if ended else []
+        if staging:
+            result.category, result.source = "data_staging", "log"
+            result.summary, result.hint = staging_headlines(staging, ended=True)
+            result.evidence = [f"data-stage record of {staging[0]['node']}: {staging_progress(staging)}",
+                               *result.evidence][:5]
+            result.error_line = result.evidence[0]
         return
     first = failed[0]
     nodes = sorted({f["node"] for f in failed})
     result.category, result.source = "data_staging", "log"
     result.summary = failure_headline(first) + (f" (also on {', '.join(nodes[1:])})" if len(nodes) > 1 else "")
-    result.evidence = [f"data-stage record of {first['node']}: {first['message']}", *result.evidence][:5]
+    said = f"data-stage record of {first['node']}: {first['message']}"
+    # the log's lines say the same as the record (or a piece of it): shown once, whole
+    result.evidence = [said, *(e for e in result.evidence if e.strip() not in said and first["message"] not in e)][:5]
+    result.error_line = said
     result.hint = first["fix"] or SIGNATURES[_CATEGORY_RANK["data_staging"]].hint
 
 

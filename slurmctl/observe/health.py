@@ -137,8 +137,9 @@ def _words(live: LiveHealth, partition: str | None, ended: bool = False) -> None
         live.notes.append(f"{'WARNING: input-bound: ' if live.input_bound else ''}Data loading over the run: rank "
                           f"{live.input_wait_rank} spent {share} of its step time waiting for batches (mean over ranks "
                           f"{100 * (live.input_wait_mean or 0):.0f}%)" + (
-                              ". Next time: more DataLoader num_workers, a larger prefetch, or the data in the node "
-                              "cache (`cache: node` in run.yaml data:)." if live.input_bound else "."))
+                              # whether its datasets were cached is the run's to say (status: cache_suggestion)
+                              ". Next time: more DataLoader num_workers or a larger prefetch." if live.input_bound
+                              else "."))
     elif live.input_wait_share is not None:
         share = f"{100 * live.input_wait_share:.0f}%"
         if live.input_bound:

@@ -304,8 +304,9 @@ class LogReading:
     failure_markers: int = 0  # tracebacks, exception lines, fatal launcher/Slurm lines
 
     def to_dict(self) -> dict:
+        """The findings as JSON-able values (the line-number sets are the reader's own bookkeeping)."""
         d = asdict(self)
-        d.pop("noise")
+        d.pop("noise"), d.pop("code")
         return {k: v for k, v in d.items() if v not in (None, [], 0)}
 
 

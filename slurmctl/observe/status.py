@@ -23,7 +23,7 @@ from slurmctl.config.views import run_spec_view
 from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.fsutil import read_json, tail_text_lines, write_atomic
-from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline
+from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline, staging_headlines
 from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
@@ -218,13 +218,23 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
         status.health_notes.insert(0, data_note(status.data_cache))
         failed = status.data_cache["failed"] if status.data_cache["job_id"] is not None and str(
             status.data_cache["job_id"]) == str(job_id) else []
+        staging = status.data_cache["staging"] if status.data_cache["job_id"] is not None and str(
+            status.data_cache["job_id"]) == str(job_id) else []
         if failed and not (job is not None and job.state in {"PENDING", "REQUEUED"}):
             # the job's own staging step stopped it before the training: that, not "the job failed", is the news
             status.headline = failure_headline(failed[0])
             status.action = failed[0]["fix"] or "Do what the staging message says (`slurmctl logs RUN`)."
             status.why = status.headline
+        elif staging and job is not None and job.state not in {"PENDING", "REQUEUED"}:
+            # the staging step is at work, or the job ended under it (its time limit, a cancel): the training
+            # has not started, whatever Slurm's state says of the job
+            status.headline, status.action = staging_headlines(staging, ended=not job.active, state=job.state)
+            status.why = status.headline
+            if not job.active and status.diagnosis:
+                status.diagnosis = {**status.diagnosis, "category": "data_staging", "summary": status.headline,
+                                    "hint": status.action}
     if status.health.startswith("input-bound") and spec is not None:
-        suggestion = cache_suggestion(getattr(spec, "datasets", None))
+        suggestion = cache_suggestion(getattr(spec, "datasets", None), status.data_cache)
         if suggestion:
             status.suggestions.append(suggestion)
     if "adopted" in run.meta:  # a program run by `slurmctl adopt`: its own output and checkpoints

@@ -12,7 +12,6 @@ them, with the rules that keep run labels bounded and no comment naming a path);
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import threading
@@ -30,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from slurmctl.config.models import SiteConfig
 from slurmctl.errors import SlurmctlError
+from slurmctl.observe.data import record_datasets
 from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.demand import node_demand
@@ -227,6 +227,11 @@ class SnapshotCache:
                 health[(job.user, run.run_id)] = read[1]
         return runs, health
 
+    def _cache_budget(self) -> int | None:
+        """The largest budget of the site's cache tiers: no dataset a job staged holds more."""
+        data = getattr(self.site, "data", None)
+        return max(data.node_cache_bytes, data.shared_cache_bytes) if data is not None else None
+
     def _read_staging(self, run_jobs: list[tuple[Run, QueueEntry]], node_names: set[str]) -> None:
         """Sum the staging records of the running jobs per node. The record is the job's own file, read through
         its run dir pinned to the job's user (no symlink, that user's files only): only a node Slurm lists
@@ -241,14 +246,11 @@ class SnapshotCache:
                 if node not in node_names or str(record.get("job_id")) != str(job.job_id):
                     continue
                 totals = by_node.setdefault(node, [0, 0, 0, 0.0])
-                for ds in record.get("datasets") or []:
-                    if isinstance(ds, dict):
-                        with contextlib.suppress(TypeError, ValueError, OverflowError):
-                            values = (int(ds.get("hits") or 0), int(ds.get("objects") or 0),
-                                      int(ds.get("bytes_staged") or 0), float(ds.get("seconds") or 0.0))
-                            if all(0 <= v < 1e18 for v in values):  # a user-written record: no NaN, inf, negative
-                                for i, v in enumerate(values):
-                                    totals[i] += v
+                # a user-written record: only values a staging step could have written, each dataset once,
+                # its bytes within the cache budget
+                for ds in record_datasets(record, self._cache_budget()):
+                    for i, key in enumerate(("hits", "objects", "bytes_staged", "seconds")):
+                        totals[i] += ds[key]
         self.data_by_node = by_node
 
     def _observe_waits(self, jobs: list[QueueEntry]) -> None:

@@ -242,7 +242,8 @@ def test_exporter_sums_running_jobs_staging_per_node_as_gauges(tmp_path):
     run = Run("r-20261201-abcd", tmp_path / "r-20261201-abcd")
     run.path.mkdir()
     ds = {"hits": 5, "objects": 6, "bytes_staged": 1024, "seconds": 2.5}
-    write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [ds]})
+    write_stage_record(run.path, "77", "h100-2", {"node": "h100-2", "job_id": "77", "datasets": [
+        ds, ds, {**ds, "name": "forged", "hits": 9e17, "objects": 9e17}]})  # one dataset twice, a forged count
     write_stage_record(run.path, "77", "evil\nnode", {"node": "evil\nnode", "job_id": "77", "datasets": [ds]})
     write_stage_record(run.path, "12", "h100-1", {"node": "h100-1", "job_id": "12", "datasets": [ds]})  # old job
     write_stage_record(run.path, "77", "h100-3", {"node": "h100-3", "job_id": "77", "datasets": [
@@ -255,6 +256,7 @@ def test_exporter_sums_running_jobs_staging_per_node_as_gauges(tmp_path):
     os.symlink(elsewhere / "data-stage", linked.path / "data-stage")  # read as root: never followed
     cache = SnapshotCache.__new__(SnapshotCache)  # only the staging sums are exercised here
     cache.data_by_node = {}
+    cache.site = None
     me = __import__("pwd").getpwuid(os.geteuid()).pw_name
     jobs = [(run, SimpleNamespace(user=me, job_id=77)), (linked, SimpleNamespace(user=me, job_id=78)),
             (run, SimpleNamespace(user="no-such-user", job_id=77))]
@@ -289,7 +291,8 @@ def test_status_words_for_staging_and_uncached_data(tmp_path):
     from slurmctl.rundir import Run, write_stage_record
 
     run = Run("r-20261201-abcd", tmp_path)
-    ds = {"name": "shards", "objects": 6, "hits": 5, "rejected": 1, "bytes_staged": 3 * 2**20, "seconds": 4.2}
+    ds = {"name": "shards", "cache": "node", "objects": 6, "hits": 5, "rejected": 1, "bytes_staged": 3 * 2**20,
+          "seconds": 4.2}
     write_stage_record(tmp_path, "9", "h100-1", {"node": "h100-1", "job_id": "9", "time": 1, "datasets": [ds]})
     write_stage_record(tmp_path, "9", "h100-2", {"node": "h100-2", "job_id": "9", "time": 2, "datasets": [ds]})
     summary = data_summary(run, 9)
@@ -299,8 +302,23 @@ def test_status_words_for_staging_and_uncached_data(tmp_path):
                                   "staged, staging took 4s; 2 bad cache entries re-staged.")
     spec = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p", "data": [
         {"src": "s3://bkt/a/train", "cache": "none"}, {"src": "s3://bkt/a/eval"}]})
-    assert "cache train on the nodes" in cache_suggestion(spec.datasets)
-    assert cache_suggestion([View({"name": "eval", "cache": "node"})]) is None
+    assert "cache train on the nodes" in cache_suggestion(spec.datasets, summary)
+    assert cache_suggestion([View({"name": "eval", "cache": "node"})], summary) is None
+    # a run whose datasets all came from the cache is never told to cache them
+    cached = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p",
+                                     "data": [{"src": "s3://bkt/a/shards"}]})
+    assert cache_suggestion(cached.datasets, summary) is None
+    shared = Run("r-20261201-ef01", tmp_path / "shared")
+    shared.path.mkdir()
+    write_stage_record(shared.path, "9", "h100-1", {"node": "h100-1", "job_id": "9", "datasets": [
+        {**ds, "cache": "shared"}]})
+    assert "83% of objects from the shared cache on h100-1" in data_note(data_summary(shared, 9))
+    # user-written nonsense (a forged count, the same dataset twice) is not summed
+    forged = Run("r-20261201-ef02", tmp_path / "forged")
+    forged.path.mkdir()
+    write_stage_record(forged.path, "9", "h100-1", {"node": "h100-1", "job_id": "9", "datasets": [
+        ds, ds, {**ds, "name": "x", "hits": 9e17, "objects": 9e17}, {**ds, "name": "y", "bytes_staged": float("nan")}]})
+    assert (data_summary(forged, 9)["objects"], data_summary(forged, 9)["datasets"]) == (6, ["shards"])
 
 
 def _root_owned_cache(tmp_path: Path) -> Path:
@@ -779,19 +797,40 @@ def silent_store():
 
 def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset_and_store(silent_store, tmp_path):
     import json
+    import subprocess
+    import sys
 
     from slurmctl.config.models import SiteDataConfig
+    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.observe.status import build_status
     from slurmctl.rundir import Run
+    from slurmctl.slurm.client import Job
 
     options = {"key": "k", "secret": "s", **SiteDataConfig(endpoint_url=silent_store).client_options("s3://b/p")}
     run_dir = _staging_run(tmp_path, "hung", f"s3://{BUCKET}/shards", options)
     plan = json.loads((run_dir / "data-plan.json").read_text())
-    (run_dir / "data-plan.json").write_text(json.dumps({**plan, "staging_timeout": 3}))
+    (run_dir / "data-plan.json").write_text(json.dumps({**plan, "staging_timeout": 6}))
+    run = Run(run_dir.name, run_dir)
     started = time.monotonic()
-    step = _stage_step(run_dir)
+    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "h100-2", "PYTHONPATH": str(REPO)}
+    step = subprocess.Popen([sys.executable, "-m", "slurmctl.runtime.datastage", "stage", str(run_dir)], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    while not run.stage_records() and time.monotonic() - started < 5:
+        time.sleep(0.1)
+    # while it waits on the store, status says the job is staging data, not that the training runs
+    live = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="h100-2"))
+    assert live.headline == ("Staging data before the training starts: dataset shards on h100-2: listing the store's "
+                             "objects."), live.headline
+    # a job ended under a staging step that never finished (its time limit): the staging is the news
+    ended = build_status(run, Job(job_id=7001, name="hung", state="TIMEOUT", exit_code="0:0", source="sacct"))
+    assert ended.headline.startswith("The job ended (TIMEOUT) while staging dataset shards on h100-2"), ended.headline
+    (run_dir / "logs" / "7001.out").write_text("slurmstepd: error: *** JOB 7001 CANCELLED DUE TO TIME LIMIT ***\n")
+    diagnosis = diagnose_file(run_dir / "logs" / "7001.out", "TIMEOUT", "0:0")
+    assert diagnosis.category == "data_staging" and "never started" in diagnosis.summary, diagnosis
+    _, stderr = step.communicate(timeout=60)
     took = time.monotonic() - started
-    assert step.returncode == 1 and took < 30, (took, step.stderr)
-    said = step.stderr.strip()
+    assert step.returncode == 1 and took < 45, (took, stderr)  # the 6 s deadline, on a crowded machine
+    said = stderr.strip()
     assert "Traceback" not in said and "\n" not in said and "dataset shards" in said and silent_store in said, said
     assert "data.staging_timeout" in said
     failed = Run(run_dir.name, run_dir).stage_records()[0]["failed"]
