@@ -12,12 +12,18 @@ import yaml
 from pydantic import ValidationError
 
 from slurmctl.config.models import DataSource, SiteConfig
-from slurmctl.errors import SpecError
+from slurmctl.errors import PreflightError, PreflightFailed, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RUN_YAML
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.submit.submission import SubmitOptions, SubmitResult, submit
 
+WARM_HINTS = {
+    "missing-data": "Check SRC (bucket and prefix, e.g. `aws s3 ls SRC/` or `gcloud storage ls SRC`), or upload the "
+                    "data first.",
+    "no-shared-cache": "Use `--cache node`, or ask the platform team for a shared tier (site.yaml "
+                       "data.shared_cache_dir).",
+}
 WARM_ENTRYPOINT = "warm.py"
 WARM_SCRIPT = '"""Written by `slurmctl data warm`: the job step before this one staged the dataset."""\n'
 
@@ -49,4 +55,11 @@ def warm(src: str, partition: str, nodes: int, site: SiteConfig, client: SlurmCl
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(directory / WARM_ENTRYPOINT, WARM_SCRIPT)
     write_atomic(directory / RUN_YAML, yaml.safe_dump(spec, sort_keys=False))
-    return submit(directory / RUN_YAML, site, client, SubmitOptions(where=partition, yes=True))
+    try:
+        return submit(directory / RUN_YAML, site, client, SubmitOptions(where=partition, yes=True))
+    except PreflightFailed as exc:
+        # the checks speak of run.yaml and --force; warm has neither: say it in the command's own terms
+        hints = [WARM_HINTS.get(f.code, f.hint) for f in exc.report.errors]
+        raise PreflightError(
+            "nothing was staged: " + " ".join(f"({i}) {f.message}" for i, f in enumerate(exc.report.errors, 1)),
+            " ".join(dict.fromkeys(hints))) from None

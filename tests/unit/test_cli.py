@@ -63,3 +63,17 @@ def test_core_imports_without_click():
     code = ("import sys; sys.modules['click'] = None; import slurmctl.slurm.client, slurmctl.errors, "
             "slurmctl.durations, slurmctl.lineage, slurmctl.slurm.parsing, slurmctl.slurm.records")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_python_dash_m_slurmctl_is_the_installed_command():
+    """`python -m slurmctl` runs the same main as pyproject's [project.scripts] entry point."""
+    import os
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    entry = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["scripts"]["slurmctl"]
+    assert entry == "slurmctl.cli.main:main"
+    out = subprocess.run([sys.executable, "-m", "slurmctl", "--help"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert out.returncode == 0 and out.stdout.startswith("Usage: slurmctl"), out.stderr

@@ -835,3 +835,66 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     assert "data.staging_timeout" in said
     failed = Run(run_dir.name, run_dir).stage_records()[0]["failed"]
     assert failed["kind"] == "timeout" and "staging" not in Run(run_dir.name, run_dir).stage_records()[0]
+
+
+def test_the_submit_check_of_a_silent_store_says_so_in_seconds(silent_store, tmp_path):
+    """submit's data check against a store that accepts and never answers: a warning naming the store after
+    a few seconds (the submit goes on: the staging step has its own timeouts), not minutes of retries."""
+    from slurmctl.config.models import SiteDataConfig
+    from slurmctl.submit.preflight.files import STORE_CHECK_SECONDS, check_data
+
+    spec = RunSpec.model_validate({"name": "x", "entrypoint": "t.py", "partition": "p",
+                                   "data": [{"src": f"s3://{BUCKET}/shards"}]})
+    site = SiteDataConfig(endpoint_url=silent_store, storage_options={"anon": True})
+    started = time.monotonic()
+    result = check_data(spec, tmp_path, site)
+    took = time.monotonic() - started
+    assert took < STORE_CHECK_SECONDS + 5, took
+    [finding] = result.findings
+    assert (finding.code, finding.level) == ("store-not-answering", "warning")
+    assert silent_store in finding.message and "did not answer" in finding.message and "submitting anyway" in (
+        finding.message)
+
+
+def test_warm_of_a_missing_prefix_speaks_of_src_not_run_yaml(s3, tmp_path, monkeypatch):
+    from slurmctl.config.models import SiteDataConfig, load_site_config
+    from slurmctl.errors import PreflightError, PreflightFailed
+    from slurmctl.submit import warm as warm_module
+    from slurmctl.submit.preflight import PreflightReport
+    from slurmctl.submit.preflight.files import check_data
+
+    _, options = s3
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    site = load_site_config(REPO / "deploy" / "local" / "site.yaml")
+    site = site.model_copy(update={"data": SiteDataConfig(endpoint_url=endpoint, storage_options={
+        "key": "unit", "secret": "unit"})})
+
+    def submit_with_the_real_data_check(path, site, client, options):
+        report = PreflightReport()
+        spec = RunSpec.model_validate(__import__("yaml").safe_load(Path(path).read_text()))
+        report.add(check_data(spec, Path(path).parent, site.data))
+        raise PreflightFailed(report)
+
+    monkeypatch.setattr(warm_module, "submit", submit_with_the_real_data_check)
+    with pytest.raises(PreflightError) as refused:
+        warm_module.warm(f"s3://{BUCKET}/no-such-prefix", "l4-dev", 1, site, None, tmp_path)
+    said = f"{refused.value.message} {refused.value.hint}"
+    assert "does not exist" in said and "Check SRC" in said and refused.value.exit_code == 2
+    assert "run.yaml" not in said and "--force" not in said, said
+
+
+def test_data_ls_prints_a_record_url_as_one_line_of_text(tmp_path):
+    import json
+    import pwd
+
+    from slurmctl.observe.data import cache_listing
+
+    root = _root_owned_cache(tmp_path)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    objects = root / me / "objects"
+    objects.mkdir(parents=True, mode=0o700)
+    os.chmod(root / me, 0o700)
+    (objects / "e1.json").write_text(json.dumps({"url": "s3://b/FAKE\nalice  99  1 GiB\x1b]2;x\x07/obj", "size": 5}))
+    [user] = cache_listing(root, SHARD)["users"]
+    [ds] = user["datasets"]
+    assert "\n" not in ds["src"] and "\x1b" not in ds["src"] and "\x07" not in ds["src"], ds

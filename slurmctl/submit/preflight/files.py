@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from slurmctl.submit.preflight.findings import CheckResult, error, warning
 
 # ${VAR}, ${VAR:-x} and $VAR: slurmctl never expands variables, so any left is a mistake.
 PLACEHOLDER_RE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
+# How long submit waits for the object store to say whether a dataset exists: a store that does not answer
+# is reported, not waited for (the job's staging step has its own timeouts).
+STORE_CHECK_SECONDS = 8.0
 _REMOTE_RE = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _COMMENT_PREFIXES = {".yaml": "#", ".yml": "#", ".toml": "#", ".env": "#"}
 
@@ -153,7 +157,9 @@ def check_data(spec: RunSpec, workdir: Path, site_data: SiteDataConfig | None = 
             result.findings.append(error("no-shared-cache", f"dataset {dataset.name} asks for `cache: shared`, but "
                                          "this site has no shared cache tier (site.yaml data.shared_cache_dir).",
                                          "Use `cache: node` (or none), or ask the platform team for a shared tier."))
-        finding = _check_remote(dataset.src, site_data.client_options(dataset.src))
+        finding = _check_remote(dataset.src, site_data.client_options(
+            dataset.src, connect=STORE_CHECK_SECONDS / 2, read=STORE_CHECK_SECONDS / 2, attempts=1),
+            site_data.endpoint_url if dataset.src.startswith("s3://") else None)
         if finding:
             result.findings.append(finding)
     for data_path in spec.data_paths:
@@ -177,15 +183,36 @@ def check_data(spec: RunSpec, workdir: Path, site_data: SiteDataConfig | None = 
     return result
 
 
-def _check_remote(url: str, storage_options: dict | None = None):
+def _check_remote(url: str, storage_options: dict | None = None, endpoint: str | None = None):
     try:
         import fsspec
     except ImportError:
         return warning("cannot-verify-data", f"cannot verify {url}: fsspec is not installed here.",
                        "Install fsspec with its backend (gcsfs / s3fs) to check remote data at submit.")
+    answer: dict = {}
+
+    def ask() -> None:
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            answer["exists"] = fs.exists(path)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            answer["error"] = exc
+
+    # The clients retry a store that accepts connections but never answers for minutes (s3fs retries
+    # botocore's retries): the check waits a few seconds, then says so and lets the submit go on.
+    asking = threading.Thread(target=ask, daemon=True, name="preflight-store-check")
+    asking.start()
+    asking.join(STORE_CHECK_SECONDS)
+    if asking.is_alive():
+        store = f"the object store at {endpoint} (site.yaml data.endpoint_url)" if endpoint else "the object store"
+        return warning("store-not-answering", f"{store} did not answer within {STORE_CHECK_SECONDS:.0f} s, so {url} "
+                       "could not be checked; submitting anyway.",
+                       "If the store is down the job's staging step stops with a message naming it (at most "
+                       "site.yaml data.staging_timeout); check the store, or tell the operator if it lasts.")
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        exists = fs.exists(path)
+        if "error" in answer:
+            raise answer["error"]
+        exists = answer["exists"]
     except ImportError as exc:
         return warning("cannot-verify-data", f"cannot verify {url}: {exc}.",
                        "Install the fsspec backend for this scheme (gcsfs for gs://, s3fs for s3://).")
