@@ -208,7 +208,8 @@ def legacy_cache():
 
 
 def test_bob_can_neither_take_carols_cache_name_nor_poison_alices_budget(store, workdir, user_dir, legacy_cache):
-    """bob squats carol's cache directory and publishes a huge usage of his own; the prolog's root step
+    """bob squats carol's cache directory, publishes a huge usage of his own, hard-links one file under many
+    names and fills his own directory past the whole budget; the prolog's root step
     (slurmctl/ops/hooks/datacache.py, run here as root on this cache: the cluster's prolog reads the
     cluster's site.yaml, not this copy) renames the squat aside, tightens the root and measures usage
     itself; carol's and alice's jobs then stage on the real cluster, and bob can plant nothing more."""
@@ -228,8 +229,20 @@ def test_bob_can_neither_take_carols_cache_name_nor_poison_alices_budget(store, 
     assert (os.lstat(cache / "carol").st_uid, oct(os.lstat(cache / "carol").st_mode & 0o777)) == (carol.uid, "0o700")
     usage = cache / "usage"
     assert usage.stat().st_uid == 0 and oct(usage.stat().st_mode & 0o7777) == "0o755"
-    # root's measure of what bob's files hold on disk: the 1 MiB, not the sparse terabyte or his own claim
+    # root's measure of what bob's files hold on disk: the 1 MiB, not the sparse terabyte, his own claim or
+    # 40 more names of the same file (hard links)
+    bob.run(["sh", "-c", f"for i in $(seq 40); do ln {cache}/bob/objects/a {cache}/bob/objects/a-$i; done"],
+            check=True)
+    prepare_caches([cache], alice.uid, alice.gid, alice.name)
     assert 2**20 <= int((usage / "bob").read_text().split()[0]) < 2 * 2**20 and (usage / "bob").stat().st_uid == 0
+    # real bytes beyond the whole budget: bob counts against the others only up to his share of it
+    bob.run(["sh", "-c", f"head -c {3 * SHARDS * SHARD_BYTES} /dev/urandom > {cache}/bob/objects/c"], check=True)
+    prepare_caches([cache], alice.uid, alice.gid, alice.name)
+    assert int((usage / "bob").read_text().split()[0]) > 2 * SHARDS * SHARD_BYTES
+    # and a download a cancelled job of alice's left half-written: her next staging removes it
+    abandoned = cache / "alice" / "objects" / f".staging-{'a' * 40}-cancelled"
+    alice.run(["sh", "-c", f"mkdir -p -m700 {abandoned.parent} && head -c 1048576 /dev/zero > {abandoned}"],
+              check=True)
     for attempt in (["mkdir", f"{cache}/dave"], ["sh", "-c", f"echo 999999999999999 > {usage}/bob"],
                     ["rm", "-f", f"{usage}/alice"]):
         result = bob.run(attempt)
@@ -245,3 +258,4 @@ def test_bob_can_neither_take_carols_cache_name_nor_poison_alices_budget(store, 
         stage = stage_of(run_dir)[0]
         assert Path(stage["path"]).parents[2] == cache / user.name and stage["bytes_staged"] == SHARDS * SHARD_BYTES
         assert stage["evicted"] == 0, stage  # bob's claimed 999999999999999 bytes counted for nothing
+    assert not abandoned.exists()
