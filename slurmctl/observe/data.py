@@ -103,7 +103,8 @@ def in_progress(records: list[dict], job_id) -> list[dict]:
         if values is None:
             continue
         out.append({"node": _text(record.get("node"), 64), "dataset": values["name"],
-                    "src": _text(now.get("src"), 300), "objects": values["objects"],
+                    "src": _text(now.get("src"), 300), "endpoint": _text(now.get("endpoint"), 300),
+                    "objects": values["objects"],
                     "objects_done": values["hits"], "bytes_total": values["bytes_total"],
                     "bytes_staged": values["bytes_staged"]})
     return out
@@ -128,7 +129,7 @@ def staging_headlines(staging: list[dict], ended: bool, state: str = "") -> tupl
     if not ended:
         return (f"Staging data before the training starts: {where}.",
                 "Nothing to do; the training starts when the data is in the node cache (`slurmctl logs RUN -f`).")
-    src = staging[0]["src"]
+    src = staging[0]["src"] + (f" (the store at {staging[0]['endpoint']})" if staging[0]["endpoint"] else "")
     return (f"The job ended ({state or 'Slurm stopped it'}) while staging {where} from {src}; the training never "
             "started.",
             "The store may have stopped answering or be too slow from the nodes: retry later, and tell the operator "

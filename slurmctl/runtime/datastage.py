@@ -223,7 +223,9 @@ def stage_run(run_dir: Path) -> dict:
         with lock:
             if ended.is_set():
                 return
+            options = plan.get("options", {}).get(stats.src, {})
             record["staging"] = {"dataset": stats.name, "src": stats.src, "objects": stats.objects,
+                                 "endpoint": (options.get("client_kwargs") or {}).get("endpoint_url"),
                                  "objects_done": done, "bytes_total": stats.bytes_total,
                                  "bytes_staged": stats.bytes_staged, "time": time.time()}
             with contextlib.suppress(OSError):

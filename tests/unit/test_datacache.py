@@ -55,8 +55,11 @@ def fresh(tmp_path: Path, budget: int = 64 * SHARD) -> UserCache:
 def test_stage_then_reuse_serves_from_cache(s3, tmp_path):
     _, options = s3
     cache = fresh(tmp_path)
-    first = stage_dataset(dataset(), cache, "run-a", "1", options)
+    seen = []
+    first = stage_dataset(dataset(), cache, "run-a", "1", options,
+                          progress=lambda s: seen.append((s.objects, s.hits + s.misses, s.bytes_staged)))
     assert (first.objects, first.misses, first.hits, first.bytes_staged) == (6, 6, 0, 6 * SHARD)
+    assert seen[0] == (0, 0, 0) and seen[-1] == (6, 6, 6 * SHARD)  # listing, then object by object
     second = stage_dataset(dataset(), cache, "run-b", "2", options)
     assert (second.hits, second.misses, second.bytes_staged) == (6, 0, 0)
     view = Path(second.path)
@@ -824,6 +827,7 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     # a job ended under a staging step that never finished (its time limit): the staging is the news
     ended = build_status(run, Job(job_id=7001, name="hung", state="TIMEOUT", exit_code="0:0", source="sacct"))
     assert ended.headline.startswith("The job ended (TIMEOUT) while staging dataset shards on h100-2"), ended.headline
+    assert f"(the store at {silent_store})" in ended.headline and "raise `time_limit`" in ended.action
     (run_dir / "logs" / "7001.out").write_text("slurmstepd: error: *** JOB 7001 CANCELLED DUE TO TIME LIMIT ***\n")
     diagnosis = diagnose_file(run_dir / "logs" / "7001.out", "TIMEOUT", "0:0")
     assert diagnosis.category == "data_staging" and "never started" in diagnosis.summary, diagnosis
