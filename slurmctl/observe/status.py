@@ -233,6 +233,13 @@ def build_status(run: Run, job: Job | None, now: float | None = None, *, queue: 
             if not job.active and status.diagnosis:
                 status.diagnosis = {**status.diagnosis, "category": "data_staging", "summary": status.headline,
                                     "hint": status.action}
+    staged_by_job = status.data_cache is not None and str(status.data_cache["job_id"]) == str(job_id)
+    if (job is not None and job.state == "RUNNING" and heartbeat is None and not staged_by_job and spec is not None
+            and any(getattr(d, "cache", "none") != "none" for d in getattr(spec, "datasets", None) or ())):
+        # the job script runs the staging step first; until it reports, the training has not started either
+        status.headline = status.why = ("Starting: the run's datasets are staged into the node cache before the "
+                                        "training (the staging step has not reported yet).")
+        status.action = "Nothing to do; the training starts when the data is in the node cache."
     if status.health.startswith("input-bound") and spec is not None:
         suggestion = cache_suggestion(getattr(spec, "datasets", None), status.data_cache)
         if suggestion:

@@ -814,6 +814,10 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     plan = json.loads((run_dir / "data-plan.json").read_text())
     (run_dir / "data-plan.json").write_text(json.dumps({**plan, "staging_timeout": 6}))
     run = Run(run_dir.name, run_dir)
+    (run_dir / "run.yaml").write_text(f"name: hung\nentrypoint: t.py\npartition: p\ndata: [{{src: 's3://{BUCKET}/shards'}}]\n")
+    # before the staging step reports at all (srun starting it), the job is not training either
+    early = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="h100-2"))
+    assert early.headline.startswith("Starting: the run's datasets are staged"), early.headline
     started = time.monotonic()
     env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "h100-2", "PYTHONPATH": str(REPO)}
     step = subprocess.Popen([sys.executable, "-m", "slurmctl.runtime.datastage", "stage", str(run_dir)], env=env,
