@@ -72,6 +72,8 @@ def stage_dataset(dataset: dict, cache: UserCache, run_id: str, job_id: str | No
                              "`gcloud storage ls`)")
     stats.objects = len(objects)
     stats.bytes_total = sum(obj.size for _, obj in objects)
+    if progress:
+        progress(stats)  # listed: how much there is to check or download
     if stats.bytes_total > cache.budget:  # decided from the listing, before anything is held or evicted
         raise CacheError(f"the dataset holds {human_bytes(stats.bytes_total)} in {stats.objects} objects, more than "
                          f"the whole cache budget of {human_bytes(cache.budget)} ({cache.budget_setting}): it can "
