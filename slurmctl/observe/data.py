@@ -130,11 +130,14 @@ def staging_headlines(staging: list[dict], ended: bool, state: str = "") -> tupl
         return (f"Staging data before the training starts: {where}.",
                 "Nothing to do; the training starts when the data is in the node cache (`slurmctl logs RUN -f`).")
     src = staging[0]["src"] + (f" (the store at {staging[0]['endpoint']})" if staging[0]["endpoint"] else "")
-    return (f"The job ended ({state or 'Slurm stopped it'}) while staging {where} from {src}; the training never "
-            "started.",
-            "The store may have stopped answering or be too slow from the nodes: retry later, and tell the operator "
-            "if it repeats (site.yaml data.endpoint_url, data.staging_timeout); for a dataset too large to stage in "
-            "the time limit, use `cache: none` or raise `time_limit`.")
+    headline = (f"The job ended ({state or 'Slurm stopped it'}) while staging {where} from {src}; the training never "
+                "started.")
+    if state in ("TIMEOUT", "DEADLINE"):
+        return headline, ("The store may have stopped answering or be too slow from the nodes: retry later, and tell "
+                          "the operator if it repeats (site.yaml data.endpoint_url, data.staging_timeout); for a "
+                          "dataset too large to stage in the time limit, use `cache: none` or raise `time_limit`.")
+    return headline, ("Submit it again: the objects already downloaded stay in the node cache, and the next staging "
+                      "removes the half-written ones.")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")

@@ -879,7 +879,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
         result = diagnose_text(text, slurm_state, exit_code)
         add_watchdog(result, watchdog_report(run_dir, path.stem), text)
         _add_node_loss(result, run_dir, path.stem)
-        _add_data_staging(result, run_dir, path.stem, ended=_ended(slurm_state))
+        _add_data_staging(result, run_dir, path.stem, ended_state=_ended(slurm_state))
         return result
     chosen = None
     for n, (attempt, part) in enumerate(attempts):
@@ -894,7 +894,7 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
             break
     attempt, part, result = chosen
     add_watchdog(result, watchdog_report(run_dir, path.stem), part)
-    _add_data_staging(result, run_dir, path.stem, attempt, ended=_ended(slurm_state))
+    _add_data_staging(result, run_dir, path.stem, attempt, ended_state=_ended(slurm_state))
     result.attempt = attempt
     result.summary = f"{result.summary.rstrip()} ({attempt['label']}.)"
     return result
@@ -935,22 +935,25 @@ def attempts_newest_first(text: str, job_id: str, numbers: dict[tuple[int, int],
     return found[::-1]
 
 
-def _ended(slurm_state: str | None) -> bool:
-    return (slurm_state or "").split(" ")[0].upper() in _ENDED_BADLY
+def _ended(slurm_state: str | None) -> str:
+    """Slurm's state word when the job ended badly, else ''."""
+    word = (slurm_state or "").split(" ")[0].upper()
+    return word if word in _ENDED_BADLY else ""
 
 
 def _add_data_staging(result: Diagnosis, run_dir: Path, job_id: str, attempt: dict | None = None,
-                      ended: bool = False) -> None:
+                      ended_state: str = "") -> None:
     """The run's staging step recorded why it stopped this job before the training (runtime/datastage.py):
     that record names the dataset, the cause and the fix, more exactly than the log's line. A job that
-    `ended` (its time limit, a cancel) while its record still says it was staging never trained either."""
+    ended (`ended_state`: its time limit, a cancel) while its record still says it was staging never trained
+    either."""
     records = rundir.Run(run_dir.name, run_dir).stage_records()
     failed = staging_failures(records, job_id, attempt["number"] if attempt else None)
     if not failed:
-        staging = in_progress(records, job_id) if ended else []
+        staging = in_progress(records, job_id) if ended_state else []
         if staging:
             result.category, result.source = "data_staging", "log"
-            result.summary, result.hint = staging_headlines(staging, ended=True)
+            result.summary, result.hint = staging_headlines(staging, ended=True, state=ended_state)
             result.evidence = [f"data-stage record of {staging[0]['node']}: {staging_progress(staging)}",
                                *result.evidence][:5]
             result.error_line = result.evidence[0]

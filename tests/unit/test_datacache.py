@@ -832,6 +832,9 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     ended = build_status(run, Job(job_id=7001, name="hung", state="TIMEOUT", exit_code="0:0", source="sacct"))
     assert ended.headline.startswith("The job ended (TIMEOUT) while staging dataset shards on h100-2"), ended.headline
     assert f"(the store at {silent_store})" in ended.headline and "raise `time_limit`" in ended.action
+    cancelled = build_status(run, Job(job_id=7001, name="hung", state="CANCELLED", exit_code="0:15", source="sacct"))
+    assert cancelled.headline.startswith("The job ended (CANCELLED) while staging") and cancelled.action.startswith(
+        "Submit it again: the objects already downloaded stay"), cancelled.action
     (run_dir / "logs" / "7001.out").write_text("slurmstepd: error: *** JOB 7001 CANCELLED DUE TO TIME LIMIT ***\n")
     diagnosis = diagnose_file(run_dir / "logs" / "7001.out", "TIMEOUT", "0:0")
     assert diagnosis.category == "data_staging" and "never started" in diagnosis.summary, diagnosis
