@@ -5,7 +5,8 @@
 Each shard is deterministic pseudo-random bytes (seeded by its index), uploaded in one PUT so its
 ETag is the MD5 of its bytes, the identity the node cache keys and verifies by. Idempotent: a shard
 already there with the right size is left alone. Writes with the operator's key (root's
-<state>/s3/operator.credentials, which deploy/local/s3-up makes; --credentials names another file).
+<state>/s3/operator.credentials, which deploy/local/s3-up makes; --credentials or
+$SLURMCTL_S3_CREDENTIALS names another file).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--shard-mb", type=float, default=1.0)
-    parser.add_argument("--credentials", default=os.path.join(
+    parser.add_argument("--credentials", default=os.environ.get("SLURMCTL_S3_CREDENTIALS") or os.path.join(
         os.environ.get("SLURMCTL_LOCAL_DIR", "/var/lib/slurmctl-local"), "s3", "operator.credentials"))
     args = parser.parse_args(argv)
     credentials = configparser.ConfigParser(interpolation=None)
