@@ -94,6 +94,16 @@ def peer_uid(client: tuple, server: tuple) -> int | None:
     return uid if inode else None
 
 
+def listener_uid(host: str, port: int) -> int | None:
+    """The uid owning the TCP socket that a connection to ``host:port`` on this machine would reach (a
+    listener bound to that address or to the wildcard), or None when nothing listens there. The kernel's
+    own lookup for an incoming connection, asked through sock_diag with an empty remote end: before a
+    client sends a login to a loopback port, it can check that the port is held by the account that
+    should hold it, not by whichever user bound it first."""
+    wildcard = "::" if ":" in host.split("%")[0] and not host.startswith("::ffff:") else "0.0.0.0"
+    return peer_uid((host, port), (wildcard, 0))
+
+
 class BoundedThreadingMixIn(ThreadingMixIn):
     """ThreadingMixIn with the limits above. Mix in before an HTTPServer class; the handler calls
     ``arm`` when it starts waiting for a request and ``disarm`` once it has read all of it."""
