@@ -156,12 +156,15 @@ def record_creator(response):
 
     path = request.path
     if path.endswith("/experiments/get-by-name") and response.status_code == 403:
-        name = request.args.get("experiment_name", "")
         from flask import Response
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
 
-        return Response(json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST",
-                                    "message": f"Could not find experiment with name '{name}'"}),
-                        status=404, mimetype="application/json")
+        # the very answer MLflow gives for a name nobody uses
+        missing = MlflowException(f"Could not find experiment with name {request.args.get('experiment_name', '')}",
+                                  RESOURCE_DOES_NOT_EXIST)
+        return Response(missing.serialize_as_json(), status=missing.get_http_status_code(),
+                        mimetype="application/json")
     if not path.endswith("/experiments/create") or response.status_code != 200 or not request.authorization:
         return response
     from mlflow.entities import ExperimentTag

@@ -66,7 +66,7 @@ LOGIN_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 class MlflowError(Exception):
     def __init__(self, status: int, code: str, message: str):
         super().__init__(f"HTTP {status} {code}: {message}")
-        self.status, self.code = status, code
+        self.status, self.code, self.message = status, code, message
 
 
 class UntrustedServer(Exception):

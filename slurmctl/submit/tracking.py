@@ -104,6 +104,11 @@ def _experiment_id(uri: str, name: str, login, server_user: str | None = None) -
         return mlflow_call(uri, "POST", "experiments/create", {"name": name}, login=login,
                            server_user=server_user)["experiment_id"]
     except MlflowError as exc:
+        if exc.status == 403:  # a name the server reserves for someone else (slurmctl-<user>)
+            raise ConfigError(f"the MLflow server refused to create the experiment `{name}` (run.yaml "
+                              f"tracking.project): {exc.message} Nothing was submitted.",
+                              "Choose another tracking.project, or leave it out: your own experiment "
+                              "slurmctl-<you> is used.") from None
         if exc.code != "RESOURCE_ALREADY_EXISTS":
             raise
     found = lookup()  # another submit of yours created it in between; or it is someone else's
