@@ -15,9 +15,11 @@ login, and MLflow itself caps nothing:
   client's socket, slurmctl/sockowner.py): MLflow runs every request on one pool of 40 threads, and
   one user holding them all stopped everyone.
 * A wrong password costs a password hash (1-3 s of CPU here) and MLflow caches only right ones: a
-  login that just failed is refused here without a hash for FAILED_LOGIN_SECONDS, and a peer's logins
-  that are not known good are checked one at a time, so one user guessing at 40 at once costs the
-  CPU of one.
+  login that just failed is refused here without a hash for FAILED_LOGIN_SECONDS; a peer's logins
+  that are not known good are checked one at a time, and after a failure that peer's next unproven
+  login waits 1, 2, 4 ... up to MAX_LOGIN_BACKOFF_SECONDS (429 until then; a success resets it).
+  So one user guessing at 40 at once costs a hash now and then, not the server's CPU; logins already
+  known good (every other user's) pass straight through.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_ARTIFACT_BYTES = 4 * 1024 * 1024 * 1024
 MAX_IN_FLIGHT_PER_PEER = 16
 FAILED_LOGIN_SECONDS = 60.0
+MAX_LOGIN_BACKOFF_SECONDS = 30.0
 GOOD_LOGIN_SECONDS = 600.0  # as MLflow's own cache of right logins (auth_cache_ttl_seconds, mlflow-up)
 _MAX_REMEMBERED_LOGINS = 10000
 
@@ -82,6 +85,7 @@ class RequestLimits:
         self._failed: dict[bytes, float] = {}
         self._good: dict[bytes, float] = {}
         self._checking: dict[object, asyncio.Lock] = {}
+        self._backoff: dict[object, tuple[float, int]] = {}  # peer -> (no unproven login before, failures in a row)
 
     def peer(self, scope) -> object:
         client, server = scope.get("client"), scope.get("server")
@@ -138,16 +142,28 @@ class RequestLimits:
         # a login not known good costs a hash: one at a time per peer
         lock = self._checking.setdefault(peer, asyncio.Lock())
         async with lock:
-            if self._failed.get(key, 0.0) > time.monotonic():
+            now = time.monotonic()
+            if self._failed.get(key, 0.0) > now:
                 return await self._send(send, 401, "UNAUTHENTICATED", "wrong user name or password (just tried).",
                                         ((b"www-authenticate", b'Basic realm="mlflow"'),))
+            not_before, _ = self._backoff.get(peer, (0.0, 0))
+            if not_before > now:
+                wait = int(not_before - now) + 1
+                return await self._send(send, 429, "REQUEST_LIMIT_EXCEEDED",
+                                        f"too many failed logins from your account; try again in {wait} s.",
+                                        ((b"retry-after", str(wait).encode()),))
             try:
                 await self.app(scope, receive, watched_send)
             finally:
-                self._remember(key, status[0] if status else None)
+                self._remember(key, status[0] if status else None, peer)
 
-    def _remember(self, key: bytes, status: int | None) -> None:
+    def _remember(self, key: bytes, status: int | None, peer: object = None) -> None:
         now = time.monotonic()
+        if status == 401:
+            streak = self._backoff.get(peer, (0.0, 0))[1] + 1
+            self._backoff[peer] = (now + min(2.0 ** (streak - 1), MAX_LOGIN_BACKOFF_SECONDS), streak)
+        elif status is not None:
+            self._backoff.pop(peer, None)
         for table in (self._failed, self._good):
             if len(table) > _MAX_REMEMBERED_LOGINS:
                 for stale in [k for k, until in table.items() if until <= now]:

@@ -129,6 +129,23 @@ def test_a_wrong_password_is_checked_once_then_refused_without_a_hash():
     assert behind.calls == 1
 
 
+def test_after_a_failed_login_the_accounts_next_guesses_wait_and_others_logins_pass(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("slurmctl.ops.mlflow_limits.time.monotonic", lambda: clock[0])
+    behind = Behind(status=401)
+    limits = RequestLimits(behind)
+    assert run(limits, headers=[basic("alice", "guess-1")], uid=1003) == 401
+    assert [run(limits, headers=[basic("alice", f"guess-{n}")], uid=1003) for n in range(2, 6)] == [429] * 4
+    assert behind.calls == 1  # four guesses, no hash
+    clock[0] += 1.1
+    assert run(limits, headers=[basic("alice", "guess-6")], uid=1003) == 401
+    clock[0] += 1.1  # the second failure in a row: 2 s
+    assert run(limits, headers=[basic("alice", "guess-7")], uid=1003) == 429
+    behind.status = 200
+    assert run(limits, headers=[basic("alice", "right")], uid=1001) == 200  # alice's own account: no wait
+    assert behind.calls == 3
+
+
 def test_one_accounts_unknown_logins_are_checked_one_at_a_time_and_good_ones_are_not_held():
     async def scenario():
         hold = asyncio.Event()
