@@ -449,3 +449,4 @@ def test_a_squatter_on_the_port_gets_no_login(server, tmp_path):
         squatter.wait()
         seen.unlink()
         Path(server["site"]).with_name("squat-site.yaml").unlink(missing_ok=True)
+        Path(User("carol").home, name_of(tmp_path / "state")).unlink(missing_ok=True)  # had the old code written it
