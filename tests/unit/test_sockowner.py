@@ -90,3 +90,15 @@ def test_a_down_server_and_an_unknown_account_are_refused_before_sending():
         check_server_owner("http://127.0.0.1:1", "no-such-account-here")
     check_server_owner("https://mlflow.example.com", "no-such-account-here")  # another machine: not checked here
     check_server_owner("http://127.0.0.1:1", None)  # the site turned the check off
+
+
+def test_the_jobs_tracker_sends_no_step_to_a_squatter(squatter, tmp_path, capsys):
+    from slurmctl.runtime.tracking import SERVER_USER_ENV, TrackerBridge
+
+    other = "nobody" if pwd.getpwuid(os.getuid()).pw_name != "nobody" else "root"
+    bridge = TrackerBridge(tmp_path, "mlflow", env={
+        "MLFLOW_TRACKING_URI": squatter, "MLFLOW_RUN_ID": "0123", "MLFLOW_TRACKING_USERNAME": "alice",
+        "MLFLOW_TRACKING_PASSWORD": "secret", SERVER_USER_ENV: other})
+    bridge.log(1, {"loss": 1.0})
+    assert bridge.failed and _Recorder.seen == []
+    assert "not by the MLflow server's account" in capsys.readouterr().err
