@@ -361,7 +361,7 @@ HTTPServer(("127.0.0.1", port), Squat).serve_forever()
 def test_images_up_refuses_a_registry_port_bob_holds_and_sends_him_no_login():
     """Before: images-up took any 401 on /v2/ for its registry, then pushed the base image there with
     the robot's login. Now it checks the listener's owner (the kernel's record) first."""
-    from slurmctl.ops.http_limits import listener_uid
+    from slurmctl.sockowner import listener_uid
 
     bob = as_user("bob")
     state = Path(tempfile.mkdtemp(prefix="slurmctl-images-squat-"))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurmctl.ops.http_limits import listener_uid, peer_uid
+from slurmctl.sockowner import listener_uid, peer_uid
 
 
 @pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
