@@ -31,6 +31,8 @@ import re
 import time
 from collections import Counter
 
+from slurmctl.sockowner import peer_uid
+
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_ARTIFACT_BYTES = 4 * 1024 * 1024 * 1024
 MAX_IN_FLIGHT_PER_PEER = 16
@@ -76,8 +78,6 @@ class RequestLimits:
 
     def __init__(self, app, *, max_body: int = MAX_BODY_BYTES, max_artifact: int = MAX_ARTIFACT_BYTES,
                  max_in_flight: int = MAX_IN_FLIGHT_PER_PEER, peer_of=None):
-        from slurmctl.sockowner import peer_uid
-
         self.app = app
         self.max_body, self.max_artifact, self.max_in_flight = max_body, max_artifact, max_in_flight
         self._peer_uid = peer_of or peer_uid

@@ -218,7 +218,7 @@ def create_app():
     from mlflow.server import app as flask_app
     from mlflow.server.auth import create_app as create_auth_app
 
-    from slurmctl.ops.mlflow_limits import RequestLimits
+    from slurmctl.ops.mlflow_limits import RequestLimits  # why: imported by the server process only, with mlflow
 
     served = create_auth_app(flask_app)
     flask_app.before_request(guard)  # after the auth app's own hook: only authenticated requests get here

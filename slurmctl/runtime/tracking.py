@@ -41,6 +41,7 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import read_jsonl, tail_jsonl
+from slurmctl.sockowner import is_loopback, listener_uid
 
 ATTEMPT_TAG = "slurmctl.attempt"
 RUN_ID_TAG = "slurmctl.run_id"
@@ -79,8 +80,6 @@ def check_server_owner(uri: str | None, server_user: str | None) -> None:
     the network's and TLS's business. No `server_user`: the site turned the check off."""
     import pwd
     import urllib.parse
-
-    from slurmctl.sockowner import is_loopback, listener_uid
 
     if not uri or not server_user:
         return
