@@ -138,3 +138,9 @@ def test_an_operators_down_is_no_loss_and_moves_no_node_fail_charge(monkeypatch)
     assert lost["h100-3"].failed_jobs == pytest.approx(4 * 59 / 3600) and lost["h100-2"].failed_jobs == 0
     assert lost["h100-2"].drained == 0 and lost["h100-1"].drained == 0
     assert lost["h100-3"].drained == pytest.approx(2 * (6 * 60 - 1) / 3600)
+
+
+def test_the_table_shows_a_small_loss_as_a_loss():
+    from slurmctl.cli.ops import gpu_hours_text
+
+    assert [gpu_hours_text(h) for h in (0.0, 0.001, 0.017, 0.0656, 16.0)] == ["0", "<0.01", "0.02", "0.07", "16.00"]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.health import blame, reasons
-from slurmctl.ops.health.checks import Finding, Subject, first_failure, run_checks
+from slurmctl.ops.health.checks import Finding, Subject, config_error, first_failure, run_checks
 from slurmctl.ops.hooks.config import HookConfig
 
 if TYPE_CHECKING:  # annotations only: the prolog imports this module and never reads a node row
@@ -51,7 +51,8 @@ _BUSY_STATES = ("allocated", "mixed", "completing")
 @dataclass
 class Outcome:
     node: str
-    action: str  # none | drained | left_alone | verify_started | verifying | verify_lost | passed | failed
+    # none | drained | left_alone | verify_started | verifying | verify_lost | passed | failed | config_error
+    action: str
     findings: list[Finding] = field(default_factory=list)
     detail: str = ""
 
@@ -277,6 +278,8 @@ def verify(cfg: HookConfig) -> Outcome:
     reservation either way (a job cannot delete the reservation it runs in)."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="verify"))
     failed = first_failure(findings)
+    if failed is None and (broken := config_error(findings)) is not None:
+        return Outcome(cfg.node, "config_error", findings, broken.detail)  # no verdict: the node stays drained
     if failed is None:
         return Outcome(cfg.node, "passed", findings)
     evidence = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"{failed.check}: {failed.detail}")
@@ -291,6 +294,8 @@ def active(cfg: HookConfig) -> Outcome:
     verifies it before it returns, like any node we drained."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="active"))
     failed = first_failure(findings)
+    if failed is None and (broken := config_error(findings)) is not None:
+        return Outcome(cfg.node, "config_error", findings, broken.detail)  # the site's to fix: never a drain
     if failed is None:
         return Outcome(cfg.node, "passed" if findings else "none", findings,
                        "" if findings else "no torch python configured: nothing measured")
@@ -302,4 +307,7 @@ def log_outcome(cfg: HookConfig, env, moment: str, outcome: Outcome, started: fl
     from slurmctl.ops.hooks.hooklog import log_hook  # why: only the entry points log
 
     log_hook(env, f"health-{moment}", started, **outcome.to_dict())
+    if outcome.action == "config_error":
+        print(f"slurmctl health: CONFIGURATION ERROR on {outcome.node}, nothing measured and nothing drained: "
+              f"{outcome.detail}", file=sys.stderr)
     print(json.dumps({"moment": moment, **outcome.to_dict(), "time": round(time.time(), 3)}))
