@@ -77,3 +77,18 @@ def test_a_healthy_node_in_service_is_still_drained_by_a_failed_check(tmp_path):
     assert agent.periodic(c, now=1_000_000.0).action == "drained"
     assert changes(r) == [["scontrol", "update", "nodename=n1", "state=drain",
                            "reason=slurmctl:[node_problem] disk: injected fault (SLURMCTL_HEALTH_FAULTS)"]]
+
+
+def test_nodes_reads_the_suspect_score_out_of_our_suspect_drain(monkeypatch):
+    from slurmctl.ops.health import blame
+    from slurmctl.ops.health.view import node_views
+
+    from .fakes import pin_seal
+
+    pin_seal(monkeypatch)
+    why = blame.suspect("n1", [blame.Failure(9, "nccl_error", 990.0, 1002, ("n1",)),
+                               blame.Failure(14, "nccl_error", 995.0, 1002, ("n1", "n3"))], 1000.0).why
+    reason = agent.reasons.DrainReason("node_problem", "suspect", why).text()
+    row = SEP.join(["n1", "idle+drain", "root(0)", "2026-12-01T22:40:00", "gpu:2", reason]) + SEP + "\n"
+    views = node_views(SlurmClient(ReplayRunner({"sinfo": row})), state_dir=None, now=1000.0)
+    assert views[0].check == "suspect" and views[0].suspect_score == 2, views[0]
