@@ -6,14 +6,14 @@ who holds the port and exit 1 (2: nothing listens there yet).
 The deployment scripts call it before they send a login to a loopback service they started
 (images-up to the registries, s3-up to the object store): any user of the machine can bind a free
 loopback port first, and an answer alone ("401", "healthy") proves nothing about who answers. The
-owner is the kernel's record of the listening socket (slurmctl.ops.http_limits.listener_uid)."""
+owner is the kernel's record of the listening socket (slurmctl.sockowner.listener_uid)."""
 
 from __future__ import annotations
 
 import pwd
 import sys
 
-from slurmctl.ops.http_limits import listener_uid
+from slurmctl.sockowner import listener_uid
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ The keys are made by s3-up with `secrets`, not by moto (whose generator is not m
 
 moto's control API (/moto-api/: a dump of every object, reset, reset-auth, which turns the
 enforcement off, recorder replay) and every non-S3 service are served to root alone: the kernel says
-who owns the client's socket (slurmctl.ops.http_limits.peer_uid).
+who owns the client's socket (slurmctl.sockowner.peer_uid).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from moto.moto_server.werkzeug_app import (  # noqa: E402
 )
 from werkzeug.serving import run_simple  # noqa: E402
 
-from slurmctl.ops.http_limits import peer_uid  # noqa: E402
+from slurmctl.sockowner import peer_uid  # noqa: E402
 
 READ_ACTIONS = ["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"]
 
