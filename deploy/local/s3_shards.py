@@ -4,15 +4,18 @@
 
 Each shard is deterministic pseudo-random bytes (seeded by its index), uploaded in one PUT so its
 ETag is the MD5 of its bytes, the identity the node cache keys and verifies by. Idempotent: a shard
-already there with the right size is left alone.
+already there with the right size is left alone. Writes with the operator's key (root's
+<state>/s3/operator.credentials, which deploy/local/s3-up makes; --credentials or
+$SLURMCTL_S3_CREDENTIALS names another file).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import configparser
 import hashlib
-import json
+import os
 import random
 import sys
 
@@ -31,15 +34,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--shard-mb", type=float, default=1.0)
+    parser.add_argument("--credentials", default=os.environ.get("SLURMCTL_S3_CREDENTIALS") or os.path.join(
+        os.environ.get("SLURMCTL_LOCAL_DIR", "/var/lib/slurmctl-local"), "s3", "operator.credentials"))
     args = parser.parse_args(argv)
+    credentials = configparser.ConfigParser(interpolation=None)
+    if not credentials.read(args.credentials) or "default" not in credentials:
+        print(f"s3_shards: no operator key in {args.credentials} (deploy/local/s3-up makes it; run as root)",
+              file=sys.stderr)
+        return 1
     s3 = boto3.client("s3", endpoint_url=args.endpoint, region_name="us-east-1",
-                      aws_access_key_id="slurmctl-local", aws_secret_access_key="slurmctl-local")
+                      aws_access_key_id=credentials["default"]["aws_access_key_id"],
+                      aws_secret_access_key=credentials["default"]["aws_secret_access_key"])
     try:
         s3.create_bucket(Bucket=args.bucket)
     except botocore.exceptions.ClientError as exc:
         if exc.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
             raise
-    s3.put_bucket_policy(Bucket=args.bucket, Policy=public_read_policy(args.bucket))
     size = int(args.shard_mb * 1024 * 1024)
     present = {obj["Key"]: obj["Size"] for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=args.bucket, Prefix=args.prefix.rstrip("/") + "/") for obj in page.get("Contents", [])}
@@ -58,14 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _b64md5(body: bytes) -> str:
     return base64.b64encode(hashlib.md5(body).digest()).decode()
-
-
-def public_read_policy(bucket: str) -> str:
-    """Anyone may list and read (not write): the local site's clients connect anonymously
-    (site.yaml data.storage_options: {anon: true}), as to a public dataset bucket."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
-        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]})
 
 
 if __name__ == "__main__":

@@ -63,8 +63,15 @@ def nodes(ctx: Context, only: str | None, as_json: bool) -> None:
     for v in views:
         check = f"{v.check}{' (verifying)' if v.verifying else ''}" if v.check or v.verifying else "-"
         score = "-" if v.suspect_score is None else str(v.suspect_score)
-        lost = "?" if v.gpu_hours_lost is None else f"{v.gpu_hours_lost.total:.1f}"
+        lost = "?" if v.gpu_hours_lost is None else gpu_hours_text(v.gpu_hours_lost.total)
         why = (f"[{v.blame}] " if v.blame else "") + (v.reason or "") + (f" (since {v.since})" if v.since else "")
         # node names, reasons and users are data, never markup
         out.print(f"{v.node:12} {v.state:22} {v.drained_by or '-':11} {check:10} {score:7} {lost:>10}  {why or '-'}",
                   markup=False)
+
+
+def gpu_hours_text(hours: float) -> str:
+    """GPU-hours for the table: two decimals, a small loss never shown as nothing ("<0.01")."""
+    if hours <= 0:
+        return "0"
+    return "<0.01" if hours < 0.005 else f"{hours:.2f}"

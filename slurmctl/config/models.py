@@ -472,6 +472,10 @@ class SiteTrackingConfig(_Strict):
         "~/.config/slurmctl/mlflow", description="each user's own 0600 file with MLFLOW_TRACKING_USERNAME= and "
         "MLFLOW_TRACKING_PASSWORD= lines: their login on an MLflow server with authentication (submit and the "
         "job read it; deploy/local/mlflow-up writes it). A user without the file sends no login")
+    mlflow_server_user: str | None = Field(
+        "slurmctl-mlflow", description="the account the MLflow server runs as: when mlflow_uri is on this machine "
+        "(127.0.0.1, localhost), submit and the job send a user's login only if the kernel says this account "
+        "holds the port (anyone may listen on a free loopback port while the server is down)")
     wandb_mode: Literal["online", "offline", "disabled"] | None = Field(
         None, description="WANDB_MODE for runs with tracking.backend: wandb, unless the job's environment "
         "already has WANDB_MODE or WANDB_API_KEY (offline: a site without a W&B server; `wandb sync` later)")

@@ -7,91 +7,27 @@ the exporter). Every user of the node can connect to them, and every connection 
   never trips it and holds its thread for ever.
 - A cap on connections at once (MAX_CONNECTIONS); past it a new connection is closed at once.
 - A cap per peer (MAX_PER_PEER). On loopback every client has the address 127.0.0.1, so the peer is
-  the uid that owns the client's socket, asked of the kernel for that one socket (sock_diag, as
-  `ss` does), never by reading /proc/net/tcp: any user can make that table tens of thousands of
-  lines long, and reading it per connection let one user's connect-and-close loop stall everyone.
-  Elsewhere it is the address. One user who opens a hundred connections gets MAX_PER_PEER of them; everyone else
-  still gets in.
+  the uid that owns the client's socket, asked of the kernel for that one socket
+  (slurmctl/sockowner.py). Elsewhere it is the address. One user who opens a hundred connections
+  gets MAX_PER_PEER of them; everyone else still gets in.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 import sys
 import threading
 import time
 from collections import Counter
 from socketserver import ThreadingMixIn
 
+from slurmctl.sockowner import peer_uid
+
 REQUEST_DEADLINE_SECONDS = 10.0
 SOCKET_TIMEOUT_SECONDS = 20.0  # per read or write, also while the response is written
 MAX_CONNECTIONS = 48
 MAX_PER_PEER = 12
 _REAP_INTERVAL = 0.25
-
-
-# sock_diag (linux/inet_diag.h): ask the kernel about one TCP socket by its exact 4-tuple. The kernel
-# finds it in its connection hash, so the answer costs the same however many sockets the machine has;
-# reading /proc/net/tcp costs a pass over all of them, which any user can make tens of thousands long.
-_SOCK_DIAG_BY_FAMILY = 20
-_NETLINK_SOCK_DIAG = 4  # linux/netlink.h; the socket module does not name it
-_NLM_F_REQUEST = 1
-_INET_DIAG_NOCOOKIE = 0xFFFFFFFF
-_ALL_STATES = 0xFFFFFFFF
-_NLMSG_HEADER = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
-_DIAG_REQUEST = struct.Struct("=BBBxI2s2s16s16sIII")  # family, protocol, extensions, states, sockid
-_DIAG_ANSWER = struct.Struct("=BBBB2s2s16s16sIIIIIIII")  # family, state, ..., sockid, expires, queues, uid, inode
-_NETLINK_TIMEOUT_SECONDS = 0.5
-
-
-def _family_and_address(host: str) -> tuple[int, bytes] | None:
-    """The address family and the 16 bytes of an address as sock_diag takes it (an IPv4 address in the
-    first four). An IPv4-mapped IPv6 address is an IPv4 client of a dual-stack listener."""
-    host = host.split("%")[0]
-    if host.startswith("::ffff:") and "." in host:
-        host = host[len("::ffff:"):]
-    try:
-        if ":" in host:
-            return socket.AF_INET6, socket.inet_pton(socket.AF_INET6, host)
-        return socket.AF_INET, socket.inet_pton(socket.AF_INET, host).ljust(16, b"\0")
-    except OSError:
-        return None
-
-
-def peer_uid(client: tuple, server: tuple) -> int | None:
-    """The uid owning the client end of a TCP connection made on this machine (``client`` is the
-    accepted socket's peer address, ``server`` its own address: getsockname(), not the listening
-    address, which may be a wildcard), or None: another
-    machine, a client that closed its socket already (the kernel keeps no owner for it), or no
-    sock_diag here. One netlink request for the exact socket whose local end is the client's address
-    and whose remote end is ours; the kernel answers from its hash table."""
-    local, remote = _family_and_address(client[0]), _family_and_address(server[0])
-    if local is None or remote is None or local[0] != remote[0]:
-        return None
-    family = local[0]
-    request = _DIAG_REQUEST.pack(family, socket.IPPROTO_TCP, 0, _ALL_STATES,
-                                 client[1].to_bytes(2, "big"), server[1].to_bytes(2, "big"),
-                                 local[1], remote[1], 0, _INET_DIAG_NOCOOKIE, _INET_DIAG_NOCOOKIE)
-    message = _NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST,
-                                 1, 0) + request
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
-            diag.settimeout(_NETLINK_TIMEOUT_SECONDS)
-            diag.send(message)
-            answer = diag.recv(8192)
-    except (OSError, AttributeError):  # AttributeError: no AF_NETLINK (not Linux)
-        return None
-    if len(answer) < _NLMSG_HEADER.size + _DIAG_ANSWER.size:
-        return None  # an NLMSG_ERROR: no such socket
-    _, kind, _, _, _ = _NLMSG_HEADER.unpack_from(answer)
-    if kind != _SOCK_DIAG_BY_FAMILY:
-        return None
-    fields = _DIAG_ANSWER.unpack_from(answer, _NLMSG_HEADER.size)
-    uid, inode = fields[14], fields[15]
-    # a socket its owner closed is a time-wait or orphan entry: the kernel reports uid 0 and inode 0
-    # for it, and it must not count as root's
-    return uid if inode else None
 
 
 class BoundedThreadingMixIn(ThreadingMixIn):

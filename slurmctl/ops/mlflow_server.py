@@ -13,9 +13,18 @@ the server can reach. MLflow 3 has no server option that limits client-chosen lo
   (the tracking store, slurmctl/ops/mlflow_store.py, enforces the first two again however a request is
   spelled: this guard answers the spellings it knows with a clear reason, the store refuses the rest;
   the model registry is MLflow's own store, so a model version's source is checked only here)
-* a model version whose source is a local path is refused;
+* a model version's source must be on this server (mlflow-artifacts:, runs:, models:): a local path
+  would be read by the server, a cloud URI (s3://, gs://, ...) fetched with whatever identity the
+  server's host has; a prompt's version carries MLflow's own placeholder source, which MLflow checks;
 * the experiment name `slurmctl-<user>` (each user's default, slurmctl/submit/tracking.py) may be
-  created or taken by a rename only by that user, so nobody can squat a colleague's experiment.
+  created or taken by a rename only by that user, so nobody can squat a colleague's experiment;
+* every new experiment gets the tag CREATOR_TAG = the login that created it, set by the server; no
+  client may set or delete that tag. A user can grant a colleague access to an experiment (MANAGE
+  included), but cannot make it theirs: `slurmctl submit` files runs only into an experiment whose
+  creator is the submitting user;
+* experiments/get-by-name of an experiment the caller may not read answers as for a missing one, so
+  the name lookup is no oracle of other users' experiment names (experiments/create still answers
+  RESOURCE_ALREADY_EXISTS for a taken name: the namespace is global).
 
 The guard runs after MLflow's authentication (a request without a valid login is 401 before it looks);
 the admin is not exempt from the artifact rules.
@@ -27,6 +36,9 @@ import json
 
 PROXIED = "mlflow-artifacts:"
 PERSONAL_PREFIX = "slurmctl-"
+CREATOR_TAG = "slurmctl.creator"
+MODEL_SOURCE_SCHEMES = ("mlflow-artifacts:", "runs:", "models:")
+PROMPT_TAG = "mlflow.prompt.is_prompt"
 
 
 def _refuse(message: str, status: int = 400):
@@ -115,10 +127,61 @@ def _graphql_refusal(body: bytes) -> str | None:
     return None
 
 
+def _foreign_model_source(fields: dict) -> bool:
+    """A model version's source that is not on this server. A prompt's version (MLflow's tag, last value
+    wins as MLflow reads it) carries a placeholder source that MLflow itself accepts or refuses."""
+    source = fields.get("source")
+    if not isinstance(source, str):
+        return False
+    tags = fields.get("tags") if isinstance(fields.get("tags"), list) else []
+    flags = [t.get("value") for t in tags if isinstance(t, dict) and t.get("key") == PROMPT_TAG]
+    if flags and str(flags[-1]).lower() == "true":
+        return False
+    return not source.startswith(MODEL_SOURCE_SCHEMES)
+
+
+def _touches_creator_tag(path: str, fields: dict) -> bool:
+    if path.endswith("/experiments/create"):
+        tags = fields.get("tags") if isinstance(fields.get("tags"), list) else []
+        return any(isinstance(t, dict) and t.get("key") == CREATOR_TAG for t in tags)
+    if path.endswith(("/experiments/set-experiment-tag", "/experiments/delete-experiment-tag")):
+        return fields.get("key") == CREATOR_TAG
+    return False
+
+
+def record_creator(response):
+    """Flask after-request hook: tag a newly created experiment with its creator (the login), and answer
+    get-by-name of an experiment the caller may not read as MLflow answers a missing one."""
+    from flask import request
+
+    path = request.path
+    if path.endswith("/experiments/get-by-name") and response.status_code == 403:
+        from flask import Response
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+
+        # the very answer MLflow gives for a name nobody uses
+        missing = MlflowException(f"Could not find experiment with name {request.args.get('experiment_name', '')}",
+                                  RESOURCE_DOES_NOT_EXIST)
+        return Response(missing.serialize_as_json(), status=missing.get_http_status_code(),
+                        mimetype="application/json")
+    if not path.endswith("/experiments/create") or response.status_code != 200 or not request.authorization:
+        return response
+    from mlflow.entities import ExperimentTag
+    from mlflow.server.handlers import _get_tracking_store
+
+    try:
+        experiment_id = json.loads(response.get_data())["experiment_id"]
+    except (ValueError, KeyError, TypeError):
+        return response
+    _get_tracking_store().set_experiment_tag(str(experiment_id),
+                                             ExperimentTag(CREATOR_TAG, request.authorization.username))
+    return response
+
+
 def guard():
     """Flask before-request hook: refuse what would let the server touch files outside its store."""
     from flask import request
-    from mlflow.utils.uri import is_local_uri
 
     path = request.path
     if not (path.startswith(("/api/", "/ajax-api/", "/get-artifact", "/model-versions/", "/graphql"))):
@@ -135,10 +198,12 @@ def guard():
         return _refuse(f"the experiment name `{name}` is reserved for the user "
                        f"`{name[len(PERSONAL_PREFIX):]}`; choose a name that does not start with "
                        f"`{PERSONAL_PREFIX}` (yours is `{PERSONAL_PREFIX}{caller}`).", 403)
-    if path.endswith("/model-versions/create") and isinstance(fields.get("source"), str) \
-            and is_local_uri(fields["source"]):
+    if path.endswith("/model-versions/create") and _foreign_model_source(fields):
         return _refuse("a model version's source must be a runs:/, models:/ or mlflow-artifacts:/ URI on "
-                       "this server, not a local path.")
+                       f"this server, not a local path or another store ({str(fields['source'])[:200]}).")
+    if _touches_creator_tag(path, fields):
+        return _refuse(f"the experiment tag `{CREATOR_TAG}` is set by the server to the experiment's creator; "
+                       "no one may set or delete it.", 403)
     if path.startswith("/graphql"):
         refusal = _graphql_refusal(request.get_data(cache=True))
         return _refuse(refusal, 403) if refusal else None
@@ -153,9 +218,12 @@ def create_app():
     from mlflow.server import app as flask_app
     from mlflow.server.auth import create_app as create_auth_app
 
+    from slurmctl.ops.mlflow_limits import RequestLimits  # why: imported by the server process only, with mlflow
+
     served = create_auth_app(flask_app)
     flask_app.before_request(guard)  # after the auth app's own hook: only authenticated requests get here
-    return served
+    flask_app.after_request(record_creator)
+    return RequestLimits(served)
 
 
 def tracking_store(store_uri: str, artifact_uri: str | None = None):

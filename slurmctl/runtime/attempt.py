@@ -147,14 +147,29 @@ def drain_signal(run_dir: Path, client: SlurmClient) -> int:
     return 0
 
 
+# The expediter's interpreter start: isolated (-I: no user site-packages or .pth, no PYTHON*
+# variables, no current directory on the path), so nothing but this package and the system's own
+# site-packages runs; SIGALRM's default action ends it at the hard bound whatever it is doing.
+_EXPEDITER_BOOTSTRAP = ("import signal, sys; signal.alarm(int(sys.argv[1])); sys.path.insert(0, sys.argv[2]); "
+                        "from slurmctl.runtime.attempt import main; sys.exit(main(sys.argv[3:]))")
+
+
+def expediter_argv(job: int | str, exclude: list[str] | None = None, limit: float = _EXPEDITE_LIMIT_SECONDS,
+                   python: str = sys.executable) -> list[str]:
+    """The command line of `expedite-requeue` for `job`: `python -I`, this package put on its path
+    explicitly, alive `limit` s at most (its own loop) and killed 30 s after that (SIGALRM)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    argv = [python, "-I", "-c", _EXPEDITER_BOOTSTRAP, str(int(limit) + 30), package_root,
+            "expedite-requeue", "--job", str(job), "--limit", str(int(limit))]
+    return argv + (["--exclude", ",".join(exclude)] if exclude else [])
+
+
 def start_expediter(exclude: list[str] | None = None) -> None:
     """Start `expedite-requeue` for this job, detached: its own session, reparented to init once this
     process ends, so it outlives the batch script that `scontrol requeue` (or Slurm's own requeue)
     kills -- under proctrack/linuxproc, which follows the process tree. Under proctrack/cgroup the
     job's cgroup is killed whole and the wait stays (docs/node-health.md, "The requeue wait")."""
-    argv = [sys.executable, "-m", "slurmctl.runtime.attempt", "expedite-requeue", "--job", str(job_ref_from_env())]
-    if exclude:
-        argv += ["--exclude", ",".join(exclude)]
+    argv = expediter_argv(job_ref_from_env(), exclude)
     # It acts on the job from outside, as the user could from a login shell: without the job's
     # SLURM_* variables the epilog does not take it for an orphan of the ending attempt and kill it
     # before the requeue is through (it ends by itself, at the latest after _EXPEDITE_LIMIT_SECONDS).
@@ -173,6 +188,7 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
     scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
     `limit` s. Exit code 0 when it expedited the job."""
     started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
+    retry_at, backoff, said = 0.0, poll, ""
     while time.monotonic() < deadline:
         view = client.requeue_wait(job)
         if view is None or view[0] in _TERMINAL:
@@ -182,7 +198,7 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
             break
         if state == "PENDING":
             seen_pending = True
-            if reason == "BeginTime" and not done:
+            if reason == "BeginTime" and not done and time.monotonic() >= retry_at:
                 fields: dict[str, str | int] = {"StartTime": "now"}
                 if exclude:
                     have = client.hostnames(excluded) if excluded and excluded != "(null)" else []
@@ -194,9 +210,27 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
                           f"({' '.join(f'{k}={v}' for k, v in fields.items())}) "
                           f"{time.monotonic() - started:.1f} s after this watcher started", flush=True)
                 except SlurmctlError as exc:
-                    print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
+                    if exc.message != said:  # the same refusal again is no news
+                        print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
+                        said = exc.message
+                    if refusal_is_final(exc.message):
+                        print(f"slurmctl: job {job}: Slurm refuses this for good; leaving the requeue wait "
+                              "to Slurm", flush=True)
+                        break
+                    backoff = min(max(backoff * 2, 1.0), _EXPEDITE_MAX_BACKOFF_SECONDS)
+                    retry_at = time.monotonic() + backoff
         time.sleep(poll)
     return 0 if done else 1
+
+
+# scontrol's words for a refusal that asking again cannot change: not the owner, no such job, done.
+_FINAL_REFUSALS = ("invalid user id", "access/permission denied", "permission denied", "invalid job id",
+                   "already completing or completed", "job has already finished")
+_EXPEDITE_MAX_BACKOFF_SECONDS = 30.0
+
+
+def refusal_is_final(message: str) -> bool:
+    return any(words in message.lower() for words in _FINAL_REFUSALS)
 
 
 def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
@@ -539,12 +573,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--job", default=None)
     parser.add_argument("--exclude", default="")
+    parser.add_argument("--limit", type=float, default=_EXPEDITE_LIMIT_SECONDS)
     args = parser.parse_args(argv)
     if args.event == "expedite-requeue":
         exclude = [n for n in args.exclude.split(",") if n]
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude)
+        return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude,
+                                limit=min(args.limit, _EXPEDITE_LIMIT_SECONDS))
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
     if not run_dir:
         print("slurmctl: SLURMCTL_RUN_DIR is not set; not inside a slurmctl job", file=sys.stderr)

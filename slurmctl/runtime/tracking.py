@@ -41,6 +41,7 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
 from slurmctl.fsutil import read_jsonl, tail_jsonl
+from slurmctl.sockowner import is_loopback, listener_uid
 
 ATTEMPT_TAG = "slurmctl.attempt"
 RUN_ID_TAG = "slurmctl.run_id"
@@ -53,6 +54,11 @@ WANDB_FLUSH_SECONDS = 1.0  # how often W&B's writer puts records into the run fi
 
 
 REST_TIMEOUT_SECONDS = 15
+# The account the site's MLflow server runs as (site.yaml tracking.mlflow_server_user; the job script
+# exports it). A loopback port is anyone's to take while the server is down: a login goes to a loopback
+# URI only when the kernel says this account holds the port.
+SERVER_USER_ENV = "SLURMCTL_MLFLOW_SERVER_USER"
+DEFAULT_SERVER_USER = "slurmctl-mlflow"
 # The login MLflow's client reads from the environment (basic auth); the job script exports both from
 # the user's 0600 credentials file at job start (site.yaml tracking.mlflow_credentials).
 LOGIN_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
@@ -61,7 +67,50 @@ LOGIN_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 class MlflowError(Exception):
     def __init__(self, status: int, code: str, message: str):
         super().__init__(f"HTTP {status} {code}: {message}")
-        self.status, self.code = status, code
+        self.status, self.code, self.message = status, code, message
+
+
+class UntrustedServer(Exception):
+    """The tracking URI is on this machine but its port is not held by the server's account."""
+
+
+def check_server_owner(uri: str | None, server_user: str | None) -> None:
+    """Raise UntrustedServer unless a loopback `uri`'s port is held by `server_user` (in the kernel's
+    view: the owner of the listening socket). A URI on another machine is not checked here: that is
+    the network's and TLS's business. No `server_user`: the site turned the check off."""
+    import pwd
+    import urllib.parse
+
+    if not uri or not server_user:
+        return
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.hostname or not is_loopback(parts.hostname):
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        expected = pwd.getpwnam(server_user).pw_uid
+    except KeyError:
+        raise UntrustedServer(f"the MLflow server account `{server_user}` (site.yaml tracking.mlflow_server_user) "
+                              "does not exist on this machine; no login was sent.") from None
+    address = parts.hostname if parts.hostname[0].isdigit() or ":" in parts.hostname else "127.0.0.1"  # localhost
+    holder = listener_uid(address, port)
+    if holder == expected:
+        return
+    if holder is None:
+        raise UntrustedServer(f"nothing listens on {parts.hostname}:{port} (the MLflow server at {uri} is down); "
+                              "no login was sent.")
+    try:
+        who = pwd.getpwuid(holder).pw_name
+    except KeyError:
+        who = f"uid {holder}"
+    raise UntrustedServer(f"{parts.hostname}:{port} is held by `{who}`, not by the MLflow server's account "
+                          f"`{server_user}` (site.yaml tracking.mlflow_server_user): another process took the "
+                          "server's port; your MLflow login was not sent to it.")
+
+
+def server_user_from_env(env=None) -> str | None:
+    env = os.environ if env is None else env
+    return env.get(SERVER_USER_ENV, DEFAULT_SERVER_USER) or None
 
 
 def login_from_env(env=None) -> tuple[str, str] | None:
@@ -85,9 +134,9 @@ def login_from_file(path: str | Path | None) -> tuple[str, str] | None:
 
 
 def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, query: dict | None = None,
-                login: tuple[str, str] | None = None) -> dict:
+                login: tuple[str, str] | None = None, server_user: str | None = DEFAULT_SERVER_USER) -> dict:
     """One MLflow REST call (as `login`, HTTP basic auth); the JSON answer, or MlflowError with MLflow's
-    error_code."""
+    error_code. A login goes to a loopback URI only when `server_user` holds its port (UntrustedServer)."""
     import base64
     import urllib.error  # here: read commands import this package; urllib.request costs ~50 ms
     import urllib.parse
@@ -97,6 +146,7 @@ def mlflow_call(uri: str, method: str, endpoint: str, body: dict | None = None, 
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"}
     if login:
+        check_server_owner(uri, server_user)
         headers["Authorization"] = "Basic " + base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode()
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
@@ -154,8 +204,16 @@ class TrackerBridge:
         return None
 
     # --- the trackers ----------------------------------------------------------------------------
+    def _check_server(self) -> None:
+        """Before MLflow's client sends the login from the environment: the loopback port must still be the
+        server's (it may have gone down and someone else taken it since the last step)."""
+        if login_from_env(self.env):
+            check_server_owner(self.env.get("MLFLOW_TRACKING_URI"), server_user_from_env(self.env))
+
     def _start_mlflow(self) -> None:
         from mlflow.tracking import MlflowClient
+
+        self._check_server()
 
         self._client = MlflowClient(self.env.get("MLFLOW_TRACKING_URI"))
         run_id = self.env["MLFLOW_RUN_ID"]
@@ -200,6 +258,7 @@ class TrackerBridge:
                 from mlflow.entities import Metric
 
                 now = int(time.time() * 1000)
+                self._check_server()
                 self._client.log_batch(self.env["MLFLOW_RUN_ID"],
                                        metrics=[Metric(k, v, now, step) for k, v in named.items()])
             else:
@@ -233,13 +292,14 @@ def end_mlflow_run(run_dir: Path, env=None, *, only_running: bool = False) -> st
     ends = [e for e in read_jsonl(Path(run_dir) / rundir.ATTEMPTS) if e.get("event") == "end"]
     if not uri or not run_id or not ends or ends[-1].get("action") != "stop":
         return None
-    if only_running and mlflow_call(uri, "GET", "runs/get", query={"run_id": run_id}, login=login_from_env(env))[
-            "run"]["info"].get("status") != "RUNNING":
+    login, server_user = login_from_env(env), server_user_from_env(env)
+    if only_running and mlflow_call(uri, "GET", "runs/get", query={"run_id": run_id}, login=login,
+                                    server_user=server_user)["run"]["info"].get("status") != "RUNNING":
         return None
     status = _MLFLOW_STATUS.get(ends[-1].get("outcome"), "FAILED")
     mlflow_call(uri, "POST", "runs/update", {"run_id": run_id, "status": status,
                                              "end_time": int(float(ends[-1].get("time") or time.time()) * 1000)},
-                login=login_from_env(env))
+                login=login, server_user=server_user)
     return status
 
 
@@ -253,8 +313,10 @@ def killed_run_env(run_dir: Path) -> dict[str, str]:
         return {}
     from slurmctl.config.models import load_site_config  # why: only the epilog's child after a kill reads it
 
-    login = login_from_file(load_site_config().tracking.mlflow_credentials)
+    site = load_site_config()
+    login = login_from_file(site.tracking.mlflow_credentials)
     return {"MLFLOW_TRACKING_URI": str(data["uri"]), "MLFLOW_RUN_ID": str(data["run_id"]),
+            SERVER_USER_ENV: site.tracking.mlflow_server_user or "",
             **(dict(zip(LOGIN_KEYS, login, strict=True)) if login else {})}
 
 
@@ -276,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(args) == 3:
             env = killed_run_env(Path(run_dir))
         status = end_mlflow_run(Path(run_dir), env, only_running=len(args) == 3)
-    except (OSError, ValueError, KeyError, MlflowError, SlurmctlError) as exc:
+    except (OSError, ValueError, KeyError, MlflowError, UntrustedServer, SlurmctlError) as exc:
         print(f"slurmctl: could not mark the MLflow run ended: {exc}", file=sys.stderr)
         return 0
     if status:

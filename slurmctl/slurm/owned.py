@@ -70,13 +70,7 @@ def _owner_uid(client, job_id: int) -> int | None:
 def owned_job_id(client, job_id: int, uid: int | None = None) -> int:
     """`job_id` when Slurm knows it and it is the caller's; RunNotFound / RunNotOwned otherwise."""
     uid = os.geteuid() if uid is None else uid
-    owner = _owner_uid(client, job_id)
-    if owner is None:
-        raise RunNotFound(f"Slurm knows no job {job_id} (neither the queue nor accounting).",
-                          "Check the id with `squeue --me` or `sacct`; `slurmctl ls` lists your runs and jobs.")
-    if owner != uid:
-        raise RunNotOwned(f"job {job_id} is not yours.",
-                          "slurmctl only shows and acts on your own jobs; `slurmctl ls` lists them.")
+    _check_owner(job_id, _owner_uid(client, job_id), uid)
     return job_id
 
 

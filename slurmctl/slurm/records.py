@@ -195,6 +195,9 @@ class NodeInfo:
     state: str = ""
 
 
+_DOWN_OR_FAILED = frozenset({"down", "fail", "failing", "not_responding", "no_respond"})
+
+
 @dataclass(frozen=True)
 class NodeHealthRow:
     """One node as `slurmctl nodes` and the health agent see it: state and who drained it why."""
@@ -209,6 +212,15 @@ class NodeHealthRow:
     @property
     def drained(self) -> bool:
         return "drain" in self.state.split("+")
+
+    @property
+    def down_or_failed(self) -> bool:
+        """DOWN, FAIL or not responding (IDLE*): an operator's or slurmctld's verdict, never a drain of ours."""
+        return any(flag.endswith("*") or flag in _DOWN_OR_FAILED for flag in self.state.split("+"))
+
+    @property
+    def out_of_service(self) -> bool:
+        return self.drained or self.down_or_failed
 
 
 @dataclass

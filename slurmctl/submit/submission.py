@@ -116,6 +116,7 @@ def sbatch_context(spec: RunSpec, site: SiteConfig, run_id: str, run_dir: Path, 
         "tracking": spec.tracking,
         "notify": effective_notify(spec) is not None,
         "tracking_uri": site.tracking.mlflow_uri or "",
+        "mlflow_server_user": site.tracking.mlflow_server_user or "",
         "wandb_mode": site.tracking.wandb_mode or "",
         "tracked_run_id": (tracked or {}).get("run_id", "") if (tracked or {}).get("backend") == "mlflow" else "",
         # the job exports the MLflow login from this file at start (never written into the script)

@@ -16,16 +16,28 @@ Every call carries the submitting user's MLflow login (HTTP basic auth) from the
 (site.yaml ``tracking.mlflow_credentials``; deploy/local/mlflow-up writes it). On a server with
 MLflow's authentication the creator of an experiment or run is its only manager and other users get
 no access; so the default experiment is per user (``slurmctl-<user>``), and a ``tracking.project``
-another user already owns is refused with a clear error.
+is used only if the submitting user created it: the server tags every experiment with its creator
+(``slurmctl.creator``, slurmctl/ops/mlflow_server.py), and an experiment another user created is
+refused even when that user granted access to it (else anyone could create a colleague's next project
+name, grant them EDIT, and read every run filed there). The login goes to a loopback server only when
+the kernel says the server's account holds the port (runtime/tracking.py check_server_owner).
 """
 
 from __future__ import annotations
 
 from slurmctl.errors import ConfigError, PreflightError
-from slurmctl.runtime.tracking import RUN_ID_TAG, SWEEP_TAG, MlflowError, login_from_file, mlflow_call
+from slurmctl.runtime.tracking import (
+    RUN_ID_TAG,
+    SWEEP_TAG,
+    MlflowError,
+    UntrustedServer,
+    login_from_file,
+    mlflow_call,
+)
 
 PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_EXPERIMENT = "slurmctl-{user}"
+CREATOR_TAG = "slurmctl.creator"  # set by the server (slurmctl/ops/mlflow_server.py), never by a client
 
 
 def mlflow_uri(spec, site) -> str | None:
@@ -51,31 +63,58 @@ def mlflow_login(site) -> tuple[str, str] | None:
                           exc.hint) from None
 
 
-def _experiment_id(uri: str, name: str, login) -> str:
+def _not_yours(name: str) -> ConfigError:
+    return ConfigError(f"the MLflow experiment `{name}` (run.yaml tracking.project) was created by another user: "
+                       "runs are filed only into an experiment you created yourself (its creator can read and "
+                       "delete everything in it, whatever access they gave you); nothing was submitted.",
+                       "Choose another tracking.project that nobody uses yet (or leave it out: your own "
+                       "experiment slurmctl-<you> is used); to share a run, create the experiment yourself "
+                       "and grant your colleagues READ on it.")
+
+
+def owns_experiment(experiment: dict, name: str, user: str) -> bool:
+    """Whether `user` created `experiment` (MLflow's get-by-name answer): the server's creator tag. An
+    experiment from before the server set it counts as the user's only if it is their reserved default
+    (slurmctl-<user>, which the server lets no one else create)."""
+    tags = {t.get("key"): t.get("value") for t in experiment.get("tags") or [] if isinstance(t, dict)}
+    if CREATOR_TAG in tags:
+        return tags[CREATOR_TAG] == user
+    return name == DEFAULT_EXPERIMENT.format(user=user)
+
+
+def _experiment_id(uri: str, name: str, login, server_user: str | None = None) -> str:
     def lookup() -> str | None:
         try:
-            return mlflow_call(uri, "GET", "experiments/get-by-name", query={"experiment_name": name},
-                               login=login)["experiment"]["experiment_id"]
+            experiment = mlflow_call(uri, "GET", "experiments/get-by-name", query={"experiment_name": name},
+                                     login=login, server_user=server_user)["experiment"]
         except MlflowError as exc:
             if exc.code == "RESOURCE_DOES_NOT_EXIST":
                 return None
-            if exc.status == 403:
-                raise ConfigError(f"the MLflow experiment `{name}` (run.yaml tracking.project) belongs to another "
-                                  "user: you may not add runs to it; nothing was submitted.",
-                                  "Choose another tracking.project (or leave it out: your own experiment "
-                                  "slurmctl-<you> is used), or ask its owner to give you EDIT on it.") from None
+            if exc.status == 403:  # a server that answers a foreign experiment with 403
+                raise _not_yours(name) from None
             raise
+        if login and not owns_experiment(experiment, name, login[0]):
+            raise _not_yours(name)
+        return experiment["experiment_id"]
 
     found = lookup()
     if found is not None:
         return found
     try:
-        return mlflow_call(uri, "POST", "experiments/create", {"name": name}, login=login)["experiment_id"]
-    except MlflowError as exc:  # another submit created it in between: use theirs
-        found = lookup() if exc.code == "RESOURCE_ALREADY_EXISTS" else None
-        if found is None:
+        return mlflow_call(uri, "POST", "experiments/create", {"name": name}, login=login,
+                           server_user=server_user)["experiment_id"]
+    except MlflowError as exc:
+        if exc.status == 403:  # a name the server reserves for someone else (slurmctl-<user>)
+            raise ConfigError(f"the MLflow server refused to create the experiment `{name}` (run.yaml "
+                              f"tracking.project): {exc.message} Nothing was submitted.",
+                              "Choose another tracking.project, or leave it out: your own experiment "
+                              "slurmctl-<you> is used.") from None
+        if exc.code != "RESOURCE_ALREADY_EXISTS":
             raise
-        return found
+    found = lookup()  # another submit of yours created it in between; or it is someone else's
+    if found is None:
+        raise _not_yours(name)
+    return found
 
 
 def run_url(uri: str, experiment_id: str, run_id: str) -> str:
@@ -92,9 +131,10 @@ def create_tracked_run(spec, site, run_id: str, *, parent: dict | None = None, s
     import time
 
     login = mlflow_login(site)
+    server_user = site.tracking.mlflow_server_user
     try:
         experiment = parent["experiment_id"] if parent else _experiment_id(
-            uri, spec.tracking.project or DEFAULT_EXPERIMENT.format(user=user or "user"), login)
+            uri, spec.tracking.project or DEFAULT_EXPERIMENT.format(user=user or "user"), login, server_user)
         tags = {RUN_ID_TAG: run_id, "mlflow.user": user, "mlflow.runName": run_id}
         if sweep_id:
             tags[SWEEP_TAG] = sweep_id
@@ -102,8 +142,12 @@ def create_tracked_run(spec, site, run_id: str, *, parent: dict | None = None, s
             tags[PARENT_TAG] = parent["run_id"]
         created = mlflow_call(uri, "POST", "runs/create", {
             "experiment_id": experiment, "run_name": run_id, "start_time": int(time.time() * 1000),
-            "tags": [{"key": k, "value": v} for k, v in tags.items()]}, login=login)
+            "tags": [{"key": k, "value": v} for k, v in tags.items()]}, login=login, server_user=server_user)
         mlflow_run_id = created["run"]["info"]["run_id"]
+    except UntrustedServer as exc:
+        raise ConfigError(f"{exc} Nothing was submitted.",
+                          "Ask the platform team to start the tracking server (deploy/local/mlflow-up), or set "
+                          "tracking.backend to none for now.") from None
     except MlflowError as exc:
         if exc.status != 401:
             raise _not_created(uri, exc) from None
@@ -139,6 +183,7 @@ def forget_tracked_run(record: dict | None, site) -> None:
     if not record or record.get("backend") != "mlflow":
         return
     try:
-        mlflow_call(record["uri"], "POST", "runs/delete", {"run_id": record["run_id"]}, login=mlflow_login(site))
-    except (OSError, ValueError, MlflowError, ConfigError):  # the server may be what failed
+        mlflow_call(record["uri"], "POST", "runs/delete", {"run_id": record["run_id"]}, login=mlflow_login(site),
+                    server_user=site.tracking.mlflow_server_user)
+    except (OSError, ValueError, MlflowError, UntrustedServer, ConfigError):  # the server may be what failed
         pass

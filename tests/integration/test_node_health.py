@@ -6,7 +6,7 @@ the shared cluster is never drained or reconfigured), with our Prolog and Health
   placed on: the prolog drains it with our prefix, the job is requeued (not held: nohold_on_prolog_fail)
   and completes on another node; a fault injected on an idle node drains it within two check intervals
 - a node an operator drained with reason "maint" (a fault injected there too) keeps its reason,
-  who set it and when, over 10 check intervals
+  who set it and when, over 10 check intervals; one they set to FAIL stays FAIL with their reason
 - the fault cleared: the node returns only after the verification job (root's, in a reservation of
   that node) has passed; a verification that fails keeps it drained, the evidence in the reason
 - prolog wall time over 100 jobs, measured as whole processes (benchmarks/results/node_health_prolog.txt)
@@ -299,6 +299,22 @@ def test_a_pending_verification_keeps_the_node_fenced_yields_to_maint_and_fails_
     finally:
         c.run(["scontrol", "update", "partitionname=main", "state=up"])
         c.run(["scontrol", "update", "nodename=hn4", "state=resume"])  # in service for the tests after this
+
+
+def test_an_operators_fail_is_never_taken_over(cluster):
+    """`state=fail` makes our slurmd check fail on that node: still the operator's, not our drain to
+    verify and resume (the node stays FAIL with their reason, user and time over 3 intervals)."""
+    c = cluster
+    assert c.run(["scontrol", "update", "nodename=hn2", "state=fail", "reason=maint-fail"]).returncode == 0
+    try:
+        failed = node(c, "hn2")
+        assert "fail" in failed["state"].split("+") and failed["reason"] == "maint-fail", failed
+        time.sleep(3 * INTERVAL + 1)
+        kept = node(c, "hn2")
+        assert {k: kept[k] for k in ("reason", "user", "time")} == {k: failed[k] for k in ("reason", "user", "time")}
+        assert "fail" in kept["state"].split("+") and not reservation(c, "slurmctl-verify-hn2"), (kept, story(c))
+    finally:
+        c.run(["scontrol", "update", "nodename=hn2", "state=resume"])
 
 
 def test_prolog_p99_under_a_second_over_100_jobs(cluster):

@@ -333,3 +333,62 @@ def test_bobs_mount_with_from_in_a_form_body_never_reaches_alices_blob(registry)
     print(f"\nbob's mounts of alice's blob with from= in the body: {answers}")
     assert [a for a in answers if a["alices"] or a["read"] != 404 or a["mount"] != 400] == [], answers
     assert _skopeo("alice", pw["alice"], "copy", "-q", f"oci:{image}:latest", f"{at}/alice/demo:2").returncode == 0
+
+
+# --- images-up never sends a login to a port someone else holds -----------------------------------
+
+# bob's stand-in registry: answers /v2/ with 401 (all images-up used to check) and writes down every
+# Authorization header it is sent.
+SQUATTER = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, seen = int(sys.argv[1]), sys.argv[2]
+class Squat(BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(seen, "a") as out:
+            out.write(f"{self.command} {self.path} {self.headers.get('Authorization')}\n")
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="bob"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_HEAD = do_PUT = do_POST = do_PATCH = do_GET
+    def log_message(self, *args):
+        pass
+HTTPServer(("127.0.0.1", port), Squat).serve_forever()
+"""
+
+
+def test_images_up_refuses_a_registry_port_bob_holds_and_sends_him_no_login():
+    """Before: images-up took any 401 on /v2/ for its registry, then pushed the base image there with
+    the robot's login. Now it checks the listener's owner (the kernel's record) first."""
+    from slurmctl.sockowner import listener_uid
+
+    bob = as_user("bob")
+    state = Path(tempfile.mkdtemp(prefix="slurmctl-images-squat-"))
+    port, auth_port = _free_port(), _free_port()
+    seen = bob.make_dir("registry-squat") / "seen.txt"
+    squatter = subprocess.Popen(bob.argv([sys.executable, "-c", SQUATTER, str(port), str(seen)]),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {**os.environ, "SLURMCTL_LOCAL_DIR": str(state), "SLURMCTL_LOCAL_REGISTRY_PORT": str(port),
+           "SLURMCTL_LOCAL_AUTH_REGISTRY_PORT": str(auth_port), "SLURMCTL_PYTHON": sys.executable}
+    try:
+        deadline = time.monotonic() + 30
+        while listener_uid("127.0.0.1", port) != bob.uid:
+            assert time.monotonic() < deadline, "bob's stand-in registry did not start"
+            time.sleep(0.2)
+        try:
+            up = subprocess.run([str(REPO / "deploy" / "local" / "images-up")], env=env, capture_output=True,
+                                text=True, timeout=240)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"images-up went on past bob's port:\n{exc.stdout}") from None
+        assert up.returncode != 0, up.stdout + up.stderr
+        assert f"127.0.0.1:{port} is held by bob (uid {bob.uid}), not by root" in up.stderr, up.stderr
+        assert "debootstrap" not in up.stdout and "pushing" not in up.stdout, up.stdout
+        assert "Basic" not in (seen.read_text() if seen.exists() else ""), seen.read_text()
+    finally:
+        subprocess.run([str(REPO / "deploy" / "local" / "images-down"), "--purge"], env=env,
+                       capture_output=True, timeout=120)
+        os.killpg(squatter.pid, 15)
+        squatter.wait(timeout=30)
+        shutil.rmtree(seen.parent, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)

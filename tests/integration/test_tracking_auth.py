@@ -211,8 +211,8 @@ def test_carol_reads_writes_and_deletes_her_own_run(server, carols_run):
 
 def test_bobs_submit_into_carols_experiment_is_refused_and_his_own_works(server, carols_run):
     refused = create(server, "bob", "bob-run-1", "slurmctl-carol")
-    assert "`slurmctl-carol` (run.yaml tracking.project) belongs to another user" in refused["error"], refused
-    assert "nothing was submitted" in refused["error"]
+    assert "`slurmctl-carol` (run.yaml tracking.project)" in refused["error"], refused
+    assert "reserved for the user `carol`" in refused["error"] and "Nothing was submitted" in refused["error"]
     own = create(server, "bob", "bob-run-2")
     assert own["backend"] == "mlflow" and own["experiment_id"] != carols_run["experiment_id"]
 
@@ -330,3 +330,123 @@ def test_nobody_takes_another_users_personal_experiment_name(server):
     assert squat[0][0] == 403 and "reserved for the user `alice`" in squat[0][1], squat
     own = create(server, "bob", "bob-run-3")
     assert own["backend"] == "mlflow", own
+
+
+def test_a_project_bob_created_and_shared_with_carol_does_not_take_her_runs(server):
+    """bob creates carol's next project name and grants her EDIT (MLflow 3's grant API, which answers an
+    owner): before, her submit filed its run into his experiment, where he read and deleted it."""
+    made = calls(server, "bob", [{"method": "POST", "path": "/api/2.0/mlflow/experiments/create",
+                                  "body": {"name": "carols-next-project"}}])
+    experiment = json.loads(made[0][1])["experiment_id"]
+    granted = calls(server, "bob", [
+        {"method": "POST", "path": "/api/3.0/mlflow/users/permissions/grant",
+         "body": {"username": "carol", "resource_type": "experiment", "resource_id": experiment,
+                  "permission": "MANAGE"}},
+        {"method": "POST", "path": "/api/2.0/mlflow/experiments/set-experiment-tag",
+         "body": {"experiment_id": experiment, "key": "slurmctl.creator", "value": "carol"}}])
+    assert granted[0][0] == 200 and granted[1][0] == 403, granted  # the grant works; the creator tag is the server's
+    refused = create(server, "carol", "carol-hijack-1", "carols-next-project")
+    assert "`carols-next-project` (run.yaml tracking.project) was created by another user" in \
+        refused.get("error", ""), refused
+    assert "nothing was submitted" in refused["error"]
+    (runs,) = calls(server, "bob", [{"method": "POST", "path": "/api/2.0/mlflow/runs/search",
+                                     "body": {"experiment_ids": [experiment]}}])
+    assert json.loads(runs[1]).get("runs") is None, runs
+    # her own project still works, and the server recorded her as its creator
+    own = create(server, "carol", "carol-own-1", "carols-own-project")
+    assert own["backend"] == "mlflow", own
+    (got,) = calls(server, "carol", [{"method": "GET",
+                                      "path": f"/api/2.0/mlflow/experiments/get?experiment_id={own['experiment_id']}"}])
+    assert {"key": "slurmctl.creator", "value": "carol"} in json.loads(got[1])["experiment"]["tags"], got
+
+
+def test_a_foreign_experiment_name_looks_missing(server, carols_run):
+    lookups = calls(server, "bob", [
+        {"method": "GET", "path": "/api/2.0/mlflow/experiments/get-by-name?experiment_name=slurmctl-carol"},
+        {"method": "GET", "path": "/api/2.0/mlflow/experiments/get-by-name?experiment_name=slurmctl-nobody"}])
+    assert lookups[0][0] == lookups[1][0] == 404, lookups
+    assert lookups[0][1].replace("slurmctl-carol", "X") == lookups[1][1].replace("slurmctl-nobody", "X"), lookups
+
+
+def test_routes_the_platform_does_not_use_are_refused_and_sources_stay_on_the_server(server):
+    answers = calls(server, "bob", [
+        {"method": "GET", "path": "/ajax-api/3.0/mlflow/gateway/supported-models"},
+        {"method": "POST", "path": "/api/3.0/mlflow/gateway/endpoints/create", "body": {"name": "x"}},
+        {"method": "POST", "path": "/gateway/x/mlflow/invocations", "body": {}},
+        {"method": "POST", "path": "/api/3.0/mlflow/scorers/register", "body": {}},
+        {"method": "POST", "path": "/api/2.0/mlflow/registered-models/create", "body": {"name": "bobs-model"}},
+        {"method": "POST", "path": "/api/2.0/mlflow/model-versions/create",
+         "body": {"name": "bobs-model", "source": "s3://bucket/model"}},
+        {"method": "POST", "path": "/api/2.0/mlflow/model-versions/create",
+         "body": {"name": "bobs-model", "source": "gs://bucket/model"}}])
+    assert [a[0] for a in answers] == [404, 404, 404, 404, 200, 400, 400], answers
+
+
+# As alice: register a prompt through MLflow's own client (argv: tracking URI).
+PROMPT = r'''
+import sys, mlflow
+mlflow.set_tracking_uri(sys.argv[1])
+version = mlflow.genai.register_prompt(name="carols-prompt", template="Summarise {{text}}.")
+print(mlflow.genai.load_prompt(f"prompts:/carols-prompt/{version.version}").template)
+'''
+
+
+def test_a_prompt_registers(server):
+    cred = Path(User("carol").home, credentials_name(server["state"]))
+    from slurmctl.runtime.secrets import parse_secrets_file
+
+    out = User("carol").run([os.sys.executable, "-c", PROMPT, server["uri"]], timeout=180,
+                            env={"PYTHONPATH": str(REPO), **parse_secrets_file(cred)})
+    assert out.returncode == 0 and "Summarise {{text}}." in out.stdout, out.stderr[-2000:]
+
+
+# As bob: a server of his own on a free loopback port that records every Authorization header (argv: file).
+SQUATTER = r'''
+import http.server, socket, sys
+seen = open(sys.argv[1], "a")
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        seen.write(repr(self.headers.get("Authorization")) + "\n"); seen.flush()
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"OK")
+    do_GET = do_POST = do_PATCH = answer
+    def log_message(self, *a): pass
+server = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+'''
+
+
+def test_a_squatter_on_the_port_gets_no_login(server, tmp_path):
+    """bob holds a loopback port first: mlflow-up (the admin's and every user's password) and carol's submit
+    refuse to send him anything. Before, mlflow-up took his /health answer for its server's."""
+    import subprocess
+
+    from .tracking_services import credentials_name as name_of
+
+    seen = Path(f"/tmp/slurmctl-squat-{os.getpid()}.log")
+    seen.write_text("")
+    seen.chmod(0o666)
+    squatter = subprocess.Popen(User("bob").argv([os.sys.executable, "-c", SQUATTER, str(seen)]),
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(squatter.stdout.readline())
+        state = tmp_path / "state"
+        state.mkdir()
+        out = subprocess.run([str(REPO / "deploy/local/mlflow-up"), str(state), str(port), "carol"],
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "SLURMCTL_MLFLOW": str(Path(os.sys.executable).parent / "mlflow"),
+                                  "SLURMCTL_MLFLOW_CREDENTIALS_NAME": name_of(state)})
+        assert out.returncode != 0 and f"127.0.0.1:{port} is held by bob" in out.stderr, out.stderr
+        site = Path(server["site"]).read_text().replace(server["uri"], f"http://127.0.0.1:{port}")
+        squat_site = Path(server["site"]).with_name("squat-site.yaml")
+        squat_site.write_text(site)
+        squat_site.chmod(0o644)
+        refused = create({**server, "site": squat_site}, "carol", "carol-squat-1")
+        assert "is held by `bob`, not by the MLflow server's account" in refused.get("error", ""), refused
+        assert seen.read_text() == "", seen.read_text()  # nothing at all reached bob's server
+    finally:
+        squatter.kill()
+        squatter.wait()
+        seen.unlink()
+        Path(server["site"]).with_name("squat-site.yaml").unlink(missing_ok=True)
+        Path(User("carol").home, name_of(tmp_path / "state")).unlink(missing_ok=True)  # had the old code written it

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -174,6 +175,44 @@ def test_the_slurm_db_secret_is_generated_root_only_and_not_in_the_repository():
     bob_slurm = _mariadb(as_user("bob"), "--protocol=tcp", "-h127.0.0.1",
                          f"-P{os.environ.get('SLURMCTL_LOCAL_DB_PORT', '3316')}", "-uslurm", "-pslurmctl-local")
     assert bob_slurm.returncode != 0, "the old fixed password still opens the slurm account"
+
+
+def test_a_test_clusters_throwaway_database_is_not_bobs():
+    """The throwaway cluster the integration tests start beside the shared one (throwaway_slurm.py) runs
+    on the same machine, for minutes. Before: mariadbd ran as root with DB root passwordless over TCP and
+    a 0777 socket, and the slurm password `throwaway` was in the repository; bob logged in as DB root and
+    wrote a root-owned file into /root with SELECT ... INTO OUTFILE."""
+    from .throwaway_slurm import ThrowawayCluster
+
+    bob = as_user("bob")
+    cluster = ThrowawayCluster("dblock")
+    try:
+        cluster.write("SelectType=select/cons_tres\n", {})
+        cluster.start()  # mariadbd, then slurmdbd on it: the cluster's accounting still works
+        tcp = ["--protocol=tcp", "-h127.0.0.1", f"-P{cluster.db_port}"]
+        proof = f"/root/slurmctl-dblock-{uuid.uuid4().hex[:8]}"
+        for who in (["-uroot"], ["-uroot", "-p"], ["-uslurm", "-pthrowaway"], ["-u", ""], ["-umysql"]):
+            login = _mariadb(bob, *tcp, *who)
+            assert login.returncode != 0 and "Access denied" in login.stderr, (who, login)
+            outfile = bob.run(["mariadb", "--no-defaults", "--connect-timeout=5", *tcp, *who, "-e",
+                               f"SELECT 'bob' INTO OUTFILE '{proof}'"], timeout=30)
+            assert outfile.returncode != 0, (who, outfile)
+        over_socket = _mariadb(bob, "--protocol=socket", f"--socket={cluster.db_socket}", "-uroot")
+        assert over_socket.returncode != 0 and "' (13)" in over_socket.stderr, over_socket  # EACCES
+        # Nothing runs as root, and not even DB root, nor slurmdbd's account, writes outside its own files.
+        uid = int(next(line.split()[1] for line in Path(f"/proc/{cluster.mariadbd.pid}/status").read_text()
+                       .splitlines() if line.startswith("Uid:")))
+        assert uid == pwd.getpwnam("mysql").pw_uid
+        assert "secure_file_priv" in cluster.sql(f"SELECT 'root' INTO OUTFILE '{proof}'").stderr.replace("-", "_")
+        slurm_account = ROOT.run(["mariadb", "--no-defaults", *tcp, "-uslurm", f"-p{cluster.db_password}", "-e",
+                                  f"SELECT 'slurm' INTO OUTFILE '{proof}'"], timeout=30)
+        assert slurm_account.returncode != 0 and "Access denied" in slurm_account.stderr, slurm_account
+        assert not Path(proof).exists()
+        tracked = subprocess.run(["git", "-C", str(REPO), "grep", "-l", "-F", cluster.db_password],
+                                 capture_output=True, text=True)
+        assert tracked.stdout == "", tracked.stdout
+    finally:
+        cluster.close()
 
 
 # --- the operators' ledger ----------------------------------------------------------------------

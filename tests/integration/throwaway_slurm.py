@@ -4,11 +4,19 @@ For tests that must run production's Slurm configuration (deploy/slurm/*.conf, a
 real daemons without touching the shared local cluster: own state directory, own ports, own
 cluster name; only the machine's munged is shared (a client of its default socket). Everything it
 starts is stopped by `close()`, by pid, and the directory is removed.
+
+Its MariaDB runs on the machine every user shares, for minutes per test, so it is set up as the
+deployment's (deploy/local/up) and tighter: mariadbd runs as the `mysql` account, never root; DB root
+is `unix_socket` only (the connecting process must BE root); the socket sits in a directory only
+`mysql` can enter; TCP is bound to loopback for slurmdbd, whose account has a password made for this
+cluster alone; `secure_file_priv` confines SELECT ... INTO OUTFILE and LOAD_FILE to a private directory.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -44,6 +52,10 @@ class ThrowawayCluster:
         for sub in ("db", "run", "log", "state", "jobs"):
             (self.dir / sub).mkdir()
         (self.dir / "jobs").chmod(0o1777)
+        # The database's own directories: the datadir, the socket's and INTO OUTFILE's, mysql's, 0700.
+        self.db_run, self.db_files = self.dir / "db-run", self.dir / "db-files"
+        self.db_socket = self.db_run / "db.sock"
+        self.db_password = secrets.token_urlsafe(24)  # slurmdbd's account: this cluster's alone
         self.conf = self.dir / "slurm.conf"
         self.db_port, self.dbd_port, self.ctld_port = free_ports(3)
         self.procs: list[subprocess.Popen] = []
@@ -91,7 +103,7 @@ class ThrowawayCluster:
             "AuthType=auth/munge", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={self.dbd_port}",
             "SlurmUser=root", f"LogFile={self.dir}/log/slurmdbd.log", f"PidFile={self.dir}/run/slurmdbd.pid",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={self.db_port}",
-            "StorageUser=slurm", "StoragePass=throwaway", "StorageLoc=slurm_acct_db", ""]))
+            "StorageUser=slurm", f"StoragePass={self.db_password}", "StorageLoc=slurm_acct_db", ""]))
         (self.dir / "slurmdbd.conf").chmod(0o600)
 
     # --- daemons ------------------------------------------------------------------------------------
@@ -111,22 +123,37 @@ class ThrowawayCluster:
         raise AssertionError(f"{what} not ready after {timeout} s:\n" + self.log(log)[-3000:])
 
     def sql(self, statement: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["mariadb", "--no-defaults", "--protocol=socket", f"--socket={self.dir}/run/db.sock",
+        """`statement` as DB root, through the socket: root's only (unix_socket authentication)."""
+        return subprocess.run(["mariadb", "--no-defaults", "--protocol=socket", f"--socket={self.db_socket}",
                                "-uroot", "-e", statement], capture_output=True, text=True, timeout=20)
 
-    def start(self) -> None:
-        install = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.dir}/db", "--user=root",
-                                  "--auth-root-authentication-method=normal", "--skip-test-db"],
+    def start_db(self) -> None:
+        mysql = pwd.getpwnam("mysql")  # the mariadb-server package's account (deploy/local/up installs it)
+        for path in (self.dir / "db", self.db_run, self.db_files):
+            path.mkdir(mode=0o700, exist_ok=True)
+            os.chown(path, mysql.pw_uid, mysql.pw_gid)
+        install = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.dir}/db", "--user=mysql",
+                                  "--auth-root-authentication-method=socket", "--skip-test-db"],
                                  capture_output=True, text=True, timeout=120)
         assert install.returncode == 0, install.stdout + install.stderr
-        self._start(["mariadbd", "--no-defaults", f"--datadir={self.dir}/db", "--user=root",
-                     "--bind-address=127.0.0.1", f"--port={self.db_port}", f"--socket={self.dir}/run/db.sock",
-                     f"--pid-file={self.dir}/run/db.pid", "--innodb-buffer-pool-size=64M", "--skip-name-resolve"],
-                    "mariadbd.log")
+        self.mariadbd = self._start(
+            ["mariadbd", "--no-defaults", f"--datadir={self.dir}/db", "--user=mysql", "--bind-address=127.0.0.1",
+             f"--port={self.db_port}", f"--socket={self.db_socket}", f"--pid-file={self.db_run}/db.pid",
+             f"--secure-file-priv={self.db_files}", "--innodb-buffer-pool-size=64M", "--skip-name-resolve"],
+            "mariadbd.log")
         self._wait("mariadbd", lambda: self.sql("SELECT 1").returncode == 0, 60, "mariadbd.log")
-        made = self.sql("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'throwaway';"
+        # As deploy/local/up: no root account but root@localhost (unix_socket), no anonymous account.
+        accounts = self.sql("SELECT CONCAT(QUOTE(user), '@', QUOTE(host)) FROM mysql.user "
+                            "WHERE (user = 'root' AND host <> 'localhost') OR user = ''")
+        assert accounts.returncode == 0, accounts.stderr
+        drops = "".join(f"DROP USER {a};" for a in accounts.stdout.splitlines()[1:])
+        made = self.sql(f"{drops}ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket;"
+                        f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{self.db_password}';"
                         "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
         assert made.returncode == 0, made.stderr
+
+    def start(self) -> None:
+        self.start_db()
         self._start(["slurmdbd", "-D"], "slurmdbd.out")  # reads slurmdbd.conf beside $SLURM_CONF
         self._wait("slurmdbd", lambda: self.run(["sacctmgr", "-n", "list", "cluster"]).returncode == 0, START_TIMEOUT,
                    "slurmdbd.log")

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmctl.ops.health import allreduce
-from slurmctl.ops.health.checks import MOMENTS, Subject, check_allreduce
+from slurmctl.ops.health import agent, allreduce
+from slurmctl.ops.health.checks import MOMENTS, SITE_CONFIG, Subject, check_allreduce, first_failure
 from slurmctl.ops.hooks.config import HookConfig
+from slurmctl.slurm.client import SlurmClient
+
+from .fakes import ReplayRunner
 
 # torchrun 2.13's stderr, two ranks, a gloo interface that does not exist (shortened in the middle)
 NOSUCH_IFACE = """\
@@ -47,13 +50,24 @@ def test_skipped_without_a_torch_python_and_part_of_verify_and_active(tmp_path):
     assert "allreduce" not in MOMENTS["prolog"] + MOMENTS["periodic"]
 
 
-def test_a_python_without_torch_fails_the_check_with_its_error(tmp_path):
-    """A real launch with the system python3, which has no torch: the check fails, saying why."""
+def test_a_python_without_torch_is_the_sites_configuration_error_never_a_drain(tmp_path, capsys):
+    """Real launches with the system python3 (no torch) and a path that does not exist: the check
+    says why, blamed on the site's setting; the active check drains nothing and says so loudly."""
     cfg = HookConfig(node="n1", gpu_map_dir=tmp_path, scratch_root=tmp_path, cost_spool=tmp_path,
                      torch_python="/usr/bin/python3", allreduce_timeout=30)
     assert Path("/usr/bin/python3").exists()
     finding = check_allreduce(Subject(cfg, moment="verify"))
-    assert finding is not None and not finding.ok
-    assert finding.detail == ("gloo all-reduce over 2 ranks failed: /usr/bin/python3: Error while finding module "
+    assert finding is not None and not finding.ok and finding.blame == SITE_CONFIG
+    assert finding.detail == ("configuration error (SLURMCTL_HEALTH_TORCH_PYTHON): /usr/bin/python3 cannot run "
+                              "torch.distributed.run: /usr/bin/python3: Error while finding module "
                               "specification for 'torch.distributed.run' (ModuleNotFoundError: No module named "
                               "'torch')"), finding
+    assert first_failure([finding]) is None
+    runner = ReplayRunner({})
+    cfg.torch_python, cfg.slurm = str(tmp_path / "no-such-python"), SlurmClient(runner)
+    outcome = agent.active(cfg)
+    assert outcome.action == "config_error" and "no-such-python" in outcome.detail, outcome
+    assert runner.calls == []  # not even a look at the node: nothing to drain
+    agent.log_outcome(cfg, {"SLURMCTL_HOOKS_LOG": str(tmp_path / "hooks.jsonl")}, "active", outcome, 0.0)
+    assert "CONFIGURATION ERROR on n1" in capsys.readouterr().err
+    assert '"action": "config_error"' in (tmp_path / "hooks.jsonl").read_text()

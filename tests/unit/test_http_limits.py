@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurmctl.ops.http_limits import peer_uid
+from slurmctl.sockowner import listener_uid, peer_uid
 
 
 @pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
@@ -42,3 +42,15 @@ def test_an_address_that_is_no_socket_here_or_not_an_address_has_no_owner():
     assert peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2)) is None
     assert peer_uid(("not an address", 1), ("127.0.0.1", 2)) is None
     assert peer_uid(("::1", 1), ("127.0.0.1", 2)) is None
+
+
+@pytest.mark.parametrize("family, host, wildcard", [(socket.AF_INET, "127.0.0.1", "0.0.0.0"),
+                                                    (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+                                                    (socket.AF_INET6, "::1", "::")])
+def test_the_owner_of_the_listener_a_port_reaches_is_found_and_a_free_port_is_nobodys(family, host, wildcard):
+    with socket.socket(family) as listener:
+        listener.bind((wildcard, 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert listener_uid(host, port) == os.getuid()
+    assert listener_uid(host, port) is None

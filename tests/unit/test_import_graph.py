@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "slurmctl"
 # Bottom first: a unit may import only units before it (and itself). The leaves import no other
 # slurmctl unit except an earlier leaf (fsutil raises errors' UnsafeFile; usercache writes with fsutil).
 LAYERS = (
-    "errors", "durations", "safe_yaml", "fsutil", "lineage", "usercache",  # leaves
+    "errors", "durations", "safe_yaml", "fsutil", "lineage", "usercache", "sockowner",  # leaves
     "config",   # site.yaml and run.yaml models, loaders, cached views, prices
     "slurm",    # the one way to Slurm
     "rundir",   # the only place that spells a run-dir file name or path

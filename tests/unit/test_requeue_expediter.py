@@ -2,7 +2,12 @@
 PENDING (BeginTime) -> RUNNING, by full argv. The real-cluster proof is
 tests/integration/test_requeue_wait.py."""
 
-from slurmctl.runtime.attempt import expedite_requeue
+import subprocess
+import sys
+import time
+
+from slurmctl.ops.hooks.epilog import EPILOG_EXPEDITER_SECONDS, expediter_env
+from slurmctl.runtime.attempt import expedite_requeue, expediter_argv
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 
@@ -59,3 +64,65 @@ def test_a_preemption_signal_starts_the_expediter_a_time_limit_signal_does_not(t
         runner = Sequence(["x"], {("squeue", "-h", "-j", "77", "-o", "%L"): left + "\n"})
         assert attempt.drain_signal(tmp_path, SlurmClient(runner)) == 0
         assert started == expected
+
+
+class Refusing(Sequence):
+    """squeue says PENDING|BeginTime; scontrol update is refused with `stderr`."""
+
+    def __init__(self, stderr: str):
+        super().__init__(["PENDING|BeginTime|\n"])
+        self.stderr = stderr
+
+    def run(self, argv, timeout=60.0):
+        if list(argv[:2]) == ["scontrol", "update"]:
+            self.calls.append(list(argv))
+            return CommandResult(tuple(argv), 1, "", self.stderr)
+        return super().run(argv, timeout)
+
+
+def test_a_refusal_that_cannot_change_ends_it_after_one_line(capsys):
+    runner = Refusing("slurm_update error: Invalid user id for job 77\n")
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=5, poll=0.01) == 1
+    assert len(updates(runner)) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and "Invalid user id" in said[0] and "for good" in said[1], said
+
+
+def test_another_refusal_is_retried_with_a_growing_wait_and_said_once(capsys):
+    runner = Refusing("slurm_update error: Requested node configuration is not available\n")
+    started = time.monotonic()
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=3.5, poll=0.01) == 1
+    assert time.monotonic() - started >= 3.4
+    assert 2 <= len(updates(runner)) <= 3  # at 0, ~1 s, ~3 s: not one per poll (350 polls)
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_the_expediter_runs_none_of_the_users_python(tmp_path):
+    """The epilog starts it as the user outside the job's cgroup: their user site-packages (.pth),
+    PYTHONPATH, PYTHONSTARTUP and current directory must not run. The real command line, run with
+    a home, PYTHONPATH and cwd that would each run the user's code under a plain `python -m`."""
+    marker = tmp_path / "ran"
+    evil = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('user code ran')\n"
+    site = tmp_path / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "evil.pth").write_text(evil.replace("\n", "") + "\n")
+    (site / "usercustomize.py").write_text(evil)
+    for where in (tmp_path / "pp", tmp_path):  # a slurmctl shadow on PYTHONPATH and in the cwd
+        (where / "slurmctl").mkdir(parents=True, exist_ok=True)
+        (where / "slurmctl" / "__init__.py").write_text(evil)
+    (tmp_path / "empty.conf").write_text("")  # squeue gives up at once (a missing file: 60 s of retries)
+    env = {**expediter_env({"SLURM_CONF": str(tmp_path / "empty.conf")}), "HOME": str(tmp_path),
+           "PYTHONPATH": str(tmp_path / "pp"), "PYTHONSTARTUP": str(site / "usercustomize.py")}
+    argv = expediter_argv(77, limit=EPILOG_EXPEDITER_SECONDS, python=sys.executable)
+    assert argv[1] == "-I" and "--limit" in argv
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr  # ran, found no job (no cluster in that SLURM_CONF)
+    assert not marker.exists()
+    assert set(expediter_env({"SLURM_CONF": "/etc/slurm/slurm.conf", "HOME": "/home/bob", "PYTHONPATH": "/x"})) \
+        == {"PATH", "LC_ALL", "HOME", "SLURM_CONF"}
+    # the hard bound: SIGALRM's default action ends it whatever it waits for
+    sleepy = argv[3].replace("from slurmctl", "import time; time.sleep(30); from slurmctl")
+    bounded = [sys.executable, "-I", "-c", sleepy, "1", *argv[5:]]
+    started = time.monotonic()
+    assert subprocess.run(bounded, env=env, cwd="/", timeout=60).returncode == -14  # SIGALRM
+    assert time.monotonic() - started < 10

@@ -59,7 +59,7 @@ def _context(**overrides) -> dict:
         "secrets_file": "/s", "checkpoint_dir": "/c", "checkpoint_interval": 10, "checkpoint_keep": 2, "umask": "077",
         "image": None, "container_runtime": "none", "enroot_image": None, "container_mounts": [],
         "container_workdir": None, "container_env": [], "podman": "podman", "mlflow_credentials_file": "",
-        "datasets": [], "stage_data": False, "wandb_mode": ""}
+        "datasets": [], "stage_data": False, "wandb_mode": "", "mlflow_server_user": "slurmctl-mlflow"}
     context.update(overrides)
     return context
 
@@ -68,6 +68,7 @@ def test_job_script_exports_the_tracked_run_and_sends_as_the_user(tmp_path):
     script = render("torchrun.sbatch.j2", _context())
     assert "export MLFLOW_RUN_ID=0123abcd\n" in script
     assert "export MLFLOW_TRACKING_URI=http://127.0.0.1:5050\n" in script
+    assert "export SLURMCTL_MLFLOW_SERVER_USER=slurmctl-mlflow\n" in script  # whose port gets the login
     assert "export MLFLOW_EXPERIMENT_NAME='exp one'\n" in script
     assert '"$PY" -m slurmctl.runtime.tracking end\n' in script
     assert '"$PY" -m slurmctl.notify started &' in script and 'timeout 60 "$PY" -m slurmctl.notify ended' in script

@@ -14,11 +14,14 @@ The life of a node we drained:
        anything else, or still pending after verify_start_seconds -> drains the node with the
                evidence (or "verify: ... without a verdict"), THEN deletes the reservation
   5. a node whose verification failed is verified again after verify_retry_seconds.
-Every drain and resume re-reads the node's reason just before it and acts only when the reason
-is ours (or there is none, for a drain): a drain whose reason is not ours (an operator's "maint",
-Slurm's "Prolog error") is never touched, not even when our own checks fail on that node. An
-operator who drains the node during our verification takes it over: we cancel our verification
-job, delete our reservation and leave their drain as it is. Slurm has no compare-and-set for a
+Every drain and resume re-reads the node just before it and acts only when the reason is ours
+(or, for a drain, the node is in service with no reason at all): a node whose reason is not ours,
+in any state (an operator's "maint" drain, `state=fail` or `state=down`, Slurm's own "Prolog
+error" or "Not responding") is never drained over, resumed or verified by us, not even when our
+own checks fail on that node (the slurmd check fails on a FAIL or DOWN node: that is the other
+party's verdict already, not ours to take over). An operator who drains, fails or downs the node
+during our verification takes it over: we cancel our verification job, delete our reservation and
+leave their state as it is. Slurm has no compare-and-set for a
 node's reason: between our re-read and our `scontrol update` (milliseconds) an operator's drain
 can still be replaced; the operator's next drain wins, and we never resume a reason not ours.
 """
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from slurmctl.errors import SlurmctlError
 from slurmctl.ops.health import blame, reasons
-from slurmctl.ops.health.checks import Finding, Subject, first_failure, run_checks
+from slurmctl.ops.health.checks import Finding, Subject, config_error, first_failure, run_checks
 from slurmctl.ops.hooks.config import HookConfig
 
 if TYPE_CHECKING:  # annotations only: the prolog imports this module and never reads a node row
@@ -48,7 +51,8 @@ _BUSY_STATES = ("allocated", "mixed", "completing")
 @dataclass
 class Outcome:
     node: str
-    action: str  # none | drained | left_alone | verify_started | verifying | verify_lost | passed | failed
+    # none | drained | left_alone | verify_started | verifying | verify_lost | passed | failed | config_error
+    action: str
     findings: list[Finding] = field(default_factory=list)
     detail: str = ""
 
@@ -71,9 +75,17 @@ def node_row(cfg: HookConfig) -> NodeHealthRow | None:
     return next((r for r in rows if r.name == cfg.node), None)
 
 
+def someone_elses(row: NodeHealthRow) -> bool:
+    """The node carries a reason not ours (any state: drain, fail, down, not responding), or is out
+    of service with no reason of ours: another party's, never drained over, resumed or verified."""
+    if reasons.is_ours(row.reason):
+        return False
+    return bool(row.reason) or row.out_of_service
+
+
 def drain(cfg: HookConfig, reason: reasons.DrainReason, row: NodeHealthRow | None = None) -> str:
-    """Drain this node with our reason unless someone else's drain is on it. Returns what happened:
-    "drained", "left_alone" (another's drain, or ours already: its first cause stays the record),
+    """Drain this node with our reason unless it is someone else's (someone_elses). Returns what
+    happened: "drained", "left_alone" (another's, or our drain already: its first cause stays the record),
     "failed". The node is read again just before the drain (`row` only saves that read when the
     caller read it a moment ago and has acted on nothing since)."""
     if cfg.slurm is None:
@@ -81,16 +93,16 @@ def drain(cfg: HookConfig, reason: reasons.DrainReason, row: NodeHealthRow | Non
     row = row if row is not None else node_row(cfg)
     if row is None:
         return "failed"
-    if row.drained:
+    if row.drained or someone_elses(row):
         return "left_alone"
     return "drained" if replace_reason(cfg, reason) else "left_alone"
 
 
 def replace_reason(cfg: HookConfig, reason: reasons.DrainReason) -> bool:
-    """Drain with `reason` after one more look at the node: over no drain or our own, never over
-    another's drain reason. False when it did not (another's, or Slurm refused)."""
+    """Drain with `reason` after one more look at the node: over no reason or our own, never over
+    another's (someone_elses). False when it did not (another's, or Slurm refused)."""
     row = node_row(cfg)
-    if row is None or (row.drained and not reasons.is_ours(row.reason)):
+    if row is None or someone_elses(row):
         return False
     try:
         cfg.slurm.drain_node(cfg.node, reason.text(), timeout=10.0)
@@ -100,12 +112,18 @@ def replace_reason(cfg: HookConfig, reason: reasons.DrainReason) -> bool:
 
 
 def resume_if_ours(cfg: HookConfig) -> bool:
-    """Resume this node only while its drain reason is still ours."""
+    """Resume this node only while it is drained with our reason and nothing else: a node Slurm
+    marked DOWN or FAIL meanwhile (keeping our reason) is Slurm's to return."""
     row = node_row(cfg)
-    if row is None or not row.drained or not reasons.is_ours(row.reason):
+    if row is None or not ours_alone(row):
         return False
     cfg.slurm.resume_node(cfg.node, timeout=10.0)
     return True
+
+
+def ours_alone(row: NodeHealthRow) -> bool:
+    """Drained with our reason, and not also down, failed or not responding."""
+    return row.drained and reasons.is_ours(row.reason) and not row.down_or_failed
 
 
 def end_verification(cfg: HookConfig) -> None:
@@ -131,9 +149,10 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return Outcome(cfg.node, "none", findings, "the controller did not describe this node")
     name = verify_name(cfg.node)
     verifying = cfg.slurm.reservation_exists(name, timeout=10.0)
-    if verifying and row.drained and not reasons.is_ours(row.reason):
-        end_verification(cfg)  # an operator took the node over during our verification: theirs now
-        return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
+    if someone_elses(row):
+        if verifying:
+            end_verification(cfg)  # an operator took the node over during our verification: theirs now
+        return Outcome(cfg.node, "left_alone", findings, f"{row.state} by someone else: {row.reason}")
     if failed is not None:
         if verifying:  # the check's own drain is the verdict: drain over our verification, then end it
             action = "drained" if replace_reason(cfg, failed.reason()) else "left_alone"
@@ -146,7 +165,7 @@ def periodic(cfg: HookConfig, now: float | None = None) -> Outcome:
         return settle_verification(cfg, row, findings, now)
     if not row.drained and (why := suspect_reason(cfg, now)) is not None:
         return Outcome(cfg.node, drain(cfg, why), findings, why.text())
-    ours = reasons.parse(row.reason) if row.drained else None
+    ours = reasons.parse(row.reason) if ours_alone(row) else None
     if ours is None:
         return Outcome(cfg.node, "none", findings)
     if any(s in row.state.split("+") for s in _BUSY_STATES):
@@ -226,8 +245,8 @@ def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Find
         if waited is None or waited < cfg.verify_start_seconds:
             return Outcome(cfg.node, "verifying", findings, f"job {max(jobs)} PENDING")
     if newest == "COMPLETED":
-        if row.drained:  # the job said pass, yet the node is drained: someone's, or ours by a later check
-            if not reasons.is_ours(row.reason):
+        if row.drained or someone_elses(row):  # the job said pass, yet the node is out: someone's, or ours
+            if someone_elses(row):
                 end_verification(cfg)
                 return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
             end_verification(cfg)
@@ -237,7 +256,7 @@ def settle_verification(cfg: HookConfig, row: NodeHealthRow, findings: list[Find
         blame.mark_passed(cfg.health_failures_dir, now if now is not None else time.time())
         return Outcome(cfg.node, "passed", findings, f"job {max(jobs)} passed; back in service")
     ours = reasons.parse(row.reason) if row.drained else None
-    if row.drained and ours is None:
+    if someone_elses(row):
         end_verification(cfg)
         return Outcome(cfg.node, "left_alone", findings, f"drained by someone else: {row.reason}")
     if ours is None or ours.check != "verify":
@@ -259,6 +278,8 @@ def verify(cfg: HookConfig) -> Outcome:
     reservation either way (a job cannot delete the reservation it runs in)."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="verify"))
     failed = first_failure(findings)
+    if failed is None and (broken := config_error(findings)) is not None:
+        return Outcome(cfg.node, "config_error", findings, broken.detail)  # no verdict: the node stays drained
     if failed is None:
         return Outcome(cfg.node, "passed", findings)
     evidence = reasons.DrainReason(reasons.NODE_PROBLEM, "verify", f"{failed.check}: {failed.detail}")
@@ -273,6 +294,8 @@ def active(cfg: HookConfig) -> Outcome:
     verifies it before it returns, like any node we drained."""
     findings = run_checks(Subject(cfg, job_id=int(os.environ.get("SLURM_JOB_ID") or 0), moment="active"))
     failed = first_failure(findings)
+    if failed is None and (broken := config_error(findings)) is not None:
+        return Outcome(cfg.node, "config_error", findings, broken.detail)  # the site's to fix: never a drain
     if failed is None:
         return Outcome(cfg.node, "passed" if findings else "none", findings,
                        "" if findings else "no torch python configured: nothing measured")
@@ -284,4 +307,7 @@ def log_outcome(cfg: HookConfig, env, moment: str, outcome: Outcome, started: fl
     from slurmctl.ops.hooks.hooklog import log_hook  # why: only the entry points log
 
     log_hook(env, f"health-{moment}", started, **outcome.to_dict())
+    if outcome.action == "config_error":
+        print(f"slurmctl health: CONFIGURATION ERROR on {outcome.node}, nothing measured and nothing drained: "
+              f"{outcome.detail}", file=sys.stderr)
     print(json.dumps({"moment": moment, **outcome.to_dict(), "time": round(time.time(), 3)}))

@@ -35,6 +35,9 @@ LATENCY_ITERS = 20
 BANDWIDTH_ITERS = 5
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)
+# The torch python itself cannot run torchrun: the site's setting, not this node's fault.
+_NO_TORCH = re.compile(r"No module named '?torch|Error while finding module specification for 'torch"
+                       r"|ImportError[^\n]*torch|cannot import name [^\n]* from 'torch")
 _ENFORCE = re.compile(r"\[enforce fail at [^\]]*\]\s*(?:[^.]*\.\s+)?")  # gloo's file:line and failed condition
 
 
@@ -76,8 +79,14 @@ def failure_line(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+class TorchPythonBroken(Exception):
+    """SLURMCTL_HEALTH_TORCH_PYTHON cannot start torchrun (missing, not executable, no torch): a
+    configuration error of the site, never a verdict on the node."""
+
+
 def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measured | None, str]:
-    """Run the worker under torchrun: (the measurement, "") or (None, why it failed)."""
+    """Run the worker under torchrun: (the measurement, "") or (None, why it failed). Raises
+    TorchPythonBroken when the torch python itself is missing or has no working torch."""
     child = {"PATH": "/usr/bin:/bin", "PYTHONPATH": _PACKAGE_ROOT, "OMP_NUM_THREADS": "1", "LC_ALL": "C"}
     if ifname:
         child["GLOO_SOCKET_IFNAME"] = ifname
@@ -87,7 +96,9 @@ def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measu
     except subprocess.TimeoutExpired:
         return None, f"gloo all-reduce over {ranks} ranks did not finish in {timeout:.0f} s"
     except OSError as exc:
-        return None, f"could not start torchrun with {python}: {exc.strerror or exc}"
+        raise TorchPythonBroken(f"could not start {python}: {exc.strerror or exc}") from None
+    if proc.returncode != 0 and _NO_TORCH.search(proc.stderr):
+        raise TorchPythonBroken(f"{python} cannot run torch.distributed.run: {failure_line(proc.stderr)}")
     if proc.returncode != 0:
         return None, f"gloo all-reduce over {ranks} ranks failed: {failure_line(proc.stderr)}"
     for line in reversed(proc.stdout.splitlines()):

@@ -71,11 +71,25 @@ class Verdict:
 
 
 def suspect(node: str, failures: list[Failure], now: float, last_pass: float | None = None) -> Verdict:
-    """Is `node` the common factor of the GPU/NCCL-class failures recorded on it (module doc)?"""
+    """Is `node` the common factor of the GPU/NCCL-class failures recorded on it within 24 h (module
+    doc), and not held by a recent pass?"""
     jobs = counted(failures, now)
+    verdict = common_factor(node, jobs, "within 24 h")
+    if verdict.suspect and len({f.uid for f in jobs.values()}) < 2 and last_pass is not None \
+            and now - last_pass < RESUSPECT_HOLD_SECONDS:
+        ids = ",".join(str(j) for j in sorted(jobs, reverse=True))
+        return Verdict(False, f"jobs {ids}: one user's, within {RESUSPECT_HOLD_SECONDS // 3600} h "
+                              "of a passed verification")
+    return verdict
+
+
+def common_factor(node: str, jobs: dict[int, Failure], when: str) -> Verdict:
+    """The evidence rule itself, over {job id: its GPU/NCCL-class failure that ran on `node`}: two or
+    more jobs, `node` the only node they all ran on, and two or more users or one user's jobs on
+    two or more node sets. Blame (suspect) and the GPU-hours lost to a node (lost.py) both use it."""
     ids = ",".join(str(j) for j in sorted(jobs, reverse=True))
     if len(jobs) < SUSPECT_SCORE:
-        return Verdict(False, f"{len(jobs)} job(s) with GPU/NCCL-class failures here within 24 h")
+        return Verdict(False, f"{len(jobs)} job(s) with GPU/NCCL-class failures here {when}")
     node_sets = {frozenset(f.nodes or (node,)) | {node} for f in jobs.values()}
     common = frozenset.intersection(*node_sets)
     users = {f.uid for f in jobs.values()}
@@ -83,11 +97,8 @@ def suspect(node: str, failures: list[Failure], now: float, last_pass: float | N
         return Verdict(False, f"jobs {ids} failed on {','.join(sorted(common))} together: no single node to blame")
     if len(users) < 2 and len(node_sets) < 2:
         return Verdict(False, f"jobs {ids}: one user's jobs on the same node(s) only")
-    if len(users) < 2 and last_pass is not None and now - last_pass < RESUSPECT_HOLD_SECONDS:
-        return Verdict(False, f"jobs {ids}: one user's, within {RESUSPECT_HOLD_SECONDS // 3600} h "
-                              "of a passed verification")
     return Verdict(True, f"{len(jobs)} jobs of {len(users)} user(s) on {len(node_sets)} node set(s) with "
-                         f"GPU/NCCL-class failures here within 24 h: {ids}")
+                         f"GPU/NCCL-class failures here {when}: {ids}")
 
 
 def mark_passed(spool, now: float) -> None:

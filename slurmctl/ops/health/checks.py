@@ -12,6 +12,8 @@
   active    `allreduce` alone: the root job an operator schedules on idle nodes
 
 Each check returns a Finding (failed or passed) or None when it does not apply here (no nvidia-smi).
+A failed Finding blamed on SITE_CONFIG (the torch python of the site's setting cannot run torchrun)
+is no failure of the node: nothing is drained for it, the outcome says `config_error`.
 
 The fault stub, for tests and drills: a regular file `<faults dir>/<check>` (every node of this
 host) or `<faults dir>/<node>/<check>` (one node) makes that check fail with the file's first line
@@ -44,6 +46,9 @@ CLOCK_SLACK_SECONDS = 5.0
 # loaded 2-core dev machine): leftovers past it are the periodic program's (no bound there), not
 # the starting job's wait. A node's own processes are a few hundred; a crowd of one user's is not.
 PROLOG_MAX_ENVIRON_READS = 1024
+# A finding's blame when the site's own setting is broken (a torch python without torch): never a
+# drain, logged loudly instead.
+SITE_CONFIG = "site_config"
 # A node state in the controller's view that says slurmd cannot serve jobs (sinfo's flags).
 _BAD_NODE_STATES = ("NOT_RESPONDING", "FAIL", "INVALID_REG", "INVAL")
 
@@ -326,7 +331,11 @@ def check_allreduce(subject: Subject) -> Finding | None:
         return None
     from slurmctl.ops.health import allreduce  # why: verification jobs only; it brings subprocess
 
-    measured, why = allreduce.measure(cfg.torch_python, cfg.allreduce_ranks, cfg.gloo_ifname, cfg.allreduce_timeout)
+    try:
+        measured, why = allreduce.measure(cfg.torch_python, cfg.allreduce_ranks, cfg.gloo_ifname,
+                                          cfg.allreduce_timeout)
+    except allreduce.TorchPythonBroken as exc:
+        return Finding("allreduce", False, f"configuration error (SLURMCTL_HEALTH_TORCH_PYTHON): {exc}", SITE_CONFIG)
     if measured is None:
         return Finding("allreduce", False, why)
     ok, detail = allreduce.judge(measured, allreduce.Thresholds(cfg.min_busbw_mbps, cfg.max_allreduce_latency_us))
@@ -368,4 +377,9 @@ def run_checks(subject: Subject, stop_at_first_failure: bool = False) -> list[Fi
 
 
 def first_failure(findings: list[Finding]) -> Finding | None:
-    return next((f for f in findings if not f.ok), None)
+    """The first failure that is the node's (or a user's): a site configuration error is neither."""
+    return next((f for f in findings if not f.ok and f.blame != SITE_CONFIG), None)
+
+
+def config_error(findings: list[Finding]) -> Finding | None:
+    return next((f for f in findings if not f.ok and f.blame == SITE_CONFIG), None)

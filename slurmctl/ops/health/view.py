@@ -24,7 +24,7 @@ from slurmctl.ops.hooks.records import read_records
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.parsing import gres_gpus
 
-_SUSPECT_COUNT = re.compile(r"\A(\d+) jobs with GPU/NCCL-class failures")
+_SUSPECT_COUNT = re.compile(r"\A(\d+) jobs of \d+ user\(s\) on \d+ node set\(s\) with GPU/NCCL-class failures")
 
 
 @dataclass(frozen=True)

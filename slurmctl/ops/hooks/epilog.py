@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -374,14 +375,30 @@ def exclude_if_suspect(cfg: HookConfig, info: JobInfo | None, category: str | No
         result.notes.append(f"could not exclude the suspect from the requeued job: {exc.message}")
 
 
+# The requeued job's BeginTime wait is cred_expire (121 s on 22.05) after this epilog ends.
+EPILOG_EXPEDITER_SECONDS = 300
+
+
+def expediter_env(env) -> dict[str, str]:
+    """The expediter's whole environment: fixed, plus the hook's own cluster (SLURM_CONF)."""
+    child_env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "HOME": "/"}
+    if env.get("SLURM_CONF") and "\n" not in env["SLURM_CONF"]:
+        child_env["SLURM_CONF"] = env["SLURM_CONF"]
+    return child_env
+
+
 def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
     """Under proctrack/cgroup the job's cgroup is killed whole, and with it the expediter the batch
     script detached (runtime/attempt.start_expediter): the requeued run would wait Slurm's BeginTime.
     The epilog runs outside that cgroup, so for a run's attempt that is being requeued it starts the
     expediter here, as the job's user: its own session, the user's ids set in the child itself (no
-    runuser/su around it, which would end it when the epilog ends), a clean environment. It acts
-    only on the user's own job, as the user could from a login shell, and ends by itself. On where
-    the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for slurmd with proctrack/cgroup)."""
+    runuser/su around it, which would end it when the epilog ends). It runs outside every job's
+    cgroup, so nothing of the user's may run in it: `python -I` (no user site-packages, .pth or
+    usercustomize, no PYTHON* variables, no current directory on the path), a fixed environment
+    (no HOME: nothing is read from the user's home), cwd /, and a bounded life
+    (EPILOG_EXPEDITER_SECONDS, then SIGALRM). It acts only on the user's own job, as the user could
+    from a login shell. On where the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for slurmd with
+    proctrack/cgroup)."""
     if not cfg.epilog_expediter or info is None or not being_requeued(info) or run_id_of(env) is None:
         return
     uid_text = env.get("SLURM_JOB_UID") or ""
@@ -389,23 +406,20 @@ def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: 
     if gid is None:
         return
     import pwd
-    import subprocess
-    import sys  # why: these three only for the requeue of a run, not every job's epilog
+    import subprocess  # why: these and the runtime's command line only for the requeue of a run
+
+    from slurmctl.runtime.attempt import expediter_argv
 
     try:
         user = pwd.getpwuid(int(uid_text))
     except KeyError:
         return
-    package_root = Path(__file__).resolve().parents[3]
-    child_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root), "HOME": user.pw_dir,
-                 "USER": user.pw_name, "LC_ALL": "C"}
-    if env.get("SLURM_CONF"):  # the hook's own cluster
-        child_env["SLURM_CONF"] = env["SLURM_CONF"]
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", "slurmctl.runtime.attempt", "expedite-requeue", "--job", str(info.job_id)],
+            expediter_argv(info.job_id, limit=EPILOG_EXPEDITER_SECONDS, python=sys.executable),
             user=int(uid_text), group=gid, extra_groups=os.getgrouplist(user.pw_name, gid), start_new_session=True,
-            cwd="/", env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd="/", env=expediter_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
     except OSError as exc:
         result.notes.append(f"requeue expediter not started: {exc}")
         return
