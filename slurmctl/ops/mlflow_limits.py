@@ -50,6 +50,9 @@ ALLOWED_API = frozenset({
     "ui-telemetry", "workspaces",
 })
 _API_PATH = re.compile(r"/(?:ajax-)?api/[0-9.]+/(mlflow(?:-artifacts)?)(?:/([^/]*))?")
+# where MLflow's basic auth checks the login on every request (its own list of unprotected routes is
+# /health, /version, the static pages and the UI's index)
+_LOGIN_CHECKED = ("/api/", "/ajax-api/")
 ARTIFACT_PATH = re.compile(r"/(?:ajax-)?api/[0-9.]+/mlflow-artifacts/")
 
 
@@ -155,7 +158,11 @@ class RequestLimits:
             try:
                 await self.app(scope, receive, watched_send)
             finally:
-                self._remember(key, status[0] if status else None, peer)
+                # Only an answer from a route that checks logins proves one: /health, /version and the
+                # static pages answer 200 to any password, and counting that as proof would let a wrong
+                # login skip the one-at-a-time check and the back-off (and cost a hash every time after).
+                if scope.get("path", "").startswith(_LOGIN_CHECKED):
+                    self._remember(key, status[0] if status else None, peer)
 
     def _remember(self, key: bytes, status: int | None, peer: object = None) -> None:
         now = time.monotonic()
