@@ -270,15 +270,19 @@ class JobQuery:
         return split_terminated(stdout, seal, len(self.attrs), self.name, rejects)
 
     def parse(self, stdout: str, seal: str, rejects: Rejects, source: str = "squeue") -> list[Job]:
-        """Every record as a Job; a job listed twice raises ForgedSlurmOutput (see listed_twice)."""
-        jobs: dict[int, Job] = {}
+        """Every record as a Job; a job listed twice raises ForgedSlurmOutput (see listed_twice).
+        A record is its job id and, where the query asks, its array task id: `squeue -r` prints the
+        array's id for every task still pending (and for the task that starts last), told apart only
+        by ArrayTaskID."""
+        jobs: dict[tuple[int, str], Job] = {}
         for values in self.records(stdout, seal, rejects):
             job = self.parse_values(values, rejects, source)
             if job is None:
                 continue
-            if job.job_id in jobs:
+            key = (job.job_id, job.array_tasks)
+            if key in jobs:
                 raise listed_twice(self, job.job_id, rejects)
-            jobs[job.job_id] = job
+            jobs[key] = job
         return list(jobs.values())
 
     def parse_values(self, values: Sequence[str], rejects: Rejects | None, source: str = "squeue") -> Job | None:

@@ -1,12 +1,14 @@
 """Whose Slurm job it is: decided on the uid Slurm records, with the argv each source is asked; the
 records that carry a job name or comment are sealed, so a name cannot forge another job's record."""
 
+import json
 import os
 import pwd
+from pathlib import Path
 
 import pytest
 
-from slurmctl.errors import RunNotFound, RunNotOwned
+from slurmctl.errors import ForgedSlurmOutput, RunNotFound, RunNotOwned
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.owned import OWNED_HISTORY, OWNED_NOW, PLAIN, my_plain_jobs, owned_job, owned_job_id
 from tests.unit.fakes import TEST_SEAL, ReplayRunner, sacct_output, squeue_output
@@ -15,6 +17,7 @@ SQUEUE = ("squeue", "-h", "-t", "all", "-j", "45", "-o", "%A\x1f%U")
 SACCT = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", "--delimiter=\x1f", "-j", "45", "-o", "JobIDRaw,UID,Submit")
 NOW = ("squeue", "-h", "-t", "all", "-j", "45", *OWNED_NOW.format_argv(TEST_SEAL))
 HISTORY = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", *OWNED_HISTORY.format_argv(TEST_SEAL), "-j", "45")
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -36,15 +39,37 @@ def test_accounting_after_an_id_reset_takes_the_newest_job_of_that_id():
 
 def test_plain_jobs_skip_runs_and_other_users_and_a_forged_record_stays_inside_its_name():
     argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(TEST_SEAL))
-    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "", "forged", "(null)"])
+    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "", "N/A", "forged", "(null)"])
     two_h100 = "cpu=4,mem=8000M,node=2,billing=4,gres/gpu=4,gres/gpu:h100=4"  # squeue -O tres-alloc, 2 x 2 h100
-    out = squeue_output(["50", "RUNNING", "h100-ondemand", "2", "0:05", ME, two_h100, "my job", "(null)"],
-                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "", "run-20261201-abcd",
+    out = squeue_output(["50", "RUNNING", "h100-ondemand", "2", "0:05", ME, two_h100, "N/A", "my job", "(null)"],
+                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "", "N/A", "run-20261201-abcd",
                          "slurmctl:run-20261201-abcd"],
-                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "", "theirs", "(null)"],
-                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, "", forged_name, "(null)"])
+                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "", "N/A", "theirs", "(null)"],
+                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, "", "N/A", forged_name, "(null)"])
     rows = my_plain_jobs(SlurmClient(ReplayRunner({argv: out})), "slurmctl:", uid=os.geteuid())
     assert [(r.job_id, r.name, r.gpus) for r in rows] == [("50", "my job", 4), ("54", forged_name, 0)]
+
+
+def test_a_throttled_array_with_pending_tasks_lists_each_task_once_named_as_squeue_names_it():
+    # captured: `squeue -r` prints the array's id (4341) for every pending task; ArrayTaskID tells them apart
+    captured = json.loads((FIXTURES / "array_throttled_pending_squeue.json").read_text())
+    call = captured["plain_jobs_r"]
+    argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(captured["seal"]))
+    assert tuple(a for a in call["argv"] if a not in ("-n", "a24b-arrcap")) == argv
+    out = call["stdout"].replace(f"\x1f{captured['seal']}{captured['user']}\x1f", f"\x1f{captured['seal']}{ME}\x1f")
+    rows = my_plain_jobs(SlurmClient(ReplayRunner({argv: out})), "slurmctl:", uid=os.geteuid())
+    assert [(r.job_id, r.state) for r in rows] == [
+        ("4341_2", "PENDING"), ("4341_3", "PENDING"), ("4341_4", "PENDING"), ("4341_5", "PENDING"),
+        ("4344", "RUNNING"), ("4345", "RUNNING")]
+
+
+def test_the_same_array_task_listed_twice_is_still_refused():
+    captured = json.loads((FIXTURES / "array_throttled_pending_squeue.json").read_text())
+    argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(captured["seal"]))
+    out = captured["plain_jobs_r"]["stdout"]
+    first = out.split("\n")[0] + "\n"
+    with pytest.raises(ForgedSlurmOutput, match="listed job 4341 twice"):
+        my_plain_jobs(SlurmClient(ReplayRunner({argv: out + first})), "slurmctl:", uid=os.geteuid())
 
 
 def test_owned_job_record_from_the_controller():
