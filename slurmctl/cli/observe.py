@@ -189,7 +189,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
         table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed,
                       usd(p.cost_usd),
-                      f"plain sbatch job, not a run: `slurmctl status {p.job_id.split('_')[0]}`"))
+                      f"plain sbatch job, not a run: `slurmctl status {p.job_id}`"))
     print_table(("USER", *columns) if all_users else columns, table)
     return _unreachable_exit(statuses)
 

@@ -23,14 +23,15 @@ from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 # With where it writes (StdOut, WorkDir: user-written, sealed like name and comment).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
-                                   "exit_code", "user", "tres", "restarts", "name", "comment", "std_out", "work_dir"),
+                                   "exit_code", "user", "tres", "restarts", "array_ref", "batch_host", "name",
+                                   "comment", "std_out", "work_dir"),
                      "squeue -O")
 # Every job of that id in accounting, every user's (ids restart when a cluster is rebuilt): the newest
 # decides whose it is (its numeric uid), in the same call that reads it.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
-                                           "end_time", "exit_code", "user", "uid", "tres", "name", "comment",
-                                           "work_dir"), "sacct")
+                                           "end_time", "exit_code", "user", "uid", "tres", "array_ref", "name",
+                                           "comment", "work_dir"), "sacct")
 # The caller's queued and running jobs, array tasks one per record (-r).
 # -O: only it has the allocated TRES (ls's GPUS column). Its JobID is each task's own id once it started;
 # every pending task of an array prints the array's id, so a record is told apart by its ArrayTaskID too.

@@ -221,6 +221,9 @@ FIELDS = {f.attr: f for f in [
     Field("tres_per_node", None, "tres-per-node", None, lambda s: "" if s in _NULL or s == "N/A" else s),
     # a pending array's rest ('0-9,15%2'); 'N/A' for any other job
     Field("array_tasks", None, "ArrayTaskID", None, lambda s: "" if s in _NULL or s == "N/A" else s),
+    # an array task as Slurm names it, '<array id>_<index>' ('4341_2'; the pending rest '4341_[2-5%2]'),
+    # a plain job's own id otherwise: what %A and %a in its output pattern stand for
+    Field("array_ref", None, "JobArrayID", "JobID", _text),
     Field("restarts", None, "RestartCnt", None, _int),
     # set when Slurm chose the job for preemption; kept while the requeued job completes, gone once PENDING
     Field("preempt_time", None, "PreemptTime", None, parse_slurm_timestamp),
