@@ -903,7 +903,6 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
 # Slurm states of a job whose newest attempt itself failed: it is what `diagnose` explains, even when its
 # log says nothing (an older attempt's preemption must not stand in for it).
 _ENDED_BADLY = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"}
-_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)")
 _STEP_RESTART = re.compile(r"^slurmctl: training exited with code -?\d+; the allocation is healthy: restarting it")
 
 
@@ -914,7 +913,8 @@ def attempts_newest_first(text: str, job_id: str, numbers: dict[tuple[int, int],
     and only its newest run is the attempt's own). `numbers`: (job id, restart count) -> the run-wide
     attempt number (rundir.attempt_ids), as `slurmctl logs --attempt` takes it."""
     lines = text.splitlines()
-    starts = [(i, int(m[1])) for i, line in enumerate(lines) if (m := _ATTEMPT_HEADER.match(line))]
+    starts = [(i, rundir.header_restart_count(m))
+              for i, line in enumerate(lines) if (m := rundir.ATTEMPT_HEADER.match(line))]
     found = []
     for k, (begin, number) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(lines)

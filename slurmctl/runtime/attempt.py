@@ -120,7 +120,10 @@ def start(run_dir: Path) -> int:
     ck = _checkpoints(run_dir).latest()
     record["resume_step"] = ck.step if ck else _program_checkpoint_step(run_dir)
     step = record["resume_step"]
-    print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} starting on "
+    earlier = rundir.attempt_ids(read_jsonl(run_dir / rundir.ATTEMPTS))
+    this = (record["job_id"], record["restart_count"] or 0)
+    number = (earlier.index(this) if this in earlier else len(earlier)) + 1  # numbered across the run
+    print(rundir.attempt_header(number, record["job_id"], record["restart_count"]) + f" starting on "
           f"{record['nodes']}" + (f", resuming from checkpoint step {step}" if step is not None else ""),
           file=sys.stderr)
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
