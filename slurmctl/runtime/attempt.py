@@ -569,15 +569,69 @@ def _smoke_round_trip(run_dir: Path) -> bool:
     return passed
 
 
+_SHELLS = {"bash", "sh", "dash", "zsh", "ksh"}
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        # '<pid> (<comm>) <state> <ppid> ...': comm may hold spaces and parentheses, so read after the last ')'
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry.name))
+    return found
+
+
+def _is_shell(pid: int) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name in _SHELLS
+    except OSError:
+        return False
+
+
+def signal_program(parent: int, signame: str) -> int:
+    """Pass the program's save signal on to a program the batch script started without srun: the
+    processes under the original script (`parent`), looking through its subshells (a shell dies of a
+    signal it does not trap, and would take nothing with it but its own wait)."""
+    signum = getattr(signal, "SIG" + signame.removeprefix("SIG"), None)
+    if not isinstance(signum, signal.Signals):
+        print(f"slurmctl: no signal {signame!r} to pass on", file=sys.stderr)
+        return 2
+    sent, pending = [], _children(parent)
+    while pending:
+        pid = pending.pop(0)
+        if _is_shell(pid):
+            pending += _children(pid)
+            continue
+        try:
+            os.kill(pid, signum)
+            sent.append(pid)
+        except OSError:
+            pass  # it ended meanwhile
+    print(f"slurmctl: passed {signum.name} on to the program (started without srun): "
+          f"{', '.join(map(str, sent)) or 'no process found'}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
     parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step",
-                                          "expedite-requeue", "interrupted"])
+                                          "expedite-requeue", "interrupted", "signal-program"])
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--job", default=None)
     parser.add_argument("--exclude", default="")
     parser.add_argument("--limit", type=float, default=_EXPEDITE_LIMIT_SECONDS)
+    parser.add_argument("--parent", type=int, default=None)
+    parser.add_argument("--signal", default="USR1")
     args = parser.parse_args(argv)
+    if args.event == "signal-program":
+        return signal_program(args.parent, args.signal) if args.parent else 2
     if args.event == "expedite-requeue":
         exclude = [n for n in args.exclude.split(",") if n]
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
