@@ -115,8 +115,14 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
-        return print_plain_status(target, as_json, ctx.site_view)
+        return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
+    if result.cost_usd is not None and len(target.job_ids()) + result.requeues > 1:
+        from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
+
+        # every attempt, as `slurmctl cost` counts them, not only the newest
+        result.cost_usd = cost_so_far(ctx.site, ctx.client, target.job_ids(), result.job_id,
+                                      result.attempt_started, result.cost_usd)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES

@@ -21,8 +21,14 @@ def resolve_ref(ctx: Context, ref: str):
     return resolve(ref, ctx.registry, ctx.client)
 
 
-def print_plain_status(plain: PlainJob, as_json: bool, site=None) -> None:
+def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context | None = None) -> None:
     s = plain_job_status(plain, site)
+    job = plain.job
+    if ctx is not None and job is not None and s.cost_usd is not None and (job.restarts or job.source == "sacct"):
+        from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
+
+        # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
+        s.cost_usd = cost_so_far(ctx.site, ctx.client, [plain.job_id], plain.job_id, job.start_time, s.cost_usd)
     if as_json:
         print_json(s.to_dict())
         return

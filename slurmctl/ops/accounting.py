@@ -408,6 +408,21 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     return attempts
 
 
+def cost_so_far(site: SiteConfig, client: SlurmClient, job_ids: list[int], current_job_id: int | None,
+                current_start: datetime | None, current_cost: float | None) -> float | None:
+    """What a run or a job cost so far over EVERY attempt (a requeue's and a resume's too): the ended
+    attempts as `slurmctl cost` prices them (run_attempts: sacct --duplicates), plus the newest attempt
+    (job `current_job_id`, started `current_start`, priced `current_cost`) while accounting does not
+    list it yet (it lists an attempt once it ended). None when nothing was priced."""
+    attempts = run_attempts(site, client, job_ids)
+    started = current_start.isoformat(timespec="seconds") if current_start else None
+    listed = any(a.job_id == current_job_id and a.start[:19] == started for a in attempts)
+    total = sum(a.cost_usd for a in attempts)
+    if current_cost is not None and not listed:
+        total += current_cost
+    return total if attempts or current_cost is not None else None
+
+
 def cost_records_dir(site: SiteConfig) -> Path | None:
     """The epilog's per-attempt record spool, when the site configures one."""
     return Path(site.cost_records_dir).expanduser() if site.cost_records_dir else None
