@@ -130,6 +130,21 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return CODES["slurm-unreachable"]
 
 
+def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
+    """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
+    count them: one sacct for every such run listed, none when there is none."""
+    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
+               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
+    if not several:
+        return
+    from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
+
+    attempts = run_attempts(ctx.site, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
+    for run, s in several:
+        ids = set(run.job_ids())
+        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
+
+
 @click.command(name="ls")
 @click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
 @click.option("--since", metavar="DURATION", help="Only runs created in this past duration (e.g. 2h, 3d).")
@@ -167,6 +182,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
+    if not all_users and not slurm_down:
+        _cost_of_every_attempt(ctx, runs, statuses)
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]

@@ -414,7 +414,12 @@ def cost_so_far(site: SiteConfig, client: SlurmClient, job_ids: list[int], curre
     attempts as `slurmctl cost` prices them (run_attempts: sacct --duplicates), plus the newest attempt
     (job `current_job_id`, started `current_start`, priced `current_cost`) while accounting does not
     list it yet (it lists an attempt once it ended). None when nothing was priced."""
-    attempts = run_attempts(site, client, job_ids)
+    return attempts_cost(run_attempts(site, client, job_ids), current_job_id, current_start, current_cost)
+
+
+def attempts_cost(attempts: list[Attempt], current_job_id: int | None, current_start: datetime | None,
+                  current_cost: float | None) -> float | None:
+    """cost_so_far from the ended attempts already read (one job's, one run's)."""
     started = current_start.isoformat(timespec="seconds") if current_start else None
     listed = any(a.job_id == current_job_id and a.start[:19] == started for a in attempts)
     total = sum(a.cost_usd for a in attempts)
