@@ -788,7 +788,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "failed before that.", [*([lines[cancel].strip()] if cancel is not None else
                                       [f"Slurm state: CANCELLED, exit code {exit_code or '?'}"]), *progress],
             "Nothing to fix: it was stopped on purpose. To go on, a slurmctl run resumes from its newest checkpoint "
-            "(`slurmctl resume`); a plain sbatch job is submitted again.", source="slurm" if state == "CANCELLED" else "log", extra=extra)
+            "(`slurmctl resume`); a plain sbatch job is submitted again.",
+            source="slurm" if state == "CANCELLED" else "log", extra=extra)
     if reading.finished is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
             i > reading.finished for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx):
         after = [lines[reading.exception_line].strip()] if reading.exception_line is not None else []

@@ -128,9 +128,11 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         attempt.drain_requested = int(bool(record.get("drain_requested")))
         attempt.drain_acked = int(bool(record.get("drain_acknowledged", record.get("drain_acked"))))
         attempt.last_ckpt_step = record.get("last_checkpoint_step")
-    # A cancel whose drain the program never acknowledged (it saved nothing) loses its work like a kill.
-    lossy = attempt.state in LOSSY_STATES or (attempt.state == "CANCELLED" and attempt.drain_requested
-                                               and not attempt.drain_acked)
+    # A cancel whose drain the program never acknowledged (it saved nothing), or one that stopped it at
+    # once with steps lost since its checkpoint (`cancel --now`), loses its work like a kill.
+    lost_on_cancel = attempt.state == "CANCELLED" and bool(record and record.get("lost_on_cancel"))
+    lossy = attempt.state in LOSSY_STATES or lost_on_cancel or (
+        attempt.state == "CANCELLED" and attempt.drain_requested and not attempt.drain_acked)
     if not lossy or attempt.elapsed_s == 0 or (attempt.gpus == 0 and attempt.cost_usd == 0):
         return attempt  # a CPU-only job is wasted money too, at its CPU price
     if not record:
@@ -144,6 +146,8 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         cause = "lost-since-checkpoint"
     if attempt.drain_requested and not attempt.drain_acked:
         cause = "drain-unacknowledged"
+    elif lost_on_cancel:
+        cause = "lost-on-cancel"
     attempt.waste_gpu_hours = attempt.gpus * lost / 3600
     attempt.waste_usd = attempt.cost_usd * lost / attempt.elapsed_s
     attempt.waste_cause = cause
@@ -387,10 +391,12 @@ def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start:
 
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
-                 run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
+                 run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
+                 lost_on_cancel: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
     """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows.
     `drain_acknowledged`: (job id, restart count) of the attempts whose run records an acknowledged
-    drain (Run.drain_acknowledged_attempts)."""
+    drain (Run.drain_acknowledged_attempts); `lost_on_cancel`: those a cancel ended with steps lost
+    (Run.lost_on_cancel_attempts)."""
     if not job_ids:
         return []
     now = datetime.now()
@@ -398,6 +404,9 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     for job_id, restart in drain_acknowledged:
         if (record := records.get((job_id, str(restart)))) is not None and record.get("drain_requested"):
             record["drain_acknowledged"] = True  # the same dict is keyed by its start time too
+    for job_id, restart in lost_on_cancel:
+        if (record := records.get((job_id, str(restart)))) is not None:
+            record["lost_on_cancel"] = True
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
@@ -451,11 +460,13 @@ class RunCost:
 
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
-             run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> RunCost:
+             run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
+             lost_on_cancel: Iterable[tuple[int, int]] = ()) -> RunCost:
     """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
-    `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`: see
-    run_attempts."""
-    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged)
+    `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`,
+    `lost_on_cancel`: see run_attempts."""
+    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged,
+                            lost_on_cancel)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:

@@ -641,6 +641,20 @@ class Run:
                 found.add((int(job), int(restart or 0)))
         return found
 
+    def lost_on_cancel_attempts(self) -> set[tuple[int, int]]:
+        """(job id, restart count) of the attempts a cancel ended with work lost: `cancel --now`, or a
+        cancel whose drain never came, recorded steps lost since the checkpoint the next start restores."""
+        found, restarts = set(), {}
+        for e in self.events():
+            job = str(e.get("job_id") or "")
+            if not job.isdigit():
+                continue
+            if e.get("event") == "start":
+                restarts[int(job)] = int(e.get("restart_count") or 0)
+            elif e.get("event") == "cancel-result" and (e.get("steps_lost") or 0) > 0:
+                found.add((int(job), restarts.get(int(job), 0)))
+        return found
+
     # --- writers -------------------------------------------------------------------------------
     def use_umask(self) -> None:
         """Files this process creates for the run (and the job's log, which Slurm creates with the

@@ -65,3 +65,24 @@ def test_an_unacknowledged_cancel_and_a_cpu_only_loss_count(tmp_path):
     assert saved_in_time.waste_usd == 0
     cpu = assess_waste(_attempt("PREEMPTED", gpus=0, cost=0.06), facts)
     assert cpu.waste_usd == pytest.approx(0.03) and cpu.waste_gpu_hours == 0
+
+
+def test_a_cancel_that_lost_steps_counts_them_as_waste(tmp_path):
+    """`cancel --now` (no drain): the run records the steps lost since the checkpoint the next start
+    restores; the attempt's time since that checkpoint is waste, as for a kill."""
+    saved = datetime(2026, 12, 1, 10, 45).timestamp()
+    path = _adopted_run(tmp_path, saved)
+    with open(path / "attempts.jsonl", "a") as fh:
+        for event in ({"event": "start", "job_id": 81, "restart_count": 0},
+                      {"event": "cancel-result", "job_id": 81, "last_step": 148, "checkpoint_step": 140,
+                       "steps_lost": 8}):
+            fh.write(json.dumps(event) + "\n")
+    from slurmctl.rundir import Run
+
+    assert Run(path.name, path).lost_on_cancel_attempts() == {(81, 0)}
+    facts = read_run_facts(str(path), path.name)
+    before = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": False})
+    assert before.waste_usd == 0  # a cancel alone loses nothing the program saved
+    lost = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": False, "lost_on_cancel": True})
+    assert lost.waste_cause == "lost-on-cancel" and lost.waste_usd == pytest.approx(20.0)
+    assert lost.waste_gpu_hours == pytest.approx(8 * 0.25)
