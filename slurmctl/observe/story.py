@@ -290,7 +290,8 @@ def reliability_details(status: RunStatus, events: list[dict]) -> None:
         if status.state == "COMPLETED" and ends[-1].get("outcome") == "cancelled":
             step = ends[-1].get("checkpoint_step")
             status.phase = "cancelled"
-            status.headline = (f"Stopped on request after checkpointing at step {step} (drain acknowledged)."
+            status.headline = ("Stopped on request after checkpointing" + (f" at step {step}" if step is not None
+                                                                             else "") + " (drain acknowledged)."
                                if ends[-1].get("drain_acked") else "Stopped on request.")
             status.action = f"Continue it with `slurmctl resume {status.run_id}`, or branch it with `slurmctl fork`."
     if any(e.get("event") == "drain-unacknowledged" or

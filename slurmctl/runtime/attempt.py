@@ -350,11 +350,14 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
         decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
                           previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
     last_step = _last_step(run_dir, start_record.get("time") if start_record else None)
+    # an adopted program's own checkpoint, the one its next start restores, where slurmctl keeps none
+    ck_step = ck.step if ck else _program_checkpoint_step(run_dir)
     # steps_lost: steps this attempt made past its newest valid checkpoint (status tells the story)
     record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
-              "checkpoint_step": ck.step if ck else None, "last_step": last_step,
-              "steps_lost": (max(0, last_step - ck.step) if ck else last_step + 1) if last_step is not None else None,
+              "checkpoint_step": ck_step, "last_step": last_step,
+              "steps_lost": (max(0, last_step - ck_step) if ck_step is not None else last_step + 1)
+              if last_step is not None else None,
               **({"nodes_lost": lost.get("nodes_lost") or []} if decision.outcome == "node-lost" else {}),
               **decision.to_dict()}
     # Record first: `scontrol requeue` SIGTERMs this very batch script.

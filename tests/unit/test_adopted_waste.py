@@ -86,3 +86,22 @@ def test_a_cancel_that_lost_steps_counts_them_as_waste(tmp_path):
     lost = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": False, "lost_on_cancel": True})
     assert lost.waste_cause == "lost-on-cancel" and lost.waste_usd == pytest.approx(20.0)
     assert lost.waste_gpu_hours == pytest.approx(8 * 0.25)
+
+
+def test_an_adopted_programs_attempt_end_names_its_own_checkpoint(tmp_path, monkeypatch, capsys):
+    """A finished attempt of a program with its own checkpoint (ckpt.pt at iter 1300) is not 'no checkpoint'."""
+    from slurmctl.runtime import attempt
+    from slurmctl.slurm.client import SlurmClient
+
+    from .fakes import ReplayRunner
+
+    path = _adopted_run(tmp_path, time.time())
+    monkeypatch.setenv("SLURM_JOB_ID", "81")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.setenv("SLURMCTL_ADOPTED", "1")  # the adopt wrapper's
+    attempt.start(path)
+    (path / "logs").mkdir(exist_ok=True)
+    attempt.end(path, SlurmClient(ReplayRunner({})), 0)
+    ends = [json.loads(line) for line in (path / "attempts.jsonl").read_text().splitlines()
+            if json.loads(line).get("event") == "end"]
+    assert ends and ends[-1]["checkpoint_step"] == 1300
