@@ -51,7 +51,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)
     out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), "
-              f"{result.gpu_hours:.2f} GPU-hours, [bold]${result.cost_usd:,.2f}[/]; "
+              f"{result.held}, [bold]${result.cost_usd:,.2f}[/]; "
               f"waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
     out.print(f"Restarts: {requeues} Slurm requeue(s) (attempts above); {in_allocation} inside the allocation "
               "(within the attempt they happened in)")

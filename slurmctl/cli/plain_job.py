@@ -85,7 +85,7 @@ def cost_plain(ctx: Context, plain: PlainJob, as_json: bool) -> None:
         out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.shape}  {a.start}  "
                   f"{a.elapsed_s / 3600:.2f} h  ${a.cost_usd:,.2f}", markup=False)
     out.print(f"job {plain.job_id} (plain sbatch): {len(result.attempts)} attempt(s), "
-              f"{result.gpu_hours:.2f} GPU-hours, ${result.cost_usd:,.2f}", markup=False)
+              f"{result.held}, ${result.cost_usd:,.2f}", markup=False)
 
 
 def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: float = 60.0) -> int | None:

@@ -458,6 +458,13 @@ class RunCost:
         d["attempts"] = [a.to_dict() for a in self.attempts]
         return d
 
+    @property
+    def held(self) -> str:
+        """What it held, in words for `cost`: its GPU-hours, or 'CPU only' (priced by its CPUs, no GPU-hours)."""
+        if self.attempts and not any(a.gpus for a in self.attempts):
+            return "CPU only (priced by its CPUs)"
+        return f"{self.gpu_hours:.2f} GPU-hours"
+
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
              run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
