@@ -345,11 +345,9 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
         from slurmctl.observe.logs import log_file
         result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
-        passed = [e for e in the_run.events() if e.get("event") == "smoke-passed" and e.get("job_id") == job_id]
-        if passed and result.category in ("cancelled", "unknown"):
-            from slurmctl.observe.diagnose import smoke_passed
+        from slurmctl.observe.diagnose import in_run_words
 
-            result = smoke_passed(passed[-1].get("why") or "", result)
+        result = in_run_words(result, the_run.events(), job_id)
     if as_json:
         print_json(result.to_dict())
         return

@@ -709,6 +709,22 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
+def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Diagnosis:
+    """A run's diagnosis with what its own records say of how job `job_id` ended: a passed `adopt --smoke`
+    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at."""
+    mine = [e for e in events if e.get("job_id") == job_id]
+    passed = [e for e in mine if e.get("event") == "smoke-passed"]
+    if passed and found.category in ("cancelled", "unknown"):
+        return smoke_passed(passed[-1].get("why") or "", found)
+    told = [e for e in mine if e.get("event") == "cancel-result"]
+    if found.category == "cancelled" and any(e.get("event") == "cancel-requested" for e in mine):
+        at = f" at step {told[-1]['last_step']}" if told and told[-1].get("last_step") is not None else ""
+        lost = told[-1].get("steps_lost") if told else None
+        found.summary = (f"You cancelled it (`slurmctl cancel`){at}; nothing failed before that"
+                         + (f" ({lost} steps since its checkpoint were lost)." if lost else "."))
+    return found
+
+
 def smoke_passed(why: str, found: Diagnosis) -> Diagnosis:
     """A job `adopt --smoke` stopped once its test passed (`why`: what it saw): no failure, whatever the
     log's end (the smoke test's own cancel) reads as."""

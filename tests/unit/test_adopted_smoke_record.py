@@ -2,7 +2,7 @@
 reading the cancel that ended it as a failure."""
 
 from slurmctl.control.adopted_smoke import judge
-from slurmctl.observe.diagnose import diagnose_text, smoke_passed
+from slurmctl.observe.diagnose import diagnose_text, in_run_words
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import JOB_INFO, SlurmClient
 
@@ -24,5 +24,16 @@ def test_a_passed_smoke_test_is_recorded_before_the_cancel_and_diagnosed_as_pass
     cancelled = diagnose_text("step 3\nslurmstepd: error: *** JOB 77 ON l4-1 CANCELLED AT 2026-12-01T23:31:40 ***\n",
                               "CANCELLED", "0:15")
     assert cancelled.category == "cancelled"
-    found = smoke_passed(passed[0]["why"], cancelled)
+    found = in_run_words(cancelled, run.events(), 77)
     assert found.category == "success" and "smoke test passed" in found.summary
+
+
+def test_a_run_cancelled_by_its_user_says_so_with_the_step():
+    log = "iter 148\nslurmstepd: error: *** JOB 4207 ON h100-1 CANCELLED AT 2026-12-01T23:17:04 ***\n"
+    events = [{"event": "start", "job_id": 4207, "restart_count": 0},
+              {"event": "cancel-requested", "job_id": 4207, "drain": "skipped"},
+              {"event": "cancel-result", "job_id": 4207, "last_step": 148, "checkpoint_step": 140, "steps_lost": 8}]
+    found = in_run_words(diagnose_text(log, "CANCELLED", "0:15"), events, 4207)
+    assert found.category == "cancelled"
+    assert found.summary == ("You cancelled it (`slurmctl cancel`) at step 148; nothing failed before that "
+                             "(8 steps since its checkpoint were lost).")
