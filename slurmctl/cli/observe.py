@@ -121,7 +121,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
 
         # every attempt, as `slurmctl cost` counts them, not only the newest
-        result.cost_usd = cost_so_far(ctx.site, ctx.client, target.job_ids(), result.job_id,
+        result.cost_usd = cost_so_far(ctx.site_view, ctx.client, target.job_ids(), result.job_id,
                                       result.attempt_started, result.cost_usd)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
@@ -139,7 +139,7 @@ def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
         return
     from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
 
-    attempts = run_attempts(ctx.site, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
+    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
     for run, s in several:
         ids = set(run.job_ids())
         s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)

@@ -28,7 +28,7 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
         from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
 
         # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
-        s.cost_usd = cost_so_far(ctx.site, ctx.client, [plain.job_id], plain.job_id, job.start_time, s.cost_usd)
+        s.cost_usd = cost_so_far(ctx.site_view, ctx.client, [plain.job_id], plain.job_id, job.start_time, s.cost_usd)
     if as_json:
         print_json(s.to_dict())
         return

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slurmctl.config.models import SiteConfig
 from slurmctl.config.pricing import Discounts, allocated_cost
 from slurmctl.durations import human_duration
 from slurmctl.errors import ForgedSlurmOutput
@@ -32,6 +32,9 @@ from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
 from slurmctl.slurm.records import tres_cpus  # cached: one call per sacct row
 from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
+
+if TYPE_CHECKING:  # annotations only: pydantic's models cost ~0.3 s to import, status need not pay it
+    from slurmctl.config.models import SiteConfig
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 
