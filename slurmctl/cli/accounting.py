@@ -35,7 +35,8 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
     job_ids = [j for r in family for j in r.job_ids()]
     result = run_cost(names + [r.run_id for r in family], job_ids, ctx.site, ctx.client,
                       [r.cost_records_dir for r in family],
-                      {a for r in family for a in r.drain_acknowledged_attempts()})
+                      {a for r in family for a in r.drain_acknowledged_attempts()},
+                      {a for r in family for a in r.lost_on_cancel_attempts()})
     # Both kinds of restart: Slurm requeues are attempts of their own above; a crash restarted inside
     # its allocation (step-restart in attempts.jsonl) is paid for inside the attempt it happened in.
     in_allocation = sum(1 for r in family for e in r.events() if e.get("event") == "step-restart")
@@ -50,7 +51,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)
     out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), "
-              f"{result.gpu_hours:.2f} GPU-hours, [bold]${result.cost_usd:,.2f}[/]; "
+              f"{result.held}, [bold]${result.cost_usd:,.2f}[/]; "
               f"waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
     out.print(f"Restarts: {requeues} Slurm requeue(s) (attempts above); {in_allocation} inside the allocation "
               "(within the attempt they happened in)")

@@ -115,13 +115,34 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
-        return print_plain_status(target, as_json, ctx.site_view)
+        return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
+    if result.cost_usd is not None and len(target.job_ids()) + result.requeues > 1:
+        from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
+
+        # every attempt, as `slurmctl cost` counts them, not only the newest
+        result.cost_usd = cost_so_far(ctx.site_view, ctx.client, target.job_ids(), result.job_id,
+                                      result.attempt_started, result.cost_usd)
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
 
         return CODES["slurm-unreachable"]
+
+
+def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
+    """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
+    count them: one sacct for every such run listed, none when there is none."""
+    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
+               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
+    if not several:
+        return
+    from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
+
+    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
+    for run, s in several:
+        ids = set(run.job_ids())
+        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
 
 
 @click.command(name="ls")
@@ -161,6 +182,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
+    if not all_users and not slurm_down:
+        _cost_of_every_attempt(ctx, runs, statuses)
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]
@@ -189,7 +212,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
         table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed,
                       usd(p.cost_usd),
-                      f"plain sbatch job, not a run: `slurmctl status {p.job_id.split('_')[0]}`"))
+                      f"plain sbatch job, not a run: `slurmctl status {p.job_id}`"))
     print_table(("USER", *columns) if all_users else columns, table)
     return _unreachable_exit(statuses)
 
@@ -322,6 +345,9 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
         from slurmctl.observe.logs import log_file
         result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
+        from slurmctl.observe.diagnose import in_run_words
+
+        result = in_run_words(result, the_run.events(), job_id)
     if as_json:
         print_json(result.to_dict())
         return

@@ -21,8 +21,14 @@ def resolve_ref(ctx: Context, ref: str):
     return resolve(ref, ctx.registry, ctx.client)
 
 
-def print_plain_status(plain: PlainJob, as_json: bool, site=None) -> None:
+def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context | None = None) -> None:
     s = plain_job_status(plain, site)
+    job = plain.job
+    if ctx is not None and job is not None and s.cost_usd is not None and (job.restarts or job.source == "sacct"):
+        from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
+
+        # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
+        s.cost_usd = cost_so_far(ctx.site_view, ctx.client, [plain.job_id], plain.job_id, job.start_time, s.cost_usd)
     if as_json:
         print_json(s.to_dict())
         return
@@ -79,7 +85,7 @@ def cost_plain(ctx: Context, plain: PlainJob, as_json: bool) -> None:
         out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.shape}  {a.start}  "
                   f"{a.elapsed_s / 3600:.2f} h  ${a.cost_usd:,.2f}", markup=False)
     out.print(f"job {plain.job_id} (plain sbatch): {len(result.attempts)} attempt(s), "
-              f"{result.gpu_hours:.2f} GPU-hours, ${result.cost_usd:,.2f}", markup=False)
+              f"{result.held}, ${result.cost_usd:,.2f}", markup=False)
 
 
 def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: float = 60.0) -> int | None:

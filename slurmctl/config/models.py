@@ -702,7 +702,8 @@ def _load_yaml(path: Path, what: str, error: type[Exception]) -> dict:
                     "Fix the YAML syntax (indentation, a missing ':' or an unclosed quote).") from None
     if not isinstance(data, dict):
         raise error(f"{path} must be a YAML mapping of fields (name:, entrypoint:, ...), not {type(data).__name__}.",
-                    "See `slurmctl init NAME` for an example run.yaml.")
+                    "A batch script (#!/bin/bash, #SBATCH lines) runs as it is with `slurmctl adopt SCRIPT`; "
+                    "for a run.yaml, see `slurmctl init NAME` for an example.")
     return data
 
 

@@ -62,9 +62,11 @@ def judge(run: Run, client: SlurmClient, job_id: int, block: Resilience | None, 
         if state == "COMPLETED" and info is not None and info.exit_code.startswith("0:"):
             return AdoptedSmokeVerdict(True, "it exited 0", state, time.monotonic() - began, steps)
         if advancing and (block is None or new_checkpoint is not None):
-            client.cancel(job_id)
             what = f"steps advanced {steps[0]} -> {steps[-1]}" + (
                 f" and it wrote its own checkpoint {new_checkpoint.path}" if new_checkpoint else "")
+            # recorded first: status and diagnose read the cancel that follows as the passed test's end
+            run.record("smoke-passed", job_id=job_id, why=what)
+            client.cancel(job_id)
             return AdoptedSmokeVerdict(True, what + "; the job was stopped there", state, time.monotonic() - began,
                                        steps, str(new_checkpoint.path) if new_checkpoint else None)
         if state not in ACTIVE_STATES:

@@ -53,6 +53,7 @@ CATEGORIES = (
     "checkpoint_corrupt", "rendezvous_failure", "time_limit", "preempted", "node_lost", "nan_loss", "disk_full",
     "gpu_hardware", "cuda_illegal_access", "data_staging", "unknown",
     "success",  # not a failure: Slurm recorded COMPLETED exit 0, or the training finished before what failed
+    "cancelled",  # not a failure: someone cancelled the job (scancel, `slurmctl cancel`) and nothing failed before
 )
 
 
@@ -514,6 +515,9 @@ _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts
 _MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
                            r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
+# slurmstepd's line for a job or step cancelled on request (scancel); a time limit or a preemption adds
+# "DUE TO ..." after the time.
+_CANCELLED_LINE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ \*\*\*\s*$")
 _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
 # Weak evidence, used only when nothing more specific was found and the error (if any) is about a device:
 # torch.utils.cpp_extension logs the first whenever CUDA_HOME is set but torch.cuda.is_available() is False,
@@ -705,6 +709,30 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
+def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Diagnosis:
+    """A run's diagnosis with what its own records say of how job `job_id` ended: a passed `adopt --smoke`
+    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at."""
+    mine = [e for e in events if e.get("job_id") == job_id]
+    passed = [e for e in mine if e.get("event") == "smoke-passed"]
+    if passed and found.category in ("cancelled", "unknown"):
+        return smoke_passed(passed[-1].get("why") or "", found)
+    told = [e for e in mine if e.get("event") == "cancel-result"]
+    if found.category == "cancelled" and any(e.get("event") == "cancel-requested" for e in mine):
+        at = f" at step {told[-1]['last_step']}" if told and told[-1].get("last_step") is not None else ""
+        lost = told[-1].get("steps_lost") if told else None
+        found.summary = (f"You cancelled it (`slurmctl cancel`){at}; nothing failed before that"
+                         + (f" ({lost} steps since its checkpoint were lost)." if lost else "."))
+    return found
+
+
+def smoke_passed(why: str, found: Diagnosis) -> Diagnosis:
+    """A job `adopt --smoke` stopped once its test passed (`why`: what it saw): no failure, whatever the
+    log's end (the smoke test's own cancel) reads as."""
+    return Diagnosis("success", f"The smoke test passed ({why}); slurmctl cancelled the job there on purpose.",
+                     found.evidence, "Nothing to fix: submit it for real with `slurmctl adopt SCRIPT --yes`.",
+                     source="run", extra=found.extra)
+
+
 def signature_hits(lines: list[str], noise: set[int], index: LineIndex | None = None) -> dict[int, list[int]]:
     """Signature index -> the numbers of the lines it matches (launcher noise never counts). Each signature
     runs only on the lines that hold one of the literals every match of it must contain."""
@@ -764,6 +792,20 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         category = sig.category
     else:
         category, sig, source = "unknown", None, "none"
+    cancel = next((i for i, line in enumerate(lines) if _CANCELLED_LINE.search(line)), None)
+    if (state == "CANCELLED" or (not state and cancel is not None)) and (category == "unknown" or (
+            cancel is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
+                i > cancel for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx))):
+        # what follows a cancel (SIGTERM handlers, a rank's signal exception, the store going away) is its
+        # consequence; a training that "finished" on SIGTERM did not finish either
+        progress = [lines[reading.last_progress].strip()] if reading.last_progress is not None else []
+        return Diagnosis(
+            "cancelled", "The job was cancelled on request (scancel or `slurmctl cancel`) while it ran; nothing "
+            "failed before that.", [*([lines[cancel].strip()] if cancel is not None else
+                                      [f"Slurm state: CANCELLED, exit code {exit_code or '?'}"]), *progress],
+            "Nothing to fix: it was stopped on purpose. To go on, a slurmctl run resumes from its newest checkpoint "
+            "(`slurmctl resume`); a plain sbatch job is submitted again.",
+            source="slurm" if state == "CANCELLED" else "log", extra=extra)
     if reading.finished is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
             i > reading.finished for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx):
         after = [lines[reading.exception_line].strip()] if reading.exception_line is not None else []
@@ -903,7 +945,6 @@ def diagnose_file(path: Path, slurm_state: str = "", exit_code: str = "", *, nof
 # Slurm states of a job whose newest attempt itself failed: it is what `diagnose` explains, even when its
 # log says nothing (an older attempt's preemption must not stand in for it).
 _ENDED_BADLY = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"}
-_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)")
 _STEP_RESTART = re.compile(r"^slurmctl: training exited with code -?\d+; the allocation is healthy: restarting it")
 
 
@@ -914,7 +955,8 @@ def attempts_newest_first(text: str, job_id: str, numbers: dict[tuple[int, int],
     and only its newest run is the attempt's own). `numbers`: (job id, restart count) -> the run-wide
     attempt number (rundir.attempt_ids), as `slurmctl logs --attempt` takes it."""
     lines = text.splitlines()
-    starts = [(i, int(m[1])) for i, line in enumerate(lines) if (m := _ATTEMPT_HEADER.match(line))]
+    starts = [(i, rundir.header_restart_count(m))
+              for i, line in enumerate(lines) if (m := rundir.ATTEMPT_HEADER.match(line))]
     found = []
     for k, (begin, number) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(lines)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from slurmctl.errors import RunNotFound
 from slurmctl.fsutil import open_regular, tail_text_lines
-from slurmctl.rundir import Run
+from slurmctl.rundir import ATTEMPT_HEADER, Run, header_restart_count
 from slurmctl.slurm.client import SlurmClient
 
 
@@ -71,18 +71,18 @@ def _emit_new(path: Path, offset: int, emit: Callable[[str], None]) -> int:
     return offset + len(data)
 
 
-_ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job \d+")
 _RANK_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d+)\]:|(\d+): )")
 
 
 def split_attempts(lines: list[str]) -> dict[int, list[str]]:
-    """logs/<job>.out holds every attempt behind a 'slurmctl: attempt N of job J' header."""
+    """logs/<job>.out holds every attempt behind a 'slurmctl: attempt N of job J (Slurm restart R)'
+    header (rundir.ATTEMPT_HEADER): its lines by Slurm restart count."""
     attempts: dict[int, list[str]] = {}
     current = 0
     for line in lines:
-        m = _ATTEMPT_HEADER.match(line)
+        m = ATTEMPT_HEADER.match(line)
         if m:
-            current = int(m.group(1))
+            current = header_restart_count(m)
         attempts.setdefault(current, []).append(line)
     return attempts
 

@@ -24,6 +24,7 @@ from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.slurm.owned import owned_job
 
 _JOB_REF_RE = re.compile(r"\d{1,12}")
+_ARRAY_TASK_RE = re.compile(r"\d{1,12}_\d{1,9}")
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
 
 
@@ -68,6 +69,8 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
     """RUN as the commands take it: a run (id, name, path) or, for a number, one of the caller's Slurm
     jobs (the run it is an attempt of, when it is one). A number Slurm does not know is looked up as
     a run name last."""
+    if _ARRAY_TASK_RE.fullmatch(ref):
+        ref = _array_task_job_id(client, ref) or ref
     if not _JOB_REF_RE.fullmatch(ref):
         return registry.get(ref)
     job_id = int(ref)
@@ -84,13 +87,26 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
     return PlainJob(job_id, job, *_output_file(client, job_id, job))
 
 
+def _array_task_job_id(client: SlurmClient, ref: str) -> str | None:
+    """The job id of array task `ref` ('4341_2', as squeue and sacct name it): its own id once it
+    started, the array's while it waits; None when Slurm knows no such task (whose it is is decided
+    later, on that id)."""
+    result = client._run(["squeue", "-h", "-t", "all", "-j", ref, "-o", "%A"], check=False)
+    found = result.stdout.split() if result.returncode == 0 else []
+    if not found:
+        result = client._run(["sacct", "-n", "-P", "-X", "-j", ref, "-o", "JobIDRaw"], check=False)
+        found = result.stdout.split() if result.returncode == 0 else []
+    return found[-1] if found and found[-1].isdigit() else None
+
+
 def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Path | None, str]:
     """Where the job writes its output: its StdOut while the controller knows the job (the record
     owned_job read), else Slurm's default `slurm-<id>.out` in the work dir accounting recorded."""
     if job is not None and job.std_out:
         return Path(_expand(job.std_out, job_id, job)), job.work_dir
     if job is not None and job.source == "sacct" and job.work_dir.startswith("/"):
-        return Path(job.work_dir) / f"slurm-{job_id}.out", job.work_dir
+        default = _DEFAULT_ARRAY_OUTPUT if job.array_task else _DEFAULT_OUTPUT
+        return Path(job.work_dir) / _expand(default, job_id, job), job.work_dir
     # the newest job of that id that is the caller's (ids restart when a cluster is rebuilt)
     result = client._run(["sacct", "-n", "-P", "-X", "--duplicates", "-j", str(job_id), "-o",
                           "JobIDRaw,UID,Submit,WorkDir"], check=False)
@@ -103,13 +119,25 @@ def _output_file(client: SlurmClient, job_id: int, job: Job | None) -> tuple[Pat
     return None, ""
 
 
+# sbatch's output file when the script names none: an array task's carries the array's id and its index
+_DEFAULT_OUTPUT = "slurm-%j.out"
+_DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
 def _expand(pattern: str, job_id: int, job: Job | None) -> str:
-    """The filename patterns scontrol may leave in StdOut (%j, %A, %a, %x, %u, %%)."""
+    """sbatch's filename patterns as Slurm fills them for the batch script's output (man sbatch,
+    "filename pattern"): %j the job's own id, %A/%a the array's id and the task's index (for a job
+    that is no array task: its id and 4294967294), %x name, %u user, %N the batch host, %n/%t 0
+    (node and task of the batch step), %s 'batch', %% a percent sign."""
+    array = job.array_task if job is not None else None
     if "%" not in pattern:
         return pattern
-    values = {"j": str(job_id), "A": str(job_id), "a": "", "x": job.name if job else "", "u": job.user if job else "",
-              "%": "%"}
-    return re.sub(r"%(\d*)([jAaxu%])", lambda m: values[m.group(2)].zfill(int(m.group(1) or 0)), pattern)
+    first_node = re.match(r"([^\[,]*)(?:\[(\d+))?", job.nodelist) if job is not None else None
+    host = (job.batch_host or "".join(g or "" for g in first_node.groups())) if job is not None else ""
+    values = {"j": str(job_id), "A": array[0] if array else str(job_id), "a": array[1] if array else "4294967294",
+              "x": job.name if job else "", "u": job.user if job else "", "N": host, "n": "0", "t": "0",
+              "s": "batch", "%": "%"}
+    return re.sub(r"%(\d*)([jAaxuNnts%])", lambda m: values[m.group(2)].zfill(int(m.group(1) or 0)), pattern)
 
 
 def _phase(job: Job | None) -> str:

@@ -102,6 +102,7 @@ class RunStatus:
     drain_unacknowledged: bool = False  # a drain was requested and the training never confirmed it
     health: str = "ok"
     cost_usd: float | None = None
+    attempt_started: datetime | None = None  # the newest attempt's start (what cost_usd prices)
     suggestions: list[str] = field(default_factory=list)
     diagnosis: dict | None = None
     watchdog: dict | None = None  # what the progress watchdog did to the latest job (watchdog_report.watchdog_report)
@@ -117,7 +118,9 @@ class RunStatus:
 
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["attempt_started"] = self.attempt_started.isoformat() if self.attempt_started else None
+        return d
 
 
 def _phase(run: Run, job: Job, heartbeat: dict | None, restarts: int) -> str:
@@ -299,6 +302,7 @@ def _price(status: RunStatus, job: Job, site) -> None:
     CPU-only job alike."""
     status.cpus = job.cpus
     status.cost_usd = job_cost(job, site, status.elapsed_seconds)
+    status.attempt_started = job.start_time
 
 
 def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None = None) -> float | None:

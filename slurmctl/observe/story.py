@@ -159,7 +159,11 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
             following_start = starts[n + 1][1] if n + 1 < len(starts) else None
             cancelled = any(e.get("event") == "cancel-requested" and e.get("job_id") == start.get("job_id")
                             for e in following)
-            if cancelled and following_start is None:
+            smoke = any(e.get("event") == "smoke-passed" and e.get("job_id") == start.get("job_id")
+                        for e in following)
+            if smoke and following_start is None:
+                line += "; smoke test passed, stopped there (`adopt --smoke`)"
+            elif cancelled and following_start is None:
                 line += "; cancelled on request (`slurmctl cancel`)"
                 told = next((e for e in reversed(following) if e.get("event") == "cancel-result"
                              and e.get("steps_lost") is not None), None)
@@ -266,6 +270,13 @@ def cancelled_on_request(status: RunStatus, job: Job | None, events: list[dict])
     if job is None or (job.active and job.source != "sacct"):  # still in the queue: not over yet
         return
     current = _current(events)
+    smoke = next((e for e in current if e.get("event") == "smoke-passed" and e.get("job_id") == job.job_id), None)
+    if smoke is not None:  # `adopt --smoke` stopped it once its test passed
+        status.phase = "smoke test passed"
+        status.headline = f"Smoke test passed ({smoke.get('why') or 'it made progress'})."
+        status.diagnosis, status.why = None, ""
+        status.action = "Submit it for real with `slurmctl adopt SCRIPT --yes` (without --smoke)."
+        return
     asked = [i for i, e in enumerate(current) if e.get("event") == "cancel-requested" and e.get("job_id") == job.job_id]
     if not asked or any(e.get("event") == "start" and e.get("job_id") == job.job_id for e in current[asked[-1] + 1:]):
         return
@@ -290,7 +301,8 @@ def reliability_details(status: RunStatus, events: list[dict]) -> None:
         if status.state == "COMPLETED" and ends[-1].get("outcome") == "cancelled":
             step = ends[-1].get("checkpoint_step")
             status.phase = "cancelled"
-            status.headline = (f"Stopped on request after checkpointing at step {step} (drain acknowledged)."
+            status.headline = ("Stopped on request after checkpointing" + (f" at step {step}" if step is not None
+                                                                             else "") + " (drain acknowledged)."
                                if ends[-1].get("drain_acked") else "Stopped on request.")
             status.action = f"Continue it with `slurmctl resume {status.run_id}`, or branch it with `slurmctl fork`."
     if any(e.get("event") == "drain-unacknowledged" or

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from operator import attrgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slurmctl.config.models import SiteConfig
 from slurmctl.config.pricing import Discounts, allocated_cost
 from slurmctl.durations import human_duration
 from slurmctl.errors import ForgedSlurmOutput
@@ -32,6 +32,9 @@ from slurmctl.rundir import run_id_from_comment
 from slurmctl.slurm.client import SlurmClient, parse_slurm_duration
 from slurmctl.slurm.records import tres_cpus  # cached: one call per sacct row
 from slurmctl.slurm.records import tres_gpus as parse_gpus  # cached: one call per sacct row
+
+if TYPE_CHECKING:  # annotations only: pydantic's models cost ~0.3 s to import, status need not pay it
+    from slurmctl.config.models import SiteConfig
 
 _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of distinct limits per cluster
 
@@ -128,9 +131,11 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         attempt.drain_requested = int(bool(record.get("drain_requested")))
         attempt.drain_acked = int(bool(record.get("drain_acknowledged", record.get("drain_acked"))))
         attempt.last_ckpt_step = record.get("last_checkpoint_step")
-    # A cancel whose drain the program never acknowledged (it saved nothing) loses its work like a kill.
-    lossy = attempt.state in LOSSY_STATES or (attempt.state == "CANCELLED" and attempt.drain_requested
-                                               and not attempt.drain_acked)
+    # A cancel whose drain the program never acknowledged (it saved nothing), or one that stopped it at
+    # once with steps lost since its checkpoint (`cancel --now`), loses its work like a kill.
+    lost_on_cancel = attempt.state == "CANCELLED" and bool(record and record.get("lost_on_cancel"))
+    lossy = attempt.state in LOSSY_STATES or lost_on_cancel or (
+        attempt.state == "CANCELLED" and attempt.drain_requested and not attempt.drain_acked)
     if not lossy or attempt.elapsed_s == 0 or (attempt.gpus == 0 and attempt.cost_usd == 0):
         return attempt  # a CPU-only job is wasted money too, at its CPU price
     if not record:
@@ -144,6 +149,8 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         cause = "lost-since-checkpoint"
     if attempt.drain_requested and not attempt.drain_acked:
         cause = "drain-unacknowledged"
+    elif lost_on_cancel:
+        cause = "lost-on-cancel"
     attempt.waste_gpu_hours = attempt.gpus * lost / 3600
     attempt.waste_usd = attempt.cost_usd * lost / attempt.elapsed_s
     attempt.waste_cause = cause
@@ -387,10 +394,12 @@ def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start:
 
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
-                 run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
+                 run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
+                 lost_on_cancel: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
     """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows.
     `drain_acknowledged`: (job id, restart count) of the attempts whose run records an acknowledged
-    drain (Run.drain_acknowledged_attempts)."""
+    drain (Run.drain_acknowledged_attempts); `lost_on_cancel`: those a cancel ended with steps lost
+    (Run.lost_on_cancel_attempts)."""
     if not job_ids:
         return []
     now = datetime.now()
@@ -398,6 +407,9 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     for job_id, restart in drain_acknowledged:
         if (record := records.get((job_id, str(restart)))) is not None and record.get("drain_requested"):
             record["drain_acknowledged"] = True  # the same dict is keyed by its start time too
+    for job_id, restart in lost_on_cancel:
+        if (record := records.get((job_id, str(restart)))) is not None:
+            record["lost_on_cancel"] = True
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
@@ -406,6 +418,26 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
             seen.add((attempt.job_id, attempt.start))
             attempts.append(attempt)
     return attempts
+
+
+def cost_so_far(site: SiteConfig, client: SlurmClient, job_ids: list[int], current_job_id: int | None,
+                current_start: datetime | None, current_cost: float | None) -> float | None:
+    """What a run or a job cost so far over EVERY attempt (a requeue's and a resume's too): the ended
+    attempts as `slurmctl cost` prices them (run_attempts: sacct --duplicates), plus the newest attempt
+    (job `current_job_id`, started `current_start`, priced `current_cost`) while accounting does not
+    list it yet (it lists an attempt once it ended). None when nothing was priced."""
+    return attempts_cost(run_attempts(site, client, job_ids), current_job_id, current_start, current_cost)
+
+
+def attempts_cost(attempts: list[Attempt], current_job_id: int | None, current_start: datetime | None,
+                  current_cost: float | None) -> float | None:
+    """cost_so_far from the ended attempts already read (one job's, one run's)."""
+    started = current_start.isoformat(timespec="seconds") if current_start else None
+    listed = any(a.job_id == current_job_id and a.start[:19] == started for a in attempts)
+    total = sum(a.cost_usd for a in attempts)
+    if current_cost is not None and not listed:
+        total += current_cost
+    return total if attempts or current_cost is not None else None
 
 
 def cost_records_dir(site: SiteConfig) -> Path | None:
@@ -429,13 +461,22 @@ class RunCost:
         d["attempts"] = [a.to_dict() for a in self.attempts]
         return d
 
+    @property
+    def held(self) -> str:
+        """What it held, in words for `cost`: its GPU-hours, or 'CPU only' (priced by its CPUs, no GPU-hours)."""
+        if self.attempts and not any(a.gpus for a in self.attempts):
+            return "CPU only (priced by its CPUs)"
+        return f"{self.gpu_hours:.2f} GPU-hours"
+
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
-             run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = ()) -> RunCost:
+             run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
+             lost_on_cancel: Iterable[tuple[int, int]] = ()) -> RunCost:
     """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
-    `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`: see
-    run_attempts."""
-    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged)
+    `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`,
+    `lost_on_cancel`: see run_attempts."""
+    attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged,
+                            lost_on_cancel)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:

@@ -34,6 +34,7 @@ Import from the package; the split is by responsibility, not a second owner.
 from slurmctl.rundir.layout import (
     ADOPTED_SCRIPT,
     ARTIFACTS_DIR,
+    ATTEMPT_HEADER,
     ATTEMPTS,
     CHECKPOINTS_DIR,
     COMMENT_PREFIX,
@@ -63,8 +64,10 @@ from slurmctl.rundir.layout import (
     WATCHDOG_DIR,
     WATCHDOG_STATE,
     Run,
+    attempt_header,
     attempt_ids,
     current_user,
+    header_restart_count,
     is_health_rank_file,
     is_run_id,
     job_log_path,
@@ -83,6 +86,9 @@ from slurmctl.rundir.layout import (
 from slurmctl.rundir.registry import RunRegistry, check_owned_dir
 
 __all__ = [
+    "ATTEMPT_HEADER",
+    "attempt_header",
+    "header_restart_count",
     "ADOPTED_SCRIPT", "ARTIFACTS_DIR", "ATTEMPTS", "CHECKPOINTS_DIR", "COMMENT_PREFIX", "COST_RECORDS_DIR", "DATA_DIR",
     "DATA_PLAN", "DATA_STAGE", "DIAGNOSIS_CACHE", "DRAIN_ACK",
     "DRAIN_REQUEST", "HEALTH_DIR", "HEALTH_IDLE", "HEALTH_RANK", "HEARTBEAT", "JOB_LOG", "JOB_SCRIPT", "LOGS_DIR",

@@ -232,6 +232,21 @@ def step_rate(records: list[dict], since: float | None = None, window: int = _ST
     return (points[-1][0] - points[0][0]) / (points[-1][1] - points[0][1])
 
 
+# The line the job's log starts each attempt with: the run-wide attempt number (as status and `logs
+# --attempt` count, 1 = the first) and which Slurm attempt it is. Logs written before the Slurm restart
+# was added carry the restart count as the number.
+ATTEMPT_HEADER = re.compile(r"^slurmctl: attempt (\d+) of job (\d+)(?: \(Slurm restart (\d+)\))?")
+
+
+def attempt_header(number: int, job_id: int | None, restart_count: int | None) -> str:
+    return f"slurmctl: attempt {number} of job {job_id} (Slurm restart {restart_count or 0})"
+
+
+def header_restart_count(match: re.Match) -> int:
+    """The Slurm restart count of an ATTEMPT_HEADER match (old headers: their number)."""
+    return int(match[3] if match[3] is not None else match[1])
+
+
 def attempt_ids(events: list[dict]) -> list[tuple[int, int]]:
     """(job id, Slurm restart count) of every attempt of a run that started, oldest first, across all
     its submissions (a resume is a new job whose restart count starts at 0 again). Attempt N (1 = the
@@ -624,6 +639,20 @@ class Run:
             elif e.get("event") == "drain-acknowledged" or (e.get("event") == "end" and e.get("drain_acked")):
                 restart = e.get("restart_count") if e.get("event") == "end" else restarts.get(int(job), 0)
                 found.add((int(job), int(restart or 0)))
+        return found
+
+    def lost_on_cancel_attempts(self) -> set[tuple[int, int]]:
+        """(job id, restart count) of the attempts a cancel ended with work lost: `cancel --now`, or a
+        cancel whose drain never came, recorded steps lost since the checkpoint the next start restores."""
+        found, restarts = set(), {}
+        for e in self.events():
+            job = str(e.get("job_id") or "")
+            if not job.isdigit():
+                continue
+            if e.get("event") == "start":
+                restarts[int(job)] = int(e.get("restart_count") or 0)
+            elif e.get("event") == "cancel-result" and (e.get("steps_lost") or 0) > 0:
+                found.add((int(job), restarts.get(int(job), 0)))
         return found
 
     # --- writers -------------------------------------------------------------------------------

@@ -120,7 +120,10 @@ def start(run_dir: Path) -> int:
     ck = _checkpoints(run_dir).latest()
     record["resume_step"] = ck.step if ck else _program_checkpoint_step(run_dir)
     step = record["resume_step"]
-    print(f"slurmctl: attempt {record['restart_count']} of job {record['job_id']} starting on "
+    earlier = rundir.attempt_ids(read_jsonl(run_dir / rundir.ATTEMPTS))
+    this = (record["job_id"], record["restart_count"] or 0)
+    number = (earlier.index(this) if this in earlier else len(earlier)) + 1  # numbered across the run
+    print(rundir.attempt_header(number, record["job_id"], record["restart_count"]) + f" starting on "
           f"{record['nodes']}" + (f", resuming from checkpoint step {step}" if step is not None else ""),
           file=sys.stderr)
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
@@ -347,11 +350,14 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
         decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
                           previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
     last_step = _last_step(run_dir, start_record.get("time") if start_record else None)
+    # an adopted program's own checkpoint, the one its next start restores, where slurmctl keeps none
+    ck_step = ck.step if ck else _program_checkpoint_step(run_dir)
     # steps_lost: steps this attempt made past its newest valid checkpoint (status tells the story)
     record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,
-              "checkpoint_step": ck.step if ck else None, "last_step": last_step,
-              "steps_lost": (max(0, last_step - ck.step) if ck else last_step + 1) if last_step is not None else None,
+              "checkpoint_step": ck_step, "last_step": last_step,
+              "steps_lost": (max(0, last_step - ck_step) if ck_step is not None else last_step + 1)
+              if last_step is not None else None,
               **({"nodes_lost": lost.get("nodes_lost") or []} if decision.outcome == "node-lost" else {}),
               **decision.to_dict()}
     # Record first: `scontrol requeue` SIGTERMs this very batch script.
@@ -566,15 +572,69 @@ def _smoke_round_trip(run_dir: Path) -> bool:
     return passed
 
 
+_SHELLS = {"bash", "sh", "dash", "zsh", "ksh"}
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        # '<pid> (<comm>) <state> <ppid> ...': comm may hold spaces and parentheses, so read after the last ')'
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry.name))
+    return found
+
+
+def _is_shell(pid: int) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name in _SHELLS
+    except OSError:
+        return False
+
+
+def signal_program(parent: int, signame: str) -> int:
+    """Pass the program's save signal on to a program the batch script started without srun: the
+    processes under the original script (`parent`), looking through its subshells (a shell dies of a
+    signal it does not trap, and would take nothing with it but its own wait)."""
+    signum = getattr(signal, "SIG" + signame.removeprefix("SIG"), None)
+    if not isinstance(signum, signal.Signals):
+        print(f"slurmctl: no signal {signame!r} to pass on", file=sys.stderr)
+        return 2
+    sent, pending = [], _children(parent)
+    while pending:
+        pid = pending.pop(0)
+        if _is_shell(pid):
+            pending += _children(pid)
+            continue
+        try:
+            os.kill(pid, signum)
+            sent.append(pid)
+        except OSError:
+            pass  # it ended meanwhile
+    print(f"slurmctl: passed {signum.name} on to the program (started without srun): "
+          f"{', '.join(map(str, sent)) or 'no process found'}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
     parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step",
-                                          "expedite-requeue", "interrupted"])
+                                          "expedite-requeue", "interrupted", "signal-program"])
     parser.add_argument("--exit-code", type=int, default=None)
     parser.add_argument("--job", default=None)
     parser.add_argument("--exclude", default="")
     parser.add_argument("--limit", type=float, default=_EXPEDITE_LIMIT_SECONDS)
+    parser.add_argument("--parent", type=int, default=None)
+    parser.add_argument("--signal", default="USR1")
     args = parser.parse_args(argv)
+    if args.event == "signal-program":
+        return signal_program(args.parent, args.signal) if args.parent else 2
     if args.event == "expedite-requeue":
         exclude = [n for n in args.exclude.split(",") if n]
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it

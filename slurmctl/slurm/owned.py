@@ -23,18 +23,20 @@ from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 # With where it writes (StdOut, WorkDir: user-written, sealed like name and comment).
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
-                                   "exit_code", "user", "tres", "restarts", "name", "comment", "std_out", "work_dir"),
+                                   "exit_code", "user", "tres", "restarts", "array_ref", "batch_host", "name",
+                                   "comment", "std_out", "work_dir"),
                      "squeue -O")
 # Every job of that id in accounting, every user's (ids restart when a cluster is rebuilt): the newest
 # decides whose it is (its numeric uid), in the same call that reads it.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
-                                           "end_time", "exit_code", "user", "uid", "tres", "name", "comment",
-                                           "work_dir"), "sacct")
-# The caller's queued and running jobs, array tasks one per record (%A: each task's own job id).
-# -O: only it has the allocated TRES (ls's GPUS column); its JobID is each task's own id, as -o's %A.
+                                           "end_time", "exit_code", "user", "uid", "tres", "array_ref", "name",
+                                           "comment", "work_dir"), "sacct")
+# The caller's queued and running jobs, array tasks one per record (-r).
+# -O: only it has the allocated TRES (ls's GPUS column). Its JobID is each task's own id once it started;
+# every pending task of an array prints the array's id, so a record is told apart by its ArrayTaskID too.
 PLAIN = JobQuery("plain_jobs", ("job_id", "state", "partition", "num_nodes", "elapsed_seconds", "user", "tres",
-                                "name", "comment"), "squeue -O")
+                                "array_tasks", "name", "comment"), "squeue -O")
 # The caller's jobs of the last days in accounting, with the fields status reads (client.HISTORY's): one
 # sacct answers for ls's ended plain jobs and for its runs' ended jobs alike.
 RECENT = JobQuery("recent_jobs", HISTORY.attrs, "sacct")
@@ -106,7 +108,10 @@ def my_plain_jobs(client, run_comment_prefix: str, uid: int | None = None) -> li
 
 
 def _row(job: Job, started_at: float | None) -> PlainJobRow:
-    return PlainJobRow(str(job.job_id), job.state, job.partition, job.num_nodes,
+    # a pending array task has no id of its own yet: named as squeue names it, '<array id>_<index>'
+    pending_task = job.state == "PENDING" and job.array_tasks.isdigit()
+    job_id = f"{job.job_id}_{job.array_tasks}" if pending_task else str(job.job_id)
+    return PlainJobRow(job_id, job.state, job.partition, job.num_nodes,
                        human_duration(job.elapsed_seconds) if job.elapsed_seconds is not None else "-", job.name,
                        tres_gpus(job.tres)[0], tres_cpus(job.tres), job.elapsed_seconds,
                        started_at if job.elapsed_seconds else None)

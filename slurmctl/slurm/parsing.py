@@ -221,6 +221,9 @@ FIELDS = {f.attr: f for f in [
     Field("tres_per_node", None, "tres-per-node", None, lambda s: "" if s in _NULL or s == "N/A" else s),
     # a pending array's rest ('0-9,15%2'); 'N/A' for any other job
     Field("array_tasks", None, "ArrayTaskID", None, lambda s: "" if s in _NULL or s == "N/A" else s),
+    # an array task as Slurm names it, '<array id>_<index>' ('4341_2'; the pending rest '4341_[2-5%2]'),
+    # a plain job's own id otherwise: what %A and %a in its output pattern stand for
+    Field("array_ref", None, "JobArrayID", "JobID", _text),
     Field("restarts", None, "RestartCnt", None, _int),
     # set when Slurm chose the job for preemption; kept while the requeued job completes, gone once PENDING
     Field("preempt_time", None, "PreemptTime", None, parse_slurm_timestamp),
@@ -270,15 +273,19 @@ class JobQuery:
         return split_terminated(stdout, seal, len(self.attrs), self.name, rejects)
 
     def parse(self, stdout: str, seal: str, rejects: Rejects, source: str = "squeue") -> list[Job]:
-        """Every record as a Job; a job listed twice raises ForgedSlurmOutput (see listed_twice)."""
-        jobs: dict[int, Job] = {}
+        """Every record as a Job; a job listed twice raises ForgedSlurmOutput (see listed_twice).
+        A record is its job id and, where the query asks, its array task id: `squeue -r` prints the
+        array's id for every task still pending (and for the task that starts last), told apart only
+        by ArrayTaskID."""
+        jobs: dict[tuple[int, str], Job] = {}
         for values in self.records(stdout, seal, rejects):
             job = self.parse_values(values, rejects, source)
             if job is None:
                 continue
-            if job.job_id in jobs:
+            key = (job.job_id, job.array_tasks)
+            if key in jobs:
                 raise listed_twice(self, job.job_id, rejects)
-            jobs[job.job_id] = job
+            jobs[key] = job
         return list(jobs.values())
 
     def parse_values(self, values: Sequence[str], rejects: Rejects | None, source: str = "squeue") -> Job | None:

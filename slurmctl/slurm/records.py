@@ -88,6 +88,7 @@ class Job:
     dependency: str = ""  # the part of --dependency not yet met ('' when none is left)
     tres_per_node: str = ""  # what the job asked per node: 'gres:gpu:l4:1' (--gres, --gpus-per-node)
     array_tasks: str = ""  # a pending array's tasks not yet started, as squeue prints them: '0-9,15%2'
+    array_ref: str = ""  # '<array id>_<index>' for an array task (squeue JobArrayID, sacct JobID)
     restarts: int = 0
     preempt_time: datetime | None = None
     batch_host: str = ""
@@ -118,6 +119,12 @@ class Job:
     def cpus(self) -> int:
         """CPUs allocated (running) or requested (pending), from tres; 0 when the query had no tres."""
         return tres_cpus(self.tres)
+
+    @property
+    def array_task(self) -> tuple[str, str] | None:
+        """(array id, index) of an array task ('4341_2'), None for any other job or an array's pending rest."""
+        head, sep, index = self.array_ref.partition("_")
+        return (head, index) if sep and head.isdigit() and index.isdigit() else None
 
     @property
     def pending_tasks(self) -> int:

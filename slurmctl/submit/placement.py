@@ -15,6 +15,7 @@ from datetime import datetime
 from slurmctl.config.models import RunSpec, SiteConfig
 from slurmctl.errors import NoPlacement
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.cost import estimate
 
 TIE_SECONDS = 60  # Slurm's estimates move by the scheduler interval; closer starts are a tie
 # sbatch --test-only's answer when the partition's nodes present cannot hold the job (none at all, or
@@ -55,14 +56,13 @@ def place(spec: RunSpec, site: SiteConfig, client: SlurmClient, script_for: Call
 
     Its #SBATCH lines go to `sbatch --test-only` as options, so no file has to exist where sbatch
     runs (a remote login node) and the estimate is for exactly what would be submitted."""
-    gpus = spec.nodes * spec.gpus_per_node
     options = []
     for partition in spec.partitions:
         answer = client.test_only(None, sbatch_directives(script_for(partition)))
         config = site.partitions.get(partition)
+        # the cost estimate's price (a CPU-only run at its CPUs' price), as the dry run's cost line says
         option = PlacementOption(
-            partition, answer.ok, answer.start_time,
-            round(gpus * config.price_per_gpu_hour, 2) if config else 0.0,
+            partition, answer.ok, answer.start_time, estimate(spec, site, partition).usd_per_hour,
             bool(config and config.preemptible), answer.nodes, answer.message)
         if not answer.ok and config and config.max_nodes and NO_NODES_YET in answer.message:
             option.ok, option.start_time, option.waits_for_scale_up = True, None, True

@@ -19,7 +19,7 @@ def test_example_trains_world_size_4_across_2_nodes():
     assert result["after"]["eval_loss"] < result["before"]["eval_loss"] / 5
     assert result["after"]["eval_accuracy"] > 0.5 > result["before"]["eval_accuracy"]
     assert status["nodes"] == "h100-[1-2]" or "," in status["nodes"] or "-[" in status["nodes"]
-    assert "world size 4" in log and "attempt 0 of job" in log
+    assert "world size 4" in log and "attempt 1 of job" in log
     events = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events[:3]] == ["submitted", "start", "end"]
     # One attempt normally; a rare gloo abort at process teardown (after training) is requeued by the

@@ -141,3 +141,57 @@ def test_a_torchrun_c10d_rendezvous_gets_one_note(tmp_path, launch, warned):
     notes = [n for n in _notes(script, read_shape(script), read_body(script.body), False, 60)
              if n.startswith("rendezvous:")]
     assert len(notes) == warned and all("pickle" in n and "--rdzv-backend=static" in n for n in notes)
+
+
+PROGRAM_THAT_SAVES_ON_USR1 = """import pathlib, signal, sys, time
+def save(*_):
+    pathlib.Path(sys.argv[1]).write_text("saved")
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, save)
+pathlib.Path(sys.argv[1] + ".up").write_text("up")
+time.sleep(30)
+"""
+
+
+def test_a_program_started_without_srun_gets_cancels_signal_through_the_batch_shell(tmp_path):
+    """`python train.py & wait` in the batch script: no srun step exists, so cancel signals the batch
+    shell (scancel --batch), which passes the program's signal on to it; the script's shell lives on."""
+    import os
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    from slurmctl.rundir import ADOPTED_SCRIPT
+    from slurmctl.runtime import write_drain_request
+    from slurmctl.submit.adopt.plan import _resilience, _signal_target
+
+    (tmp_path / "prog.py").write_text(PROGRAM_THAT_SAVES_ON_USR1)
+    saved = tmp_path / "saved"
+    path = tmp_path / "job.sbatch"
+    path.write_text(f"#!/bin/bash\n#SBATCH -N 1\n{sys.executable} {tmp_path / 'prog.py'} {saved} & child=$!\n"
+                    "wait $child\necho script-went-on\n")
+    script = parse_script(path)
+    body, shape = read_body(script.body), read_shape(script)
+    block, _ = _resilience(body, shape, "pytorch", str(tmp_path), "USR1", None)
+    assert block.signal_to == "batch"  # cancel: scancel --batch --signal=USR1
+    assert "passes it on to the program" in _signal_target(block, body, shape.signal)
+    run_dir = tmp_path / "run-20261201-abcd"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / ADOPTED_SCRIPT).write_text(path.read_text())
+    (run_dir / ADOPTED_SCRIPT).chmod(0o755)
+    wrapper = render_wrapper(script, "run-20261201-abcd", run_dir, sys.executable, 60, True, "077", block.signal)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for key in [k for k in env if k.startswith("SLURM")]:
+        del env[key]
+    job = subprocess.Popen(["bash", "-c", wrapper], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    deadline = time.monotonic() + 20
+    while not Path(f"{saved}.up").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    write_drain_request(run_dir, "cancel", job_id="1")  # what cancel writes before its signal
+    job.send_signal(signal.SIGUSR1)  # what `scancel --batch --signal=USR1` does
+    out, _ = job.communicate(timeout=30)
+    assert saved.read_text() == "saved", out
+    assert "passed SIGUSR1 on to the program" in out and "script-went-on" in out
+    assert "exit code 0" in out and "time-limit" not in out  # the script's own end; still the user's cancel

@@ -65,3 +65,43 @@ def test_an_unacknowledged_cancel_and_a_cpu_only_loss_count(tmp_path):
     assert saved_in_time.waste_usd == 0
     cpu = assess_waste(_attempt("PREEMPTED", gpus=0, cost=0.06), facts)
     assert cpu.waste_usd == pytest.approx(0.03) and cpu.waste_gpu_hours == 0
+
+
+def test_a_cancel_that_lost_steps_counts_them_as_waste(tmp_path):
+    """`cancel --now` (no drain): the run records the steps lost since the checkpoint the next start
+    restores; the attempt's time since that checkpoint is waste, as for a kill."""
+    saved = datetime(2026, 12, 1, 10, 45).timestamp()
+    path = _adopted_run(tmp_path, saved)
+    with open(path / "attempts.jsonl", "a") as fh:
+        for event in ({"event": "start", "job_id": 81, "restart_count": 0},
+                      {"event": "cancel-result", "job_id": 81, "last_step": 148, "checkpoint_step": 140,
+                       "steps_lost": 8}):
+            fh.write(json.dumps(event) + "\n")
+    from slurmctl.rundir import Run
+
+    assert Run(path.name, path).lost_on_cancel_attempts() == {(81, 0)}
+    facts = read_run_facts(str(path), path.name)
+    before = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": False})
+    assert before.waste_usd == 0  # a cancel alone loses nothing the program saved
+    lost = assess_waste(_attempt("CANCELLED"), {**facts, "drain_requested": False, "lost_on_cancel": True})
+    assert lost.waste_cause == "lost-on-cancel" and lost.waste_usd == pytest.approx(20.0)
+    assert lost.waste_gpu_hours == pytest.approx(8 * 0.25)
+
+
+def test_an_adopted_programs_attempt_end_names_its_own_checkpoint(tmp_path, monkeypatch, capsys):
+    """A finished attempt of a program with its own checkpoint (ckpt.pt at iter 1300) is not 'no checkpoint'."""
+    from slurmctl.runtime import attempt
+    from slurmctl.slurm.client import SlurmClient
+
+    from .fakes import ReplayRunner
+
+    path = _adopted_run(tmp_path, time.time())
+    monkeypatch.setenv("SLURM_JOB_ID", "81")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.setenv("SLURMCTL_ADOPTED", "1")  # the adopt wrapper's
+    attempt.start(path)
+    (path / "logs").mkdir(exist_ok=True)
+    attempt.end(path, SlurmClient(ReplayRunner({})), 0)
+    ends = [json.loads(line) for line in (path / "attempts.jsonl").read_text().splitlines()
+            if json.loads(line).get("event") == "end"]
+    assert ends and ends[-1]["checkpoint_step"] == 1300

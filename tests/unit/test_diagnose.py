@@ -249,7 +249,7 @@ def test_a_launchers_sigkill_alone_is_named_but_not_called_host_memory(log):
 def test_a_kill_that_slurm_or_a_person_explains_is_not_host_memory():
     log = ("step 9 loss 1.0\nslurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 ***\n"
            "srun: error: n1: task 0: Killed\n")
-    assert diagnose_text(log).category == "unknown"
+    assert diagnose_text(log).category == "cancelled"  # a person's cancel, and no failure before it
     # the launcher's first failure exited 1: the SIGKILLs are the peers it ended after it
     log = ("failed (exitcode: -9) local_rank: 1 (pid: 12) of binary: /usr/bin/python3\n"
            "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 11)\n")
@@ -398,3 +398,19 @@ def test_jax_probing_for_backends_it_lacks_is_not_an_import_error():
     # the controller not answering is not the request's fault
     assert diagnose_text("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"
                          ).category != "missing_config"
+
+
+def test_a_job_cancelled_on_request_reads_as_cancelled_not_success_or_unknown():
+    lightning = LOGS / "cancelled_lightning_scancel.log"  # Lightning "bypasses" SIGTERM and its step exits 0
+    assert diagnose_file(lightning, "CANCELLED", "0:15").category == "cancelled"
+    # `cancel --now` of a torchrun job: the ranks' SignalException is the cancel's consequence
+    log = ("iter 148: loss 1.2\nslurmstepd: error: *** JOB 4207 ON h100-1 CANCELLED AT 2026-12-01T23:17:40 ***\n"
+           "torch.distributed.elastic.multiprocessing.api.SignalException: Process 12 got signal: 15\n")
+    found = diagnose_text(log, "CANCELLED", "0:15")
+    assert found.category == "cancelled" and "cancelled on request" in found.summary
+    # a real failure before the cancel is still the cause
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + log
+    assert diagnose_text(oom, "CANCELLED", "0:15").category == "cuda_oom"
+    # a time limit is no cancel
+    limit = "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME LIMIT ***\n"
+    assert diagnose_text(limit, "TIMEOUT").category == "time_limit"

@@ -1,12 +1,14 @@
 """Whose Slurm job it is: decided on the uid Slurm records, with the argv each source is asked; the
 records that carry a job name or comment are sealed, so a name cannot forge another job's record."""
 
+import json
 import os
 import pwd
+from pathlib import Path
 
 import pytest
 
-from slurmctl.errors import RunNotFound, RunNotOwned
+from slurmctl.errors import ForgedSlurmOutput, RunNotFound, RunNotOwned
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.owned import OWNED_HISTORY, OWNED_NOW, PLAIN, my_plain_jobs, owned_job, owned_job_id
 from tests.unit.fakes import TEST_SEAL, ReplayRunner, sacct_output, squeue_output
@@ -15,6 +17,7 @@ SQUEUE = ("squeue", "-h", "-t", "all", "-j", "45", "-o", "%A\x1f%U")
 SACCT = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", "--delimiter=\x1f", "-j", "45", "-o", "JobIDRaw,UID,Submit")
 NOW = ("squeue", "-h", "-t", "all", "-j", "45", *OWNED_NOW.format_argv(TEST_SEAL))
 HISTORY = ("sacct", "-n", "-P", "-X", "-a", "--duplicates", *OWNED_HISTORY.format_argv(TEST_SEAL), "-j", "45")
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurm"
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -36,21 +39,43 @@ def test_accounting_after_an_id_reset_takes_the_newest_job_of_that_id():
 
 def test_plain_jobs_skip_runs_and_other_users_and_a_forged_record_stays_inside_its_name():
     argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(TEST_SEAL))
-    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "", "forged", "(null)"])
+    forged_name = "x\n" + "\x1f".join(["99", "RUNNING", "l4-dev", "1", "0:00", ME, "", "N/A", "forged", "(null)"])
     two_h100 = "cpu=4,mem=8000M,node=2,billing=4,gres/gpu=4,gres/gpu:h100=4"  # squeue -O tres-alloc, 2 x 2 h100
-    out = squeue_output(["50", "RUNNING", "h100-ondemand", "2", "0:05", ME, two_h100, "my job", "(null)"],
-                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "", "run-20261201-abcd",
+    out = squeue_output(["50", "RUNNING", "h100-ondemand", "2", "0:05", ME, two_h100, "N/A", "my job", "(null)"],
+                        ["51", "PENDING", "l4-dev", "1", "0:00", ME, "", "N/A", "run-20261201-abcd",
                          "slurmctl:run-20261201-abcd"],
-                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "", "theirs", "(null)"],
-                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, "", forged_name, "(null)"])
+                        ["53", "RUNNING", "l4-dev", "1", "0:00", "someone-else", "", "N/A", "theirs", "(null)"],
+                        ["54", "PENDING", "l4-dev", "1", "0:00", ME, "", "N/A", forged_name, "(null)"])
     rows = my_plain_jobs(SlurmClient(ReplayRunner({argv: out})), "slurmctl:", uid=os.geteuid())
     assert [(r.job_id, r.name, r.gpus) for r in rows] == [("50", "my job", 4), ("54", forged_name, 0)]
 
 
+def test_a_throttled_array_with_pending_tasks_lists_each_task_once_named_as_squeue_names_it():
+    # captured: `squeue -r` prints the array's id (4341) for every pending task; ArrayTaskID tells them apart
+    captured = json.loads((FIXTURES / "array_throttled_pending_squeue.json").read_text())
+    call = captured["plain_jobs_r"]
+    argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(captured["seal"]))
+    assert tuple(a for a in call["argv"] if a not in ("-n", "a24b-arrcap")) == argv
+    out = call["stdout"].replace(f"\x1f{captured['seal']}{captured['user']}\x1f", f"\x1f{captured['seal']}{ME}\x1f")
+    rows = my_plain_jobs(SlurmClient(ReplayRunner({argv: out})), "slurmctl:", uid=os.geteuid())
+    assert [(r.job_id, r.state) for r in rows] == [
+        ("4341_2", "PENDING"), ("4341_3", "PENDING"), ("4341_4", "PENDING"), ("4341_5", "PENDING"),
+        ("4344", "RUNNING"), ("4345", "RUNNING")]
+
+
+def test_the_same_array_task_listed_twice_is_still_refused():
+    captured = json.loads((FIXTURES / "array_throttled_pending_squeue.json").read_text())
+    argv = ("squeue", "-h", "-r", "--me", *PLAIN.format_argv(captured["seal"]))
+    out = captured["plain_jobs_r"]["stdout"]
+    first = out.split("\n")[0] + "\n"
+    with pytest.raises(ForgedSlurmOutput, match="listed job 4341 twice"):
+        my_plain_jobs(SlurmClient(ReplayRunner({argv: out + first})), "slurmctl:", uid=os.geteuid())
+
+
 def test_owned_job_record_from_the_controller():
     fields = ["45", "FAILED", "NonZeroExitCode", "l4-dev", "1", "l4-1", "0:01", "5:00", "2026-12-01T14:48:12",
-              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "plain oom",
-              "(null)", "/home/x/slurm-45.out", "/home/x"]
+              "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "45", "l4-1",
+              "plain oom", "(null)", "/home/x/slurm-45.out", "/home/x"]
     runner = ReplayRunner({SQUEUE: f"45\x1f{os.geteuid()}\n", NOW: squeue_output(fields)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.exit_code, job.elapsed_seconds, job.time_limit_seconds, job.nodelist,
@@ -60,9 +85,9 @@ def test_owned_job_record_from_the_controller():
 
 def test_owned_job_record_from_accounting_is_the_callers_newest():
     old = ["45", "COMPLETED", "None", "h100", "1", "h100-1", "9", "5", "2026-11-30T10:00:00", "", "", "0:0",
-           "someone-else", "9999", "", "allocation", "", "/home/someone"]
+           "someone-else", "9999", "", "45", "allocation", "", "/home/someone"]
     new = ["45", "FAILED", "None", "l4-dev", "1", "l4-1", "1", "5", "2026-12-01T14:48:12", "2026-12-01T14:48:12",
-           "2026-12-01T14:48:13", "1:0", ME, str(os.geteuid()), "cpu=1", "plain\x1foom", "", "/home/x"]
+           "2026-12-01T14:48:13", "1:0", ME, str(os.geteuid()), "cpu=1", "45", "plain\x1foom", "", "/home/x"]
     runner = ReplayRunner({SQUEUE: "", HISTORY: sacct_output(old, new)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.time_limit_seconds, job.source) == ("plain\x1foom", "FAILED", 300, "sacct")
@@ -73,3 +98,44 @@ def test_owned_job_record_from_accounting_is_the_callers_newest():
                   uid=os.geteuid())
     with pytest.raises(RunNotFound):
         owned_job(SlurmClient(ReplayRunner({SQUEUE: "", HISTORY: ""})), 45, uid=os.geteuid())
+
+
+def _replayed_array_task():
+    """The captured array task's calls, as the caller (uid and user name swapped for this process's)."""
+    captured = json.loads((FIXTURES / "array_task_owned_job.json").read_text())
+    seal, uid = captured["seal"], os.geteuid()
+    outputs = {}
+    for call in (captured[k] for k in ("now", "history", "task_id", "owner")):
+        out = call["stdout"].replace(f"{seal}{captured['user']}\x1f", f"{seal}{ME}\x1f")
+        outputs[tuple(call["argv"])] = out.replace(f"\x1f{captured['uid']}", f"\x1f{uid}")
+    return outputs, seal
+
+
+def test_an_array_tasks_output_file_is_named_with_the_arrays_id_and_its_index(monkeypatch):
+    from slurmctl.observe.plain_job import PlainJob, resolve
+    from tests.unit.fakes import pin_seal
+
+    outputs, seal = _replayed_array_task()
+    pin_seal(monkeypatch, seal)
+
+    class NoRuns:
+        uid = os.geteuid()
+
+        def get(self, ref):
+            raise RunNotFound(f"no run {ref!r}", "")
+
+    for ref in ("4353", "4352_0"):  # its own id, and Slurm's name of the task (squeue, sacct)
+        plain = resolve(ref, NoRuns(), SlurmClient(ReplayRunner(outputs)))
+        assert isinstance(plain, PlainJob) and plain.job_id == 4353
+        assert str(plain.log_path) == "/tmp/a24b-arr-4352_0.out"
+
+
+def test_output_patterns_are_filled_as_slurm_fills_them():
+    from slurmctl.observe.plain_job import _expand
+    from slurmctl.slurm.records import Job
+
+    task = Job(job_id=4353, state="RUNNING", name="arr", user="alice", array_ref="4352_0", batch_host="l4-1")
+    assert _expand("a-%A_%a-%j-%x-%u-%N-%t-%3a.out", 4353, task) == "a-4352_0-4353-arr-alice-l4-1-0-000.out"
+    assert _expand("slurm-%j.out", 4353, task) == "slurm-4353.out"
+    plain = Job(job_id=45, state="RUNNING", name="x", nodelist="h100-[1-2]")
+    assert _expand("o-%A_%a-%N.out", 45, plain) == "o-45_4294967294-h100-1.out"

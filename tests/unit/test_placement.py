@@ -122,3 +122,16 @@ def test_a_known_start_beats_waiting_for_a_pool_to_scale_up(local_site):
     # neither can give a start: the cheaper pool scales up
     both = place(spec, site, SlurmClient(SbatchTestOnlyFake({})), script)
     assert both.chosen == "h100-spot" and all(o.waits_for_scale_up for o in both.options)
+
+
+def test_a_cpu_only_run_is_priced_by_its_cpus_in_the_placement_table(local_site):
+    """The placement table's $/HOUR is the cost estimate's: CPUs x price_per_cpu_hour for a run
+    without GPUs (not 0.00 beside the dry run's '$0.03/hour')."""
+    from slurmctl.submit.cost import estimate
+
+    runner = SbatchTestOnlyFake({"l4-dev": 0})
+    spec = RunSpec(name="p", entrypoint="train.py", partition=["l4-dev"], gpus_per_node=0, procs_per_node=2)
+    placement = place(spec, local_site, SlurmClient(runner), lambda p: f"#!/bin/bash\n#SBATCH --partition={p}\nx\n")
+    price = local_site.partitions["l4-dev"].price_per_cpu_hour
+    assert price > 0 and placement.options[0].usd_per_hour == estimate(spec, local_site, "l4-dev").usd_per_hour
+    assert placement.options[0].usd_per_hour == round(2 * price, 2)

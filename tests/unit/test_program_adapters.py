@@ -112,3 +112,14 @@ def test_lightning_restores_by_its_own_precedence(tmp_path):
     block.restore = "none"  # fit() without ckpt_path outside srun restores nothing
     assert block.restored() is None
     assert Resilience.from_dict({**block.to_dict(), "restore": "hpc"}).restored().step == 200
+
+
+def test_a_lightning_attempts_last_step_is_its_newest_progress_not_the_step_it_resumed_from():
+    from pathlib import Path
+
+    # captured: the attempt's header names the step it resumed from (129); the program then logged 180..185
+    text = (Path(__file__).parents[1] / "fixtures" / "adopted" / "lightning_cancelled_attempt.txt").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("# ")]
+    assert Resilience("lightning", "/nowhere").last_step(lines) == 185
+    assert Resilience("pytorch", "/nowhere").last_step(
+        ["slurmctl: attempt 2 of job 9 (Slurm restart 1) starting on n1, resuming from checkpoint step 140"]) is None

@@ -216,3 +216,14 @@ def test_a_run_cancelled_before_its_first_checkpoint_is_told_to_submit_again_not
     status = build_status(run, Job(job_id=7, name="r", state="CANCELLED", partition="h100-spot", source="sacct"))
     assert status.phase == "cancelled" and "slurmctl submit" in status.action and "run.yaml" in status.action
     assert "nothing to continue from" in status.action, status.action
+
+
+def test_a_passed_smoke_test_reads_as_passed_not_as_a_cancelled_job(tmp_path):
+    run = _run(tmp_path, "smoke-20261201-abcd", 9)
+    _events(run, {"event": "start", "job_id": 9, "restart_count": 0, "nodes": "l4-1", "time": T0 + 1},
+            {"event": "smoke-passed", "job_id": 9, "why": "steps advanced 0 -> 25 and it wrote its own checkpoint",
+             "time": T0 + 30})
+    status = build_status(run, Job(job_id=9, name="r", state="CANCELLED", exit_code="0:15", source="sacct"))
+    assert status.phase == "smoke test passed" and status.headline.startswith("Smoke test passed (steps advanced")
+    assert "--smoke" in status.action and "slurmctl submit" not in status.action
+    assert status.history[-1].endswith("; smoke test passed, stopped there (`adopt --smoke`)")

@@ -68,8 +68,12 @@ class Resilience:
         return ProgramCheckpoint(*picked) if picked else None
 
     def last_step(self, log_lines: list[str]) -> int | None:
+        """The newest step the program logged: slurmctl's own lines ('... resuming from checkpoint step
+        N') are not the program's progress."""
         pattern = re.compile(self.step_pattern or self.adapter.STEP_PATTERN)
         for line in reversed(log_lines):
+            if line.startswith("slurmctl:"):
+                continue
             m = pattern.search(line)
             if m:
                 found = [v for v in m.groupdict().values() if v is not None]

@@ -22,7 +22,8 @@ SIGNAL_TO = "steps"
 MODULES = frozenset({"lightning", "pytorch_lightning"})  # a program importing any of these uses it
 # Lightning prints no step lines of its own without a progress bar; a program's own "step N" line,
 # or the bar's "Epoch 3: 45%|...| 45/100".
-STEP_PATTERN = r"(?:\bstep[ =:]+(?P<step>\d+))"
+# 'step 120', 'global step 120' (its checkpoint messages) and a script's own 'global_step=120'
+STEP_PATTERN = r"(?:(?:\b|_)step[ =:]+(?P<step>\d+))"
 MAX_FILES = 2000  # checkpoint files looked at per scan (newest kept)
 _CKPT_PATH = re.compile(r"\bckpt_path\s*=\s*(?:(['\"])(\w+)\1|(\S+))")
 _HPC = re.compile(r"hpc_ckpt_(\d+)\.ckpt")

@@ -205,9 +205,11 @@ def _run_name(script: SbatchScript) -> str:
 
 
 def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str, drain_margin: int,
-                   add_drain_signal: bool, umask: str) -> str:
+                   add_drain_signal: bool, umask: str, pass_on: str | None = None) -> str:
     """The job that runs: the original's #SBATCH lines verbatim, then the platform around the original
-    file, run as its own process (its #SBATCH lines are comments to it)."""
+    file, run as its own process (its #SBATCH lines are comments to it). `pass_on`: the program's save
+    signal, which the batch shell passes on to the processes under the original script (a program it
+    starts without srun: no step gets a signal; cancel sends it to the batch shell)."""
     header = [_safe_line(text, f"{script.path} line {number}") for number, text in _header_lines(script)]
     signal = script.value("signal") or ""
     batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
@@ -232,17 +234,25 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
         f"{q(str(run_dir / ADOPTED_SCRIPT))} &",
         "body_pid=$!",
     ]
+    pass_on = pass_on if pass_on and pass_on.isalnum() and pass_on != batch_signal else None
+    to_program = f'"$PY" -m slurmctl.runtime.attempt signal-program --parent "$body_pid" --signal {pass_on}'
     if batch_signal:
         # the original asked for a signal to its batch shell: the body is that shell now, it gets it
         # the drain request (why: time limit or preemption) first: the body's trap may requeue at once
         lines.append(f"trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal; "
                      f"kill -{batch_signal} \"$body_pid\" 2>/dev/null' {batch_signal}")
     if add_drain_signal:
-        lines += ["trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal' USR1",
-                  'if [ -n "${early_drain:-}" ]; then "$PY" -m slurmctl.runtime.attempt drain-signal; fi']
+        also = f"; {to_program}" if pass_on == "USR1" else ""
+        lines += [f"trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal{also}' USR1",
+                  'if [ -n "${early_drain:-}" ]; then "$PY" -m slurmctl.runtime.attempt drain-signal'
+                  + (f"; {to_program}" if also else "") + "; fi"]
+    if pass_on and not (add_drain_signal and pass_on == "USR1"):
+        lines.append(f"trap '{to_program}' {pass_on}")
     lines += [
         "# A trapped signal interrupts `wait`; keep waiting until the original script has exited.",
         'while :; do wait "$body_pid"; rc=$?; kill -0 "$body_pid" 2>/dev/null || break; done',
+        "# it ended while a trap ran: that `wait` said only that a signal came (>128); bash still has its status",
+        'if [ "$rc" -gt 128 ]; then wait "$body_pid"; status=$?; [ "$status" -ne 127 ] && rc=$status; fi',
         '"$PY" -m slurmctl.runtime.attempt end --exit-code "$rc"',
         "exit $?",
     ]
@@ -376,6 +386,8 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
         program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
+    if body.launches and not body.under_srun:
+        signal_to = "batch"  # no srun step to signal: the batch shell passes it on (render_wrapper)
     if signal_to == "batch" and body.requeues_itself and body.under_srun:
         # the batch shell's own trap requeues on that signal: a cancel sends it to the program instead
         signal_to = "steps"
@@ -414,7 +426,7 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
     plan.resilience = {**block.to_dict(), "how": how} if block else None
     if block and block.signal:
         plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
-                          f"{_signal_target(block, body)}; the program saves "
+                          f"{_signal_target(block, body, shape.signal)}; the program saves "
                           f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
     elif block:
         plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
@@ -429,14 +441,18 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
             "since its last save), and resume finds no checkpoint of its own. If it does checkpoint, adopt it "
             f"again with --framework {'|'.join(ADAPTERS)} --checkpoint-dir DIR (and --signal SIG if it saves "
             "on one).")
+    pass_on = block.signal if block and block.signal and body.launches and not body.under_srun else None
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
-                                  "027" if site.share_runs_with_group else "077")
+                                  "027" if site.share_runs_with_group else "077", pass_on)
     return plan, script
 
 
-def _signal_target(block: Resilience, body: BodyReading) -> str:
+def _signal_target(block: Resilience, body: BodyReading, shape_signal: str | None) -> str:
     """Who gets cancel's signal, in words, and what stops the script's own requeue."""
-    if block.signal_to == "batch":
+    batch_trap = (block.signal or "") == (shape_signal or "").split("@")[0].removeprefix("B:").removeprefix("SIG")
+    if block.signal_to == "batch" and body.launches and not body.under_srun and not batch_trap:
+        target = "batch shell, which passes it on to the program (started without srun, so no step gets it)"
+    elif block.signal_to == "batch":
         target = "batch shell (the original script's own trap gets it)"
     elif body.requeues_itself and body.under_srun:
         target = ("program's srun tasks, not the batch shell, whose own trap would requeue the job "
