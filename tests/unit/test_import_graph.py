@@ -32,6 +32,7 @@ LAYERS = (
     "ops",
     "web",
     "cli",
+    "__main__",  # python -m slurmctl: the CLI's entry point
 )
 
 # Where a function-level import needs no comment of its own: one reason covers the package.

@@ -408,7 +408,7 @@ def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: 
     import pwd
     import subprocess  # why: these and the runtime's command line only for the requeue of a run
 
-    from slurmctl.runtime.attempt import expediter_argv
+    from slurmctl.runtime.attempt import expediter_argv  # why: the epilog of every job would pay its import
 
     try:
         user = pwd.getpwuid(int(uid_text))
