@@ -147,12 +147,12 @@ class ThrowawayCluster:
             raise AssertionError(f"{what}'s port {port} is held by uid {uid}, not by {what} (root): another user "
                                  "bound it first; nothing was sent to it. Run the test again (new ports).")
 
-    def munge(self, *args: str, user: str | None = None, stdin: str = "") -> subprocess.CompletedProcess:
+    def munge(self, *args: str, user: str | None = None) -> subprocess.CompletedProcess:
         """`munge` against this cluster's munged, as root or `user`."""
         argv = ["munge", f"--socket={self.munge_socket}", *args]
         if user:
             argv = ["runuser", "-u", user, "--", *argv]
-        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
     def start_munge(self) -> None:
         """This cluster's own munged, as the `munge` account like the system one, with a key made now:
