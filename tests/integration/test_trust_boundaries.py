@@ -19,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from slurmctl.config.models import load_site_config
 
 from .conftest import REPO, ROOT, as_user, slurmctl, slurmctl_json, write_run
@@ -175,6 +177,62 @@ def test_the_slurm_db_secret_is_generated_root_only_and_not_in_the_repository():
     bob_slurm = _mariadb(as_user("bob"), "--protocol=tcp", "-h127.0.0.1",
                          f"-P{os.environ.get('SLURMCTL_LOCAL_DB_PORT', '3316')}", "-uslurm", "-pslurmctl-local")
     assert bob_slurm.returncode != 0, "the old fixed password still opens the slurm account"
+
+
+def test_a_throwaway_clusters_munge_credential_is_refused_by_the_machines_munge():
+    """A throwaway cluster's ports are picked free and named in a world-readable slurm.conf seconds before
+    its daemons bind them: bob bound the throwaway slurmdbd's port first, got root's sacctmgr credential
+    and replayed it to the real slurmdbd, where it was valid (one munge key for both), and had a root
+    session there. Now each throwaway cluster mints with a key of its own: the machine's munged refuses
+    what root (or alice) gets from it, and its own munged still decodes it."""
+    from .throwaway_slurm import ThrowawayCluster
+
+    cluster = ThrowawayCluster("mungekey")
+    try:
+        cluster.start_munge()
+        for user in (None, "alice"):
+            minted = cluster.munge("-n", user=user)
+            assert minted.returncode == 0 and minted.stdout.startswith("MUNGE:"), minted
+            system = subprocess.run(["unmunge"], input=minted.stdout, capture_output=True, text=True, timeout=30)
+            assert system.returncode != 0 and "Invalid credential" in system.stderr, (user, system)
+            own = subprocess.run(["unmunge", f"--socket={cluster.munge_socket}"], input=minted.stdout,
+                                 capture_output=True, text=True, timeout=30)
+            uid = as_user(user).uid if user else 0
+            assert own.returncode == 0 and f"UID:             {as_user(user or 'root').name} ({uid})" in own.stdout, own
+        key = cluster.munge_dir / "munge.key"
+        assert (key.stat().st_mode & 0o777, key.stat().st_uid) == (0o400, pwd.getpwnam("munge").pw_uid)
+        assert cluster.munge_dir.stat().st_uid == pwd.getpwnam("munge").pw_uid
+        assert cluster.munge_dir.stat().st_mode & 0o022 == 0
+    finally:
+        cluster.close()
+
+
+def test_a_throwaway_daemons_port_taken_by_bob_stops_the_setup_before_root_sends_anything():
+    """The other half: root's commands never connect to a throwaway daemon port that another user bound
+    first (the setup fails, naming the port and the uid)."""
+    from .throwaway_slurm import ThrowawayCluster
+
+    bob = as_user("bob")
+    cluster = ThrowawayCluster("squat")
+    squatter = None
+    try:
+        cluster.write("SelectType=select/cons_tres\n", {})
+        code = ("import select, socket, sys\n"
+                "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(8)\n"
+                "print('bound', flush=True)\n"
+                "sys.stdin.read()\n"
+                "print('connected' if select.select([s], [], [], 0)[0] else 'nothing', flush=True)\n")
+        squatter = subprocess.Popen(bob.argv([sys.executable, "-c", code, str(cluster.dbd_port)]), cwd="/",
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert squatter.stdout.readline().strip() == "bound"
+        with pytest.raises(AssertionError, match=f"port {cluster.dbd_port} is held by uid {bob.uid},"):
+            cluster.start()
+        out, _ = squatter.communicate("", timeout=30)
+        assert out.strip() == "nothing", out
+    finally:
+        if squatter and squatter.poll() is None:
+            squatter.kill()
+        cluster.close()
 
 
 def test_a_test_clusters_throwaway_database_is_not_bobs():

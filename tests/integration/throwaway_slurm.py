@@ -2,8 +2,16 @@
 
 For tests that must run production's Slurm configuration (deploy/slurm/*.conf, accounting.sh) on
 real daemons without touching the shared local cluster: own state directory, own ports, own
-cluster name; only the machine's munged is shared (a client of its default socket). Everything it
-starts is stopped by `close()`, by pid, and the directory is removed.
+cluster name, own munge key and munged. Everything it starts is stopped by `close()`, by pid, and the
+directory is removed.
+
+Its ports are picked free, released and then bound by its daemons a few seconds later, and
+slurm.conf (which names them) is world-readable: another user can bind one first and receive what
+root's commands send there. With the machine's munge key, that is a root credential the real
+slurmdbd or slurmctld accepts when replayed. So every cluster mints its credentials with a key made
+for it alone, through its own munged (run as the `munge` account, its socket in a directory only
+that account writes), and the real cluster refuses them; and before root's commands first talk to
+slurmdbd or slurmctld, the port's listener must be root's.
 
 Its MariaDB runs on the machine every user shares, for minutes per test, so it is set up as the
 deployment's (deploy/local/up) and tighter: mariadbd runs as the `mysql` account, never root; DB root
@@ -24,6 +32,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from slurmctl.sockowner import listener_uid
 
 
 def free_ports(count: int) -> list[int]:
@@ -57,6 +67,9 @@ class ThrowawayCluster:
         self.db_socket = self.db_run / "db.sock"
         self.db_password = secrets.token_urlsafe(24)  # slurmdbd's account: this cluster's alone
         self.conf = self.dir / "slurm.conf"
+        # This cluster's munged: its key, socket, pid and seed, in a directory of the munge account.
+        self.munge_dir = self.dir / "munge"
+        self.munge_socket = self.munge_dir / "munge.socket.2"
         self.db_port, self.dbd_port, self.ctld_port = free_ports(3)
         self.procs: list[subprocess.Popen] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -79,6 +92,8 @@ class ThrowawayCluster:
             f"SlurmdLogFile={self.dir}/log/slurmd-%n.log", "LogTimeFormat=iso8601,format_stderr",
             f"SlurmctldPidFile={self.dir}/run/slurmctld.pid", f"SlurmdPidFile={self.dir}/run/slurmd-%n.pid",
             "AuthType=auth/munge", "CredType=cred/munge",  # operator: auth/slurm (25.11, sackd keys)
+            f"AuthInfo=socket={self.munge_socket}",  # operator: use_client_ids; here this cluster's own munged
+            f"AccountingStoragePass={self.munge_socket}",  # the munged for slurmdbd connections (22.05)
             "SelectTypeParameters=CR_Core_Memory",
             "SlurmctldParameters=enable_configless,enable_stepmgr",
             "ProctrackType=proctrack/linuxproc",  # operator: proctrack/cgroup (no cgroup delegation here)
@@ -100,17 +115,18 @@ class ThrowawayCluster:
         self.conf.chmod(0o644)
         self.nodes = nodes
         (self.dir / "slurmdbd.conf").write_text("\n".join([
-            "AuthType=auth/munge", "DbdHost=localhost", "DbdAddr=127.0.0.1", f"DbdPort={self.dbd_port}",
+            "AuthType=auth/munge", f"AuthInfo={self.munge_socket}", "DbdHost=localhost", "DbdAddr=127.0.0.1",
+            f"DbdPort={self.dbd_port}",
             "SlurmUser=root", f"LogFile={self.dir}/log/slurmdbd.log", f"PidFile={self.dir}/run/slurmdbd.pid",
             "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={self.db_port}",
             "StorageUser=slurm", f"StoragePass={self.db_password}", "StorageLoc=slurm_acct_db", ""]))
         (self.dir / "slurmdbd.conf").chmod(0o600)
 
     # --- daemons ------------------------------------------------------------------------------------
-    def _start(self, argv: list[str], log: str) -> subprocess.Popen:
+    def _start(self, argv: list[str], log: str, **kw) -> subprocess.Popen:
         out = open(self.dir / "log" / log, "ab")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env=self.env, start_new_session=True)
+                                env=self.env, start_new_session=True, **kw)
         self.procs.append(proc)
         return proc
 
@@ -121,6 +137,41 @@ class ThrowawayCluster:
                 return
             time.sleep(0.3)
         raise AssertionError(f"{what} not ready after {timeout} s:\n" + self.log(log)[-3000:])
+
+    def _wait_for_root_listener(self, what: str, port: int, log: str) -> None:
+        """Wait until something listens on 127.0.0.1:`port`, and fail unless it is root's (our daemon):
+        a listener of another uid took the port between free_ports() and the daemon's bind."""
+        self._wait(f"{what}'s port {port}", lambda: listener_uid("127.0.0.1", port) is not None, START_TIMEOUT, log)
+        uid = listener_uid("127.0.0.1", port)
+        if uid != 0:
+            raise AssertionError(f"{what}'s port {port} is held by uid {uid}, not by {what} (root): another user "
+                                 "bound it first; nothing was sent to it. Run the test again (new ports).")
+
+    def munge(self, *args: str, user: str | None = None) -> subprocess.CompletedProcess:
+        """`munge` against this cluster's munged, as root or `user`."""
+        argv = ["munge", f"--socket={self.munge_socket}", *args]
+        if user:
+            argv = ["runuser", "-u", user, "--", *argv]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+    def start_munge(self) -> None:
+        """This cluster's own munged, as the `munge` account like the system one, with a key made now:
+        1024 random bytes, 0400, the munge account's (munged refuses a key anyone else can read)."""
+        munge = pwd.getpwnam("munge")
+        self.munge_dir.mkdir(mode=0o755)  # 0755: every user's srun and sbatch reach the socket
+        os.chown(self.munge_dir, munge.pw_uid, munge.pw_gid)
+        key = self.munge_dir / "munge.key"
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        try:
+            os.write(fd, secrets.token_bytes(1024))
+        finally:
+            os.close(fd)
+        os.chown(key, munge.pw_uid, munge.pw_gid)
+        self._start(["munged", "--foreground", f"--key-file={key}", f"--socket={self.munge_socket}",
+                     f"--pid-file={self.munge_dir}/munged.pid", f"--seed-file={self.munge_dir}/munged.seed"],
+                    "munged.out",  # in the foreground munged logs to stderr
+                    user=munge.pw_uid, group=munge.pw_gid, extra_groups=[])
+        self._wait("munged", lambda: self.munge("-n").returncode == 0, 60, "munged.out")
 
     def sql(self, statement: str) -> subprocess.CompletedProcess:
         """`statement` as DB root, through the socket: root's only (unix_socket authentication)."""
@@ -153,8 +204,10 @@ class ThrowawayCluster:
         assert made.returncode == 0, made.stderr
 
     def start(self) -> None:
+        self.start_munge()
         self.start_db()
         self._start(["slurmdbd", "-D"], "slurmdbd.out")  # reads slurmdbd.conf beside $SLURM_CONF
+        self._wait_for_root_listener("slurmdbd", self.dbd_port, "slurmdbd.log")
         self._wait("slurmdbd", lambda: self.run(["sacctmgr", "-n", "list", "cluster"]).returncode == 0, START_TIMEOUT,
                    "slurmdbd.log")
         added = self.run(["sacctmgr", "-i", "add", "cluster", self.name])
@@ -169,6 +222,7 @@ class ThrowawayCluster:
 
     def _start_slurmctld(self) -> None:
         self.slurmctld = self._start(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
+        self._wait_for_root_listener("slurmctld", self.ctld_port, "slurmctld.log")
         self._wait("slurmctld", lambda: "is UP" in self.run(["scontrol", "ping"]).stdout, START_TIMEOUT,
                    "slurmctld.log")
 
@@ -220,7 +274,7 @@ class ThrowawayCluster:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.run(["squeue", "-h", "-o", "%A"]).stdout.strip():
                 time.sleep(0.5)
-        for proc in reversed(self.procs):  # slurmds, slurmctld, slurmdbd, then mariadbd
+        for proc in reversed(self.procs):  # slurmds, slurmctld, slurmdbd, mariadbd, then munged
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in reversed(self.procs):
