@@ -144,3 +144,13 @@ def test_the_table_shows_a_small_loss_as_a_loss():
     from slurmctl.cli.ops import gpu_hours_text
 
     assert [gpu_hours_text(h) for h in (0.0, 0.001, 0.017, 0.0656, 16.0)] == ["0", "<0.01", "0.02", "0.07", "16.00"]
+
+
+def test_records_without_a_uid_are_no_second_user_and_no_gpu_is_the_jobs_own():
+    from slurmctl.ops.health.blame import Failure, suspect
+
+    now = 1_000_000.0
+    one_user = [Failure(1, "nccl_error", now - 60, uid=1001), Failure(2, "nccl_error", now - 30, uid=-1)]
+    assert not suspect("l4-1", one_user, now).suspect  # alice plus an old record is still one user
+    two_users = [Failure(1, "no_gpu", now - 60, uid=1001), Failure(2, "no_gpu", now - 30, uid=1002)]
+    assert not suspect("l4-1", two_users, now).suspect  # a CPU-only torch build is not the node's fault

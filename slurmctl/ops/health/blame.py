@@ -29,7 +29,9 @@ from dataclasses import dataclass
 
 from slurmctl.ops.hooks.rootfs import open_trusted_dir, publish_file, read_small, remove_entry
 
-GPU_CLASS = frozenset({"nccl_timeout", "nccl_error", "nccl_setup", "gpu_hardware", "cuda_illegal_access", "no_gpu"})
+# no_gpu is not here: "no CUDA GPUs are available" is nearly always the job's own setup (a CPU-only torch
+# build, CUDA_VISIBLE_DEVICES changed, no GPUs asked for); a node whose GPUs are gone fails its gpu check.
+GPU_CLASS = frozenset({"nccl_timeout", "nccl_error", "nccl_setup", "gpu_hardware", "cuda_illegal_access"})
 WINDOW_SECONDS = 24 * 3600
 SUSPECT_SCORE = 2
 RESUSPECT_HOLD_SECONDS = 6 * 3600
@@ -75,7 +77,7 @@ def suspect(node: str, failures: list[Failure], now: float, last_pass: float | N
     doc), and not held by a recent pass?"""
     jobs = counted(failures, now)
     verdict = common_factor(node, jobs, "within 24 h")
-    if verdict.suspect and len({f.uid for f in jobs.values()}) < 2 and last_pass is not None \
+    if verdict.suspect and len({f.uid for f in jobs.values() if f.uid >= 0}) < 2 and last_pass is not None \
             and now - last_pass < RESUSPECT_HOLD_SECONDS:
         ids = ",".join(str(j) for j in sorted(jobs, reverse=True))
         return Verdict(False, f"jobs {ids}: one user's, within {RESUSPECT_HOLD_SECONDS // 3600} h "
@@ -92,7 +94,8 @@ def common_factor(node: str, jobs: dict[int, Failure], when: str) -> Verdict:
         return Verdict(False, f"{len(jobs)} job(s) with GPU/NCCL-class failures here {when}")
     node_sets = {frozenset(f.nodes or (node,)) | {node} for f in jobs.values()}
     common = frozenset.intersection(*node_sets)
-    users = {f.uid for f in jobs.values()}
+    # a record without its uid (written before uids were kept) is no second user's evidence
+    users = {f.uid for f in jobs.values() if f.uid >= 0}
     if common != {node}:
         return Verdict(False, f"jobs {ids} failed on {','.join(sorted(common))} together: no single node to blame")
     if len(users) < 2 and len(node_sets) < 2:
