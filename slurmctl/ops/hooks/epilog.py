@@ -393,37 +393,28 @@ def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: 
     The epilog runs outside that cgroup, so for a run's attempt that is being requeued it starts the
     expediter here, as the job's user: its own session, the user's ids set in the child itself (no
     runuser/su around it, which would end it when the epilog ends). It runs outside every job's
-    cgroup, so nothing of the user's may run in it: `python -I` (no user site-packages, .pth or
-    usercustomize, no PYTHON* variables, no current directory on the path), a fixed environment
-    (no HOME: nothing is read from the user's home), cwd /, and a bounded life
-    (EPILOG_EXPEDITER_SECONDS, then SIGALRM). It acts only on the user's own job, as the user could
-    from a login shell. On where the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for slurmd with
-    proctrack/cgroup)."""
+    cgroup, so nothing of the user's may run in it or reach it: it runs as root, not as the user (a
+    process of the user's outside the cgroup is one the user can ptrace and make run anything, where
+    Yama does not forbid it), `python -I` (no user site-packages, .pth or usercustomize, no PYTHON*
+    variables, no current directory on the path), a fixed environment, cwd /, and a bounded life
+    (EPILOG_EXPEDITER_SECONDS, then SIGALRM). It acts only on this job, the one Slurm is requeueing,
+    as the epilog itself already may. On where the site turns it on (SLURMCTL_EPILOG_EXPEDITER=1, for
+    slurmd with proctrack/cgroup)."""
     if not cfg.epilog_expediter or info is None or not being_requeued(info) or run_id_of(env) is None:
         return
-    uid_text = env.get("SLURM_JOB_UID") or ""
-    gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID")) if uid_text.isdigit() else None
-    if gid is None:
-        return
-    import pwd
-    import subprocess  # why: these and the runtime's command line only for the requeue of a run
+    import subprocess  # why: this and the runtime's command line only for the requeue of a run
 
     from slurmctl.runtime.attempt import expediter_argv  # why: the epilog of every job would pay its import
 
     try:
-        user = pwd.getpwuid(int(uid_text))
-    except KeyError:
-        return
-    try:
         child = subprocess.Popen(
             expediter_argv(info.job_id, limit=EPILOG_EXPEDITER_SECONDS, python=sys.executable),
-            user=int(uid_text), group=gid, extra_groups=os.getgrouplist(user.pw_name, gid), start_new_session=True,
-            cwd="/", env=expediter_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+            start_new_session=True, cwd="/", env=expediter_env(env), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as exc:
         result.notes.append(f"requeue expediter not started: {exc}")
         return
-    result.notes.append(f"requeue expediter started as uid {uid_text} (pid {child.pid}), outside the job's cgroup")
+    result.notes.append(f"requeue expediter started as root (pid {child.pid}), outside the job's cgroup")
 
 
 def check_node(cfg: HookConfig, job_id: int, result: HookResult) -> None:
