@@ -169,7 +169,8 @@ def test_a_killed_batch_script_ends_its_mlflow_run_with_the_users_login(tmp_path
         login.write_text("MLFLOW_TRACKING_USERNAME=root\nMLFLOW_TRACKING_PASSWORD=pw\n")
         login.chmod(0o600)
         site = yaml.safe_load((Path(__file__).parents[2] / "deploy/local/site.yaml").read_text())
-        site["tracking"] = {"mlflow_uri": uri, "mlflow_credentials": str(login)}
+        # the test server is root's: a login goes only to a loopback port the configured account holds
+        site["tracking"] = {"mlflow_uri": uri, "mlflow_credentials": str(login), "mlflow_server_user": "root"}
         (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
         run_dir = _run_dir(tmp_path, 9, STARTED)
         meta = json.loads((run_dir / "run.json").read_text())
