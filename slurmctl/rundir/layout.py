@@ -629,21 +629,23 @@ class Run:
         acknowledged: the attempt's end record (drain.ack, or an adopted program's own new checkpoint)
         or cancel's `drain-acknowledged`. The epilog sees drain.ack alone, which an adopted program
         never writes."""
-        found, restarts = set(), {}
-        for e in self.events():
-            job = str(e.get("job_id") or "")
-            if not job.isdigit():
-                continue
-            if e.get("event") == "start":
-                restarts[int(job)] = int(e.get("restart_count") or 0)
-            elif e.get("event") == "drain-acknowledged" or (e.get("event") == "end" and e.get("drain_acked")):
-                restart = e.get("restart_count") if e.get("event") == "end" else restarts.get(int(job), 0)
-                found.add((int(job), int(restart or 0)))
-        return found
+        def acknowledged(e: dict, restart: int) -> int | None:
+            if e.get("event") == "end" and e.get("drain_acked"):
+                return int(e.get("restart_count") or 0)
+            return restart if e.get("event") == "drain-acknowledged" else None
+
+        return self._attempts_where(acknowledged)
 
     def lost_on_cancel_attempts(self) -> set[tuple[int, int]]:
         """(job id, restart count) of the attempts a cancel ended with work lost: `cancel --now`, or a
         cancel whose drain never came, recorded steps lost since the checkpoint the next start restores."""
+        return self._attempts_where(lambda e, restart: restart if e.get("event") == "cancel-result"
+                                    and (e.get("steps_lost") or 0) > 0 else None)
+
+    def _attempts_where(self, attempt_of) -> set[tuple[int, int]]:
+        """(job id, restart count) of the attempts `attempt_of(event, restart)` names: it is given every
+        event of a numeric job id with the restart count of that job's latest start so far, and returns
+        the restart count of the attempt the event marks, or None."""
         found, restarts = set(), {}
         for e in self.events():
             job = str(e.get("job_id") or "")
@@ -651,8 +653,8 @@ class Run:
                 continue
             if e.get("event") == "start":
                 restarts[int(job)] = int(e.get("restart_count") or 0)
-            elif e.get("event") == "cancel-result" and (e.get("steps_lost") or 0) > 0:
-                found.add((int(job), restarts.get(int(job), 0)))
+            elif (restart := attempt_of(e, restarts.get(int(job), 0))) is not None:
+                found.add((int(job), restart))
         return found
 
     # --- writers -------------------------------------------------------------------------------
