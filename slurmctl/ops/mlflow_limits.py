@@ -50,9 +50,20 @@ ALLOWED_API = frozenset({
     "ui-telemetry", "workspaces",
 })
 _API_PATH = re.compile(r"/(?:ajax-)?api/[0-9.]+/(mlflow(?:-artifacts)?)(?:/([^/]*))?")
-# where MLflow's basic auth checks the login on every request (its own list of unprotected routes is
-# /health, /version, the static pages and the UI's index)
+# Where MLflow's basic auth checks the login on every request: the API, less what
+# mlflow.server.auth.is_unprotected_route leaves open (/health, /static, /favicon.ico and, under the API,
+# .../mlflow/server-info).
 _LOGIN_CHECKED = ("/api/", "/ajax-api/")
+_UNPROTECTED_API_SUFFIXES = ("/mlflow/server-info",)
+
+
+def _login_verdict(path: str, status: int | None) -> int | None:
+    """The status that tells what a login is (401: wrong; 2xx or 403: right, the login was checked and
+    only the permission refused), or None when this answer says nothing about it: a route that checks
+    no login, a 404 (which may come before any check) or an error."""
+    if status is None or not path.startswith(_LOGIN_CHECKED) or path.rstrip("/").endswith(_UNPROTECTED_API_SUFFIXES):
+        return None
+    return status if status == 401 or 200 <= status < 300 or status == 403 else None
 ARTIFACT_PATH = re.compile(r"/(?:ajax-)?api/[0-9.]+/mlflow-artifacts/")
 
 
@@ -158,11 +169,10 @@ class RequestLimits:
             try:
                 await self.app(scope, receive, watched_send)
             finally:
-                # Only an answer from a route that checks logins proves one: /health, /version and the
-                # static pages answer 200 to any password, and counting that as proof would let a wrong
-                # login skip the one-at-a-time check and the back-off (and cost a hash every time after).
-                if scope.get("path", "").startswith(_LOGIN_CHECKED):
-                    self._remember(key, status[0] if status else None, peer)
+                # Only an answer from a route that checks logins proves one: /health, the static pages and
+                # server-info answer any password, and counting that as proof would let a wrong login
+                # skip the one-at-a-time check and the back-off (and cost a hash every time after).
+                self._remember(key, _login_verdict(scope.get("path", ""), status[0] if status else None), peer)
 
     def _remember(self, key: bytes, status: int | None, peer: object = None) -> None:
         now = time.monotonic()

@@ -164,14 +164,18 @@ def test_one_accounts_unknown_logins_are_checked_one_at_a_time_and_good_ones_are
     assert asyncio.run(scenario()) == 1
 
 
-def test_a_route_that_checks_no_login_proves_none():
-    # /health answers 200 to any password: bob priming his wrong logins there must not make them "known good"
+@pytest.mark.parametrize("path, status", [("/health", 200), ("/api/3.0/mlflow/server-info", 200),
+                                          ("/ajax-api/3.0/mlflow/server-info/", 200),
+                                          ("/api/2.0/mlflow/server-info", 404),
+                                          ("/api/2.0/mlflow/experiments/get-by-name", 404)])
+def test_a_route_that_checks_no_login_proves_none(path, status):
+    # these answer any password: bob priming his wrong logins there must not make them "known good"
     # (each would then skip the one-at-a-time check and the back-off and cost a hash on every API call)
-    behind = Behind(status=200)
+    behind = Behind(status=status)
     limits = RequestLimits(behind)
     wrong = basic("alice", "guess")
-    assert run(limits, path="/health", headers=[wrong], uid=1002) == 200
+    assert run(limits, path=path, headers=[wrong], uid=1002) == status
     behind.status = 401
     assert run(limits, headers=[wrong], uid=1002) == 401
     assert [run(limits, headers=[basic("alice", f"guess-{n}")], uid=1002) for n in range(3)] == [429] * 3
-    assert behind.calls == 2  # /health, then one hash for the API call; the rest waited without one
+    assert behind.calls == 2  # the priming call, then one hash for the API call; the rest waited without one
