@@ -159,7 +159,8 @@ def test_cancel_drains_the_running_element_and_ends_the_whole_array(workdir):
         left = alice.squeue("-h", "-j", str(array), "-r", "-o", "%K|%T").split()
         assert sorted(left) == ["0|RUNNING", "1|PENDING"], left
         phases = [e["phase"] for e in slurmctl_json("status", sweep["sweep_id"])["elements"]]
-        assert phases == ["training", "queued", "cancelled"], phases
+        # element 0 trains and saves a checkpoint every few steps: either is what it may be doing right now
+        assert phases[0] in ("training", "checkpointing") and phases[1:] == ["queued", "cancelled"], phases
         alone = slurmctl_json("status", sweep["elements"][2]["run_id"])  # the element as a run of its own
         assert (alone["state"], alone["phase"]) == ("CANCELLED", "cancelled"), alone
         result = slurmctl_json("cancel", sweep["sweep_id"], "--timeout", "60")
