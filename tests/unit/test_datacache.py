@@ -514,7 +514,8 @@ def _stage_step(run_dir: Path, block_import: str | None = None):
     import subprocess
     import sys
 
-    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "h100-2", "PYTHONPATH": str(REPO)}
+    # a node name no slurmd here has: the cluster's prolog kills "leftovers" of ended jobs on its node
+    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "node-x9", "PYTHONPATH": str(REPO)}
     prelude = f"import sys; sys.modules[{block_import!r}] = None; " if block_import else "import sys; "
     code = prelude + "from slurmctl.runtime.datastage import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, "stage", str(run_dir)], capture_output=True, text=True,
@@ -548,7 +549,7 @@ def test_every_staging_failure_is_one_paragraph_recorded_for_status_and_diagnose
         monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
         said = step.stderr.strip()
         assert step.returncode == 1 and "Traceback" not in step.stderr and "\n" not in said, (name, step.stderr)
-        assert said.startswith("slurmctl data: staging failed on h100-2: dataset shards (") and src in said, said
+        assert said.startswith("slurmctl data: staging failed on node-x9: dataset shards (") and src in said, said
         assert fix_words in said, (name, said)
         run = Run(run_dir.name, run_dir)
         record = run.stage_records()[0]
@@ -557,7 +558,7 @@ def test_every_staging_failure_is_one_paragraph_recorded_for_status_and_diagnose
         (run_dir / "logs" / "7001.out").write_text(step.stderr + "slurmctl: staging the run's datasets failed "
                                                    "(exit 1); the training did not start\n")
         status = build_status(run, Job(job_id=7001, name=name, state="FAILED", exit_code="1:0", source="sacct"))
-        assert status.headline.startswith("Staging dataset shards failed on h100-2: "), (name, status.headline)
+        assert status.headline.startswith("Staging dataset shards failed on node-x9: "), (name, status.headline)
         assert fix_words in status.action and status.diagnosis["category"] == "data_staging", (name, status)
         diagnosis = diagnose_file(run_dir / "logs" / "7001.out", "FAILED", "1:0")
         assert diagnosis.category == "data_staging" and fix_words in diagnosis.hint, (name, diagnosis)
@@ -816,21 +817,22 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     run = Run(run_dir.name, run_dir)
     (run_dir / "run.yaml").write_text(f"name: hung\nentrypoint: t.py\npartition: p\ndata: [{{src: 's3://{BUCKET}/shards'}}]\n")
     # before the staging step reports at all (srun starting it), the job is not training either
-    early = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="h100-2"))
+    early = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="node-x9"))
     assert early.headline.startswith("Starting: the run's datasets are staged"), early.headline
     started = time.monotonic()
-    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "h100-2", "PYTHONPATH": str(REPO)}
+    # a node name no slurmd here has: the cluster's prolog kills "leftovers" of ended jobs on its node
+    env = {**os.environ, "SLURM_JOB_ID": "7001", "SLURMD_NODENAME": "node-x9", "PYTHONPATH": str(REPO)}
     step = subprocess.Popen([sys.executable, "-m", "slurmctl.runtime.datastage", "stage", str(run_dir)], env=env,
                             stderr=subprocess.PIPE, text=True)
     while not run.stage_records() and time.monotonic() - started < 5:
         time.sleep(0.1)
     # while it waits on the store, status says the job is staging data, not that the training runs
-    live = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="h100-2"))
-    assert live.headline == ("Staging data before the training starts: dataset shards on h100-2: listing the store's "
+    live = build_status(run, Job(job_id=7001, name="hung", state="RUNNING", nodelist="node-x9"))
+    assert live.headline == ("Staging data before the training starts: dataset shards on node-x9: listing the store's "
                              "objects."), live.headline
     # a job ended under a staging step that never finished (its time limit): the staging is the news
     ended = build_status(run, Job(job_id=7001, name="hung", state="TIMEOUT", exit_code="0:0", source="sacct"))
-    assert ended.headline.startswith("The job ended (TIMEOUT) while staging dataset shards on h100-2"), ended.headline
+    assert ended.headline.startswith("The job ended (TIMEOUT) while staging dataset shards on node-x9"), ended.headline
     assert f"(the store at {silent_store})" in ended.headline and "raise `time_limit`" in ended.action
     cancelled = build_status(run, Job(job_id=7001, name="hung", state="CANCELLED", exit_code="0:15", source="sacct"))
     assert cancelled.headline.startswith("The job ended (CANCELLED) while staging") and cancelled.action.startswith(
