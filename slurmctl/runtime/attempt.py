@@ -10,9 +10,8 @@
                   requeue, no Slurm requeue delay). SLURMCTL_RESTART_IN_ALLOCATION=0 turns that off.
   end --exit-code decide requeue or stop (runtime/policy.py; a lost node requeues), record it, and
                   requeue if so
-  expedite-requeue --job REF [--exclude NODES]
-                  detached, as the job's owner: once the requeued job waits in PENDING (BeginTime),
-                  set its StartTime=now (and add NODES to its ExcNodeList), see expedite_requeue
+
+The requeue expediter that `end` and `drain-signal` start is slurmctl.runtime.expediter.
 
 Requeue is enabled from the batch shell (not from the training's save()) because the batch shell
 always runs where Slurm's client commands are, while training images may not have scontrol and a
@@ -25,7 +24,6 @@ import argparse
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +34,7 @@ from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_cappe
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.adapters import Resilience
 from slurmctl.runtime.checkpoint import CheckpointManager
+from slurmctl.runtime.expediter import start_expediter
 from slurmctl.runtime.policy import REQUEUE, STOP, Decision, decide
 from slurmctl.slurm.client import SlurmClient, job_ref_from_env
 
@@ -51,11 +50,6 @@ _NAME_LOST_NODE_SECONDS = 60.0
 # After a node loss the batch script waits this long for Slurm's own NODE_FAIL requeue
 # (SlurmdTimeout is 300 s by default) before requeueing the job itself.
 _NODE_FAIL_WAIT_SECONDS = 600.0
-# How long the detached expediter waits for the requeued job to reach PENDING: Slurm's own requeue
-# after a node loss (the wait above), KillWait and the epilog.
-_EXPEDITE_LIMIT_SECONDS = _NODE_FAIL_WAIT_SECONDS + 300.0
-_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-             "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
 
 
 def _env_int(name: str, default: int = 0) -> int:
@@ -148,92 +142,6 @@ def drain_signal(run_dir: Path, client: SlurmClient) -> int:
     print(f"slurmctl: drain requested ({reason}, {left} s left); waiting for the training to "
           "checkpoint and acknowledge", file=sys.stderr)
     return 0
-
-
-# The expediter's interpreter start: isolated (-I: no user site-packages or .pth, no PYTHON*
-# variables, no current directory on the path), so nothing but this package and the system's own
-# site-packages runs; SIGALRM's default action ends it at the hard bound whatever it is doing.
-_EXPEDITER_BOOTSTRAP = ("import signal, sys; signal.alarm(int(sys.argv[1])); sys.path.insert(0, sys.argv[2]); "
-                        "from slurmctl.runtime.attempt import main; sys.exit(main(sys.argv[3:]))")
-
-
-def expediter_argv(job: int | str, exclude: list[str] | None = None, limit: float = _EXPEDITE_LIMIT_SECONDS,
-                   python: str = sys.executable) -> list[str]:
-    """The command line of `expedite-requeue` for `job`: `python -I`, this package put on its path
-    explicitly, alive `limit` s at most (its own loop) and killed 30 s after that (SIGALRM)."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    argv = [python, "-I", "-c", _EXPEDITER_BOOTSTRAP, str(int(limit) + 30), package_root,
-            "expedite-requeue", "--job", str(job), "--limit", str(int(limit))]
-    return argv + (["--exclude", ",".join(exclude)] if exclude else [])
-
-
-def start_expediter(exclude: list[str] | None = None) -> None:
-    """Start `expedite-requeue` for this job, detached: its own session, reparented to init once this
-    process ends, so it outlives the batch script that `scontrol requeue` (or Slurm's own requeue)
-    kills -- under proctrack/linuxproc, which follows the process tree. Under proctrack/cgroup the
-    job's cgroup is killed whole and the wait stays (docs/node-health.md, "The requeue wait")."""
-    argv = expediter_argv(job_ref_from_env(), exclude)
-    # It acts on the job from outside, as the user could from a login shell: without the job's
-    # SLURM_* variables the epilog does not take it for an orphan of the ending attempt and kill it
-    # before the requeue is through (it ends by itself, at the latest after _EXPEDITE_LIMIT_SECONDS).
-    env = {k: v for k, v in os.environ.items() if k == "SLURM_CONF" or not k.startswith(("SLURM_", "SLURMD_"))}
-    try:  # its lines go to the job's log, which it inherits
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-    except OSError as exc:
-        print(f"slurmctl: could not start the requeue expediter: {exc}", file=sys.stderr)
-
-
-def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = _EXPEDITE_LIMIT_SECONDS,
-                     poll: float = 1.0) -> int:
-    """Take Slurm's requeue wait out: a requeued batch job goes back to PENDING with BeginTime = now +
-    the credential lifetime (121 s by default), set when its epilog ends. The job's owner may move a
-    pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
-    scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
-    `limit` s. Exit code 0 when it expedited the job."""
-    started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
-    retry_at, backoff, said = 0.0, poll, ""
-    while time.monotonic() < deadline:
-        view = client.requeue_wait(job)
-        if view is None or view[0] in _TERMINAL:
-            break
-        state, reason, excluded = view
-        if state == "RUNNING" and seen_pending:
-            break
-        if state == "PENDING":
-            seen_pending = True
-            if reason == "BeginTime" and not done and time.monotonic() >= retry_at:
-                fields: dict[str, str | int] = {"StartTime": "now"}
-                if exclude:
-                    have = client.hostnames(excluded) if excluded and excluded != "(null)" else []
-                    fields["ExcNodeList"] = ",".join(dict.fromkeys([*have, *exclude]))
-                try:
-                    client.update_job(job, **fields)
-                    done = True
-                    print(f"slurmctl: {time.strftime('%H:%M:%S')} job {job}: requeue wait ended "
-                          f"({' '.join(f'{k}={v}' for k, v in fields.items())}) "
-                          f"{time.monotonic() - started:.1f} s after this watcher started", flush=True)
-                except SlurmctlError as exc:
-                    if exc.message != said:  # the same refusal again is no news
-                        print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
-                        said = exc.message
-                    if refusal_is_final(exc.message):
-                        print(f"slurmctl: job {job}: Slurm refuses this for good; leaving the requeue wait "
-                              "to Slurm", flush=True)
-                        break
-                    backoff = min(max(backoff * 2, 1.0), _EXPEDITE_MAX_BACKOFF_SECONDS)
-                    retry_at = time.monotonic() + backoff
-        time.sleep(poll)
-    return 0 if done else 1
-
-
-# scontrol's words for a refusal that asking again cannot change: not the owner, no such job, done.
-_FINAL_REFUSALS = ("invalid user id", "access/permission denied", "permission denied", "invalid job id",
-                   "already completing or completed", "job has already finished")
-_EXPEDITE_MAX_BACKOFF_SECONDS = 30.0
-
-
-def refusal_is_final(message: str) -> bool:
-    return any(words in message.lower() for words in _FINAL_REFUSALS)
 
 
 def watch_requeue(run_dir: Path, client: SlurmClient, poll: float = 5.0) -> int:
@@ -625,22 +533,13 @@ def signal_program(parent: int, signame: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.attempt")
     parser.add_argument("event", choices=["start", "end", "drain-signal", "watch-requeue", "restart-step",
-                                          "expedite-requeue", "interrupted", "signal-program"])
+                                          "interrupted", "signal-program"])
     parser.add_argument("--exit-code", type=int, default=None)
-    parser.add_argument("--job", default=None)
-    parser.add_argument("--exclude", default="")
-    parser.add_argument("--limit", type=float, default=_EXPEDITE_LIMIT_SECONDS)
     parser.add_argument("--parent", type=int, default=None)
     parser.add_argument("--signal", default="USR1")
     args = parser.parse_args(argv)
     if args.event == "signal-program":
         return signal_program(args.parent, args.signal) if args.parent else 2
-    if args.event == "expedite-requeue":
-        exclude = [n for n in args.exclude.split(",") if n]
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude,
-                                limit=min(args.limit, _EXPEDITE_LIMIT_SECONDS))
     run_dir = os.environ.get("SLURMCTL_RUN_DIR")
     if not run_dir:
         print("slurmctl: SLURMCTL_RUN_DIR is not set; not inside a slurmctl job", file=sys.stderr)

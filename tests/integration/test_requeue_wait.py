@@ -35,7 +35,7 @@ else
   scontrol show job "$SLURM_JOB_ID" > "$out/job.txt"
 fi
 """
-START = "python -c 'import sys; from slurmctl.runtime.attempt import start_expediter; start_expediter(sys.argv[1:])'"
+START = "python -c 'import sys; from slurmctl.runtime.expediter import start_expediter; start_expediter(sys.argv[1:])'"
 
 
 def submit(alice, workdir: Path, name: str, expedite: str) -> tuple[int, Path]:

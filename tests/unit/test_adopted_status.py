@@ -89,7 +89,7 @@ def test_progress_is_read_from_the_checkpoints_when_they_are_newer_than_the_outp
 
 
 def test_advice_in_script_words_has_no_run_yaml_field_left():
-    from slurmctl.observe.diagnose import SIGNATURES
+    from slurmctl.observe.diagnosis_rules import SIGNATURES
     from slurmctl.observe.explain import explain_state
 
     hints = [sig.hint for sig in SIGNATURES] + [explain_state("COMPLETED").action]

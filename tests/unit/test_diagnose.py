@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.observe.diagnose import CATEGORIES, diagnose_file, diagnose_text
+from slurmctl.observe.diagnose import diagnose_file, diagnose_text
+from slurmctl.observe.diagnosis_rules import CATEGORIES
 from slurmctl.observe.log_reading import clean_line
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.observe.diagnose import CATEGORIES
+from slurmctl.observe.diagnosis_rules import CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.observe import diagnose, log_reading
+from slurmctl.observe import diagnose, diagnosis_rules, log_reading
 from slurmctl.observe.log_reading import LineIndex, required_literals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ import diagnose_speed  # noqa: E402
 
 
 def test_every_signature_and_reading_pattern_has_a_requirement():
-    missing = [s.regex[:60] for s in diagnose.SIGNATURES if required_literals(s.pattern) is None]
+    missing = [s.regex[:60] for s in diagnosis_rules.SIGNATURES if required_literals(s.pattern) is None]
     assert not missing
     for name in ("_LAUNCHER_NOISE", "_FRAME", "_EXCEPTION_LINE", "_NCCL_WARN", "_KERNEL", "_SIGKILL_EXIT"):
         assert required_literals(getattr(log_reading, name)) is not None, name

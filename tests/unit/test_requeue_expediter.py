@@ -1,4 +1,4 @@
-"""runtime.attempt.expedite_requeue: what it asks Slurm while a requeued job goes COMPLETING ->
+"""runtime.expediter.expedite_requeue: what it asks Slurm while a requeued job goes COMPLETING ->
 PENDING (BeginTime) -> RUNNING, by full argv. The real-cluster proof is
 tests/integration/test_requeue_wait.py."""
 
@@ -7,7 +7,7 @@ import sys
 import time
 
 from slurmctl.ops.hooks.epilog import EPILOG_EXPEDITER_SECONDS, expediter_env
-from slurmctl.runtime.attempt import expedite_requeue, expediter_argv
+from slurmctl.runtime.expediter import expedite_requeue, expediter_argv
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.runner import CommandResult
 

@@ -324,7 +324,8 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
     if gid is None:
         return None
-    from slurmctl.observe import diagnose  # why: only a failed job's epilog classifies; preloaded for the child
+    from slurmctl.observe import diagnose  # why: preloaded for the child that classifies  # noqa: F401
+    from slurmctl.observe.diagnosis_rules import CATEGORIES  # why: only a failed job's epilog classifies
 
     try:
         if requeued:
@@ -336,7 +337,7 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     except AsUserError as exc:
         result.notes.append(f"failure not classified: {exc}")
         return None
-    if category not in diagnose.CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
+    if category not in CATEGORIES:  # the child ran as the user: its answer is checked, not trusted
         return None
     if requeued and category == "unknown":
         return None  # a requeue whose log shows no failure: a drain, a preemption
@@ -389,7 +390,7 @@ def expediter_env(env) -> dict[str, str]:
 
 def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: HookResult) -> None:
     """Under proctrack/cgroup the job's cgroup is killed whole, and with it the expediter the batch
-    script detached (runtime/attempt.start_expediter): the requeued run would wait Slurm's BeginTime.
+    script detached (runtime/expediter.start_expediter): the requeued run would wait Slurm's BeginTime.
     The epilog runs outside that cgroup, so for a run's attempt that is being requeued it starts the
     expediter here, as the job's user: its own session, the user's ids set in the child itself (no
     runuser/su around it, which would end it when the epilog ends). It runs outside every job's
@@ -404,7 +405,7 @@ def start_requeue_expediter(cfg: HookConfig, env, info: JobInfo | None, result: 
         return
     import subprocess  # why: this and the runtime's command line only for the requeue of a run
 
-    from slurmctl.runtime.attempt import expediter_argv  # why: the epilog of every job would pay its import
+    from slurmctl.runtime.expediter import expediter_argv  # why: the epilog of every job would pay its import
 
     try:
         child = subprocess.Popen(

@@ -1,0 +1,446 @@
+"""The diagnosis's vocabulary and the known wordings of each cause: ``SIGNATURES``, in a fixed priority
+(root causes before the errors they trigger on other ranks). observe/diagnose.py reads a log's
+structure and decides with them; they are scored at first sight on blind batches of real logs
+(benchmarks/diagnose_corpus.py)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+CATEGORIES = (
+    "nccl_timeout", "nccl_error", "nccl_setup", "cuda_oom", "host_oom", "import_error", "arch_mismatch",
+    "driver_mismatch", "no_gpu", "missing_config", "permission_denied", "data_shape", "checkpoint_mismatch",
+    "checkpoint_corrupt", "rendezvous_failure", "time_limit", "preempted", "node_lost", "nan_loss", "disk_full",
+    "gpu_hardware", "cuda_illegal_access", "data_staging", "unknown",
+    "success",  # not a failure: Slurm recorded COMPLETED exit 0, or the training finished before what failed
+    "cancelled",  # not a failure: someone cancelled the job (scancel, `slurmctl cancel`) and nothing failed before
+)
+
+
+@dataclass(frozen=True)
+class Signature:
+    category: str
+    regex: str
+    summary: str
+    hint: str
+    unless: str = ""  # a line that also matches this is not evidence for the signature
+
+    def matches(self, line: str) -> bool:
+        return bool(self.pattern.search(line)) and not (self.unless and re.search(self.unless, line, re.IGNORECASE))
+
+    @cached_property
+    def pattern(self) -> re.Pattern:
+        # compiled on first use: status and ls import this module for every run, and most never failed
+        return re.compile(self.regex, re.IGNORECASE)
+
+
+def _sig(category: str, pattern: str, summary: str, hint: str, unless: str = "") -> Signature:
+    return Signature(category, pattern, summary, hint, unless)
+
+
+NCCL_HINT = ("Resubmit; if it repeats on the same nodes, tell the platform team. Rerun with NCCL_DEBUG=INFO "
+              "(env: in run.yaml) for details.")
+HOST_OOM_HINT = ("Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, "
+                  "or ask for more memory per node.")
+
+# Highest priority first: a root cause outranks the errors it triggers on other ranks.
+SIGNATURES: tuple[Signature, ...] = (
+    _sig("gpu_hardware",
+         r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
+         r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error|Unable to determine the device handle for GPU|"
+         r"CUDA error: (?:an )?ECC error|row remapping failure",
+         "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
+         "Resubmit (the platform drains the node); resume from the last checkpoint. "
+         "Tell the platform team the node name."),
+    _sig("time_limit", r"CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT|"
+         # PBS/Torque's mom ("=>> PBS: job killed: walltime 259217 exceeded limit 259200") and its mail ("Job
+         # exceeded its walltime limit"); LSF's exit reason (TERM_RUNLIMIT: job killed after reaching LSF run time
+         # limit); Grid Engine's execd (MSG_EXECD_EXCEEDHWALLCLOCK_UU: "job 48.1 exceeded hard wallclock time")
+         r"job killed: (?:walltime|cput) \d+ exceeded limit \d+|exceeded its walltime limit|TERM_RUNLIMIT|"
+         r"exceeded hard wallclock time",
+         "The job reached its time limit and Slurm stopped it.",
+         "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
+    _sig("node_lost",
+         r"DUE TO NODE FAIL|srun: error: Node failure on|\bNODE_FAIL\b|Node \S+ not responding|"
+         r"has been marked dead because the detector has missed too many heartbeats|\bNodeDiedError\b|"
+         r"The node with node id \S+ .{0,80}has been marked dead|"
+         # a scheduler's mail or log saying it ended or requeued the job because its node failed (PBS: "job
+         # preempted (node failure)")
+         r"\bjob\b.{0,60}\b(?:preempted|requeued|killed|aborted|deleted|rerun)\b.{0,40}\bnode fail(?:ure|ed)\b",
+         "A node of the job died or stopped answering (Slurm's NODE_FAIL); the other ranks failed because a peer "
+         "was gone. This is not your code.",
+         "Resubmit: the run resumes from its last checkpoint on healthy nodes (Slurm marks the lost node DOWN). "
+         "Tell the platform team the node name if it repeats."),
+    _sig("preempted", r"DUE TO PREEMPTION|DUE TO JOB REQUEUE|job .* was requeued due to|Preempted by|"
+         r"this job is preempted|\bcluster is preempted\b|\bwas preempted\b|\bpreemption notice\b|"
+         r"\bspot (?:instance |VM )?(?:interruption|termination|reclaim)|termination is imminent",
+         "The scheduler or cloud took the nodes back (preemption); this is not your code.",
+         "Nothing is wrong with the run: resume from the last checkpoint, or use an on-demand partition."),
+    # slurmctl's own staging step (runtime/datastage.py) and the job script after it: the run's object-store
+    # dataset could not be put in the node cache, so the training never started
+    _sig("data_staging",
+         r"^slurmctl data: staging failed on |^slurmctl: staging the run's datasets failed",
+         "A dataset of the run (run.yaml `data:`) could not be staged into the node cache, so the training never "
+         "started.",
+         "Do what the staging step's message says (it names the dataset, the cause and the fix): check `src`, the "
+         "bucket's access or the store's endpoint, install the store's client, or use `cache: none` for a dataset "
+         "larger than the cache budget."),
+    _sig("driver_mismatch",
+         r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver|"
+         r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|system has unsupported display driver / cuda driver combination|"
+         r"forward compatibility was attempted on non supported HW|Driver/library version mismatch|"
+         r"PTX was compiled with an unsupported toolchain|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|"
+         r"cudaErrorUnsupportedPtxVersion|driver version \S+ is (?:older|lower) than|"
+         r"kernel version \S+ does not match DSO version",
+         "The node's NVIDIA driver is too old for the CUDA runtime this software was built with.",
+         "Use a build for the nodes' CUDA version (`nvidia-smi` shows the highest CUDA the driver supports: pick "
+         "the torch wheel/image for it, e.g. cu118 on a 520-series driver), or ask the platform team to update the "
+         "driver. Rebuilding for another GPU architecture does not help. In a container the same message comes "
+         "when no driver is passed in at all (singularity/apptainer without `--nv`, docker without `--gpus`)."),
+    _sig("cuda_illegal_access",
+         r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
+         r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
+         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR|"
+         r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
+         "A CUDA kernel touched memory it should not (illegal access or a device-side assert).",
+         "Rerun on a small config with CUDA_LAUNCH_BLOCKING=1 to find the op; check indices/labels are in range "
+         "and custom kernels/extensions match this torch version."),
+    _sig("cuda_oom",
+         r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
+         r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+         r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
+         r"cudaMalloc.{0,40}out of memory|"
+         # XLA's device allocator (stream_executor: "Failed to allocate request for %s (%uB) on device ordinal %d")
+         # and its BFC allocator ("Out of memory while trying to allocate %d bytes"), as JAX raises them
+         r"Failed to allocate request for \S+ \(\d+B\) on device ordinal|"
+         r"Out of memory while trying to allocate \d+ bytes|"
+         # the driver API's name (TensorFlow's and JAX's allocators log it); XLA's status text
+         r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory",
+         "A GPU ran out of memory.",
+         "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
+         "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
+         "with fragmentation."),
+    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b|"
+         # writing where the mount is read-only (a container image, a shared dataset); EPERM from the OS
+         r"Read-only file system|\[Errno 30\]|\[Errno 1\] Operation not permitted",
+         "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
+         "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
+         "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
+         "if /dev/shm or a shared path is not writable by you on the nodes."),
+    _sig("nccl_setup",
+         r"\bibv_\w+\b.{0,80}(?:fail|error|Cannot allocate memory)|(?:fail|error).{0,80}\bibv_\w+|"
+         r"\bmemlock\b|NET/IB\s*:.{0,80}(?:fail|No device found|Unable)|Bootstrap : no socket interface found|"
+         r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
+         r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
+         r"no userspace device-specific driver found|"
+         r"(?:Error while creating|Unable to allocate|failed to create) shared memory segment (?:/dev/shm|nccl-shm)|"
+         # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails on a small
+         # /dev/shm (a container's 64 MB) with ENOSPC: a transport set-up failure, not a full disk
+         r"NCCL WARN Call to posix_fallocate failed|"
+         r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
+         r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
+         "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
+         "usable network interface), before any collective ran.",
+         "For `ibv_*`/memlock errors the nodes' locked-memory limit is too low (`ulimit -l` must be unlimited: "
+         "the platform team sets it for slurmd); for interface errors set NCCL_SOCKET_IFNAME to an interface the "
+         "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
+    _sig("host_oom",
+         r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
+         r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
+         # Kubernetes' container status when the container's memory cgroup killed it
+         r"\bOOMKilled\b|Reason:\s*OOMKilled|"
+         # PBS/Torque's mom ("job killed: mem 9000000kb exceeded limit 8388608kb"), LSF's exit reason
+         r"job killed: (?:p?mem|vmem) \d+\w* exceeded limit|TERM_MEMLIMIT|"
+         # Ray's memory monitor (raylet node_manager.cc: "N Workers (tasks / actors) killed due to memory pressure
+         # (OOM)"; ray.exceptions.OutOfMemoryError: "Task was killed due to the node running low on memory")
+         r"killed due to memory pressure \(OOM\)|ray\.exceptions\.OutOfMemoryError",
+         # "Exceeded step memory limit at some point" is Slurm's warning that the step swapped, not a kill.
+         "Slurm's memory limit (the job's cgroup) was exceeded, so the kernel killed a training process.",
+         "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
+         "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
+    _sig("host_oom",
+         r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
+         r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
+         # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
+         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+         # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
+         r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
+         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT),
+    # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
+    # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
+    # threads call it; the bus error of the worker that follows is its consequence.
+    _sig("disk_full", r"unable to (?:write to|allocate shared memory\(shm\) for) file </torch_\w+>.{0,40}"
+         r"No space left on device|/dev/shm.{0,120}No space left on device",
+         "The shared-memory filesystem (/dev/shm) is full: a data-loader worker could not hand a batch over "
+         "(No space left on device).",
+         "Use fewer data-loader workers or smaller prefetch, or ask the platform team for a larger /dev/shm on the "
+         "nodes (a container's default is 64 MB: `--shm-size`); free what other jobs left in /dev/shm."),
+    _sig("host_oom",
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
+         r"insufficient shared memory \(shm\)|"
+         # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through a full /dev/shm
+         r"unable to (?:write to file|allocate shared memory\(shm\) for file) </torch_\w+>",
+         "A data-loader worker ran out of shared memory (/dev/shm) and was killed.",
+         "Use fewer data-loader workers or smaller prefetch, return smaller samples from the dataset, or ask the "
+         "platform team for a larger /dev/shm on the nodes."),
+    _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
+         r"not enough (?:free )?disk space|insufficient disk space|"
+         # TensorFlow reports ENOSPC as RESOURCE_EXHAUSTED with the file it was writing ("Resource exhausted: /ckpt/..")
+         r"Resource exhausted: (?:/|[A-Za-z]:\\)\S+",
+         "A disk or quota is full, so writing (often a checkpoint) failed.",
+         "Free space or lower `checkpoint.keep_last`; check your quota (the newest checkpoint may be incomplete)."),
+    # torch.save reports ENOSPC/EDQUOT only as a failed write of one archive member.
+    _sig("disk_full", r"PytorchStreamWriter failed writing file|inline_container\.cc.{0,40}unexpected pos \d+ vs",
+         "Writing a checkpoint failed part-way (torch.save's 'file write failed'): almost always a full disk or "
+         "quota where it saves.",
+         "Check free space and your quota where checkpoints go (`df -h`, `quota`), free space or lower "
+         "`checkpoint.keep_last` in run.yaml; the newest checkpoint is incomplete."),
+    _sig("checkpoint_corrupt",
+         r"PytorchStreamReader\b|failed finding central directory|UnpicklingError(?!: Weights only load failed)|"
+         r"invalid load key|"
+         r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
+         r"unexpected EOF.*(?:checkpoint|\.pt)|Unable to load weights from pytorch checkpoint file|HeaderTooLarge|"
+         r"invalid header or archive is corrupted|The file might be corrupted|unexpected EOF, expected \d+ more bytes|"
+         r"DataLossError|Checksum does not match: stored",
+         "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
+         "Delete that checkpoint directory so training resumes from the previous valid one; save with "
+         "`rt.checkpoints.save()` so a partial save is never marked valid.",
+         # pickle reading a JSON text file (a config passed where the checkpoint belongs) is the wrong path
+         unless=r"invalid load key, '\{'"),
+    _sig("checkpoint_mismatch",
+         r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
+         r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
+         r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
+         r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
+         r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
+         r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
+         r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
+         # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
+         r"Trying to set a tensor of shape .{0,200}this looks incorrect|"
+         # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
+         r"Size mismatch between saved .{0,80} and current:|You are loading a weight file containing \d+ layers into a "
+         r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
+         r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape",
+         "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
+         "(a different config, vocabulary or architecture).",
+         "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
+         "at the right checkpoint, or load on purpose with `strict=False` / `ignore_mismatched_sizes=True` when "
+         "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
+    _sig("arch_mismatch",
+         r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
+         r"cudaErrorNoKernelImageForDevice|Exec format error|"
+         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
+         # flash-attn's csrc check for sm_80+
+         r"FlashAttention only supports Ampere GPUs or newer",
+         "The software was built for a different GPU/CPU architecture than this node has.",
+         "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
+         "for it (TORCH_CUDA_ARCH_LIST)."),
+    _sig("no_gpu",
+         r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
+         r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
+         r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
+         r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
+         r"You requested gpu.{0,60}not available|No supported gpu backend found|"
+         r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
+         r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
+         r"your machine only has: \[\]|all CUDA-capable devices are busy or unavailable|"
+         r"Unable to find available GPUs: requested=\d+, available=0|No NVIDIA GPU found|"
+         r"\bNo (?:CUDA )?GPUs? (?:is |are )?(?:available|found|detected)|device_count\(\) (?:is|returned|==) 0|"
+         r"Unable to initialize backend 'cuda'|No HIP GPUs are available|"
+         # JAX asked for a GPU platform it has not got; TensorFlow pinning to a GPU it cannot see; nvidia-smi with
+         # no device; Docker without the NVIDIA container toolkit
+         r"no platforms that are instances of gpu are present|Unknown backend:? '?(?:gpu|cuda)'? requested|"
+         r"no devices matching that specification are registered in this process|^\s*No devices were found\s*$|"
+         r"could not select device driver \S* with capabilities: \[\[gpu\]\]|"
+         # ultralytics' select_device (YOLOv5 and YOLOv8 wordings); NVML (pynvml, nvidia-container-cli) without a
+         # loaded driver; torch's warning when cuInit fails (a driver in a bad state after suspend, no nvidia-uvm)
+         r"CUDA unavailable, invalid device|torch\.cuda\.device_count\(\):?\s*0\b|Driver Not Loaded|"
+         r"CUDA unknown error - this may be due to an incorrectly set up environment",
+         "No GPU was visible to the program where one was expected (no GPU allocated, CUDA_VISIBLE_DEVICES empty "
+         "or short, no driver in the container, or a CPU-only torch build).",
+         "Ask for GPUs (`gpus_per_node` in run.yaml / `--gres=gpu:N`) and keep CUDA_VISIBLE_DEVICES as Slurm sets "
+         "it; run one process per allocated GPU; use a CUDA build of torch (`python -c 'import torch; "
+         "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through.",
+         # a program that says so and carries on without a GPU did not fail for it
+         unless=r"(?:using|use|running on|run on|fall(?:ing)? back to) (?:the )?CPU"),
+    _sig("import_error",
+         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
+         r"Error locating target '|is not in the \w+ registry|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
+         r"CUDA Setup failed despite GPU being available|"
+         r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
+         # jax/_src/lib/__init__.py checking the CUDA libraries against those jaxlib was built with
+         r"Found \w+ version \d+, but JAX was built against version \d+|"
+         r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
+         r"requires the \S+ library but it was not found in your environment|Error building extension|"
+         r"ninja: build stopped: subcommand failed|"
+         # numpy 2 under modules compiled for numpy 1 (numpy/core/_multiarray_umath.py), or the other way round
+         r"compiled using NumPy 1\.x cannot be run in|numpy\.core\.multiarray failed to import|_ARRAY_API not found|"
+         r"numpy\.dtype size changed, may indicate binary incompatibility|"
+         # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
+         r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
+         r"Could not find module '[^']+\.dll'|"
+         # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
+         r"cuDNN version incompatibility|mismatches the version that was used to compile|"
+         r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
+         r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary|"
+         # torchvision built for another torch (torchvision/extension.py, its C++ ops not registered);
+         # a script named like the package it imports
+         r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
+         r"most likely due to a circular import",
+         "Python could not import a module (missing package or mismatched library) in the job's environment.",
+         "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
+         "then resubmit; try `slurmctl submit --dry-run` first.",
+         # TensorFlow probing for optional GPU libraries: a warning it survives by running on the CPU
+         # NCCL's INFO lines report optional plugins it did not find (libnccl-net.so) and carries on
+         unless=r"Could not load dynamic library|dso_loader|UserWarning|\bwarn\(|\bNCCL INFO\b|"
+         # JAX probing for backends it may not have (xla_bridge: "Unable to initialize backend 'tpu': ...
+         # libtpu.so: cannot open shared object file") and carrying on with the others
+         r"Unable to initialize backend"),
+    _sig("missing_config",
+         r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
+         r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
+         r"ConfigCompositionException|InterpolationKeyError|Key '[^']+' (?:is )?not in (?:struct|'\w+')|"
+         r"omegaconf\.errors\.\w+|hydra\.errors\.\w+|InterpolationResolutionError|UnsupportedInterpolationType|"
+         r"Environment variable '[^']+' not found|Could not override '[^']+'|Error merging override|"
+         r"Cannot find primary config|Could not find '[^'\n]+'\s*$|Could not load '[^']+'|"
+         # argparse: every per-argument error is "error: argument --x: ..." (invalid choice/value, expected one
+         # argument, not allowed with argument ...); mutually exclusive groups say "one of the arguments"
+         r"error: unrecognized arguments|error: the following arguments are required|error: argument \S+: |"
+         r"error: one of the arguments .{0,200} is required|error: Parser key|"
+         # a setting checked by name (transformers' TrainingArguments.__post_init__: "--load_best_model_at_end
+         # requires the save and eval strategy to match", "--logging_steps must be an integer ...")
+         r"Error: --[a-z][\w-]* (?:requires|must|should|cannot|can only|needs|is only|is not)\b|"
+         r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
+         r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
+         r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
+         r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
+         r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
+         # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
+         # does not exist
+         r"Invalid account or account/partition combination|Invalid qos specification|"
+         r"Requested time limit is invalid|"
+         # any request Slurm refuses at submission (the controller being unreachable is not the request's fault)
+         r"Batch job submission failed: (?!.{0,40}(?:Socket timed out|Unable to contact|temporarily unable|"
+         r"Zero Bytes were transmitted))|"
+         # a container bind path (singularity/apptainer --bind, a site's bindpath setting) that is not there
+         r"container creation failed: mount \S+ error: while mounting .{0,80}doesn't exist|"
+         r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
+         # omegaconf's exceptions end with the key they failed on ("    full_key: trainer.devices"); its type
+         # conversions; argparse's "prog.py: error: ..." after the usage line; yacs/detectron2's config keys;
+         # jsonargparse (LightningCLI); Lightning's MisconfigurationException; pydantic settings models
+         r"^\s*full_key: \S+|could not be converted to (?:Integer|Float|Boolean|String|\w+Enum)\b|"
+         r"^\s*\S+\.py: error: |error: ambiguous option: |Non-existent config key|"
+         r"error: (?:Validation failed|Configuration check failed)|MisconfigurationException|"
+         r"\d+ validation errors? for \w*(?:Config|Args|Arguments|Settings|Params)\b|"
+         # transformers naming a model/config path that holds no config
+         r"Can't load (?:config for|the configuration of) '|does not appear to have a file named config\.json|"
+         r"is not a local folder and is not a valid model identifier",
+         "A configuration is missing or wrong: a config file, a key, an override or a command-line argument "
+         "(hydra, omegaconf, argparse).",
+         "Check the path is correct on the compute nodes (relative to `workdir`) and that the file is on the "
+         "shared filesystem (list it under `config_files:` in run.yaml so submit checks it); for a hydra/omegaconf "
+         "key or interpolation, compare the override in `args:` with the config's keys (full_key names it) and set "
+         "the environment variables it reads; for argparse, compare `args:` with the script's --help."),
+    _sig("data_shape",
+         r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
+
+         r"Unable to create tensor, you should probably activate truncation and/or padding|"
+         r"default_collate: batch must contain|too many dimensions 'str'|"
+         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable|"
+         # numpy >= 1.24 building an array from samples of unequal length
+         r"inhomogeneous shape after \d+ dimensions?|could not broadcast input array from shape",
+         "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",
+         "Make every sample the same shape (resize/crop images, pad or truncate sequences) or pad per batch in a "
+         "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
+         "same batch."),
+    _sig("data_shape",
+         r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
+         r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
+         r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
+         r"The expanded size of the tensor \(\d+\) must match|"
+         r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
+         # ultralytics YOLOv3/v5/v7 train.py: a label's class id beyond the data set's class count (nc)
+         r"Label class \S+ exceeds nc=\d+|"
+         r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
+         r"Dimension out of range|index \d+ is out of bounds for (?:axis|dimension)|"
+         r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
+         r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
+         r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
+         r"is incompatible with the layer: expected|"
+         # torch.nn conv/rnn/loss/layer_norm input checks (aten/src/ATen/native/Convolution.cpp, RNN.cpp, Loss.cpp)
+         r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to \w+, but got input of size|"
+         r"input\.size\(-1\) must be equal to input_size|Kernel size can't be greater than actual input size|"
+         r"only batches of spatial targets supported|multi-target not supported|"
+         r"Given normalized_shape=\[[^\]]*\], expected input with shape|Expected size for first two dimensions of "
+         r"batch2 tensor|Expected hidden(?:\[\d\])? size|"
+         # numpy reshape/concatenate/stack of samples that differ; sklearn's input check
+         r"cannot reshape array of size \d+ into shape|all the input array dimensions except for the concatenation "
+         r"axis must match|all input arrays must have the same shape|Expected 2D array, got 1D array|"
+         # transformers' padding collator and Trainer given a data set without the columns the model needs;
+         # datasets' map() returning columns of unequal length; PIL on a broken image file
+         r"You should supply an encoding or a list of encodings to this method that includes input_ids|"
+         r"The model did not return a loss from the inputs|expected length \d+ but got length \d+|"
+         r"image file is truncated|cannot identify image file",
+         "Tensor shapes do not match (data and model config disagree).",
+         "Check the model config against the data (sequence length, vocab, channels, number of classes); print the "
+         "shapes of one batch next to what the model expects."),
+    _sig("nan_loss",
+         r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
+         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
+         r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
+         r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
+         # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
+         # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
+         # TensorFlow's tf.debugging.check_numerics
+         r"is non-finite, so it cannot be clipped|"
+         r"Monitored metric \S+ = [^\n]{0,40}?\b(?:nan|inf)\b[^\n]{0,30}is not finite|"
+         r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
+         r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values",
+         "The loss became NaN/Inf, so training stopped making sense.",
+         "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
+         "the data for bad samples; resume from a checkpoint before the blow-up."),
+    _sig("nan_loss",
+         r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore|"
+         r"reducing (?:loss )?scale to (?:0(?:\.0)?\b|1(?:\.0)?\b|0\.\d+|\d(?:\.\d+)?e-\d+)|"
+         r"Attempted loss scale: 1(?:\.0)?, reducing to|setting loss scale to:?\s*(?:0\.\d+|\d(?:\.\d+)?e-\d+)",
+         "fp16 training overflowed at every step until the dynamic loss scale hit its minimum "
+         "(DeepSpeed/apex gave up).",
+         "Train in bf16 instead of fp16 (`model.precision: bf16` in run.yaml, and the framework's bf16 switch), or "
+         "lower the learning rate / add warm-up and gradient clipping; check the data for bad samples."),
+    _sig("rendezvous_failure",
+         r"Rendezvous(?:Timeout|Connection|Closed)Error|client socket has timed out.{0,80}trying to connect|"
+         r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
+         r"Address already in use|Timed out initializing process group in store based barrier|"
+         r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out|"
+         r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)",
+         "The processes of the job could not find each other at start-up (torchrun rendezvous).",
+         "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
+         "(check MASTER_ADDR resolves on every node).",
+         # c10d logs each connect attempt it will retry as a warning ("[W socket.cpp:663] [c10d] The client socket
+         # has failed to connect to ..."); only the error it raises when it gives up says the group did not form
+         # (a server socket that cannot bind its port is different: the master port is taken)
+         unless=r"^\s*\[W[\d :.]*\s*socket\.cpp:\d+\].{0,40}client socket has failed to connect"),
+    _sig("nccl_error",
+         r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
+         r"NCCL failure \S+ '|"
+         r"NCCL WARN .*(?:failed|error)",
+         "NCCL (the GPU-to-GPU communication library) failed.", NCCL_HINT),
+    _sig("nccl_timeout",
+         r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
+         r"ran for \d+ milliseconds before timing out|collective operation timeout|Timeout at NCCL work|"
+         # the C++ frame of ProcessGroupNCCL's watchdog when the message itself was cut from the paste
+         r"WorkNCCL::checkTimeout",
+         "A collective operation (all-reduce etc.) timed out: one rank stopped taking part.",
+         "Look for the rank that stalled (data loading, a rank-0-only branch, a dead node); make every rank run "
+         "the same collectives. Resubmit from the last checkpoint."),
+    # The exception type alone wraps both NCCL errors and watchdog timeouts: only a fallback.
+    _sig("nccl_error", r"DistBackendError", "NCCL (the GPU-to-GPU communication library) failed.", NCCL_HINT),
+)
+CATEGORY_RANK = {}  # category -> index of its first (highest-priority) signature
+for _i, _s in enumerate(SIGNATURES):
+    CATEGORY_RANK.setdefault(_s.category, _i)

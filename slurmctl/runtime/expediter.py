@@ -1,0 +1,129 @@
+"""The requeue expediter: once a requeued job waits in PENDING (BeginTime), set its StartTime=now (and
+add nodes to its ExcNodeList), instead of Slurm's wait of the credential lifetime. Started detached by
+the batch script (slurmctl.runtime.attempt's `end` and `drain-signal`) or, under proctrack/cgroup, by
+the epilog (slurmctl.ops.hooks.epilog):
+
+    python -I -c BOOTSTRAP SECONDS PACKAGE_ROOT --job REF [--limit S] [--exclude NODES]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slurmctl.errors import SlurmctlError
+from slurmctl.slurm.client import SlurmClient, job_ref_from_env
+
+# How long it waits for the requeued job to reach PENDING: Slurm's own requeue after a node loss (the
+# batch script waits up to 600 s for it, runtime.attempt), KillWait and the epilog.
+EXPEDITE_LIMIT_SECONDS = 600.0 + 300.0
+_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+             "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"}
+
+
+# The expediter's interpreter start: isolated (-I: no user site-packages or .pth, no PYTHON*
+# variables, no current directory on the path), so nothing but this package and the system's own
+# site-packages runs; SIGALRM's default action ends it at the hard bound whatever it is doing.
+_EXPEDITER_BOOTSTRAP = ("import signal, sys; signal.alarm(int(sys.argv[1])); sys.path.insert(0, sys.argv[2]); "
+                        "from slurmctl.runtime.expediter import main; sys.exit(main(sys.argv[3:]))")
+
+
+def expediter_argv(job: int | str, exclude: list[str] | None = None, limit: float = EXPEDITE_LIMIT_SECONDS,
+                   python: str = sys.executable) -> list[str]:
+    """The command line of the expediter for `job`: `python -I`, this package put on its path
+    explicitly, alive `limit` s at most (its own loop) and killed 30 s after that (SIGALRM)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    argv = [python, "-I", "-c", _EXPEDITER_BOOTSTRAP, str(int(limit) + 30), package_root,
+            "--job", str(job), "--limit", str(int(limit))]
+    return argv + (["--exclude", ",".join(exclude)] if exclude else [])
+
+
+def start_expediter(exclude: list[str] | None = None) -> None:
+    """Start the expediter for this job, detached: its own session, reparented to init once this
+    process ends, so it outlives the batch script that `scontrol requeue` (or Slurm's own requeue)
+    kills -- under proctrack/linuxproc, which follows the process tree. Under proctrack/cgroup the
+    job's cgroup is killed whole and the wait stays (docs/node-health.md, "The requeue wait")."""
+    argv = expediter_argv(job_ref_from_env(), exclude)
+    # It acts on the job from outside, as the user could from a login shell: without the job's
+    # SLURM_* variables the epilog does not take it for an orphan of the ending attempt and kill it
+    # before the requeue is through (it ends by itself, at the latest after EXPEDITE_LIMIT_SECONDS).
+    env = {k: v for k, v in os.environ.items() if k == "SLURM_CONF" or not k.startswith(("SLURM_", "SLURMD_"))}
+    try:  # its lines go to the job's log, which it inherits
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    except OSError as exc:
+        print(f"slurmctl: could not start the requeue expediter: {exc}", file=sys.stderr)
+
+
+def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = EXPEDITE_LIMIT_SECONDS,
+                     poll: float = 1.0) -> int:
+    """Take Slurm's requeue wait out: a requeued batch job goes back to PENDING with BeginTime = now +
+    the credential lifetime (121 s by default), set when its epilog ends. The job's owner may move a
+    pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
+    scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
+    `limit` s. Exit code 0 when it expedited the job."""
+    started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
+    retry_at, backoff, said = 0.0, poll, ""
+    while time.monotonic() < deadline:
+        view = client.requeue_wait(job)
+        if view is None or view[0] in _TERMINAL:
+            break
+        state, reason, excluded = view
+        if state == "RUNNING" and seen_pending:
+            break
+        if state == "PENDING":
+            seen_pending = True
+            if reason == "BeginTime" and not done and time.monotonic() >= retry_at:
+                fields: dict[str, str | int] = {"StartTime": "now"}
+                if exclude:
+                    have = client.hostnames(excluded) if excluded and excluded != "(null)" else []
+                    fields["ExcNodeList"] = ",".join(dict.fromkeys([*have, *exclude]))
+                try:
+                    client.update_job(job, **fields)
+                    done = True
+                    print(f"slurmctl: {time.strftime('%H:%M:%S')} job {job}: requeue wait ended "
+                          f"({' '.join(f'{k}={v}' for k, v in fields.items())}) "
+                          f"{time.monotonic() - started:.1f} s after this watcher started", flush=True)
+                except SlurmctlError as exc:
+                    if exc.message != said:  # the same refusal again is no news
+                        print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
+                        said = exc.message
+                    if refusal_is_final(exc.message):
+                        print(f"slurmctl: job {job}: Slurm refuses this for good; leaving the requeue wait "
+                              "to Slurm", flush=True)
+                        break
+                    backoff = min(max(backoff * 2, 1.0), _EXPEDITE_MAX_BACKOFF_SECONDS)
+                    retry_at = time.monotonic() + backoff
+        time.sleep(poll)
+    return 0 if done else 1
+
+
+# scontrol's words for a refusal that asking again cannot change: not the owner, no such job, done.
+_FINAL_REFUSALS = ("invalid user id", "access/permission denied", "permission denied", "invalid job id",
+                   "already completing or completed", "job has already finished")
+_EXPEDITE_MAX_BACKOFF_SECONDS = 30.0
+
+
+def refusal_is_final(message: str) -> bool:
+    return any(words in message.lower() for words in _FINAL_REFUSALS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slurmctl.runtime.expediter")
+    parser.add_argument("--job", default=None)
+    parser.add_argument("--exclude", default="")
+    parser.add_argument("--limit", type=float, default=EXPEDITE_LIMIT_SECONDS)
+    args = parser.parse_args(argv)
+    exclude = [n for n in args.exclude.split(",") if n]
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude,
+                            limit=min(args.limit, EXPEDITE_LIMIT_SECONDS))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
