@@ -219,6 +219,23 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def child_pids(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            line = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        # '<pid> (<comm>) <state> <ppid> ...': comm may hold spaces and parentheses, so read after the last ')'
+        fields = line.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry.name))
+    return found
+
+
 def human_bytes(n: float) -> str:
     """A byte count as people read it: 512 B, 3.0 MiB, 1.5 GiB, 2.0 TiB."""
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -50,7 +50,13 @@ def watchdog_report(run_dir: Path, job_id: int | str | None = None) -> dict | No
     kind, when = state.get("state", ""), _clock(state.get("time"))
     scene = state.get("scene") or (scenes[-1] if scenes else None)
     described = f"'{state.get('field', '?')}' in {state.get('source', '?')}"
-    if kind == "killed":
+    listed = state.get("evidence")
+    evidence = [e[:300] for e in listed[:5] if isinstance(e, str)] if isinstance(listed, list) else []
+    if kind == "killed" and evidence:  # the peer check: the step waited for another node
+        message = (f"the watchdog ended the training step at {when}: "
+                   f"{state.get('summary') or 'its ranks here were gone'}; evidence: {'; '.join(evidence)}; "
+                   f"scene in {scene}")
+    elif kind == "killed":
         message = (f"the watchdog ended the hung training step at {when} (no progress in {described}, and no "
                    f"answer to its drain request); stacks, log tail and nvidia-smi are in {scene}")
     elif kind == "drain-requested":

@@ -9,7 +9,9 @@
                   allocation exit 0 to have the script srun the training again right here (no
                   requeue, no Slurm requeue delay). SLURMCTL_RESTART_IN_ALLOCATION=0 turns that off.
   end --exit-code decide requeue or stop (runtime/policy.py; a lost node requeues), record it, and
-                  requeue if so
+                  requeue if so; after a node loss the job first leaves the lost node (shrinks to the
+                  nodes it has left) and is requeued held, so that it neither waits for Slurm's
+                  SlurmdTimeout nor runs smaller: the expediter gives it its size back and releases it
 
 The requeue expediter that `end` and `drain-signal` start is slurmctl.runtime.expediter.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from slurmctl import rundir
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import append_jsonl, read_json, read_jsonl, read_text_capped, tail_text_lines
+from slurmctl.fsutil import append_jsonl, child_pids, read_json, read_jsonl, read_text_capped, tail_text_lines
 from slurmctl.runtime import DRAIN_ACK, DRAIN_REQUEST, checkpoint_dir, read_drain_request, write_drain_request
 from slurmctl.runtime.adapters import Resilience
 from slurmctl.runtime.checkpoint import CheckpointManager
@@ -177,10 +179,12 @@ def _unresponsive(state: str) -> bool:
     return state.endswith("*") or base in {"down", "fail", "failing", "drain", "drained", "draining", "unknown"}
 
 
-def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> list[str] | None:
+def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> tuple[list[str], list[str]] | None:
     """None when every node of this allocation runs a probe step; else the nodes Slurm reports lost
-    (waiting up to `wait` s for slurmctld to notice), possibly [] when it names none in time."""
-    if client.probe_allocation(_env_int("SLURM_JOB_NUM_NODES", 1)):
+    (waiting up to `wait` s for slurmctld to notice), possibly [] when it names none in time, and the
+    evidence: the probe's failure in srun's words, and each named node's state in sinfo."""
+    failure = client.allocation_probe_failure(_env_int("SLURM_JOB_NUM_NODES", 1))
+    if failure is None:
         return None
     try:
         names = set(client.hostnames(os.environ.get("SLURM_JOB_NODELIST", "")))
@@ -189,11 +193,11 @@ def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> li
     deadline = time.monotonic() + wait
     while True:
         try:
-            lost = sorted({n.name for n in client.nodes() if n.name in names and _unresponsive(n.state)})
+            lost = sorted((n.name, n.state) for n in client.nodes() if n.name in names and _unresponsive(n.state))
         except SlurmctlError:
             lost = []
         if lost or time.monotonic() >= deadline:
-            return lost
+            return [n for n, _ in lost], [f"probe step: {failure}", *(f"sinfo: {n} {state}" for n, state in lost)]
         time.sleep(5)
 
 
@@ -225,11 +229,51 @@ def _node_loss_decision(lost: dict, ck, previous_ends: list[dict], max_restarts:
                     failures, preemptions)
 
 
+def _shape() -> tuple[int, int | None]:
+    """This job's node and task counts as submitted (the batch script's environment)."""
+    return _env_int("SLURM_JOB_NUM_NODES", 1), _env_int("SLURM_NTASKS") or None
+
+
+def _expediter_dies_with_job() -> bool:
+    """Under proctrack/cgroup the job's cgroup (this script's: .../job_<id>/...) is killed whole at the
+    requeue, and the expediter the script starts with it."""
+    try:
+        return f"job_{_env_int('SLURM_JOB_ID')}" in Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return False
+
+
+def _leave_lost_nodes(client: SlurmClient, lost: list[str]) -> bool:
+    """Shrink this job to the nodes it has left (its owner may: `scontrol update NodeList=`): Slurm
+    then lets the lost nodes go at once, and the requeued job no longer waits for them to be declared
+    DOWN (SlurmdTimeout). Only when restart-step named the lost nodes (a probe step that cannot run
+    there, and slurmctld's own state of the node), a node survives, and the expediter that gives the
+    requeued job its size back outlives this script. False: Slurm's own requeue, as before."""
+    try:
+        nodes = client.hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+    except SlurmctlError:
+        return False
+    keep = [n for n in nodes if n not in lost]
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if not lost or not set(lost) <= set(nodes) or here not in keep or _expediter_dies_with_job():
+        return False
+    try:
+        client.update_job(job_ref_from_env(), NodeList=",".join(keep))
+    except SlurmctlError as exc:
+        print(f"slurmctl: could not leave the lost node(s) {', '.join(lost)}: {exc.message}; waiting for Slurm "
+              "instead", file=sys.stderr)
+        return False
+    print(f"slurmctl: left the lost node(s) {', '.join(lost)}: the job now holds {', '.join(keep)} until its "
+          "requeue, which no longer waits for Slurm to declare them DOWN", file=sys.stderr)
+    return True
+
+
 def _await_node_failure(client: SlurmClient, nodes: list[str], limit: float = _NODE_FAIL_WAIT_SECONDS) -> None:
-    """Let Slurm end this attempt itself: once the lost node is DOWN it kills the job (NODE_FAIL) and,
-    the job being requeueable, requeues it onto healthy nodes. Our own `scontrol requeue` while the
-    node is still only "not responding" makes Slurm start the next attempt the moment the node goes
-    DOWN, with a broken GPU allocation (Slurm 22.05: every srun then fails "Invalid generic resource
+    """Where the job could not leave the lost node (_leave_lost_nodes), let Slurm end this attempt
+    itself: once the lost node is DOWN it kills the job (NODE_FAIL) and, the job being requeueable,
+    requeues it onto healthy nodes. Our own `scontrol requeue` of a job that still holds a node that is
+    only "not responding" makes Slurm start the next attempt the moment the node goes DOWN, with a
+    broken GPU allocation (Slurm 22.05: every srun then fails "Invalid generic resource
     (gres) specification"). Returns only when Slurm did not act within `limit` s."""
     print(f"slurmctl: waiting for Slurm to declare {', '.join(nodes) or 'the lost node'} DOWN and requeue "
           "the job (SlurmdTimeout)", file=sys.stderr)
@@ -268,6 +312,9 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
               if last_step is not None else None,
               **({"nodes_lost": lost.get("nodes_lost") or []} if decision.outcome == "node-lost" else {}),
               **decision.to_dict()}
+    if decision.action == REQUEUE and decision.outcome == "node-lost":
+        # the evidence of restart-step (a probe step that cannot run there, and slurmctld's own word)
+        record["lost_nodes_released"] = _leave_lost_nodes(client, record["nodes_lost"])
     # Record first: `scontrol requeue` SIGTERMs this very batch script.
     append_jsonl(run_dir / rundir.ATTEMPTS, record)
     loud = "" if acked or drain is None else "WARNING: DRAIN NOT ACKNOWLEDGED. "
@@ -279,10 +326,14 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
         return 0 if ok else (exit_code or 1)
     job_id = _env_int("SLURM_JOB_ID")
     # Before the requeue, which kills this script: the next attempt starts without Slurm's BeginTime
-    # wait and, after a lost node, never on that node.
-    start_expediter(record.get("nodes_lost") or [])
+    # wait and, after a lost node, never on that node (and, shrunk, with its node and task counts back).
+    released = bool(record.get("lost_nodes_released"))
+    start_expediter(record.get("nodes_lost") or [], shape=_shape() if released else None)
     try:
         client.update_job(job_ref_from_env(), Requeue=1)  # normally already done by watch-requeue
+        if released:  # held until the expediter gave it its size back: it never runs on fewer nodes
+            client.requeue_held(job_ref_from_env())
+            return 0
         if decision.outcome == "node-lost":
             _await_node_failure(client, record.get("nodes_lost") or [])
         client.requeue(job_ref_from_env())  # a sweep element: its array task, never the whole array
@@ -427,12 +478,13 @@ def restart_step(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     events = read_jsonl(run_dir / rundir.ATTEMPTS)
     start_record, _ = _this_attempt(events)
     since = start_record.get("time") if start_record else None
-    gone = lost_nodes(client)
-    if gone is not None:
+    found = lost_nodes(client)
+    if found is not None:
+        gone, evidence = found
         ck = _checkpoints(run_dir).latest()
         last_step = _last_step(run_dir, since)
         append_jsonl(run_dir / rundir.ATTEMPTS, {
-            **_base_record("node-lost"), "nodes_lost": gone, "exit_code": exit_code,
+            **_base_record("node-lost"), "nodes_lost": gone, "exit_code": exit_code, "evidence": evidence,
             "last_step": last_step, "checkpoint_step": ck.step if ck else None})
         print(f"slurmctl: the allocation lost node(s) {', '.join(gone) or '(not named by Slurm)'} at step "
               f"{last_step}; not restarting here", file=sys.stderr)
@@ -483,22 +535,6 @@ def _smoke_round_trip(run_dir: Path) -> bool:
 _SHELLS = {"bash", "sh", "dash", "zsh", "ksh"}
 
 
-def _children(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # it ended while we looked
-        # '<pid> (<comm>) <state> <ppid> ...': comm may hold spaces and parentheses, so read after the last ')'
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 1 and fields[1] == str(parent):
-            found.append(int(entry.name))
-    return found
-
-
 def _is_shell(pid: int) -> bool:
     try:
         return Path(os.readlink(f"/proc/{pid}/exe")).name in _SHELLS
@@ -514,11 +550,11 @@ def signal_program(parent: int, signame: str) -> int:
     if not isinstance(signum, signal.Signals):
         print(f"slurmctl: no signal {signame!r} to pass on", file=sys.stderr)
         return 2
-    sent, pending = [], _children(parent)
+    sent, pending = [], child_pids(parent)
     while pending:
         pid = pending.pop(0)
         if _is_shell(pid):
-            pending += _children(pid)
+            pending += child_pids(pid)
             continue
         try:
             os.kill(pid, signum)

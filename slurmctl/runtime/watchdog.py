@@ -41,7 +41,7 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.durations import parse_seconds
 from slurmctl.errors import SlurmctlError
-from slurmctl.fsutil import pid_alive, tail_bytes, write_atomic
+from slurmctl.fsutil import child_pids, pid_alive, tail_bytes, write_atomic
 from slurmctl.runtime.health import IdleMonitor, IdlePolicy
 
 EXIT_OK, EXIT_KILLED = 0, 3
@@ -139,6 +139,7 @@ class Watchdog:
         self.drain_since: float | None = None
         self.ranks_gone_since: float | None = None  # the peer check (_peer_lost)
         self.ranks_seen = False  # ranks found in /proc (torchrun's carry RANK): only then is "none left" news
+        self.launchers: set[int] = set()  # the batch shell's srun processes while those ranks were alive
 
     @property
     def window(self) -> float:
@@ -192,13 +193,22 @@ class Watchdog:
         step then waits on another node, whose processes are lost or hung (a node loss leaves srun waiting
         for the dead node's task until SlurmdTimeout, and ranks that survive a lost peer exit on their
         first failed collective). End the step after PEER_LOST_SECONDS instead of the stall window; the
-        batch script's probe then tells a lost node from a healthy allocation. The floor keeps it clear
-        of the few seconds before a relaunched training's ranks start."""
+        batch script's probe then tells a lost node from a healthy allocation. Only the step whose ranks
+        it saw counts: a relaunched training (another srun of the batch shell) arms it again with its
+        own ranks, and the floor keeps it clear of the seconds before they start. Before the floor, from one check
+        interval on, only on a second, independent signal: a probe step cannot run on every node of the
+        allocation (a node's slurmd does not answer), which a relaunch on a healthy allocation never
+        shows; then the local srun, which would wait KillWait for the dead node's task, is ended too."""
         if self.s.target_pids or not self.s.job_id:
             return False
         if rank_pids(self.s):
             self.ranks_seen, self.ranks_gone_since = True, None
+            self.launchers = _launchers(self.s)
             return False
+        if self.launchers and _launchers(self.s).isdisjoint(self.launchers):
+            # the srun whose ranks it saw is gone: a relaunch whose ranks are not there yet (under load
+            # its launcher may take longer than the floor to import torch) -- armed again by its ranks
+            self.ranks_seen, self.launchers = False, set()
         if not (self.ranks_seen and self.progressed) or stalled < self.s.check_seconds:
             self.ranks_gone_since = None
             return False
@@ -206,17 +216,29 @@ class Watchdog:
             self.ranks_gone_since = now
             return False
         gone = now - self.ranks_gone_since
-        if gone < max(PEER_LOST_SECONDS, self.s.check_seconds) or not _steps_running(self.s):
+        if gone < self.s.check_seconds or not _steps_running(self.s):
             return False
+        unreachable = None
+        if gone < max(PEER_LOST_SECONDS, self.s.check_seconds):
+            unreachable = _allocation_unreachable()
+            if unreachable is None:
+                return False
+        evidence = [f"no rank of job {self.s.job_id} alive here for {gone:.0f} s while its step still runs",
+                    f"no progress for {stalled:.0f} s"] + ([f"a probe step could not run on every node: {unreachable}"]
+                                                          if unreachable else [])
         log(f"PEER LOST: no rank of job {self.s.job_id} has been alive here for {gone:.0f} s (no progress for "
-            f"{stalled:.0f} s) while its step still runs: it waits for another node's processes, lost or "
-            "hung; ending the step")
+            f"{stalled:.0f} s) while its step still runs: it waits for another node's processes, lost or hung"
+            + (f"; a probe step could not run on every node ({unreachable})" if unreachable else "")
+            + "; ending the step")
         scene = capture_scene(self.s, now)
-        self._write_state("killed", now, {"scene": str(scene), "summary": "the ranks here are gone; the step waited "
-                                          "for another node"})
+        self._write_state("killed", now, {"scene": str(scene), "evidence": evidence,
+                                          "summary": "the ranks here are gone; the step waited for another node"
+                                          + (" that does not answer" if unreachable else "")})
         end_step(self.s)
+        if unreachable:
+            end_launcher(self.s)
         self.ranks_gone_since, self.last_progress, self.progressed, self.warned = None, now, False, False
-        self.ranks_seen = False
+        self.ranks_seen, self.launchers = False, set()
         return True
 
     def _start_drain(self, now: float, stalled: float) -> None:
@@ -357,6 +379,45 @@ def _steps_running(settings: Settings) -> bool:
         return bool(SlurmClient().job_steps(int(settings.job_id)))
     except (SlurmctlError, ValueError):
         return False
+
+
+def _allocation_unreachable() -> str | None:
+    """Why a probe step could not run on every node of this job's allocation (srun's words); None
+    when it ran everywhere, or when Slurm refused to create the step at all (then no node was tried:
+    that says nothing about a node)."""
+    from slurmctl.slurm.client import SlurmClient  # why: as in _steps_running
+
+    try:
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+    except ValueError:
+        nodes = 1
+    failure = SlurmClient().allocation_probe_failure(nodes)
+    return None if failure is None or "unable to create step" in failure.lower() else failure
+
+
+def _launchers(settings: Settings) -> set[int]:
+    """The srun processes the batch shell (--parent-pid) started (the training's step)."""
+    if not settings.parent_pid:
+        return set()
+    found = set()
+    for pid in child_pids(settings.parent_pid):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "srun":
+                found.add(pid)
+        except OSError:
+            pass  # it ended meanwhile
+    return found
+
+
+def end_launcher(settings: Settings) -> None:
+    """SIGKILL the srun launchers the batch shell (--parent-pid) started: once a node is lost, srun
+    waits KillWait (+2 s) for that node's task after the step was cancelled, and the batch script
+    with it. Only this job's own srun processes, children of its own batch shell."""
+    for pid in _launchers(settings):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # it ended meanwhile
 
 
 def end_step(settings: Settings) -> None:

@@ -229,8 +229,12 @@ class SlurmClient(ClusterQueries):
             return None
         return jobs[0] if jobs else None
 
-    def release(self, job_id: int) -> None:
-        self._run(["scontrol", "release", str(int(job_id))])
+    def release(self, job_id: int | str) -> None:
+        self._run(["scontrol", "release", job_ref(job_id)])
+
+    def requeue_held(self, job_id: int | str) -> None:
+        """`scontrol requeuehold`: requeue the job and hold it until `release` (the owner may)."""
+        self._run(["scontrol", "requeuehold", job_ref(job_id)])
 
     def time_left_seconds(self, job_id: int | str) -> int | None:
         result = self._run(["squeue", "-h", "-j", job_ref(job_id), "-o", "%L"], check=False)
@@ -252,16 +256,26 @@ class SlurmClient(ClusterQueries):
         return self._run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
     def probe_allocation(self, nodes: int, timeout: float = 20.0) -> bool:
-        """Inside a job: one tiny step on every node of the allocation (--overlap: beside a step that is
-        still winding down). False when it fails or does not finish in `timeout` (a lost node's slurmd
-        never answers the launch)."""
+        """Inside a job: one tiny step on every node of the allocation (--overlap and --mem=0: beside a
+        step that still runs or winds down and holds the job's memory; without --mem=0 Slurm 22.05
+        refuses it, "Memory required by task is not available"). False when it fails or does not
+        finish in `timeout` (a lost node's slurmd never answers the launch)."""
+        return self.allocation_probe_failure(nodes, timeout) is None
+
+    def allocation_probe_failure(self, nodes: int, timeout: float = 20.0) -> str | None:
+        """The probe of probe_allocation: None when every node ran it, else why not, in srun's words
+        (its last error line, e.g. "Task launch for StepId=7.3 failed on node h100-3: ...")."""
         try:
             result = self._run(["srun", "--overlap", f"--nodes={int(nodes)}", f"--ntasks={int(nodes)}",
-                                "--ntasks-per-node=1", "--gres=none", "--kill-on-bad-exit=1", "true"],
+                                "--ntasks-per-node=1", "--gres=none", "--mem=0", "--kill-on-bad-exit=1", "true"],
                                timeout=timeout, check=False)
-        except SlurmUnreachable:
-            return False
-        return result.returncode == 0
+        except SlurmUnreachable as exc:
+            return exc.message
+        if result.returncode == 0:
+            return None
+        lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+        said = next((line for line in reversed(lines) if "node" in line.lower()), lines[-1] if lines else "")
+        return said[:300] or f"srun exited {result.returncode}"
 
     # --- node-side hooks (Prolog/Epilog: slurmctl.ops.hooks) and root's confirmations -----------
     def job_info(self, job_id: int, timeout: float = 60.0) -> JobInfo | None:
