@@ -324,9 +324,16 @@ def node_loss(status: RunStatus, events: list[dict]) -> None:
     ck = last.get("checkpoint_step")
     resumed = any(e.get("event") == "start" and float(e.get("time") or 0) > float(last.get("time") or 0)
                   for e in current)
+    released = any(e.get("event") == "end" and e.get("lost_nodes_released") and e.get("job_id") == last.get("job_id")
+                   and float(e.get("time") or 0) >= float(last.get("time") or 0) for e in current)
+    listed = last.get("evidence")
+    evidence = [str(e)[:300] for e in listed[:4]] if isinstance(listed, list) else []
     status.details.append(f"NODE LOST: {_lost(last)}{at} (job {last.get('job_id')}"
                           + (f", newest checkpoint {ck}" if ck is not None else ", no checkpoint")
                           + ("); the next attempt resumed on healthy nodes." if resumed
-                             else "); Slurm requeues the run on healthy nodes once it declares the node DOWN."))
+                             else "); the job left the node and was requeued without waiting for Slurm to declare "
+                             "it DOWN." if released
+                             else "); Slurm requeues the run on healthy nodes once it declares the node DOWN.")
+                          + (f" Evidence: {'; '.join(evidence)}." if evidence else ""))
     if status.health.startswith("hung: ") or status.health == "ok":
         status.health = "ok" if resumed else f"node lost: {', '.join(last.get('nodes_lost') or ['?'])}"

@@ -3,7 +3,11 @@ add nodes to its ExcNodeList), instead of Slurm's wait of the credential lifetim
 the batch script (slurmctl.runtime.attempt's `end` and `drain-signal`) or, under proctrack/cgroup, by
 the epilog (slurmctl.ops.hooks.epilog):
 
-    python -I -c BOOTSTRAP SECONDS PACKAGE_ROOT --job REF [--limit S] [--exclude NODES]
+    python -I -c BOOTSTRAP SECONDS PACKAGE_ROOT --job REF [--limit S] [--exclude NODES] [--shape N,T]
+
+After a node loss `end` shrinks the job to its surviving nodes and requeues it held (`--shape`): the
+expediter gives the pending job back its node and task counts (the owner may raise them up to what
+the job was submitted with), then releases it; if that fails the job stays held, never runs smaller.
 """
 
 from __future__ import annotations
@@ -34,21 +38,22 @@ _EXPEDITER_BOOTSTRAP = ("import signal, sys; signal.alarm(int(sys.argv[1])); sys
 
 
 def expediter_argv(job: int | str, exclude: list[str] | None = None, limit: float = EXPEDITE_LIMIT_SECONDS,
-                   python: str = sys.executable) -> list[str]:
+                   python: str = sys.executable, shape: tuple[int, int | None] | None = None) -> list[str]:
     """The command line of the expediter for `job`: `python -I`, this package put on its path
     explicitly, alive `limit` s at most (its own loop) and killed 30 s after that (SIGALRM)."""
     package_root = str(Path(__file__).resolve().parents[2])
     argv = [python, "-I", "-c", _EXPEDITER_BOOTSTRAP, str(int(limit) + 30), package_root,
             "--job", str(job), "--limit", str(int(limit))]
-    return argv + (["--exclude", ",".join(exclude)] if exclude else [])
+    argv += ["--exclude", ",".join(exclude)] if exclude else []
+    return argv + (["--shape", f"{int(shape[0])},{int(shape[1]) if shape[1] else ''}"] if shape else [])
 
 
-def start_expediter(exclude: list[str] | None = None) -> None:
+def start_expediter(exclude: list[str] | None = None, shape: tuple[int, int | None] | None = None) -> None:
     """Start the expediter for this job, detached: its own session, reparented to init once this
     process ends, so it outlives the batch script that `scontrol requeue` (or Slurm's own requeue)
     kills -- under proctrack/linuxproc, which follows the process tree. Under proctrack/cgroup the
     job's cgroup is killed whole and the wait stays (docs/node-health.md, "The requeue wait")."""
-    argv = expediter_argv(job_ref_from_env(), exclude)
+    argv = expediter_argv(job_ref_from_env(), exclude, shape=shape)
     # It acts on the job from outside, as the user could from a login shell: without the job's
     # SLURM_* variables the epilog does not take it for an orphan of the ending attempt and kill it
     # before the requeue is through (it ends by itself, at the latest after EXPEDITE_LIMIT_SECONDS).
@@ -60,12 +65,13 @@ def start_expediter(exclude: list[str] | None = None) -> None:
 
 
 def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = EXPEDITE_LIMIT_SECONDS,
-                     poll: float = 1.0) -> int:
+                     poll: float = 1.0, shape: tuple[int, int | None] | None = None) -> int:
     """Take Slurm's requeue wait out: a requeued batch job goes back to PENDING with BeginTime = now +
     the credential lifetime (121 s by default), set when its epilog ends. The job's owner may move a
     pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
-    scheduling pass. Runs as the job's owner, never root; ends when the job runs again, ended, or after
-    `limit` s. Exit code 0 when it expedited the job."""
+    scheduling pass. With `shape` (nodes, tasks) the job was shrunk and requeued held: its counts are
+    set back first, then it is released. Runs as the job's owner, never root; ends when the job runs
+    again, ended, or after `limit` s. Exit code 0 when it expedited the job."""
     started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
     retry_at, backoff, said = 0.0, poll, ""
     while time.monotonic() < deadline:
@@ -77,24 +83,33 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
             break
         if state == "PENDING":
             seen_pending = True
-            if reason == "BeginTime" and not done and time.monotonic() >= retry_at:
-                fields: dict[str, str | int] = {"StartTime": "now"}
+            waiting = reason == "BeginTime" or (shape is not None and "held" in reason.lower())
+            if waiting and not done and time.monotonic() >= retry_at:
+                fields: dict[str, str | int] = {}
+                if shape:
+                    fields["NumNodes"] = shape[0]
+                    if shape[1]:
+                        fields["NumTasks"] = shape[1]
+                fields["StartTime"] = "now"
                 if exclude:
                     have = client.hostnames(excluded) if excluded and excluded != "(null)" else []
                     fields["ExcNodeList"] = ",".join(dict.fromkeys([*have, *exclude]))
                 try:
                     client.update_job(job, **fields)
+                    if shape:
+                        client.release(job)
                     done = True
                     print(f"slurmctl: {time.strftime('%H:%M:%S')} job {job}: requeue wait ended "
-                          f"({' '.join(f'{k}={v}' for k, v in fields.items())}) "
+                          f"({' '.join(f'{k}={v}' for k, v in fields.items())}{', released' if shape else ''}) "
                           f"{time.monotonic() - started:.1f} s after this watcher started", flush=True)
                 except SlurmctlError as exc:
                     if exc.message != said:  # the same refusal again is no news
                         print(f"slurmctl: job {job}: could not end the requeue wait: {exc.message}", flush=True)
                         said = exc.message
                     if refusal_is_final(exc.message):
-                        print(f"slurmctl: job {job}: Slurm refuses this for good; leaving the requeue wait "
-                              "to Slurm", flush=True)
+                        print(f"slurmctl: job {job}: Slurm refuses this for good; " + (
+                            f"the job stays held: set NumNodes={shape[0]} and release it (`scontrol release "
+                            f"{job}`) to run it" if shape else "leaving the requeue wait to Slurm"), flush=True)
                         break
                     backoff = min(max(backoff * 2, 1.0), _EXPEDITE_MAX_BACKOFF_SECONDS)
                     retry_at = time.monotonic() + backoff
@@ -117,12 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", default=None)
     parser.add_argument("--exclude", default="")
     parser.add_argument("--limit", type=float, default=EXPEDITE_LIMIT_SECONDS)
+    parser.add_argument("--shape", default="", help="NODES,TASKS to give the held job back before releasing it")
     args = parser.parse_args(argv)
     exclude = [n for n in args.exclude.split(",") if n]
+    nodes, _, tasks = args.shape.partition(",")
+    shape = (int(nodes), int(tasks) if tasks else None) if nodes else None
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the batch script's end must not end it
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     return expedite_requeue(SlurmClient(), args.job or job_ref_from_env(), exclude,
-                            limit=min(args.limit, EXPEDITE_LIMIT_SECONDS))
+                            limit=min(args.limit, EXPEDITE_LIMIT_SECONDS), shape=shape)
 
 
 if __name__ == "__main__":

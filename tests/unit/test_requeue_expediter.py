@@ -126,3 +126,27 @@ def test_the_expediter_runs_none_of_the_users_python(tmp_path):
     started = time.monotonic()
     assert subprocess.run(bounded, env=env, cwd="/", timeout=60).returncode == -14  # SIGALRM
     assert time.monotonic() - started < 10
+
+
+def test_a_job_that_left_a_lost_node_gets_its_size_back_before_it_is_released():
+    # `end` shrank it to its surviving node and requeued it held (squeue's words for that reason)
+    runner = Sequence(["COMPLETING|None|\n", "PENDING|job requeued in held state|\n", "RUNNING|None|\n"])
+    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=10, poll=0, shape=(2, 2)) == 0
+    assert updates(runner) == [["scontrol", "update", "JobId=77", "NumNodes=2", "NumTasks=2", "StartTime=now",
+                                "ExcNodeList=h100-3"]]
+    assert ["scontrol", "release", "77"] in runner.calls
+    assert runner.calls.index(["scontrol", "release", "77"]) > runner.calls.index(updates(runner)[0])
+
+
+def test_a_shrunk_job_whose_size_cannot_be_given_back_stays_held(capsys):
+    runner = Refusing("scontrol: error: Access/permission denied for job 77")
+    runner.states = ["PENDING|job requeued in held state|\n"]
+    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=5, poll=0, shape=(2, None)) == 1
+    assert not [c for c in runner.calls if c[:2] == ["scontrol", "release"]]
+    assert "stays held" in capsys.readouterr().out
+
+
+def test_the_shape_travels_on_the_expediter_command_line():
+    argv = expediter_argv(77, ["h100-3"], shape=(2, 4))
+    assert argv[argv.index("--shape") + 1] == "2,4" and argv[argv.index("--exclude") + 1] == "h100-3"
+    assert "--shape" not in expediter_argv(77)

@@ -5,6 +5,7 @@ the end record's last step / steps lost written by the job's own end hook (runti
 import json
 import time
 
+from slurmctl.errors import SlurmCommandError
 from slurmctl.observe.status import build_status
 from slurmctl.observe.story import story
 from slurmctl.runtime import attempt
@@ -113,7 +114,7 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
             pass
 
     expediters = []  # the detached expediter is tested in test_requeue_expediter / tests/integration
-    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None: expediters.append(exclude))
+    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None, shape=None: expediters.append(exclude))
     attempt.end(run.path, NoSlurm(), 3)
     assert expediters == [[]]
     end = [json.loads(line) for line in (run.path / "attempts.jsonl").read_text().splitlines()][-1]
@@ -123,11 +124,11 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
 class Allocation:
     """The Slurm calls restart-step makes: the probe step on every node, then sinfo's node states."""
 
-    def __init__(self, healthy=True, states=None):
-        self.healthy, self.states = healthy, states or {}
+    def __init__(self, healthy=True, states=None, shrink_refused=False):
+        self.healthy, self.states, self.shrink_refused, self.calls = healthy, states or {}, shrink_refused, []
 
-    def probe_allocation(self, nodes, timeout=20.0):
-        return self.healthy
+    def allocation_probe_failure(self, nodes, timeout=20.0):
+        return None if self.healthy else "srun: error: Task launch for StepId=7.2 failed on node h100-2: timeout"
 
     def hostnames(self, nodelist):
         return sorted(self.states)
@@ -135,11 +136,16 @@ class Allocation:
     def nodes(self):
         return [NodeInfo(name=n, state=s) for n, s in self.states.items()]
 
-    def update_job(self, *a, **k):
-        pass
+    def update_job(self, job, **fields):
+        self.calls.append(("update", fields))
+        if self.shrink_refused and "NodeList" in fields:
+            raise SlurmCommandError("`scontrol` failed: Access/permission denied.", "")
 
     def requeue(self, *a):
-        pass
+        self.calls.append(("requeue",))
+
+    def requeue_held(self, *a):
+        self.calls.append(("requeuehold",))
 
 
 def test_restart_in_allocation_is_the_default_needs_a_checkpoint_and_progress(tmp_path, monkeypatch):
@@ -183,9 +189,11 @@ def test_a_lost_node_is_named_recorded_and_requeued_without_counting_a_failure(t
     assert attempt.restart_step(run.path, lost, 1) == 1
     (event,) = [e for e in run.events() if e["event"] == "node-lost"]
     assert (event["nodes_lost"], event["last_step"], event["checkpoint_step"]) == (["h100-2"], 177, 159)
+    assert event["evidence"][0].startswith("probe step: srun: error: Task launch") and \
+        event["evidence"][1] == "sinfo: h100-2 mixed*", event
     waited, expediters = [], []
     monkeypatch.setattr(attempt, "_await_node_failure", lambda client, nodes: waited.append(nodes))
-    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None: expediters.append(exclude))
+    monkeypatch.setattr(attempt, "start_expediter", lambda exclude=None, shape=None: expediters.append(exclude))
     assert attempt.end(run.path, lost, 1) == 0
     end = run.events()[-1]
     assert (end["outcome"], end["action"], end["failures"], end["nodes_lost"]) == ("node-lost", "requeue", 0,
@@ -227,3 +235,42 @@ def test_a_passed_smoke_test_reads_as_passed_not_as_a_cancelled_job(tmp_path):
     assert status.phase == "smoke test passed" and status.headline.startswith("Smoke test passed (steps advanced")
     assert "--smoke" in status.action and "slurmctl submit" not in status.action
     assert status.history[-1].endswith("; smoke test passed, stopped there (`adopt --smoke`)")
+
+
+def _lost_node_end(tmp_path, monkeypatch, allocation):
+    run = _run(tmp_path, "r", 7)
+    for name, value in (("SLURM_JOB_ID", "7"), ("SLURM_RESTART_COUNT", "0"), ("SLURM_JOB_NODELIST", "h100-[1-2]"),
+                        ("SLURM_JOB_NUM_NODES", "2"), ("SLURM_NTASKS", "2"), ("SLURMD_NODENAME", "h100-1")):
+        monkeypatch.setenv(name, value)
+    attempt.start(run.path)
+    CheckpointManager(run.path / "checkpoints").save(159, lambda d: (d / "s").write_text("x"))
+    assert attempt.restart_step(run.path, allocation, 1) == 1
+    waited, expediters = [], []
+    monkeypatch.setattr(attempt, "_await_node_failure", lambda client, nodes: waited.append(nodes))
+    monkeypatch.setattr(attempt, "_expediter_dies_with_job", lambda: False)
+    monkeypatch.setattr(attempt, "start_expediter",
+                        lambda exclude=None, shape=None: expediters.append((exclude, shape)))
+    assert attempt.end(run.path, allocation, 1) == 0
+    return run.events()[-1], waited, expediters, run
+
+
+def test_a_lost_node_is_left_and_the_job_requeued_held_instead_of_waiting_for_slurmd_timeout(tmp_path, monkeypatch):
+    lost = Allocation(healthy=False, states={"h100-1": "mixed", "h100-2": "mixed*"})
+    end, waited, expediters, run = _lost_node_end(tmp_path, monkeypatch, lost)
+    assert end["outcome"] == "node-lost" and end["lost_nodes_released"] is True, end
+    assert waited == []  # no SlurmdTimeout wait
+    # shrunk to the surviving node, then requeued held; the expediter gives it 2 nodes and 2 tasks back
+    assert [c for c in lost.calls if c[0] != "update" or "NodeList" in c[1]] == [
+        ("update", {"NodeList": "h100-1"}), ("requeuehold",)]
+    assert expediters == [(["h100-2"], (2, 2))]
+    status = build_status(run, Job(job_id=7, name="r", state="PENDING", reason="JobHeldUser"))
+    said = next(d for d in status.details if d.startswith("NODE LOST"))
+    assert "left the node and was requeued without waiting" in said and "Evidence: probe step: srun" in said, said
+
+
+def test_a_refused_shrink_waits_for_slurm_as_before(tmp_path, monkeypatch):
+    lost = Allocation(healthy=False, states={"h100-1": "mixed", "h100-2": "mixed*"}, shrink_refused=True)
+    end, waited, expediters, _ = _lost_node_end(tmp_path, monkeypatch, lost)
+    assert end["lost_nodes_released"] is False and waited == [["h100-2"]], end
+    assert ("requeue",) in lost.calls and ("requeuehold",) not in lost.calls
+    assert expediters == [(["h100-2"], None)]
