@@ -59,9 +59,17 @@ def start_expediter(exclude: list[str] | None = None, shape: tuple[int, int | No
     # before the requeue is through (it ends by itself, at the latest after EXPEDITE_LIMIT_SECONDS).
     env = {k: v for k, v in os.environ.items() if k == "SLURM_CONF" or not k.startswith(("SLURM_", "SLURMD_"))}
     try:  # its lines go to the job's log, which it inherits
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        # SIGTERM and SIGHUP ignored from its first instruction (a disposition exec keeps): the requeue
+        # that follows at once SIGTERMs every process of the job, this one before its main() could
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                         preexec_fn=_ignore_hangup_and_term)
     except OSError as exc:
         print(f"slurmctl: could not start the requeue expediter: {exc}", file=sys.stderr)
+
+
+def _ignore_hangup_and_term() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = EXPEDITE_LIMIT_SECONDS,

@@ -150,3 +150,29 @@ def test_the_shape_travels_on_the_expediter_command_line():
     argv = expediter_argv(77, ["h100-3"], shape=(2, 4))
     assert argv[argv.index("--shape") + 1] == "2,4" and argv[argv.index("--exclude") + 1] == "h100-3"
     assert "--shape" not in expediter_argv(77)
+
+
+def test_the_expediter_ignores_the_requeues_sigterm_from_its_first_instruction(monkeypatch):
+    # `end` requeues right after starting it: Slurm's SIGTERM to the job's processes may come before
+    # its own main() runs, so the disposition is set before exec (and kept by it)
+    from slurmctl.runtime import expediter
+
+    started = []
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(expediter, "expediter_argv", lambda job, exclude, shape=None: ["sleep", "5"])
+    monkeypatch.setattr(expediter.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    expediter.start_expediter(["h100-3"], shape=(2, 2))
+    (child,) = started
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # until exec'd (the forked child briefly shows the parent's dispositions)
+            status = open(f"/proc/{child.pid}/status").read()
+            if "Name:\tsleep" in status or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (15 - 1)) and ignored & (1 << (1 - 1)), hex(ignored)  # SIGTERM, SIGHUP
+    finally:
+        child.kill()
+        child.wait()
