@@ -9,9 +9,11 @@ step time, an allreduce per step, a checkpoint every K steps) start together as 
               preempt_send_user_signal sends): drain, checkpoint, ACK, Slurm requeue
   node-loss   SIGKILL of the slurmd and the job's processes of its second node (root; only a node
               no other job uses, the baseline run included; drained at once so that no other job
-              lands on it): the watchdog's peer check (5 s checks in both runs) ends the stuck
-              step, the probe names the node, Slurm requeues the job once the node is DOWN and it
-              resumes on the others; the node is then restored
+              lands on it): the watchdog's peer check (5 s checks in both runs; the ranks gone and a
+              probe step that cannot run there) ends the stuck step, the probe names the node, the
+              job leaves it and requeues itself held, the expediter gives it its size back and it
+              resumes on the others (Slurm's SlurmdTimeout is not waited for where the owner's
+              shrink works, else Slurm requeues it once the node is DOWN); the node is then restored
 Printed: goodput = useful steps x step time / wall time for both runs, the faulty run's also without
 Slurm's fixed delays (the requeue BeginTime wait, and the SlurmdTimeout wait before Slurm declares a
 lost node DOWN), which are printed separately; per fault: time to the first new step (raw and less
@@ -135,8 +137,8 @@ def main() -> None:
                 break
             requeued = any(e["event"] == "end" and e.get("outcome") == "node-lost"
                            for e in jsonl(run_dir / "attempts.jsonl"))
-            # the batch script waits for Slurm's NODE_FAIL: once the job left the node, Slurm declared
-            # it DOWN and requeued the job; bring the node back
+            # once the requeued job left the node (it shrank itself, or Slurm declared the node DOWN),
+            # bring the node back
             if lost_node and requeued and states["faults"] != "RUNNING" \
                     and lost_node not in squeue_nodes(faulty["job_id"]):
                 restore_node(lost_node)
