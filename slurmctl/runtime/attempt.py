@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import sys
@@ -179,10 +180,16 @@ def _unresponsive(state: str) -> bool:
     return state.endswith("*") or base in {"down", "fail", "failing", "drain", "drained", "draining", "unknown"}
 
 
+# srun's line for a node whose slurmd did not take the probe step's launch
+_LAUNCH_FAILED_ON = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+):")
+
+
 def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> tuple[list[str], list[str]] | None:
-    """None when every node of this allocation runs a probe step; else the nodes Slurm reports lost
-    (waiting up to `wait` s for slurmctld to notice), possibly [] when it names none in time, and the
-    evidence: the probe's failure in srun's words, and each named node's state in sinfo."""
+    """None when every node of this allocation runs a probe step; else the nodes lost, possibly []
+    when none is named in time, and the evidence: the probe's failure in srun's words, and each
+    node's state in sinfo. A node is named by srun itself (the probe's launch failed on it, after the
+    training step failed: two signals) or by slurmctld (not responding, down, drained: waiting up to
+    `wait` s for its next ping)."""
     failure = client.allocation_probe_failure(_env_int("SLURM_JOB_NUM_NODES", 1))
     if failure is None:
         return None
@@ -190,14 +197,16 @@ def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> tu
         names = set(client.hostnames(os.environ.get("SLURM_JOB_NODELIST", "")))
     except SlurmctlError:
         names = set()
+    named_by_srun = set(_LAUNCH_FAILED_ON.findall(failure)) & names
     deadline = time.monotonic() + wait
     while True:
         try:
             lost = sorted((n.name, n.state) for n in client.nodes() if n.name in names and _unresponsive(n.state))
         except SlurmctlError:
             lost = []
-        if lost or time.monotonic() >= deadline:
-            return [n for n, _ in lost], [f"probe step: {failure}", *(f"sinfo: {n} {state}" for n, state in lost)]
+        if lost or named_by_srun or time.monotonic() >= deadline:
+            return sorted(named_by_srun | {n for n, _ in lost}), [
+                f"probe step: {failure}", *(f"sinfo: {n} {state}" for n, state in lost)]
         time.sleep(5)
 
 

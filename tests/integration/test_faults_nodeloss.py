@@ -4,7 +4,7 @@ node" is exactly the processes in that namespace). The survivors' gloo collectiv
 for the dead node's task, and the watchdog's peer check (no rank alive on the batch node while the
 step still runs, and a probe step that cannot run on the dead node) ends the step and its srun --
 not the 15-minute stall window, let alone a 30-minute collective timeout. restart-step's probe
-finds the allocation broken and names the node from sinfo (slurmctld's next ping); `end` shrinks
+finds the allocation broken and srun names the node its launch failed on; `end` shrinks
 the job to its surviving node and requeues it held, and the expediter gives it its two nodes back
 and releases it: it lands on the other nodes without waiting for Slurm to declare the lost node
 DOWN (SlurmdTimeout, 120 s here), and resumes from the newest checkpoint; status and diagnose say
@@ -18,6 +18,7 @@ finally. Wall time ~2-3 minutes once the job runs.
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -124,7 +125,7 @@ def test_a_lost_node_ends_the_step_fast_and_the_run_resumes_elsewhere(workdir):
 
         (lost,) = wait_for_event(run["run_dir"], "node-lost", 1, timeout=120)
         print(f"node {victim} killed; the step ended and the loss was recorded {lost['time'] - killed_at:.1f} s later")
-        assert lost["nodes_lost"] == [victim] and lost["time"] - killed_at < 90, lost
+        assert lost["nodes_lost"] == [victim] and lost["time"] - killed_at < 60, lost  # survivors fail in ~5-20 s
         log = (run_dir / "logs" / f"{job_id}.out").read_text()
         assert "PEER LOST: no rank of job" in log and "a probe step could not run on every node" in log, log[-3000:]
         # two signals (the ranks here gone, a node that cannot run a probe step) end the step before the
@@ -141,15 +142,20 @@ def test_a_lost_node_ends_the_step_fast_and_the_run_resumes_elsewhere(workdir):
         (end,) = wait_for_event(run["run_dir"], "end", 1, timeout=30)
         assert (end["outcome"], end["action"], end["nodes_lost"], end["failures"], end["lost_nodes_released"]) == (
             "node-lost", "requeue", [victim], 0, True), end
-        assert any(e.startswith("probe step: ") for e in lost["evidence"]) and \
-            any(e.startswith(f"sinfo: {victim} ") for e in lost["evidence"]), lost
+        # named by srun's failed launch of the probe step on it, without waiting for slurmctld's ping
+        assert any(e.startswith("probe step: ") and f"failed on node {victim}:" in e for e in lost["evidence"]), lost
 
         # The job left the lost node and requeued itself held; its expediter gave it its 2 nodes back and
-        # released it: the next attempt does not wait for Slurm to declare the node DOWN (SlurmdTimeout)
-        second = wait_for_event(run["run_dir"], "start", 2, timeout=90)[1]
-        print(f"the next attempt started {second['time'] - end['time']:.1f} s after the attempt's end "
-              f"({second['time'] - killed_at:.1f} s after the kill) on {second['nodes']}")
-        assert second["time"] - end["time"] < 60, (end, second)
+        # released it at once: the next attempt does not wait for Slurm to declare the node DOWN
+        # (SlurmdTimeout, 120 s); it starts as soon as two other nodes are free (the cluster is shared)
+        second = wait_for_event(run["run_dir"], "start", 2, timeout=600)[1]
+        log = (run_dir / "logs" / f"{job_id}.out").read_text()
+        released = re.search(r"requeue wait ended \(NumNodes=2 NumTasks=2 StartTime=now ExcNodeList=[^)]*"
+                             + re.escape(victim) + r", released\) ([\d.]+) s after this watcher started", log)
+        print(f"released {released and released[1]} s after the expediter started; the next attempt started "
+              f"{second['time'] - end['time']:.1f} s after the attempt's end ({second['time'] - killed_at:.1f} s "
+              f"after the kill) on {second['nodes']}")
+        assert released and float(released[1]) < 30, log[-3000:]
         assert victim not in _hostnames(second["nodes"]) and second["resume_step"] == ck, second
         assert len(_hostnames(second["nodes"])) == 2, second  # its size back: never fewer nodes
         deadline = time.monotonic() + 90

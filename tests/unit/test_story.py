@@ -124,11 +124,13 @@ def test_end_hook_records_last_step_and_steps_lost(tmp_path, monkeypatch):
 class Allocation:
     """The Slurm calls restart-step makes: the probe step on every node, then sinfo's node states."""
 
-    def __init__(self, healthy=True, states=None, shrink_refused=False):
+    def __init__(self, healthy=True, states=None, shrink_refused=False, said=None):
         self.healthy, self.states, self.shrink_refused, self.calls = healthy, states or {}, shrink_refused, []
+        self.said = said or ("srun: error: Task launch for StepId=7.2 failed on node h100-2: Communication "
+                             "connection failure")
 
     def allocation_probe_failure(self, nodes, timeout=20.0):
-        return None if self.healthy else "srun: error: Task launch for StepId=7.2 failed on node h100-2: timeout"
+        return None if self.healthy else self.said
 
     def hostnames(self, nodelist):
         return sorted(self.states)
@@ -274,3 +276,18 @@ def test_a_refused_shrink_waits_for_slurm_as_before(tmp_path, monkeypatch):
     assert end["lost_nodes_released"] is False and waited == [["h100-2"]], end
     assert ("requeue",) in lost.calls and ("requeuehold",) not in lost.calls
     assert expediters == [(["h100-2"], None)]
+
+
+def test_a_lost_node_is_named_by_the_failed_launch_or_by_slurmctld_never_by_a_refused_step(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "h100-[1-2]")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    # seconds after the kill: slurmctld has not pinged the node yet, srun's launch on it failed
+    fresh = Allocation(healthy=False, states={"h100-1": "mixed", "h100-2": "mixed"})
+    started = time.monotonic()
+    assert attempt.lost_nodes(fresh, wait=30) == (["h100-2"], [f"probe step: {fresh.said}"])
+    assert time.monotonic() - started < 1  # no wait for slurmctld's ping
+    # a step Slurm would not create tried no node: only slurmctld may name one (here: none in time)
+    refused = Allocation(healthy=False, states={"h100-1": "mixed", "h100-2": "mixed"},
+                         said="srun: error: Unable to create step for job 7: Job/step already completing")
+    assert attempt.lost_nodes(refused, wait=0) == ([], [f"probe step: {refused.said}"])
+    assert attempt.lost_nodes(Allocation(healthy=True, states={"h100-1": "mixed"})) is None
