@@ -104,6 +104,16 @@ def node_loss_victim(faulty: dict, baseline: dict) -> str | None:
     return None if other_jobs_on(victim, {faulty["job_id"]}) else victim
 
 
+def baseline_second_node(baseline: dict, timeout: float = 900.0) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        nodes = squeue_nodes(baseline["job_id"])
+        if len(nodes) >= 2:
+            return nodes[1]
+        time.sleep(2)
+    raise SystemExit(f"the baseline run (job {baseline['job_id']}) did not start within {timeout:.0f} s")
+
+
 def sacct_attempts(job_id: int) -> list[tuple[float, float]]:
     """(start, end) of every attempt of the job, oldest first."""
     out = run(["sacct", "-X", "--duplicates", "-n", "-P", "-o", "Start,End", "-j", str(job_id)], timeout=60).stdout
@@ -127,7 +137,10 @@ def main() -> None:
     os.chmod(base, 0o755)
     kinds = ARGS.kinds.split(",")
     runs = {"no faults": submit(base, "goodput-base")}
-    runs["faults"] = submit(base, "goodput-faults")
+    # The node loss takes the faulty run's second node, which no other job may share: the faulty run
+    # keeps off the baseline's second node (every node here is the same machine: placement does not
+    # change a run's speed)
+    runs["faults"] = submit(base, "goodput-faults", (f"--exclude={baseline_second_node(runs['no faults'])}",))
     faulty, run_dir = runs["faults"], Path(runs["faults"]["run_dir"])
     injected, next_fault, lost_node = [], None, None
     try:
