@@ -48,7 +48,8 @@ WATCHDOG = {"SLURMCTL_WATCHDOG_CHECK": "5s"}  # default stall window; a lost pee
 
 
 def slurmctl(*args: str) -> dict:
-    out = run([PY, "-m", "slurmctl.cli", *args, "--json"], timeout=120)
+    at = args.index("--") if "--" in args else len(args)  # after "--" come sbatch's own arguments
+    out = run([PY, "-m", "slurmctl.cli", *args[:at], "--json", *args[at:]], timeout=120)
     if out.returncode not in (0, 1):  # status of a failed run exits 1 with its JSON
         raise SystemExit(f"slurmctl {' '.join(args)} failed: {out.stderr.strip()}")
     return json.loads(out.stdout)
