@@ -141,7 +141,11 @@ def main() -> None:
     # The node loss takes the faulty run's second node, which no other job may share: the faulty run
     # keeps off the baseline's second node (every node here is the same machine: placement does not
     # change a run's speed)
-    runs["faults"] = submit(base, "goodput-faults", (f"--exclude={baseline_second_node(runs['no faults'])}",))
+    try:
+        runs["faults"] = submit(base, "goodput-faults", (f"--exclude={baseline_second_node(runs['no faults'])}",))
+    except BaseException:  # the baseline is ours: it does not run on alone
+        run([PY, "-m", "slurmctl.cli", "cancel", runs["no faults"]["run_id"], "--now"], timeout=120)
+        raise
     faulty, run_dir = runs["faults"], Path(runs["faults"]["run_dir"])
     injected, next_fault, lost_node = [], None, None
     try:
