@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import socket
 import sys
@@ -180,10 +179,6 @@ def _unresponsive(state: str) -> bool:
     return state.endswith("*") or base in {"down", "fail", "failing", "drain", "drained", "draining", "unknown"}
 
 
-# srun's line for a node whose slurmd did not take the probe step's launch
-_LAUNCH_FAILED_ON = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+):")
-
-
 def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> tuple[list[str], list[str]] | None:
     """None when every node of this allocation runs a probe step; else the nodes lost, possibly []
     when none is named in time, and the evidence: the probe's failure in srun's words, and each
@@ -197,7 +192,7 @@ def lost_nodes(client: SlurmClient, wait: float = _NAME_LOST_NODE_SECONDS) -> tu
         names = set(client.hostnames(os.environ.get("SLURM_JOB_NODELIST", "")))
     except SlurmctlError:
         names = set()
-    named_by_srun = set(_LAUNCH_FAILED_ON.findall(failure)) & names
+    named_by_srun = client.nodes_not_launched(failure) & names
     deadline = time.monotonic() + wait
     while True:
         try:

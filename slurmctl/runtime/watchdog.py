@@ -382,17 +382,18 @@ def _steps_running(settings: Settings) -> bool:
 
 
 def _allocation_unreachable() -> str | None:
-    """Why a probe step could not run on every node of this job's allocation (srun's words); None
-    when it ran everywhere, or when Slurm refused to create the step at all (then no node was tried:
-    that says nothing about a node)."""
+    """srun's words when a probe step's launch failed on a node of this job's allocation (its slurmd
+    did not take it); None when it ran everywhere, or failed otherwise (a step Slurm would not create,
+    a probe that timed out under load: they say nothing about a node)."""
     from slurmctl.slurm.client import SlurmClient  # why: as in _steps_running
 
     try:
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or 1)
     except ValueError:
         nodes = 1
-    failure = SlurmClient().allocation_probe_failure(nodes)
-    return None if failure is None or "unable to create step" in failure.lower() else failure
+    client = SlurmClient()
+    failure = client.allocation_probe_failure(nodes)
+    return failure if failure is not None and client.nodes_not_launched(failure) else None
 
 
 def _launchers(settings: Settings) -> set[int]:

@@ -94,6 +94,10 @@ _UNREACHABLE = re.compile(
 _TASK_REF_RE = re.compile(r"\d+_\d+")
 
 
+# srun's line for a node whose slurmd did not take a step's launch
+_LAUNCH_FAILED_ON = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+):")
+
+
 def job_ref(job: int | str) -> str:
     """A job id, or an array task as '<array id>_<index>'. Slurm 22.05 gives an array task its own id
     when it starts, but the task that starts last keeps the array's id, and scontrol update/requeue,
@@ -261,6 +265,12 @@ class SlurmClient(ClusterQueries):
         refuses it, "Memory required by task is not available"). False when it fails or does not
         finish in `timeout` (a lost node's slurmd never answers the launch)."""
         return self.allocation_probe_failure(nodes, timeout) is None
+
+    @staticmethod
+    def nodes_not_launched(probe_failure: str) -> set[str]:
+        """The nodes srun says the probe's launch failed on (their slurmd did not take it): srun's
+        "Task launch for StepId=7.3 failed on node h100-3: Communication connection failure"."""
+        return set(_LAUNCH_FAILED_ON.findall(probe_failure))
 
     def allocation_probe_failure(self, nodes: int, timeout: float = 20.0) -> str | None:
         """The probe of probe_allocation: None when every node ran it, else why not, in srun's words

@@ -10,7 +10,7 @@ from slurmctl.observe.status import build_status
 from slurmctl.observe.story import story
 from slurmctl.runtime import attempt
 from slurmctl.runtime.checkpoint import CheckpointManager
-from slurmctl.slurm.client import Job
+from slurmctl.slurm.client import Job, SlurmClient
 from slurmctl.slurm.records import NodeInfo
 
 from .test_status_observe import _run
@@ -131,6 +131,8 @@ class Allocation:
 
     def allocation_probe_failure(self, nodes, timeout=20.0):
         return None if self.healthy else self.said
+
+    nodes_not_launched = staticmethod(SlurmClient.nodes_not_launched)  # reads srun's words, asks nothing
 
     def hostnames(self, nodelist):
         return sorted(self.states)

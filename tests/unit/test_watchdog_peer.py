@@ -100,7 +100,8 @@ def test_a_healthy_allocation_waits_for_the_floor_and_keeps_its_srun(tmp_path, m
     assert dog.check() is None and ended == ["7"]  # the floor's rule, as before: srun is left to wind down
 
 
-def test_only_a_probe_that_reached_for_the_nodes_is_evidence(monkeypatch):
+def test_only_a_launch_that_failed_on_a_node_is_evidence_not_a_refused_or_slow_probe(monkeypatch):
+    from slurmctl.errors import SlurmUnreachable
     from slurmctl.slurm.client import SlurmClient
     from slurmctl.slurm.runner import CommandResult
 
@@ -110,13 +111,15 @@ def test_only_a_probe_that_reached_for_the_nodes_is_evidence(monkeypatch):
 
         def run(self, argv, timeout=60.0):
             self.calls.append(list(argv))
+            if self.stderr is None:  # what the real runner raises when srun outlives its timeout
+                raise SlurmUnreachable("`srun` did not answer within 20 s.", "")
             return CommandResult(tuple(argv), 1, "", self.stderr)
 
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
     lost = ("srun: error: Task launch for StepId=7.2 failed on node h100-3: Communication connection failure\n"
             "srun: error: Application launch failed: Communication connection failure\n")
     refused = "srun: error: Unable to create step for job 7: Memory required by task is not available\n"
-    for stderr, expected in ((lost, lost.splitlines()[0]), (refused, None)):
+    for stderr, expected in ((lost, lost.splitlines()[0]), (refused, None), (None, None)):
         runner = Runner(stderr)
         monkeypatch.setattr("slurmctl.slurm.client.SlurmClient", lambda r=runner: SlurmClient(r))
         assert watchdog._allocation_unreachable() == expected
