@@ -16,7 +16,8 @@ file; or ``regex:<pattern>`` matched against the tail of a log, group 1 = the st
   fails fast (and, with a valid checkpoint, the batch script's requeue logic takes over);
 * the peer check: in a job, no rank alive on this node for ``PEER_LOST_SECONDS`` (and a check
   interval) while the srun step still runs -- it waits on another node whose processes are lost or
-  hung -- ends the step at once, without waiting for the stall window;
+  hung -- ends the step at once, without waiting for the stall window; after one check interval
+  already when srun says a probe step's launch failed on a node of the allocation;
 * a field that never appeared is a configuration problem: reported once, never a kill.
 
 Defaults come from SLURMCTL_WATCHDOG_* environment variables (settable in run.yaml ``env:``). The
@@ -195,10 +196,10 @@ class Watchdog:
         first failed collective). End the step after PEER_LOST_SECONDS instead of the stall window; the
         batch script's probe then tells a lost node from a healthy allocation. Only the step whose ranks
         it saw counts: a relaunched training (another srun of the batch shell) arms it again with its
-        own ranks, and the floor keeps it clear of the seconds before they start. Before the floor, from one check
-        interval on, only on a second, independent signal: a probe step cannot run on every node of the
-        allocation (a node's slurmd does not answer), which a relaunch on a healthy allocation never
-        shows; then the local srun, which would wait KillWait for the dead node's task, is ended too."""
+        own ranks, and the floor keeps it clear of the seconds before they start. Before the floor,
+        from one check interval on, only on a second, independent signal: srun reports a probe step's
+        launch failed on a node of the allocation (its slurmd does not take it); then the local srun,
+        which would wait KillWait for the dead node's task, is ended too."""
         if self.s.target_pids or not self.s.job_id:
             return False
         if rank_pids(self.s):
