@@ -105,14 +105,14 @@ def node_loss_victim(faulty: dict, baseline: dict) -> str | None:
     return None if other_jobs_on(victim, {faulty["job_id"]}) else victim
 
 
-def baseline_second_node(baseline: dict, timeout: float = 900.0) -> str:
+def second_node(submitted: dict, timeout: float = 900.0) -> str:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        nodes = squeue_nodes(baseline["job_id"])
+        nodes = squeue_nodes(submitted["job_id"])
         if len(nodes) >= 2:
             return nodes[1]
         time.sleep(2)
-    raise SystemExit(f"the baseline run (job {baseline['job_id']}) did not start within {timeout:.0f} s")
+    raise SystemExit(f"job {submitted['job_id']} did not start within {timeout:.0f} s")
 
 
 def sacct_attempts(job_id: int) -> list[tuple[float, float]]:
@@ -137,15 +137,17 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="goodput-"))
     os.chmod(base, 0o755)
     kinds = ARGS.kinds.split(",")
-    runs = {"no faults": submit(base, "goodput-base")}
-    # The node loss takes the faulty run's second node, which no other job may share: the faulty run
-    # keeps off the baseline's second node (every node here is the same machine: placement does not
-    # change a run's speed)
+    faulty_run = submit(base, "goodput-faults")
+    # The node loss takes the faulty run's second node, which no other job may share: the baseline
+    # keeps off it (every node here is the same machine: placement does not change a run's speed).
+    # Not the other way round: the faulty run's next attempts exclude the lost node too, and with
+    # both excluded a 2-node job has no nodes left in a 3-node partition (seen: BadConstraints).
     try:
-        runs["faults"] = submit(base, "goodput-faults", (f"--exclude={baseline_second_node(runs['no faults'])}",))
-    except BaseException:  # the baseline is ours: it does not run on alone
-        run([PY, "-m", "slurmctl.cli", "cancel", runs["no faults"]["run_id"], "--now"], timeout=120)
+        runs = {"no faults": submit(base, "goodput-base", (f"--exclude={second_node(faulty_run)}",))}
+    except BaseException:  # the faulty run is ours: it does not run on alone
+        run([PY, "-m", "slurmctl.cli", "cancel", faulty_run["run_id"], "--now"], timeout=120)
         raise
+    runs["faults"] = faulty_run
     faulty, run_dir = runs["faults"], Path(runs["faults"]["run_dir"])
     injected, next_fault, lost_node = [], None, None
     try:
