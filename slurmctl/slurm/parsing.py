@@ -140,6 +140,15 @@ def split_id_closed(stdout: str, seal: str, n_fields: int, query: str,
             return
 
 
+def _after_resize(one: Job, other: Job) -> Job | None:
+    """sacct lists a job whose allocation was resized (its owner's shrink, `scontrol update NodeList=`,
+    after a node loss) once per allocation, the earlier ones in state RESIZING: the record that is not
+    RESIZING is the job's. Two that are not are a forgery (listed_twice)."""
+    if one.state == "RESIZING":
+        return other
+    return one if other.state == "RESIZING" else None
+
+
 def listed_twice(query: JobQuery, job_id: int, rejects: Rejects) -> ForgedSlurmOutput:
     """The error for a job a listing shows twice: a record forged into a user-written field (by a
     user who raced the seal); which of the two Slurm wrote cannot be told, so neither is believed."""
@@ -284,7 +293,10 @@ class JobQuery:
                 continue
             key = (job.job_id, job.array_tasks)
             if key in jobs:
-                raise listed_twice(self, job.job_id, rejects)
+                kept = _after_resize(jobs[key], job) if self.command == "sacct" else None
+                if kept is None:
+                    raise listed_twice(self, job.job_id, rejects)
+                job = kept
             jobs[key] = job
         return list(jobs.values())
 

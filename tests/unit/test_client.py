@@ -164,6 +164,23 @@ def test_sacct_records_are_closed_by_their_own_id_so_a_newline_in_a_comment_is_t
     assert client.rejects.total == 0
 
 
+def test_a_job_resized_after_a_node_loss_is_its_current_record_and_a_second_live_one_is_still_refused():
+    # sacct on the local cluster after the owner's shrink (scontrol update NodeList=) and requeue:
+    # the earlier allocation stays listed, in state RESIZING, before the job's current record
+    def fields(state, nodes, start, end):
+        return ["7", state, "None", "h100-ondemand", "2", nodes, "60", "1:00:00", "2026-12-02T02:42:38",
+                start, end, "0:0", "cpu=4,mem=4000M,node=2", "alice", "goodput-faults", "slurmctl:g-20261202-0f5f"]
+
+    resized = fields("RESIZING", "h100-[1,3]", "2026-12-02T02:54:13", "2026-12-02T03:00:28")
+    current = fields("COMPLETED", "h100-[1-2]", "2026-12-02T03:00:43", "Unknown")
+    client = SlurmClient(ReplayRunner({"sacct": sacct_output(resized, current)}))
+    (job,) = client.history([7])
+    assert (job.state, job.nodelist, client.rejects.total) == ("COMPLETED", "h100-[1-2]", 0)
+    forged = fields("FAILED", "h100-1", "2026-12-02T03:00:43", "2026-12-02T03:01:00")
+    with pytest.raises(ForgedSlurmOutput, match="listed job 7 twice"):
+        SlurmClient(ReplayRunner({"sacct": sacct_output(resized, current, forged)})).history([7])
+
+
 def test_a_comment_may_hold_anything():
     comment = "slurmctl:a b=c [/] é \x1f\n"
     client = SlurmClient(ReplayRunner({"squeue": squeue_output(_fields(4, "name with spaces = fine", comment))}))
