@@ -477,10 +477,11 @@ EXCEPTION_FAMILIES = _families(
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
                    r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:range|bounds)|exceeds?)\b|"
                    r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
+    # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
     ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type)?(?:Error|Exception)\b|"
                        r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
-                       r"command[- ]line (?:argument|option)|flag)s?\b"),
+                       r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is

@@ -82,3 +82,8 @@ def test_settings_and_warnings_about_limits_name_nothing(line):
     assert scheduler_family([line], set()) is None
     assert diagnose_text(f"{line}\nTraceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
                          "ZeroDivisionError: division by zero\n").category == "unknown"
+
+
+def test_errno_einval_is_not_a_setting():
+    assert exception_family("OSError: [Errno 22] Invalid argument") is None
+    assert exception_family("error: unrecognized arguments: --lr_sched cosine") == "missing_config"
