@@ -214,6 +214,21 @@ def scheduler_family(lines: list[str], noise: set[int]) -> tuple[str, str] | Non
     return None
 
 
+_ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b", re.IGNORECASE)
+
+
+def error_line_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
+    """A log without a Python exception (a C++ program, a launcher, a container runtime): (category, line) when
+    the lines that say error all read as one family."""
+    said = {}
+    for i, line in enumerate(lines):
+        if i not in noise and _ERROR_WORDS.search(line) and not _WARNING_LINE.search(line):
+            category = exception_family(line.strip())
+            if category is not None:
+                said.setdefault(category, line.strip())
+    return next(iter(said.items())) if len(said) == 1 else None
+
+
 def exception_family(exception: str | None) -> str | None:
     """The category of the first family (in EXCEPTION_FAMILIES' order) the root exception's class and message fit."""
     if not exception or NOT_A_FAMILY.search(exception):
@@ -415,6 +430,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
             SIGNATURES[CATEGORY_RANK[family]].hint, rank=reading.root_rank, source="log", extra=extra)
     said = scheduler_family(lines, reading.noise) if sig is None and not reading.exception else None
+    if said is None and sig is None and not reading.exception:
+        said = error_line_family(lines, reading.noise)
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)

@@ -169,7 +169,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
          # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
          r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
-         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT),
+         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
+         # "out of memory" in a line that names the GPU is the GPU's memory, in a wording cuda_oom does not know
+         unless=r"\bCUDA\b|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
     # threads call it; the bus error of the worker that follows is its consequence.
@@ -483,6 +485,11 @@ EXCEPTION_FAMILIES = _families(
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
                        r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
+    # a library the program needs is absent, or is another version than the one it was built against
+    ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
+                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
+                     r"\bversion\b.{0,80}\b(?:but|while) .{0,40}\b(?:built|compiled) (?:against|with)\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
 # code written for another version of a library).

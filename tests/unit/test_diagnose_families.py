@@ -7,7 +7,7 @@ which only mentions a word of a family names nothing."""
 
 import pytest
 
-from slurmctl.observe.diagnose import diagnose_text, exception_family, scheduler_family
+from slurmctl.observe.diagnose import diagnose_text, error_line_family, exception_family, scheduler_family
 
 
 def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "main()") -> str:
@@ -39,6 +39,10 @@ def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "ma
     ("OSError: checkpoint file model_00012.pth is truncated (unexpected end of data)", "checkpoint_corrupt"),
     ("argparse.ArgumentTypeError: Boolean value expected.", "missing_config"),
     ("ValueError: unknown configuration key 'optim.betas2'", "missing_config"),
+    # jaxlib without its cuDNN; a library of another version than the one the program was built against
+    ("RuntimeError: Unimplemented: DNN library is not found.", "import_error"),
+    ("RuntimeError: Found libcudnn version 8.6.0 but this build of xformers was compiled with version 8.9.2",
+     "import_error"),
 ])
 def test_the_root_errors_family_names_its_category(error, category):
     assert exception_family(error) == category
@@ -87,3 +91,25 @@ def test_settings_and_warnings_about_limits_name_nothing(line):
 def test_errno_einval_is_not_a_setting():
     assert exception_family("OSError: [Errno 22] Invalid argument") is None
     assert exception_family("error: unrecognized arguments: --lr_sched cosine") == "missing_config"
+
+
+@pytest.mark.parametrize("log, category", [
+    # jax/_src/xla_bridge.py logging why its CUDA backend did not start (no Python exception follows)
+    ("An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed.\n"
+     "E0101 12:00:00.1 xla_bridge.py:885] CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was "
+     "built against version 8906, which is newer.", "import_error"),
+    # a C++ program's own error line
+    ("step 10\n[error] CUDA error: GPU out of memory while allocating 2.0 GiB", "cuda_oom"),
+])
+def test_a_log_without_a_python_exception_is_read_by_its_error_lines(log, category):
+    assert error_line_family(log.splitlines(), set())[0] == category
+    assert diagnose_text(log).category == category
+
+
+@pytest.mark.parametrize("log", [
+    # a warning is not the failure; errors of two families say nothing for sure
+    "WARNING: the shape of the weights does not match, reinitialising the head\nstep 100 done",
+    "error: shared object libfoo.so not found\nerror: GPU out of memory",
+])
+def test_error_lines_of_no_single_family_name_nothing(log):
+    assert error_line_family(log.splitlines(), set()) is None
