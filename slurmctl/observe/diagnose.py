@@ -214,7 +214,9 @@ def scheduler_family(lines: list[str], noise: set[int]) -> tuple[str, str] | Non
     return None
 
 
-_ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b", re.IGNORECASE)
+# an error in words, or in glog's severity letter (TensorFlow, XLA: "E0101 12:00:00.1 a.cc:12]", "...: E a.cc:12]")
+_ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b|^\s*[EF]\d{4} [\d:.]+ |"
+                          r": [EF] \S+:\d+\]", re.IGNORECASE)
 
 
 def error_line_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:

@@ -456,7 +456,8 @@ def _families(*pairs: tuple[str, str]) -> tuple[tuple[str, re.Pattern], ...]:
 _GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device)"
 EXCEPTION_FAMILIES = _families(
     ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|"
-                 r"memory (?:is )?exhausted)|"
+                 r"memory (?:is )?exhausted)|\b(?:RESOURCE_EXHAUSTED|failed to allocate)\b.{0,80}\bon (?:the )?"
+                 r"(?:GPU|device)\b|"
                  rf"\b(?:out of memory|OUT_OF_MEMORY|not enough memory)\b.{{0,80}}{_GPU_WORDS}"),
     ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
                r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
@@ -484,6 +485,11 @@ EXCEPTION_FAMILIES = _families(
                        r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
                        r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
+    ("arch_mismatch", r"\bunsupported (?:gpu |cuda )?arch(?:itecture)?\b|\b(?:compute capability|CUDA capability|"
+                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b"),
+    # a path the job was given (a container's bind or mount source) that is not there
+    ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
     # a library the program needs is absent, or is another version than the one it was built against
     ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
@@ -499,7 +505,7 @@ NOT_A_FAMILY = re.compile(r"keyword argument|positional argument", re.IGNORECASE
 # A scheduler's or a node's own record, in any scheduler's words: a limit the job ran into or a node it lost.
 SCHEDULER_FAMILIES = _families(
     ("node_lost", r"\bnode (?:failure|failed)\b|\bnode \S+ (?:is )?(?:down|not responding|unreachable)\b"),
-    ("time_limit", r"\b(?:wall ?(?:clock|time)|run ?time|time) limit\b.{0,40}\b(?:exceeded|reached)|"
+    ("time_limit", r"\b(?:wall ?(?:clock|time)|run ?time|time ?limit)\b.{0,40}\b(?:exceeded|reached)|"
                    r"\b(?:exceeded|reached|reaching|exceeding)\b.{0,40}"
                    r"\b(?:wall ?(?:clock|time)|run ?time|time) limit\b"),
     ("preempted", r"\b(?:job|task|node|instance|allocation)s?(?: [\w.\[\]-]+)? (?:was |were |has been |got )?"

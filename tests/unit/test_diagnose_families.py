@@ -66,6 +66,7 @@ def test_a_message_that_only_mentions_a_familys_words_names_nothing(error):
 @pytest.mark.parametrize("line, category", [
     # PBS/Torque's mail; LSF's exit reason as bjobs -l words it; Slurm's srun; PBS's "job preempted (node failure)"
     ("Job exceeded its walltime limit. Job was aborted", "time_limit"),
+    ("=>> PBS: job killed: walltime 7205 exceeded limit 7200", "time_limit"),
     ("Exited with exit code 140. The job was killed after reaching its run time limit.", "time_limit"),
     ("srun: error: Node failure on gpu-node-7", "node_lost"),
     ("PBS Job Id: 4411.master  job preempted (node failure)", "node_lost"),
@@ -100,6 +101,11 @@ def test_errno_einval_is_not_a_setting():
      "built against version 8906, which is newer.", "import_error"),
     # a C++ program's own error line
     ("step 10\n[error] CUDA error: GPU out of memory while allocating 2.0 GiB", "cuda_oom"),
+    # XLA's allocator through glog (severity E, no error word); nvcc; apptainer's bind of a missing path
+    ("2024-01-01 10:00:00.1: E external/xla/service/gpu/gpu_allocator.cc:88] RESOURCE_EXHAUSTED: could not reserve "
+     "2.1GiB on device 0", "cuda_oom"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_100'", "arch_mismatch"),
+    ("FATAL:   container creation failed: bind source /scratch/u/data doesn't exist", "missing_config"),
 ])
 def test_a_log_without_a_python_exception_is_read_by_its_error_lines(log, category):
     assert error_line_family(log.splitlines(), set())[0] == category
