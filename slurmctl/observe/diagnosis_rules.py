@@ -491,6 +491,8 @@ EXCEPTION_FAMILIES = _families(
     ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
                        r"No such file or directory)\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
+    # the driver named as too old is the driver's, before any library version in the same message
+    ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
     # a library the program needs is absent, or is another version than the one it was built against
     ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
                      r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"

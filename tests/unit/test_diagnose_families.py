@@ -39,6 +39,9 @@ def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "ma
     ("OSError: checkpoint file model_00012.pth is truncated (unexpected end of data)", "checkpoint_corrupt"),
     ("argparse.ArgumentTypeError: Boolean value expected.", "missing_config"),
     ("ValueError: unknown configuration key 'optim.betas2'", "missing_config"),
+    # torch/cuda/__init__.py: the driver is named too old, though the message also names versions
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your GPU "
+     "driver, or install a PyTorch version that was compiled with your version of CUDA.", "driver_mismatch"),
     # jaxlib without its cuDNN; a library of another version than the one the program was built against
     ("RuntimeError: Unimplemented: DNN library is not found.", "import_error"),
     ("RuntimeError: Found libcudnn version 8.6.0 but this build of xformers was compiled with version 8.9.2",
