@@ -30,7 +30,15 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.data import failure_headline, in_progress, staging_failures, staging_headlines, staging_progress
-from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
+from slurmctl.observe.diagnosis_rules import (
+    CATEGORY_RANK,
+    EXCEPTION_FAMILIES,
+    HOST_OOM_HINT,
+    NCCL_HINT,
+    NOT_A_FAMILY,
+    SCHEDULER_FAMILIES,
+    SIGNATURES,
+)
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,
@@ -191,6 +199,44 @@ def _bus_error_in_nccl(lines: list[str]) -> list[str]:
             if frame is not None:
                 return [line.strip(), frame.strip()]
     return []
+
+
+# A line that warns (Python warnings, glog's W, c10's [W ...]): the program went on after it.
+_WARNING_LINE = re.compile(r"\bwarn(?:ing)?\b|^\s*W\d{4} |^\s*\[W ", re.IGNORECASE)
+
+
+def scheduler_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
+    """(category, line) of the first scheduler family a line of the log says, warnings and noise aside."""
+    for category, rx in SCHEDULER_FAMILIES:
+        for i, line in enumerate(lines):
+            if i not in noise and rx.search(line) and not _WARNING_LINE.search(line):
+                return category, line.strip()
+    return None
+
+
+# an error in words, or in glog's severity letter (TensorFlow, XLA: "E0101 12:00:00.1 a.cc:12]", "...: E a.cc:12]")
+_ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b|^\s*[EF]\d{4} [\d:.]+ |"
+                          r": [EF] \S+:\d+\]", re.IGNORECASE)
+
+
+def error_line_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
+    """A log without a Python exception (a C++ program, a launcher, a container runtime): (category, line) when
+    the lines that say error all read as one family."""
+    said = {}
+    for i, line in enumerate(lines):
+        if i not in noise and _ERROR_WORDS.search(line) and not _WARNING_LINE.search(line):
+            category = exception_family(line.strip())
+            if category is not None:
+                said.setdefault(category, line.strip())
+    return next(iter(said.items())) if len(said) == 1 else None
+
+
+def exception_family(exception: str | None) -> str | None:
+    """The category of the first family (in EXCEPTION_FAMILIES' order) the root exception's class and message fit."""
+    if not exception or NOT_A_FAMILY.search(exception):
+        return None
+    said = [category for category, rx in EXCEPTION_FAMILIES if rx.search(exception)]
+    return said[0] if said else None
 
 
 def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
@@ -377,6 +423,20 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         return _success("The training finished (it said so) before anything failed: what came after its last step "
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
+    family = exception_family(reading.exception) if sig is None else None
+    if family is not None:
+        # the message itself says what went wrong: stronger evidence than where it was raised
+        return Diagnosis(
+            family, f"{SIGNATURES[CATEGORY_RANK[family]].summary} (read from the root error's own message"
+            + (f", on rank {reading.root_rank}" if reading.root_rank is not None else "") + ".)",
+            [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
+            SIGNATURES[CATEGORY_RANK[family]].hint, rank=reading.root_rank, source="log", extra=extra)
+    said = scheduler_family(lines, reading.noise) if sig is None and not reading.exception else None
+    if said is None and sig is None and not reading.exception:
+        said = error_line_family(lines, reading.noise)
+    if said is not None:
+        return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
+                         SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
     if sig is None and _raised_by_config_code(reading):
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "

@@ -169,7 +169,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
          # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
          r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
-         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT),
+         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
+         # "out of memory" in a line that names the GPU is the GPU's memory, in a wording cuda_oom does not know
+         unless=r"\bCUDA\b|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
     # threads call it; the bus error of the worker that follows is its consequence.
@@ -441,6 +443,77 @@ SIGNATURES: tuple[Signature, ...] = (
     # The exception type alone wraps both NCCL errors and watchdog timeouts: only a fallback.
     _sig("nccl_error", r"DistBackendError", "NCCL (the GPU-to-GPU communication library) failed.", NCCL_HINT),
 )
+
+def _families(*pairs: tuple[str, str]) -> tuple[tuple[str, re.Pattern], ...]:
+    return tuple((category, re.compile(rx, re.IGNORECASE)) for category, rx in pairs)
+
+
+# --- exception families --------------------------------------------------------------------------------------
+# When no signature matched, the root error is read by its family: the exception's class and the words of its
+# message (two words near each other, not one library's sentence), so a wording nobody has met yet still lands in
+# its category. Each family names its cause only when the message itself says it; anything else stays `unknown`.
+# Order matters: a GPU's memory before the host's, a checkpoint's shape before a tensor's shape.
+_GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device)"
+EXCEPTION_FAMILIES = _families(
+    ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|"
+                 r"memory (?:is )?exhausted)|\b(?:RESOURCE_EXHAUSTED|failed to allocate)\b.{0,80}\bon (?:the )?"
+                 r"(?:GPU|device)\b|"
+                 rf"\b(?:out of memory|OUT_OF_MEMORY|not enough memory)\b.{{0,80}}{_GPU_WORDS}"),
+    ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
+               r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
+               r"\b(?:GPU|CUDA device|NVIDIA (?:GPU|driver))s?\s+(?:\w+\s+){0,2}(?:not (?:found|available|detected|"
+               r"visible)|unavailable)\b"),
+    ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
+                 rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
+                 r"\b(?:host|CPU|RAM|system) memory|"
+                 r"\b(?:host|system|node|CPU|RAM)(?: memory)? (?:ran|runs|running) (?:out|low)|posix_memalign"),
+    ("checkpoint_corrupt", r"\b(?:checkpoint|ckpt|state_dict|weights|archive|pickle|\w+\.(?:pth?|ckpt|bin|safetensors|"
+                           r"h5|pkl))\b.{0,80}\b(?:corrupt\w*|truncated|unexpected end|unexpected EOF|checksum|"
+                           r"bad magic|invalid magic)|\b(?:corrupt\w*|truncated)\b.{0,40}\b(?:checkpoint|ckpt|weights|"
+                           r"state_dict)\b"),
+    ("checkpoint_mismatch", r"\b(?:checkpoint|ckpt|state_dict|state dict|saved (?:model|weights)|pretrained weights)"
+                            r"\b.{0,120}\b(?:missing|unexpected|mismatch\w*|shape|size|does(?: not|n't) match|"
+                            r"incompatible|not found)\b|\b(?:missing|unexpected|mismatch\w*|shape|size|incompatible)"
+                            r"\b.{0,120}\b(?:in|from|of) (?:the )?(?:checkpoint|ckpt|state_dict|saved weights)\b"),
+    ("data_shape", r"\b(?:shape|size|dimension|length)s?\b.{0,80}\b(?:must match|do(?:es)? not match|doesn't match|"
+                   r"mismatch|incompatible|not equal)\b|\bexpected (?:input|target|sequence|tensor|batch)\w* "
+                   r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
+                   r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:range|bounds)|exceeds?)\b|"
+                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
+    # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
+    ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type)?(?:Error|Exception)\b|"
+                       r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
+                       r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
+                       r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
+    ("arch_mismatch", r"\bunsupported (?:gpu |cuda )?arch(?:itecture)?\b|\b(?:compute capability|CUDA capability|"
+                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b"),
+    # a path the job was given (a container's bind or mount source) that is not there
+    ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b"),
+    ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
+    # the driver named as too old is the driver's, before any library version in the same message
+    ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
+    # a library the program needs is absent, or is another version than the one it was built against
+    ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
+                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
+                     r"\bversion\b.{0,80}\b(?:but|while) .{0,40}\b(?:built|compiled) (?:against|with)\b"),
+)
+# The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
+# code written for another version of a library).
+NOT_A_FAMILY = re.compile(r"keyword argument|positional argument", re.IGNORECASE)
+
+
+# A scheduler's or a node's own record, in any scheduler's words: a limit the job ran into or a node it lost.
+SCHEDULER_FAMILIES = _families(
+    ("node_lost", r"\bnode (?:failure|failed)\b|\bnode \S+ (?:is )?(?:down|not responding|unreachable)\b"),
+    ("time_limit", r"\b(?:wall ?(?:clock|time)|run ?time|time ?limit)\b.{0,40}\b(?:exceeded|reached)|"
+                   r"\b(?:exceeded|reached|reaching|exceeding)\b.{0,40}"
+                   r"\b(?:wall ?(?:clock|time)|run ?time|time) limit\b"),
+    ("preempted", r"\b(?:job|task|node|instance|allocation)s?(?: [\w.\[\]-]+)? (?:was |were |has been |got )?"
+                  r"preempted\b"),
+)
+
 CATEGORY_RANK = {}  # category -> index of its first (highest-priority) signature
 for _i, _s in enumerate(SIGNATURES):
     CATEGORY_RANK.setdefault(_s.category, _i)
