@@ -140,6 +140,18 @@ def split_id_closed(stdout: str, seal: str, n_fields: int, query: str,
             return
 
 
+def _resized_in_accounting(query: JobQuery, resized: bool, earlier: Job, later: Job) -> bool:
+    """A job whose size changed (a node lost under `--no-kill`, `scontrol update NumNodes=`) keeps
+    a RESIZING record in accounting beside its others, and `sacct -X` lists them all under one id
+    (22.05 also leaves a second record of the cancelled job). That repeat is Slurm's, not a forgery;
+    the record that started last stands for the job."""
+    return query.command == "sacct" and (resized or "RESIZING" in (earlier.state, later.state))
+
+
+def _started(job: Job) -> float:
+    return job.start_time.timestamp() if job.start_time else 0.0
+
+
 def listed_twice(query: JobQuery, job_id: int, rejects: Rejects) -> ForgedSlurmOutput:
     """The error for a job a listing shows twice: a record forged into a user-written field (by a
     user who raced the seal); which of the two Slurm wrote cannot be told, so neither is believed."""
@@ -278,13 +290,19 @@ class JobQuery:
         array's id for every task still pending (and for the task that starts last), told apart only
         by ArrayTaskID."""
         jobs: dict[tuple[int, str], Job] = {}
+        resized: set[tuple[int, str]] = set()
         for values in self.records(stdout, seal, rejects):
             job = self.parse_values(values, rejects, source)
             if job is None:
                 continue
             key = (job.job_id, job.array_tasks)
             if key in jobs:
-                raise listed_twice(self, job.job_id, rejects)
+                if not _resized_in_accounting(self, key in resized, jobs[key], job):
+                    raise listed_twice(self, job.job_id, rejects)
+                resized.add(key)
+                if _started(job) >= _started(jobs[key]):
+                    jobs[key] = job
+                continue
             jobs[key] = job
         return list(jobs.values())
 

@@ -139,3 +139,23 @@ def test_output_patterns_are_filled_as_slurm_fills_them():
     assert _expand("slurm-%j.out", 4353, task) == "slurm-4353.out"
     plain = Job(job_id=45, state="RUNNING", name="x", nodelist="h100-[1-2]")
     assert _expand("o-%A_%a-%N.out", 45, plain) == "o-45_4294967294-h100-1.out"
+
+
+def test_a_resized_job_listed_once_per_size_by_sacct_is_slurms_own_repeat_not_a_forgery():
+    """Captured on the local cluster (22.05): a 2-node job that lost a node under --no-kill; `sacct -X`
+    lists its RESIZING record and a second one under the same id. `ls` must not refuse the caller's
+    whole listing for it; the record that started last stands for the job."""
+    from slurmctl.slurm.owned import RECENT, my_recent_jobs
+
+    argv = ("sacct", "-n", "-P", "-X", "-S", "now-7days", *RECENT.format_argv(TEST_SEAL))
+
+    def record(state, start, end, nodes, nodelist, elapsed):
+        return ["5109", state, "None", "h100-spot", nodes, nodelist, elapsed, "10:00", "2026-12-02T02:17:40",
+                start, end, "0:0", "cpu=4,mem=8000M,node=2,billing=4,gres/gpu=4", ME,
+                "faults-nodeloss-20261202-f406", "slurmctl:faults-nodeloss-20261202-f406"]
+    resized = record("RESIZING", "2026-12-02T02:17:43", "2026-12-02T02:18:29", "2", "h100-[1-2]", "46")
+    after = record("CANCELLED", "2026-12-02T02:18:31", "Unknown", "1", "None assigned", "478")
+    jobs = my_recent_jobs(SlurmClient(ReplayRunner({argv: sacct_output(resized, after)})), uid=os.geteuid())
+    assert [(j.job_id, j.state, j.num_nodes) for j in jobs] == [(5109, "CANCELLED", 1)]
+    with pytest.raises(ForgedSlurmOutput, match="listed job 5109 twice"):  # the same id twice, no resize: refused
+        my_recent_jobs(SlurmClient(ReplayRunner({argv: sacct_output(after, after)})), uid=os.geteuid())
