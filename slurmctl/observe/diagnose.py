@@ -368,6 +368,21 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     return result
 
 
+_NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
+
+
+def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:
+    """A NaN/Inf that training went on past (a later step's progress line, all of its values finite: a skipped
+    mixed-precision step, one bad batch) is noise, not a loss that blew up: its lines are no evidence."""
+    nan = [n for n in hits if SIGNATURES[n].category == "nan_loss"]
+    last_nan = max((i for n in nan for i in hits[n]), default=None)
+    if last_nan is None or reading.last_progress is None or reading.last_progress <= last_nan \
+            or _NON_FINITE.search(lines[reading.last_progress]):
+        return
+    for n in nan:
+        del hits[n]
+
+
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
             exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
@@ -384,6 +399,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             hits[n] = [i for i in hits[n] if i <= cutoff]
             if not hits[n]:
                 del hits[n]
+    _drop_recovered_nan(hits, lines, reading)
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     extra = {"reading": reading.to_dict()}

@@ -395,7 +395,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
-         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\b(?:loss|grad(?:ient)?[ _]?norm) (?:is|was|became|becomes|went|goes) "
+         r"(?:to )?(?:nan|inf)\b|\bNaN detected|"
          # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
          # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
          # TensorFlow's tf.debugging.check_numerics
