@@ -496,9 +496,15 @@ EXCEPTION_FAMILIES = _families(
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
                        r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
     ("arch_mismatch", r"\bunsupported (?:gpu |cuda )?arch(?:itecture)?\b|\b(?:compute capability|CUDA capability|"
-                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b"),
-    # a path the job was given (a container's bind or mount source) that is not there
+                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b|"
+                      # a check of the GPU's architecture that failed (torch's TORCH_CHECK words: "Expected is_sm8x
+                      # || is_sm75 to be true, but got false")
+                      r"\bis_sm_?\d+\w*\b.{0,60}\bbut got false\b"),
+    # a path the job was given (a container's bind or mount source, a path a configuration file names) that is
+    # not there
     ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b|"
+                       r"\S\.(?:conf|ya?ml|json|toml|ini|cfg)\b.{0,60}\b(?:does not exist|doesn't exist|"
                        r"No such file or directory)\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
     # the driver named as too old is the driver's, before any library version in the same message
@@ -506,8 +512,14 @@ EXCEPTION_FAMILIES = _families(
     # a library the program needs is absent, or is another version than the one it was built against
     ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
                      r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"
+                     r"\b(?:library|shared object)\b|"
                      r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
-                     r"\bversion\b.{0,80}\b(?:but|while) .{0,40}\b(?:built|compiled) (?:against|with)\b"),
+                     r"\bversion\b.{0,80}\b(?:but|while|does not match|doesn't match|differs from) .{0,40}"
+                     r"\b(?:built|compiled) (?:against|with)\b|"
+                     # a build of a package without a part the program uses ("Distributed package doesn't have NCCL
+                     # built in": torch for Windows)
+                     r"\b(?:doesn't|does not) have \w+ built[- ]in\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
 # code written for another version of a library).
