@@ -240,6 +240,10 @@ def test_the_shells_killed_in_a_pasted_log_is_host_memory(log):
     "exits with return code = -9",
     # subprocess.CalledProcessError for a child killed by signal 9
     "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.",
+    # torch/multiprocessing/spawn.py ProcessContext.join (ProcessExitedException's message)
+    "Traceback (most recent call last):\n  File \"/opt/espnet2/tasks/abs_task.py\", line 810, in main\n"
+    "    while not ProcessContext(processes, error_queues).join():\n"
+    "Exception: process 1 terminated with signal SIGKILL",
 ])
 def test_a_launchers_sigkill_alone_is_named_but_not_called_host_memory(log):
     result = diagnose_text(log + "\n")
