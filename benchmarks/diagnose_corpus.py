@@ -18,10 +18,12 @@ A case labelled `success` (the job did not fail of its training) is right when n
     .venv/bin/python benchmarks/diagnose_corpus.py --leave-one-batch-out DIR DIR ...
 
 Old batches are studied once scored, so their rescores say little about the next batch. The leave-one-batch-out
-estimate takes each batch out in turn: every alternative of a signature's pattern that matches a line of that
-batch's cases and of no other batch's (nor of a corpus case from no batch) was written for it, and is dropped
-while that batch is scored. What the rest of the rules (the structural reading, the families, the wordings met
-in other batches) get right is an estimate of first sight; a change that generalises raises it.
+estimate takes each batch out in turn: every alternative of a signature's pattern, or of a family's words
+(diagnosis_rules.EXCEPTION_FAMILIES, SCHEDULER_FAMILIES), that matches a line of that batch's cases and of no
+other batch's (nor of a corpus case from no batch) was written for it, and is dropped while that batch is scored.
+What the rest of the rules (the structural reading, the families' words and the wordings met in other batches)
+get right is an estimate of first sight; a change that generalises raises it. A change to the structural reading
+(where an error was raised, what the log did after it) is not dropped: say so when it was written for a batch.
 """
 
 from __future__ import annotations
@@ -218,23 +220,41 @@ def leave_one_batch_out(folders: list[Path]) -> list[str]:
     for case in load():
         texts.setdefault(case["id"], (CORPUS / f"{case['id']}.log").read_text(encoding="utf-8", errors="replace"))
     lines = {cid: [clean_line(line)[0] for line in text.splitlines()] for cid, text in texts.items()}
+
+    def owned(regexes: list[str]) -> list[tuple[int, str, str | None]]:
+        """(pattern number, alternative, the one batch it was written for or None)"""
+        found = []
+        for n, regex in enumerate(regexes):
+            for alt in alternatives(regex):
+                pattern = re.compile(alt, re.IGNORECASE)
+                seen = {b for cid, ls in lines.items() if any(pattern.search(line) for line in ls)
+                        for b in batches_of.get(cid, {None})}
+                found.append((n, alt, next(iter(seen)) if len(seen) == 1 else None))
+        return found
+
+    def without(owners: list[tuple[int, str, str | None]], n: int, name: str) -> str:
+        return "|".join(a for m, a, owner in owners if m == n and owner != name) or r"(?!x)x"
+
+    # the signatures' wordings, and the families' words (read from the root error and the error lines)
     original = diagnose.SIGNATURES
-    owners = []  # (signature number, alternative, the one batch it was written for or None)
-    for n, sig in enumerate(original):
-        for alt in alternatives(sig.regex):
-            pattern = re.compile(alt, re.IGNORECASE)
-            seen = {b for cid, ls in lines.items() if any(pattern.search(line) for line in ls)
-                    for b in batches_of.get(cid, {None})}
-            owners.append((n, alt, next(iter(seen)) if len(seen) == 1 else None))
+    families = {"EXCEPTION_FAMILIES": diagnose.EXCEPTION_FAMILIES, "SCHEDULER_FAMILIES": diagnose.SCHEDULER_FAMILIES}
+    owners = owned([sig.regex for sig in original])
+    family_owners = {key: owned([rx.pattern for _, rx in fam]) for key, fam in families.items()}
     out, total = [], []
     try:
         for name, (_, cases) in batches.items():
             diagnose.SIGNATURES = tuple(
-                Signature(sig.category, "|".join(a for m, a, owner in owners if m == n and owner != name)
-                          or r"(?!x)x", sig.summary, sig.hint, sig.unless) for n, sig in enumerate(original))
+                Signature(sig.category, without(owners, n, name), sig.summary, sig.hint, sig.unless)
+                for n, sig in enumerate(original))
+            for key, fam in families.items():
+                setattr(diagnose, key, tuple((category, re.compile(without(family_owners[key], n, name), re.IGNORECASE))
+                                             for n, (category, _) in enumerate(fam)))
             rows = [(c["category"], diagnose_text(texts[c["id"]]).category) for c in cases]
-            dropped = sum(owner == name for _, _, owner in owners)
+            dropped = sum(owner == name for _, _, owner in
+                          [*owners, *(o for fam in family_owners.values() for o in fam)])
             diagnose.SIGNATURES = original
+            for key, fam in families.items():
+                setattr(diagnose, key, fam)
             full = [(c["category"], diagnose_text(texts[c["id"]]).category) for c in cases]
             t, f = tally(rows), tally(full)
             total += rows
@@ -243,6 +263,8 @@ def leave_one_batch_out(folders: list[Path]) -> list[str]:
                        f"{t['correct']:>3} ({_pct(t['correct'], t['n'])}), conf.wrong {t['confident_wrong']}")
     finally:
         diagnose.SIGNATURES = original
+        for key, fam in families.items():
+            setattr(diagnose, key, fam)
     return ["LEAVE ONE BATCH OUT (an estimate of first sight): " + table(total)[0], *out]
 
 

@@ -73,6 +73,10 @@ _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/ome
                           r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
                           re.IGNORECASE)
 _CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
+# A registry building the class a configuration names (mmengine/mmcv's build_from_cfg, fvcore/detectron2's
+# Registry.get): a KeyError there is a name nothing registered, because the package or module that defines it was
+# not installed or imported (the same cause as its full wording, "X is not in the model registry").
+_REGISTRY_CODE = re.compile(r"[\\/]registry[\\/]|registry\.py|\bbuild_from_cfg\b", re.IGNORECASE)
 # Where a checkpoint is loaded into the model: a key, shape or size complaint raised there is a checkpoint that
 # does not fit (a corrupt file has its own signatures above).
 _CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state_dict|load_model|resume|"
@@ -368,6 +372,21 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     return result
 
 
+_NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
+
+
+def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:
+    """A NaN/Inf that training went on past (a later step's progress line, all of its values finite: a skipped
+    mixed-precision step, one bad batch) is noise, not a loss that blew up: its lines are no evidence."""
+    nan = [n for n in hits if SIGNATURES[n].category == "nan_loss"]
+    last_nan = max((i for n in nan for i in hits[n]), default=None)
+    if last_nan is None or reading.last_progress is None or reading.last_progress <= last_nan \
+            or _NON_FINITE.search(lines[reading.last_progress]):
+        return
+    for n in nan:
+        del hits[n]
+
+
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
             exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
@@ -384,6 +403,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             hits[n] = [i for i in hits[n] if i <= cutoff]
             if not hits[n]:
                 del hits[n]
+    _drop_recovered_nan(hits, lines, reading)
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     extra = {"reading": reading.to_dict()}
@@ -446,6 +466,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and reading.exception and reading.exception.startswith("KeyError") and reading.raising_frame \
+            and _REGISTRY_CODE.search(reading.raising_frame):
+        return Diagnosis(
+            "import_error", f"A class the configuration names is not in the registry that builds it (at "
+            f"{reading.raising_frame}): the package or module that defines it was not installed or not imported.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            SIGNATURES[CATEGORY_RANK["import_error"]].hint + " Check the type name in the config too (a typo reads "
+            "the same), and that the config imports the module that registers it (mmengine: `custom_imports`, "
+            "`default_scope`).", rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_loading_a_checkpoint(reading):
         return Diagnosis(
             "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "

@@ -46,6 +46,17 @@ def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "ma
     ("RuntimeError: Unimplemented: DNN library is not found.", "import_error"),
     ("RuntimeError: Found libcudnn version 8.6.0 but this build of xformers was compiled with version 8.9.2",
      "import_error"),
+    # deepspeed/ops/op_builder/builder.py assert_no_cuda_mismatch; torch/distributed/distributed_c10d.py on a build
+    # without NCCL (Windows); dgl/graphbolt/__init__.py load_graphbolt
+    ("deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version 12.2 "
+     "does not match the version torch was compiled with 11.7, unable to compile cuda/cpp extensions without a "
+     "matching cuda version.", "import_error"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "import_error"),
+    ("FileNotFoundError: Cannot find DGL C++ graphbolt library at /opt/dgl/graphbolt/libgraphbolt_pytorch_2.3.0.so",
+     "import_error"),
+    # flash-attn 1.x csrc/flash_attn/fmha_api.cpp (TORCH_CHECK of the GPU's architecture)
+    ("RuntimeError: Expected is_sm8x || is_sm75 to be true, but got false.  (Could this error message be improved?)",
+     "arch_mismatch"),
 ])
 def test_the_root_errors_family_names_its_category(error, category):
     assert exception_family(error) == category
@@ -109,6 +120,10 @@ def test_errno_einval_is_not_a_setting():
      "2.1GiB on device 0", "cuda_oom"),
     ("nvcc fatal   : Unsupported gpu architecture 'compute_100'", "arch_mismatch"),
     ("FATAL:   container creation failed: bind source /scratch/u/data doesn't exist", "missing_config"),
+    # slurmd (systemd's journal): a path its gres.conf names is not on the node
+    ("Feb 02 09:51:48 w1 slurmd[12912]: slurmd: error: Waiting for gres.conf file /dev/nvidia0\n"
+     "Feb 02 09:52:07 w1 slurmd[12912]: slurmd: fatal: can't stat gres.conf file /dev/nvidia0: No such file or "
+     "directory\nFeb 02 09:52:07 w1 systemd[1]: slurmd.service: Failed with result 'exit-code'.", "missing_config"),
 ])
 def test_a_log_without_a_python_exception_is_read_by_its_error_lines(log, category):
     assert error_line_family(log.splitlines(), set())[0] == category
