@@ -18,7 +18,8 @@ RESUSPECT_HOLD_SECONDS (and the records the pass answered are cleared). A suspec
 User-code failures (import errors, OOM, NaN loss, data shapes ...) never count. A user can print
 NCCL-like lines on purpose: with jobs on different node sets (or with a second user) that buys a
 verification cycle of the node (minutes out of service), at most once per RESUSPECT_HOLD_SECONDS
-per node from one user alone (docs/node-health.md, SECURITY.md).
+per node from one user alone (docs/node-health.md, SECURITY.md). The GPU-hours lost to a node
+charge only the failures this rule took as evidence (`accepted`), so the same bound holds there.
 """
 
 from __future__ import annotations
@@ -85,10 +86,34 @@ def suspect(node: str, failures: list[Failure], now: float, last_pass: float | N
     return verdict
 
 
+def accepted(node: str, failures: list[Failure], passes: list[float], now: float) -> set[Failure]:
+    """The failures on `node` that `suspect` took as its evidence at some moment up to `now`: the
+    drain rule replayed over time, the GPU-hours lost to a node (lost.py) charge these alone.
+
+    `passes`: when the node passed a verification. Each pass starts the rule afresh, as on the node
+    (the pass clears the records it answered, and one user's failures are held for
+    RESUSPECT_HOLD_SECONDS after it): evidence from before a pass never makes a later failure
+    count. Between passes the rule is judged at every failure's end and at the hold's end (the only
+    moments its verdict can turn; a failure leaving the window only weakens it), each time over the
+    failures of the window since the pass; when it holds, those failures are its evidence."""
+    found: set[Failure] = set()
+    bounds = [float("-inf"), *sorted(p for p in passes if p <= now), float("inf")]
+    for since, until in zip(bounds, bounds[1:]):
+        last_pass = since if since != float("-inf") else None
+        epoch = [f for f in failures if since < f.end_time <= until and f.category in GPU_CLASS]
+        moments = {f.end_time for f in epoch}
+        if last_pass is not None:
+            moments.add(last_pass + RESUSPECT_HOLD_SECONDS)
+        for moment in sorted(m for m in moments if since < m <= min(until, now)):
+            if suspect(node, epoch, moment, last_pass).suspect:
+                found.update(f for f in epoch if moment - WINDOW_SECONDS <= f.end_time <= moment + 60)
+    return found
+
+
 def common_factor(node: str, jobs: dict[int, Failure], when: str) -> Verdict:
     """The evidence rule itself, over {job id: its GPU/NCCL-class failure that ran on `node`}: two or
     more jobs, `node` the only node they all ran on, and two or more users or one user's jobs on
-    two or more node sets. Blame (suspect) and the GPU-hours lost to a node (lost.py) both use it."""
+    two or more node sets. Blame (suspect) uses it, and through `accepted` the GPU-hours lost to a node."""
     ids = ",".join(str(j) for j in sorted(jobs, reverse=True))
     if len(jobs) < SUSPECT_SCORE:
         return Verdict(False, f"{len(jobs)} job(s) with GPU/NCCL-class failures here {when}")
