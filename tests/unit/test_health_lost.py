@@ -244,3 +244,12 @@ def test_a_node_that_went_down_and_came_back_needs_fresh_evidence(monkeypatch):
     later = [failed_at(10, "h100-1", 1002, f"{h}:00:31") for h in (21, 22)]
     lost = lost_of(monkeypatch, [during, *later], events)["h100-1"]
     assert lost.jobs == 1 and lost.failed_jobs == pytest.approx(2 * 2400 / 3600)
+
+
+def test_a_nodes_fault_covers_the_attempts_around_it_not_the_whole_week(monkeypatch):
+    """A failed disk check (one user can fill a scratch disk) is evidence for the attempts that ran
+    while it was on or ended within the hour before it, not for one user's failures all week."""
+    events = "h100-1|2026-12-01T22:00:00|2026-12-01T22:30:00|DRAIN|slurmctl:[node_problem] disk: /scratch 3 MB\n"
+    rows = [failed_at(10, "h100-1", 1002, "12:00:31"), failed_at(11, "h100-1", 1002, "21:30:31")]
+    lost = lost_of(monkeypatch, rows, events)["h100-1"]
+    assert lost.jobs == 1 and lost.failed_jobs == pytest.approx(ONE_GPU_JOB)

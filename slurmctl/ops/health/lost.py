@@ -14,10 +14,10 @@ newest health jobs, from accounting:
                             - the drain rule took it as evidence (blame.accepted: `suspect` replayed
                               over time, afresh from each passed verification of the node, the 6 h
                               hold on one user's failures after a pass included), or
-                            - the node's own fault in the same spell of service: it failed one of
-                              our checks or a verification (our `[node_problem]` drain other than a
-                              suspect drain) or Slurm took it down, and the attempt ended after the
-                              node's last return before that fault and started before its end.
+                            - the node's own fault: it failed one of our checks or a verification
+                              (our `[node_problem]` drain other than a suspect drain) or Slurm took
+                              it down, and the attempt ran there while the fault was on or ended
+                              within FAULT_LEAD_SECONDS before it, after the node's last return.
                             A diagnosis alone is what the job printed: one user's failures charge a
                             node only where they would drain it, and evidence from before a pass
                             never charges a later failure.
@@ -48,6 +48,10 @@ WINDOW = timedelta(days=7)
 # verifications the drain rule would still weigh at the window's first moments (blame.accepted).
 EVIDENCE_BEFORE = timedelta(seconds=blame.WINDOW_SECONDS + blame.RESUSPECT_HOLD_SECONDS)
 NODE_FAIL_MATCH_SECONDS = 120
+# A node's own fault (a failed check, Slurm taking it down) is evidence for the attempts that ran on
+# it while the fault was on or ended this long before it began: a fault shows in jobs' failures
+# before a check or slurmctld catches it, but not for days.
+FAULT_LEAD_SECONDS = 3600
 ATTEMPT_FIELDS = ["JobIDRaw", "State", "NodeList", "ElapsedRaw", "AllocTRES", "Start", "End", "UID", "AdminComment"]
 # The reasons slurmctld itself gives a node it takes out of service for a fault of the node.
 SLURM_NODE_FAULTS = ("Not responding", "Node unexpectedly rebooted", "Kill task failed", "NO NETWORK ADDRESS FOUND",
@@ -189,12 +193,12 @@ def node_week(client, node_gpus: dict[str, int], categories: dict[tuple[int, str
 
 def _fault_covers(attempt: _Attempt, faults: list[tuple[float, float]], returns: list[float]) -> bool:
     """A node's own fault (it failed a check or a verification of ours, or Slurm took it down) is
-    evidence for the failures of the attempts that ran on it in the same spell of service: ended
-    after the node's last return before the fault (a passed verification, or the end of an earlier
-    down event) and started before the fault ended. Never for an attempt started after the node
-    came back: that needs evidence of its own (blame.accepted)."""
+    evidence for the attempts that ran on it while the fault was on or ended within
+    FAULT_LEAD_SECONDS before it, in the same spell of service (after the node's last return before
+    the fault: a passed verification, or the end of an earlier down event). Never for an attempt
+    started after the fault ended: that needs evidence of its own (blame.accepted)."""
     for began, closed in faults:
         since = max((r for r in returns if r < began), default=float("-inf"))
-        if since < attempt.failure.end_time and attempt.began <= closed:
+        if max(since, began - FAULT_LEAD_SECONDS) < attempt.failure.end_time and attempt.began <= closed:
             return True
     return False
