@@ -253,3 +253,39 @@ def test_a_nodes_fault_covers_the_attempts_around_it_not_the_whole_week(monkeypa
     rows = [failed_at(10, "h100-1", 1002, "12:00:31"), failed_at(11, "h100-1", 1002, "21:30:31")]
     lost = lost_of(monkeypatch, rows, events)["h100-1"]
     assert lost.jobs == 1 and lost.failed_jobs == pytest.approx(ONE_GPU_JOB)
+
+
+def test_the_sliding_window_judges_as_suspect_does_at_every_moment():
+    """blame.accepted slides its window (linear in the failures); judged afresh with `suspect` at
+    every moment over the same failures it must take the same ones, on random histories of a few
+    users, node sets, requeued attempts (one job, several failures) and passes."""
+    import random
+
+    from slurmctl.ops.health import blame
+
+    def by_suspect(node, failures, passes, now):
+        found = set()
+        bounds = [float("-inf"), *sorted(p for p in passes if p <= now), float("inf")]
+        for since, until in zip(bounds, bounds[1:]):
+            last_pass = since if since != float("-inf") else None
+            epoch = sorted((f for f in failures if since < f.end_time <= until), key=lambda f: (f.end_time, f.job_id))
+            moments = {f.end_time for f in epoch} | ({since + blame.RESUSPECT_HOLD_SECONDS} if last_pass else set())
+            for m in sorted(m for m in moments if since < m <= min(until, now)):
+                if blame.suspect(node, epoch, m, last_pass).suspect:
+                    found |= {f for f in epoch if m - blame.WINDOW_SECONDS <= f.end_time <= m + 60}
+        return found
+
+    rng = random.Random(7)
+    sets = [("n1",), ("n1", "n2"), ("n1", "n3"), ("n1", "n2", "n3"), ()]
+    took_some = 0
+    for _ in range(300):
+        t0 = 1_000_000.0
+        failures = [blame.Failure(rng.randint(1, 12), "nccl_error", t0 + rng.randint(0, 3 * 86400),
+                                  rng.choice([1001, 1002, 1002, -1]), rng.choice(sets))
+                    for _ in range(rng.randint(0, 25))]
+        passes = [t0 + rng.randint(0, 3 * 86400) for _ in range(rng.randint(0, 2))]
+        now = t0 + 3 * 86400 + rng.choice([0, 3600, 86400])
+        expected = by_suspect("n1", failures, passes, now)
+        assert blame.accepted("n1", failures, passes, now) == expected
+        took_some += bool(expected)
+    assert 30 < took_some < 270  # the histories exercise both verdicts
