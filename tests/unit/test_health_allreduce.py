@@ -70,6 +70,13 @@ def test_a_python_without_torch_is_the_sites_configuration_error_never_a_drain(t
     agent.log_outcome(cfg, {"SLURMCTL_HOOKS_LOG": str(tmp_path / "hooks.jsonl")}, "active", outcome, 0.0)
     assert "CONFIGURATION ERROR on n1" in capsys.readouterr().err
     assert '"action": "config_error"' in (tmp_path / "hooks.jsonl").read_text()
+    # inside its job, the outcome goes into the job's AdminComment: what the exporter's alert reads
+    agent.note_in_job(cfg, {"SLURM_JOB_ID": "5065"}, "active", outcome)
+    assert runner.calls == [["scontrol", "update", "JobId=5065", "AdminComment=slurmctl:health active config_error n1"]]
+    agent.note_in_job(cfg, {}, "active", outcome)  # run by hand, outside a job: nothing to note
+    cfg.node = "n1 Reason=x"  # never a node name: no note rather than one Slurm would read otherwise
+    agent.note_in_job(cfg, {"SLURM_JOB_ID": "5065"}, "active", outcome)
+    assert len(runner.calls) == 1
 
 
 def test_the_ranks_meet_through_a_private_file_store_never_a_network_store(tmp_path):
