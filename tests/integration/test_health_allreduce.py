@@ -1,6 +1,6 @@
 """The active check on real daemons: a throwaway two-node Slurm cluster (throwaway_slurm.py; the
 shared cluster is never drained) whose HealthCheckProgram verifies a node we drained before it
-returns, the verification now running a real gloo all-reduce under real torchrun as root.
+returns, the verification now running a real gloo all-reduce (its own ranks, as root).
 
 Then `slurmctl nodes --json` charges the drained node its drained GPU-hours from accounting.
 
