@@ -44,6 +44,8 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
         print_line(f"  {line}")
     if s.log_path:
         print_line(("Output:", "bold"), f" {s.log_path}")
+    if s.error_path:
+        print_line(("Errors:", "bold"), f" {s.error_path}")
     if s.diagnosis:
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
@@ -56,21 +58,36 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
 
 
 def print_plain_logs(plain: PlainJob, lines: int, as_json: bool) -> int | None:
+    """The end of the job's output file and, when it names one apart, of its --error file (as `tail`
+    prints two files: each under its name)."""
     from slurmctl.observe.logs import tail_lines
 
-    path = plain.log_path
+    path, err = plain.log_path, plain.err_path
     if path is None:
-        print_line(f"Slurm no longer says where job {plain.job_id} wrote its output.", to_stderr=True)
+        print_line(plain.missing or f"Slurm no longer says where job {plain.job_id} wrote its output.",
+                   to_stderr=True)
         return 1
-    # the caller's own output file, named in their own job: read as they would with tail
+    if plain.missing:  # a path in doubt is said, not shown as if Slurm had said it
+        print_line(plain.missing, to_stderr=True)
+    # the caller's own files, named in their own job: read as they would with tail
     text = tail_lines(path, lines, nofollow=False) if path.exists() else []
+    err_text = tail_lines(err, lines, nofollow=False) if err is not None and err.exists() else []
     if as_json:
-        print_json({"job_id": plain.job_id, "path": str(path), "lines": text})
+        print_json({"job_id": plain.job_id, "path": str(path), "lines": text,
+                    "error_path": str(err) if err else None, "error_lines": err_text})
         return None
-    if not text and not path.exists():
-        print_line(f"no output yet at {path}", to_stderr=True)
+    if err is None:
+        if not text and not path.exists():
+            print_line(f"no output yet at {path}", to_stderr=True)
+            return None
+        click.echo("\n".join(text))
         return None
-    click.echo("\n".join(text))
+    for name, shown, exists in ((path, text, path.exists()), (err, err_text, err.exists())):
+        click.echo(f"==> {name} <==")
+        if shown:
+            click.echo("\n".join(shown))
+        elif not exists:
+            click.echo("(no such file yet)")
     return None
 
 
