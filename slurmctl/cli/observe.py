@@ -47,6 +47,8 @@ def _print_status(s: RunStatus) -> None:
         held = f"{s.gpus} GPU(s)" if s.gpus else f"{s.cpus} CPU(s), no GPU"
         print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {held}{on}"
                    f"{f' · cost so far {usd(s.cost_usd)}' if s.cost_usd is not None else ''}")
+    elif s.cost_usd is not None:  # nothing allocated now (waiting to start again, cancelled while waiting)
+        print_line(("Cost so far:", "bold"), f" {usd(s.cost_usd)} (every attempt before this one)")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
         loss = s.last_metrics.get("loss")
@@ -117,12 +119,8 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
     if isinstance(target, PlainJob):
         return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
-    if result.cost_usd is not None and len(target.job_ids()) + result.requeues > 1:
-        from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
-
-        # every attempt, as `slurmctl cost` counts them, not only the newest
-        result.cost_usd = cost_so_far(ctx.site_view, ctx.client, target.job_ids(), result.job_id,
-                                      result.attempt_started, result.cost_usd)
+    if result.slurm_unreachable_since is None:
+        _cost_of_every_attempt(ctx, [target], [result])
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
@@ -132,9 +130,11 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
 def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
     """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
-    count them: one sacct for every such run listed, none when there is none."""
+    count them: one sacct for every such run listed, none when there is none. Also while the newest
+    attempt has not started (a requeued job waiting, or cancelled while it waited): the ones before
+    it were paid for."""
     several = [(run, s) for run, s in zip(runs, statuses, strict=True)
-               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
+               if s.job_id is not None and (s.requeues or len(run.job_ids()) > 1)]
     if not several:
         return
     from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed

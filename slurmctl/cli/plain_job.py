@@ -24,7 +24,8 @@ def resolve_ref(ctx: Context, ref: str):
 def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context | None = None) -> None:
     s = plain_job_status(plain, site)
     job = plain.job
-    if ctx is not None and job is not None and s.cost_usd is not None and (job.restarts or job.source == "sacct"):
+    # also while a requeued job waits to start again (its own cost is None then): its attempts were paid for
+    if ctx is not None and job is not None and (job.restarts or job.source == "sacct"):
         from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
 
         # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
@@ -40,6 +41,8 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
         cost = f" · cost so far {usd(s.cost_usd)}" if s.cost_usd is not None else ""
         print_line(("Shape:", "bold"), f" {s.num_nodes} node(s){held}{f' on {s.nodes}' if s.nodes else ''} · "
                    f"{s.partition}{cost}")
+    elif s.cost_usd is not None:  # nothing allocated now (waiting to start again, cancelled while waiting)
+        print_line(("Cost so far:", "bold"), f" {usd(s.cost_usd)} (every attempt before this one)")
     for line in s.details:
         print_line(f"  {line}")
     if s.log_path:
