@@ -345,9 +345,9 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
         from slurmctl.observe.logs import log_file
         result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
-        from slurmctl.observe.diagnose import in_run_words
+        from slurmctl.observe.diagnose import cancelled_before_start, in_run_words
 
-        result = in_run_words(result, the_run.events(), job_id)
+        result = in_run_words(result, the_run.events(), job_id, cancelled_waiting=cancelled_before_start(job))
     if as_json:
         print_json(result.to_dict())
         return
