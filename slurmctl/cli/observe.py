@@ -65,7 +65,8 @@ def _print_status(s: RunStatus) -> None:
     history = [line for line in s.history if line.strip()]  # the attempts' story, newest last
     if history:
         shown = f" (the last {len(history[-8:])})" if len(history) > 8 else ""
-        print_line(("History:", "bold"), f" {len(history)} attempt(s){shown}")
+        kind = "array task(s)" if history[0].startswith("array task") else "attempt(s)"
+        print_line(("History:", "bold"), f" {len(history)} {kind}{shown}")
         for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
@@ -134,14 +135,14 @@ def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
     attempt has not started (a requeued job waiting, or cancelled while it waited): the ones before
     it were paid for."""
     several = [(run, s) for run, s in zip(runs, statuses, strict=True)
-               if s.job_id is not None and (s.requeues or len(run.job_ids()) > 1)]
+               if s.job_id is not None and (s.requeues or len(run.priced_job_ids()) > 1)]
     if not several:
         return
     from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
 
-    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
+    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.priced_job_ids()}))
     for run, s in several:
-        ids = set(run.job_ids())
+        ids = set(run.priced_job_ids())
         s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
 
 

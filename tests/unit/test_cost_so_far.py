@@ -52,7 +52,7 @@ def test_status_and_ls_show_the_cost_so_far_while_a_requeued_job_waits_and_after
     from slurmctl.observe.status import RunStatus
 
     ctx = SimpleNamespace(site_view=local_site, client=_client(monkeypatch))
-    run = SimpleNamespace(job_ids=lambda: [4226])
+    run = SimpleNamespace(priced_job_ids=lambda: [4226])
     for state in ("PENDING", "CANCELLED"):
         waiting = RunStatus("r", "/runs/r", 4226, state, "", "", requeues=1)
         assert waiting.cost_usd is None
