@@ -96,15 +96,21 @@ def print_plain_logs(plain: PlainJob, lines: int, as_json: bool) -> int | None:
 
 def cost_plain(ctx: Context, plain: PlainJob, as_json: bool) -> None:
     from slurmctl.ops.accounting import run_cost
+    from slurmctl.slurm.owned import array_task_ids
 
-    result = run_cost([f"job {plain.job_id}"], [plain.job_id], ctx.site, ctx.client)
+    # `cost ARRAYID` prices every task of the array, each a job of its own, as `sacct -j ARRAYID` lists them
+    ids = array_task_ids(ctx.client, plain.job_id) if plain.whole_array else [plain.job_id]
+    result = run_cost([f"job {plain.job_id}"], ids, ctx.site, ctx.client)
     if as_json:
         print_json({**result.to_dict(), "kind": "sbatch"})
         return
     for a in result.attempts:
         out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.shape}  {a.start}  "
                   f"{a.elapsed_s / 3600:.2f} h  ${a.cost_usd:,.2f}", markup=False)
-    out.print(f"job {plain.job_id} (plain sbatch): {len(result.attempts)} attempt(s), "
+    jobs = len({a.job_id for a in result.attempts})
+    what = f"array {plain.job_id}" if plain.whole_array else f"job {plain.job_id}"
+    tasks = f"{jobs} tasks, " if plain.whole_array else ""
+    out.print(f"{what} (plain sbatch): {tasks}{len(result.attempts)} attempt(s), "
               f"{result.held}, ${result.cost_usd:,.2f}", markup=False)
 
 

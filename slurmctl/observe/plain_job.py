@@ -39,6 +39,7 @@ class PlainJob:
     err_path: Path | None = None  # its --error file, when apart from the output
     missing: str = ""  # why no output file is given (not started), or why the one given is in doubt
     failed_steps: list[StepOutcome] = field(default_factory=list)  # of a job Slurm recorded COMPLETED
+    whole_array: bool = False  # named by its array's id alone: the whole array is meant (`cost`)
 
 
 @dataclass
@@ -73,7 +74,8 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
     """RUN as the commands take it: a run (id, name, path) or, for a number, one of the caller's Slurm
     jobs (the run it is an attempt of, when it is one). A number Slurm does not know is looked up as
     a run name last."""
-    if _ARRAY_TASK_RE.fullmatch(ref):
+    named_task = bool(_ARRAY_TASK_RE.fullmatch(ref))
+    if named_task:
         ref = _array_task_job_id(client, ref) or ref
     if not _JOB_REF_RE.fullmatch(ref):
         return registry.get(ref)
@@ -91,7 +93,8 @@ def resolve(ref: str, registry: RunRegistry, client: SlurmClient) -> Run | Plain
     files = _output_file(client, job_id, job)
     # a COMPLETED job whose srun step failed (the batch script's exit status hid it) did not succeed
     steps = failed_steps(client, job_id) if job is not None and job.state == "COMPLETED" else []
-    return PlainJob(job_id, job, files.out, files.work_dir, files.err, files.missing, steps)
+    whole_array = not named_task and job is not None and job.array_ref.startswith(f"{job_id}_")
+    return PlainJob(job_id, job, files.out, files.work_dir, files.err, files.missing, steps, whole_array)
 
 
 def _array_task_job_id(client: SlurmClient, ref: str) -> str | None:

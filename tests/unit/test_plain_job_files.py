@@ -115,3 +115,17 @@ def test_an_ended_task_the_controller_forgot_keeps_the_output_its_command_line_n
     plain = resolve("5152_0", NoRuns(), client)
     assert plain.job.source == "sacct" and str(plain.log_path) == "/tmp/h24obs-h24obs-arr-5152_0.out"
     assert plain.err_path is None and not plain.missing and not plain.failed_steps
+
+
+def test_cost_of_a_plain_arrays_id_prices_every_task_and_a_task_alone_itself(monkeypatch, local_site):
+    """`slurmctl cost 5079` (the array's id) is its four tasks, each a job of its own; `cost 5079_3` (the
+    task that kept the array's id) is that task alone."""
+    from slurmctl.ops.accounting import run_attempts
+    from slurmctl.slurm.owned import array_task_ids
+
+    client, _ = _replay("plain_array_cost.json", monkeypatch)
+    whole, task = resolve("5079", NoRuns(), client), resolve("5079_3", NoRuns(), client)
+    assert whole.job_id == task.job_id == 5079 and whole.whole_array and not task.whole_array
+    ids = array_task_ids(client, whole.job_id)
+    assert ids == [5080, 5081, 5082, 5079]
+    assert round(sum(a.cost_usd for a in run_attempts(local_site, client, ids)), 2) == 0.17
