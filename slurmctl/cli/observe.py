@@ -344,8 +344,17 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     elif run:
         job_id = the_run.latest_job_id()
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
+        from slurmctl.observe.diagnose import with_failed_steps
         from slurmctl.observe.logs import log_file
-        result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
+        from slurmctl.observe.status import completed_but_failed
+
+        # Slurm's COMPLETED 0:0 hides a failed srun step (`srun ... &`, bare `wait`): the step's job and exit code
+        steps = completed_but_failed(the_run, ctx.client, job) if job is not None else []
+        read_job = int(steps[0].step.split(".")[0]) if steps else job_id
+        state, exit_code = ("FAILED", steps[0].exit_code) if steps else (job.state, job.exit_code) if job else ("", "")
+        result = diagnose_file(log_file(the_run, read_job), state, exit_code)
+        if steps:
+            result = with_failed_steps(result, steps, job.exit_code)
         from slurmctl.observe.diagnose import cancelled_before_start, in_run_words
 
         result = in_run_words(result, the_run.events(), job_id, cancelled_waiting=cancelled_before_start(job))

@@ -341,6 +341,17 @@ def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None,
     return found
 
 
+def with_failed_steps(found: Diagnosis, steps: list, job_exit_code: str) -> Diagnosis:
+    """`found` (read as the failure of the steps' job, with the step's exit code) for a job Slurm recorded
+    COMPLETED whose srun steps failed (slurm.owned.failed_steps): the steps lead the evidence and the
+    summary says what hid them."""
+    from slurmctl.slurm.owned import failed_steps_words
+
+    found.summary = f"{found.summary.rstrip()} ({failed_steps_words(steps, job_exit_code)})"
+    found.evidence = [f"step {s.step}: {s.state}, exit code {s.exit_code}" for s in steps[:3]] + found.evidence
+    return found
+
+
 def cancelled_before_start(job) -> bool:
     """Slurm recorded the job's newest attempt CANCELLED with no start: it was cancelled while it waited
     (after a requeue, its record in accounting has Start 'None')."""

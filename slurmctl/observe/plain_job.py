@@ -21,7 +21,7 @@ from slurmctl.observe.explain import explain_job_reason, explain_state
 from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
-from slurmctl.slurm.owned import StepOutcome, failed_steps, owned_job
+from slurmctl.slurm.owned import StepOutcome, failed_steps, failed_steps_words, owned_job
 
 _JOB_REF_RE = re.compile(r"\d{1,12}")
 _ARRAY_TASK_RE = re.compile(r"\d{1,12}_\d{1,9}")
@@ -317,11 +317,7 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
 
 def step_failure(plain: PlainJob) -> str:
     """The headline of a job Slurm recorded COMPLETED whose srun step failed."""
-    first = plain.failed_steps[0]
-    more = f" (and {len(plain.failed_steps) - 1} more step(s))" if len(plain.failed_steps) > 1 else ""
-    return (f"Its step {first.step} failed ({first.state.lower()}, exit code {first.exit_code}){more}, though "
-            f"Slurm recorded the job COMPLETED {plain.job.exit_code if plain.job else ''}: the batch script's own "
-            "exit status hid the failure (for example `srun ... &` then a bare `wait`).")
+    return failed_steps_words(plain.failed_steps, plain.job.exit_code if plain.job else "")
 
 
 def plain_job_diagnosis(plain: PlainJob):
@@ -346,7 +342,10 @@ def plain_job_diagnosis(plain: PlainJob):
 def _diagnose_logs(plain: PlainJob):
     """The diagnosis of the job's output file and its --error file (read together: a traceback is
     often only in the latter); a failed step stands for the job Slurm recorded COMPLETED."""
-    from slurmctl.observe.diagnose import diagnose_text  # why: a failed job's only (the rules cost ~30 ms)
+    from slurmctl.observe.diagnose import (  # why: a failed job's only (the rules cost ~30 ms)
+        diagnose_text,
+        with_failed_steps,
+    )
     from slurmctl.observe.log_reading import read_tail
 
     job = plain.job
@@ -356,9 +355,7 @@ def _diagnose_logs(plain: PlainJob):
     text = "\n".join(read_tail(p) for p in (plain.log_path, plain.err_path) if p is not None and _readable(p))
     found = diagnose_text(text, state, exit_code)
     if plain.failed_steps:
-        found.summary = f"{found.summary.rstrip()} ({step_failure(plain)})"
-        found.evidence = [f"step {s.step}: {s.state}, exit code {s.exit_code}" for s in plain.failed_steps[:3]] \
-            + found.evidence
+        found = with_failed_steps(found, plain.failed_steps, job.exit_code if job else "")
     if plain.missing and plain.log_path is not None:
         found.summary = f"{found.summary.rstrip()} ({plain.missing})"
     return found

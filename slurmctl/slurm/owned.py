@@ -208,21 +208,34 @@ class StepOutcome:
 _FAILED_STEP_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL"})
 
 
-def failed_steps(client, job_id: int) -> list[StepOutcome]:
-    """The srun steps of the caller's job `job_id` (its own id: an array task's JobIDRaw) that failed,
-    one sacct of fixed-format fields only (ids, states, exit codes: nothing a user writes); the batch
-    and extern steps are the job's own record."""
-    result = client._run(["sacct", "-n", "-P", "-j", str(job_id), "-o", "JobIDRaw,State,ExitCode"], check=False)
-    found = []
+def failed_steps(client, job_ids: int | list[int]) -> list[StepOutcome]:
+    """The srun steps of the caller's jobs `job_ids` (their own ids: an array task's JobIDRaw) that
+    failed, one sacct of fixed-format fields only (ids, states, exit codes: nothing a user writes);
+    the batch and extern steps are the job's own record."""
+    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+    if not ids:
+        return []
+    result = client._run(["sacct", "-n", "-P", "-j", ",".join(map(str, ids)), "-o", "JobIDRaw,State,ExitCode"],
+                         check=False)
+    wanted, found = {str(i) for i in ids}, []
     for line in result.stdout.splitlines() if result.returncode == 0 else []:
         step, _, rest = line.partition("|")
         state, _, exit_code = rest.partition("|")
         head, dot, number = step.partition(".")
-        if head == str(job_id) and dot and number.isdigit():
+        if head in wanted and dot and number.isdigit():
             outcome = StepOutcome(step, state.split(" ")[0], exit_code)
             if outcome.failed:
                 found.append(outcome)
     return found
+
+
+def failed_steps_words(steps: list[StepOutcome], job_exit_code: str) -> str:
+    """What a job Slurm recorded COMPLETED whose srun steps failed is: a failure, said with the step."""
+    first = steps[0]
+    more = f" (and {len(steps) - 1} more step(s))" if len(steps) > 1 else ""
+    return (f"Its step {first.step} failed ({first.state.lower()}, exit code {first.exit_code}){more}, though "
+            f"Slurm recorded the job COMPLETED {job_exit_code}: the batch script's own exit status hid the failure "
+            "(for example `srun ... &` then a bare `wait`).")
 
 
 def array_task_ids(client, array_id: int) -> list[int]:

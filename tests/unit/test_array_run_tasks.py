@@ -37,3 +37,23 @@ def test_an_adopted_arrays_history_lists_its_tasks_each_with_its_own_end(tmp_pat
     assert [line.split(":")[0] for line in lines] == ["array task (job 5087)", "array task (job 5086)",
                                                       "array task (job 5085)", "array task (job 5088)"]
     assert all(line.endswith("finished, no checkpoint") for line in lines), lines  # no "without an end record"
+
+
+def test_an_adopted_array_whose_steps_failed_is_no_success(tmp_path):
+    """Slurm recorded every task COMPLETED 0:0; each task's srun step FAILED 1:0 (`srun ... &`, a bare
+    `wait`): status says failed, with the step, never "Finished successfully"."""
+    from slurmctl.observe.status import RunStatus, _failed_steps, completed_but_failed
+    from slurmctl.slurm.records import Job
+
+    run, call = _run(tmp_path), CAPTURED["steps_call"]
+    client = SlurmClient(ReplayRunner({tuple(call["argv"]): call["stdout"]}))
+    job = Job(5085, state="COMPLETED", exit_code="0:0")
+    steps = completed_but_failed(run, client, job)
+    expected = [(f"{j}.0", "FAILED", "1:0") for j in (5086, 5087, 5088, 5085)]
+    assert [(s.step, s.state, s.exit_code) for s in steps] == expected
+    status = RunStatus(run.run_id, str(run.path), 5085, "COMPLETED", "Finished successfully (exit code 0).", "",
+                       phase="finished")
+    _failed_steps(status, run, job, steps)
+    assert status.phase == "failed" and status.headline.startswith("Its step 5086.0 failed (failed, exit code 1:0)")
+    assert status.diagnosis["category"] != "success"
+    assert completed_but_failed(run, client, Job(5085, state="FAILED")) == []  # only a COMPLETED job is asked
