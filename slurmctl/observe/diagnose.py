@@ -345,7 +345,7 @@ def with_failed_steps(found: Diagnosis, steps: list, job_exit_code: str) -> Diag
     """`found` (read as the failure of the steps' job, with the step's exit code) for a job Slurm recorded
     COMPLETED whose srun steps failed (slurm.owned.failed_steps): the steps lead the evidence and the
     summary says what hid them."""
-    from slurmctl.slurm.owned import failed_steps_words
+    from slurmctl.slurm.owned import failed_steps_words  # why: the epilog imports this module; it never needs it
 
     found.summary = f"{found.summary.rstrip()} ({failed_steps_words(steps, job_exit_code)})"
     found.evidence = [f"step {s.step}: {s.state}, exit code {s.exit_code}" for s in steps[:3]] + found.evidence

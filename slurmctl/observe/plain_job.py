@@ -346,7 +346,7 @@ def _diagnose_logs(plain: PlainJob):
         diagnose_text,
         with_failed_steps,
     )
-    from slurmctl.observe.log_reading import read_tail
+    from slurmctl.observe.log_reading import read_tail  # why: as diagnose_text above
 
     job = plain.job
     state, exit_code = (job.state, job.exit_code) if job else ("", "")
