@@ -172,6 +172,8 @@ def _files_from_submit_line(job_id: int, job: Job) -> OutputFiles:
                                       "accounting did not keep (--chdir)")
             script_path = work_dir / script_path
         try:
+            if not script_path.is_file():  # gone, or no regular file (a FIFO would block the read)
+                raise SlurmctlError(f"{script_path} is no file")
             script = parse_script(script_path)
         except SlurmctlError:
             return _from_patterns(job_id, job, output or default, error,
@@ -352,7 +354,9 @@ def _diagnose_logs(plain: PlainJob):
     state, exit_code = (job.state, job.exit_code) if job else ("", "")
     if plain.failed_steps:
         state, exit_code = "FAILED", plain.failed_steps[0].exit_code
-    text = "\n".join(read_tail(p) for p in (plain.log_path, plain.err_path) if p is not None and _readable(p))
+    # the caller's own files, named in their own job: read as they would with tail (a FIFO is refused)
+    text = "\n".join(read_tail(p, nofollow=False) for p in (plain.log_path, plain.err_path)
+                     if p is not None and _readable(p))
     found = diagnose_text(text, state, exit_code)
     if plain.failed_steps:
         found = with_failed_steps(found, plain.failed_steps, job.exit_code if job else "")
