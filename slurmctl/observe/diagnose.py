@@ -324,13 +324,18 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
-def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Diagnosis:
+def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None,
+                 cancelled_waiting: bool = False) -> Diagnosis:
     """A run's diagnosis with what its own records say of how job `job_id` ended: a passed `adopt --smoke`
-    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at."""
+    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at.
+    `cancelled_waiting`: Slurm recorded its newest attempt CANCELLED without a start (it was cancelled
+    while it waited, after a requeue): what ended the attempt before is history, not the cause."""
     mine = [e for e in events if e.get("job_id") == job_id]
     passed = [e for e in mine if e.get("event") == "smoke-passed"]
     if passed and found.category in ("cancelled", "unknown"):
         return smoke_passed(passed[-1].get("why") or "", found)
+    if cancelled_waiting:
+        return _cancelled_while_waiting(found, any(e.get("event") == "cancel-requested" for e in mine))
     told = [e for e in mine if e.get("event") == "cancel-result"]
     if found.category == "cancelled" and any(e.get("event") == "cancel-requested" for e in mine):
         at = f" at step {told[-1]['last_step']}" if told and told[-1].get("last_step") is not None else ""
@@ -338,6 +343,39 @@ def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Di
         found.summary = (f"You cancelled it (`slurmctl cancel`){at}; nothing failed before that"
                          + (f" ({lost} steps since its checkpoint were lost)." if lost else "."))
     return found
+
+
+def with_failed_steps(found: Diagnosis, steps: list, job_exit_code: str) -> Diagnosis:
+    """`found` (read as the failure of the steps' job, with the step's exit code) for a job Slurm recorded
+    COMPLETED whose srun steps failed (slurm.owned.failed_steps): the steps lead the evidence and the
+    summary says what hid them."""
+    from slurmctl.slurm.owned import failed_steps_words  # why: the epilog imports this module; it never needs it
+
+    found.summary = f"{found.summary.rstrip()} ({failed_steps_words(steps, job_exit_code)})"
+    found.evidence = [f"step {s.step}: {s.state}, exit code {s.exit_code}" for s in steps[:3]] + found.evidence
+    return found
+
+
+def cancelled_before_start(job) -> bool:
+    """Slurm recorded the job's newest attempt CANCELLED with no start: it was cancelled while it waited
+    (after a requeue, its record in accounting has Start 'None')."""
+    return job is not None and job.state == "CANCELLED" and job.start_time is None
+
+
+def _cancelled_while_waiting(found: Diagnosis, by_slurmctl: bool) -> Diagnosis:
+    """The newest attempt was cancelled before it started: say so, with how the attempt before it ended."""
+    before = found.attempt or {}
+    number = before.get("run_attempt") or before.get("number")  # as status numbers the run's attempts
+    ran = f"attempt {number}" if number else "its last attempt"
+    ended = {"preempted": "was preempted", "node_lost": "lost a node", "time_limit": "hit its time limit"}.get(
+        found.category, f"ended ({found.category})")
+    who = "You cancelled it (`slurmctl cancel`)" if by_slurmctl else "It was cancelled (scancel: by you or an admin)"
+    nxt = f" as attempt {number + 1}" if isinstance(number, int) else ""
+    return Diagnosis(
+        "cancelled", f"{who} while it waited to start again{nxt}, after {ran} {ended} and Slurm requeued it; "
+        "nothing failed.", ["Slurm state: CANCELLED, never started again", *found.evidence[:2]],
+        "Nothing to fix: it was stopped on purpose. `slurmctl resume RUN` continues it from its newest checkpoint.",
+        source="slurm", extra={**found.extra, "attempt_before": found.category}, attempt=found.attempt)
 
 
 def smoke_passed(why: str, found: Diagnosis) -> Diagnosis:

@@ -245,6 +245,10 @@ FIELDS = {f.attr: f for f in [
     Field("comment", "%k", "Comment", "Comment", _text),
     Field("work_dir", None, "WorkDir", "WorkDir", _text),
     Field("std_out", None, "STDOUT", None, _text),
+    Field("std_err", None, "STDERR", None, _text),
+    # the sbatch command line as the user typed it (22.05's sacct keeps no StdOut: where the output went
+    # is read from here, and from the script it names)
+    Field("submit_line", None, None, "SubmitLine", _text),
 ]}
 
 
