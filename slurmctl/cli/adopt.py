@@ -23,7 +23,8 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
               help="Instead: write DIR/run.yaml, the job script it renders and a line-by-line MAPPING.txt.")
 @click.option("--framework", help="How the program checkpoints: lightning, hf-trainer, pytorch or none "
               "(default: detected from the program's imports).")
-@click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: the current directory).")
+@click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: its own output dir "
+              "when its command line or text names one, else the directory the job starts in).")
 @click.option("--signal", "program_signal", help="The signal the program saves on (default: the framework's).")
 @click.option("--step-pattern", help="Regex with a group named step for the program's progress lines.")
 @json_option

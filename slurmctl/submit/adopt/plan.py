@@ -37,6 +37,7 @@ from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
 from slurmctl.submit.adopt.body import BodyReading, read_body
+from slurmctl.submit.adopt.checkpoint_location import job_workdir, program_output_dir
 from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
 
 _NAME_RE = re.compile(r"[^a-z0-9._-]+")
@@ -353,11 +354,13 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
 
 
 def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
-                signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
-    """The adopt block: given, or detected from the program the script launches (its imports)."""
-    how, text = "given", ""
+                signal: str | None, step_pattern: str | None,
+                workdir: Path | None = None) -> tuple[Resilience | None, str, str]:
+    """The adopt block: given, or detected from the program the script launches (its imports).
+    `workdir`: where the program starts (None: only known when the job runs)."""
+    how, text, chosen = "given", "", None
     for launch in body.launches:
-        program = Path(launch.program) if launch.program else None
+        program = (workdir or Path()) / launch.program if launch.program else None
         try:
             text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
         except OSError:
@@ -366,11 +369,13 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
         if framework is None and found:
             framework, how = found, f"detected: {program} imports it"
         if found and found == framework:
+            chosen = launch
             break  # the program the block is about: its text says how it restores
+    chosen = chosen or next((launch for launch in body.launches if launch.program), None)
     if framework is None:
-        return None, "not detected"
+        return None, "not detected", ""
     if framework == "none":
-        return None, "none"
+        return None, "none", ""
     if framework not in ADAPTERS:
         raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
                         f"Use one of: {', '.join(ADAPTERS)} (or none).")
@@ -391,11 +396,53 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     if signal_to == "batch" and body.requeues_itself and body.under_srun:
         # the batch shell's own trap requeues on that signal: a cancel sends it to the program instead
         signal_to = "steps"
-    block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
+    where, where_how = _checkpoint_dir(adapter, chosen, text, checkpoint_dir, workdir)
+    block = Resilience(framework, str(where),
                        program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
     if hasattr(adapter, "restore_mode"):  # which of its checkpoints the framework restores by itself
         block.restore = adapter.restore_mode(text, body.under_srun)
-    return block, how
+    return block, how, where_how
+
+
+def start_directory(script: SbatchScript, body: BodyReading) -> Path | None:
+    """Where the program starts: sbatch runs in this directory (or --chdir), then the body's `cd`s up
+    to the launch line; None when one of them is known only when the job runs."""
+    first_launch = body.launches[0].line if body.launches else None
+    cd_lines = [text for line, kind, text in body.environment
+                if kind == "cd" and (first_launch is None or line <= first_launch)]
+    return job_workdir(script.value("chdir"), cd_lines, Path.cwd())
+
+
+def _checkpoint_dir(adapter, launch, program_text: str, given: str | None, workdir: Path | None) -> tuple[Path, str]:
+    """Where the program's checkpoints are looked for, and how that was concluded (a note for the dry
+    run): --checkpoint-dir, else the program's own setting (checkpoint_location), else the directory
+    the job starts in, as before."""
+    override = "give --checkpoint-dir DIR to look elsewhere"
+    if given:
+        return Path(given).resolve(), f"checkpoints: {Path(given).resolve()} (given with --checkpoint-dir)."
+    start = workdir or Path.cwd().resolve()
+    found = None
+    if launch is not None and launch.program and workdir is not None:
+        found = program_output_dir(launch.text, launch.program, program_text, adapter.OUTPUT_NAMES, workdir)
+    if found is not None and found[1].path is not None:
+        name, location = found
+        secondary = name != adapter.OUTPUT_NAMES[0]
+        if secondary and location.path.is_relative_to(start):
+            # a later setting inside the framework's default root: that root holds both (its scan reaches it)
+            return start, (f"checkpoints: {start}, the directory the job starts in ({adapter.NAME}'s default "
+                           f"{adapter.OUTPUT_NAMES[0]}), which holds {name} {location.path} read from "
+                           f"{location.source}; {override}.")
+        return location.path, (f"checkpoints: {location.path}, the program's {name}, read from {location.source}; "
+                               f"{override}.")
+    names = " / ".join(adapter.OUTPUT_NAMES)
+    if found is not None:
+        why = f"its {found[0]} comes from {found[1].source}"
+    elif workdir is None:
+        why = "the job changes directory to a place only known when it runs"
+    else:
+        why = f"neither its command line nor its own text sets {names}"
+    return start, (f"checkpoints: looked for in {start}, the directory the job starts in, because {why}; if the "
+                   f"program saves elsewhere, {override}.")
 
 
 def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient,
@@ -422,8 +469,11 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
                    original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
-    block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
-    plan.resilience = {**block.to_dict(), "how": how} if block else None
+    block, how, where = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern,
+                                    start_directory(script, body))
+    plan.resilience = {**block.to_dict(), "how": how, "checkpoint_dir_how": where} if block else None
+    if where:
+        plan.notes.append(where)
     if block and block.signal:
         plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
                           f"{_signal_target(block, body, shape.signal)}; the program saves "
