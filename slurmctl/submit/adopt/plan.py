@@ -214,6 +214,8 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
     header = [_safe_line(text, f"{script.path} line {number}") for number, text in _header_lines(script)]
     signal = script.value("signal") or ""
     batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
+    step_signal = signal.split("@")[0].removeprefix("SIG") if signal and not signal.startswith("B:") else ""
+    step_signal = step_signal if step_signal.isalnum() else ""
     q = shlex.quote
     margin = re.search(r"@(\d+)$", signal)  # the job's own signal comes this long before the limit
     lines = [
@@ -227,6 +229,8 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
         f"export SLURMCTL_DRAIN_MARGIN={int(drain_margin)}",
         "export SLURMCTL_ADOPTED=1",
         f"export SLURMCTL_PROGRAM_SIGNAL_MARGIN={int(margin.group(1))}" if margin else "",
+        # the job's own signal, which goes to its srun tasks: a program that dies of it was drained
+        f"export SLURMCTL_PROGRAM_SIGNAL={step_signal}" if step_signal else "",
         f"PY={q(python)}",
         "trap 'early_drain=1' USR1" if add_drain_signal else "",
         '"$PY" -m slurmctl.runtime.attempt start',
