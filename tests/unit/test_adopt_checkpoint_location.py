@@ -137,3 +137,38 @@ def test_command_line_spellings(tmp_path):
     (tmp_path / "args.json").write_text(json.dumps({"output_dir": "/abs/d"}))
     assert read("args.json") == "/abs/d"
     assert read("--logging_dir x") is None
+
+
+LAB_SBATCH = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --signal=B:USR1@60
+#SBATCH --requeue
+requeue_job() {
+  scontrol requeue $SLURM_JOB_ID
+}
+trap requeue_job USR1
+srun --kill-on-bad-exit=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=1 ddp_toy.py --lr $LR --steps 30 &
+wait
+"""
+TOY = "import torch, torch.distributed as dist\nfor step in range(30):\n    print(f'step {step}')\n"
+
+
+def test_a_scripts_batch_signal_is_no_save_signal_of_a_program_with_no_handler(tmp_path):
+    """The lab script's B:USR1 goes to its own trap (scontrol requeue); ddp_toy.py handles no signal."""
+    block, _, _ = _block(tmp_path, LAB_SBATCH, TOY, "ddp_toy.py")
+    assert block.framework == "pytorch" and block.signal is None
+    handles = "import signal, torch\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n" + TOY
+    block, _, _ = _block(tmp_path, LAB_SBATCH, handles, "ddp_toy.py")
+    assert block.signal == "USR1"
+
+
+def test_the_drain_note_says_whether_the_program_hears_slurmctls_signal(tmp_path):
+    from slurmctl.runtime.adapters import Resilience
+    from slurmctl.submit.adopt.plan import _program_told
+
+    told = _program_told(Resilience("pytorch", "/x", "USR1", "batch"), "USR1")  # python train.py & wait
+    assert "passes it on to the program, which saves on it" in told and "not told" not in told
+    under_srun = _program_told(Resilience("pytorch", "/x", "USR1", "steps"), None)
+    assert "not told" in under_srun and "only cancel sends it USR1" in under_srun
+    nothing = _program_told(Resilience("pytorch", "/x", None, "steps"), None)
+    assert "not told" in nothing and "--signal SIG" in nothing and "adapter" not in nothing

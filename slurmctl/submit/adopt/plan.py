@@ -328,7 +328,7 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
     notes = []
     if add_drain_signal:
         notes.append(f"drain: the script asks for no signal; slurmctl adds --signal=B:USR1@{margin} and records "
-                     "the drain request, but the program is not told (give it an adapter to save on it).")
+                     "the drain request")  # what the program hears of it: _program_told, once its block is known
     elif shape.signal and shape.signal.startswith("B:"):
         notes.append(f"drain: the script asks for {shape.signal}; the batch shell's signal is passed on to the "
                      "original script (its own trap gets it) and recorded as a drain request"
@@ -392,8 +392,11 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
             raise SpecError(f"--step-pattern {step_pattern!r}: {exc}.",
                             "Give a regex with a named group, e.g. 'iter (?P<step>\\d+)'.") from None
     program_signal = signal or adapter.SIGNAL
-    if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
-        program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+    if program_signal is None and shape.signal:  # the script's own --signal may say what the program listens to
+        named = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+        # ... unless the program's text, read, handles no such signal (the batch shell's own trap gets a B: one)
+        if not text or re.search(rf"\bSIG{re.escape(named)}\b", text):
+            program_signal = named
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
     if body.launches and not body.under_srun:
         signal_to = "batch"  # no srun step to signal: the batch shell passes it on (render_wrapper)
@@ -484,8 +487,8 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
                           f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
     elif block:
         plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
-                          "listed and used by resume; it saves on no signal, so cancel stops it at once "
-                          "(give --signal if it does).")
+                          "listed and used by resume; it saves on no signal, so cancel says so at once and "
+                          "offers `cancel --now` (adopt it with --signal SIG if it does save on one).")
     elif how == "not detected":
         programs = ", ".join(str(launch.program) for launch in body.launches if launch.program) or \
             "the script's commands (no .py program named)"
@@ -496,9 +499,23 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
             f"again with --framework {'|'.join(ADAPTERS)} --checkpoint-dir DIR (and --signal SIG if it saves "
             "on one).")
     pass_on = block.signal if block and block.signal and body.launches and not body.under_srun else None
+    if add_signal:
+        plan.notes[0] += _program_told(block, pass_on)
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
                                   "027" if site.share_runs_with_group else "077", pass_on)
     return plan, script
+
+
+def _program_told(block: Resilience | None, pass_on: str | None) -> str:
+    """The end of the drain note when slurmctl adds its own USR1 to the batch shell: whether the program
+    hears it (render_wrapper passes it on only to a program started without srun that saves on USR1)."""
+    if pass_on == "USR1":
+        return ": the batch shell passes it on to the program, which saves on it."
+    if block is not None and block.signal:
+        return (f"; the program is not told (it runs under srun; only cancel sends it {block.signal}): at the time "
+                "limit or a preemption it loses the work since its last checkpoint of its own.")
+    return ("; the program is not told (it saves on no signal slurmctl knows of; adopt it with --signal SIG if it "
+            "does): at the time limit or a preemption it loses the work since its last checkpoint of its own.")
 
 
 def _signal_target(block: Resilience, body: BodyReading, shape_signal: str | None) -> str:
