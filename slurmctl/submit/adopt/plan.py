@@ -19,8 +19,10 @@ import shlex
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from slurmctl.config.pricing import allocated_cost, price_at
 from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
@@ -302,9 +304,13 @@ def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_mar
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
-    """The worst case: GPUs x hours at the GPU price; a job without GPUs by the CPUs Slurm would give
-    it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills it."""
+def _cost(shape: Shape, site, partition: str | None, processors: int | None = None,
+          now: datetime | None = None) -> dict:
+    """The worst case: GPUs x hours at the list GPU price; a job without GPUs by the CPUs Slurm would
+    give it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills
+    it. Beside it, the price now and the cost if it started now and ran its whole time, by the ledger's
+    own rule (config.pricing, the site's off-peak and weekend discounts), so the rate shown is the one
+    `cost` charges."""
     config = site.partitions.get(partition or "") if partition else None
     price = config.price_per_gpu_hour if config else 0.0
     hours = (shape.time_seconds or 0) / 3600
@@ -317,6 +323,13 @@ def _cost(shape: Shape, site, partition: str | None, processors: int | None = No
         cpu_price = getattr(config, "price_per_cpu_hour", 0.0) if config else 0.0
         cost.update(cpus=processors * copies, price_per_cpu_hour=cpu_price,
                     max_usd=round(processors * copies * hours * cpu_price, 2))
+    now = now or datetime.now()
+    discounts = site.accounting.discounts
+    list_price = cost.get("price_per_cpu_hour", price)
+    cost["price_now"] = round(price_at(list_price, now, discounts), 4)
+    if config is not None:
+        started_now = allocated_cost(gpus, cost.get("cpus", 0), now, now + timedelta(hours=hours), config, discounts)
+        cost["if_started_now_usd"] = round(started_now, 2)
     return cost
 
 
