@@ -172,3 +172,18 @@ def test_the_drain_note_says_whether_the_program_hears_slurmctls_signal(tmp_path
     assert "not told" in under_srun and "only cancel sends it USR1" in under_srun
     nothing = _program_told(Resilience("pytorch", "/x", None, "steps"), None)
     assert "not told" in nothing and "--signal SIG" in nothing and "adapter" not in nothing
+
+
+def test_an_entry_point_that_is_no_python_file_has_its_command_line_read(tmp_path):
+    """litgpt as its users run it: `srun litgpt pretrain ... --out_dir out --resume auto`, adopted with
+    --framework pytorch (no program text to detect it from)."""
+    path = tmp_path / "job.sbatch"
+    path.write_text("#!/bin/bash\n#SBATCH -N 1\nsrun litgpt pretrain --config pretrain.yaml --out_dir out "
+                    "--resume auto\n")
+    script = parse_script(path)
+    body = read_body(script.body)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        block, _, note = _resilience(body, read_shape(script), "pytorch", None, None, None,
+                                     start_directory(script, body))
+    assert block.checkpoint_dir == str(tmp_path / "out") and "--out_dir out" in note

@@ -34,11 +34,15 @@ class Location:
     source: str
 
 
-def _words_after_program(text: str, program: str) -> list[str]:
+def _words_after_program(text: str, program: str | None) -> list[str]:
+    """The program's own arguments; for an entry point that is no .py file (`litgpt pretrain ...`),
+    every word of the line (the launchers name no output directory of their own)."""
     try:
         words = shlex.split(text, comments=True)
     except ValueError:
         words = text.split()
+    if not program:
+        return words
     for i, word in enumerate(words):
         if word == program:
             return words[i + 1:]
@@ -119,7 +123,7 @@ def _from_config_files(words: list[str], names: tuple[str, ...], base: Path) -> 
     return found
 
 
-def program_output_dir(launch_text: str, program: str, program_text: str, names: tuple[str, ...],
+def program_output_dir(launch_text: str, program: str | None, program_text: str, names: tuple[str, ...],
                        workdir: Path) -> tuple[str, Location] | None:
     """(the name, where) the program launched by `launch_text` saves, by the first of `names` (the
     adapter's precedence) it sets anywhere; None when nothing names it (its default then applies)."""

@@ -388,7 +388,9 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
         if found and found == framework:
             chosen = launch
             break  # the program the block is about: its text says how it restores
-    chosen = chosen or next((launch for launch in body.launches if launch.program), None)
+    # the launch the block is about: its program's, else the first that runs a .py file, else the only one
+    chosen = chosen or next((launch for launch in body.launches if launch.program), None) or (
+        body.launches[0] if len(body.launches) == 1 else None)
     if framework is None:
         return None, "not detected", ""
     if framework == "none":
@@ -442,7 +444,7 @@ def _checkpoint_dir(adapter, launch, program_text: str, given: str | None, workd
         return Path(given).resolve(), f"checkpoints: {Path(given).resolve()} (given with --checkpoint-dir)."
     start = workdir or Path.cwd().resolve()
     found = None
-    if launch is not None and launch.program and workdir is not None:
+    if launch is not None and workdir is not None:
         found = program_output_dir(launch.text, launch.program, program_text, adapter.OUTPUT_NAMES, workdir)
     if found is not None and found[1].path is not None:
         name, location = found
