@@ -464,7 +464,7 @@ def _checkpoint_dir(adapter, launch, program_text: str, given: str | None, workd
     else:
         why = f"neither its command line nor its own text sets {names}"
     return start, (f"checkpoints: looked for in {start}, the directory the job starts in, because {why}; if the "
-                   f"program saves elsewhere, {override}.")
+                   "program saves elsewhere, give --checkpoint-dir DIR.")
 
 
 def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient,
