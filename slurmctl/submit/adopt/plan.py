@@ -375,13 +375,14 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
                 workdir: Path | None = None) -> tuple[Resilience | None, str, str]:
     """The adopt block: given, or detected from the program the script launches (its imports).
     `workdir`: where the program starts (None: only known when the job runs)."""
-    how, text, chosen = "given", "", None
+    how, text, chosen, texts = "given", "", None, {}
     for launch in body.launches:
         program = (workdir or Path()) / launch.program if launch.program else None
         try:
             text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
         except OSError:
             text = ""
+        texts[launch.line] = text
         found = detect(text)
         if framework is None and found:
             framework, how = found, f"detected: {program} imports it"
@@ -391,6 +392,7 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
     # the launch the block is about: its program's, else the first that runs a .py file, else the only one
     chosen = chosen or next((launch for launch in body.launches if launch.program), None) or (
         body.launches[0] if len(body.launches) == 1 else None)
+    text = texts.get(chosen.line, "") if chosen is not None else ""
     if framework is None:
         return None, "not detected", ""
     if framework == "none":
