@@ -86,7 +86,7 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
             if result.drain == "unacknowledged":
                 latest = block.restored() if block else None  # what the next start restores, as status says
                 result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
-                               + (f" (it ended {state.lower()}: it does not save on that signal)" if state
+                               + (f" ({_why_no_save(block, state, result.last_step)})" if state
                                   not in {None, "CANCELLED"} else "")
                                + (f"; its next start restores {latest.path} (step {latest.step})" if latest else
                                   "; its next start restores no checkpoint of its own"))
@@ -99,6 +99,16 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
         time.sleep(poll)
     raise SlurmctlError(f"job {job_id} is still {state} {wait_seconds:.0f} s after scancel.",
                         "Check again with `slurmctl status`, then tell the platform team.")
+
+
+def _why_no_save(block: Resilience | None, state: str, last_step: int | None) -> str:
+    """Why a program sent its save signal ended without a new checkpoint: a framework that saves on
+    that signal (Lightning) does so only once its training runs, so it died of it while starting."""
+    if block is not None and block.signal and block.signal == block.adapter.SIGNAL:
+        when = "while it was still starting (no step logged yet)" if last_step is None else "before it saved"
+        return (f"it ended {state.lower()}: {block.framework} saves on {block.signal} only once its training loop "
+                f"has installed its handler, and it died of the signal {when}")
+    return f"it ended {state.lower()}: it does not save on that signal"
 
 
 def _steps_lost(run: Run, job_id: int, block: Resilience | None, result: CancelResult) -> None:
