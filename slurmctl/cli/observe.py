@@ -118,31 +118,15 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
     if result.cost_usd is not None and len(target.job_ids()) + result.requeues > 1:
-        from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
+        from slurmctl.ops.accounting import price_every_attempt  # why: only a run of several attempts
 
         # every attempt, as `slurmctl cost` counts them, not only the newest
-        result.cost_usd = cost_so_far(ctx.site_view, ctx.client, target.job_ids(), result.job_id,
-                                      result.attempt_started, result.cost_usd)
+        price_every_attempt(ctx.site_view, ctx.client, [target], [result])
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
 
         return CODES["slurm-unreachable"]
-
-
-def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
-    """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
-    count them: one sacct for every such run listed, none when there is none."""
-    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
-               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
-    if not several:
-        return
-    from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
-
-    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
-    for run, s in several:
-        ids = set(run.job_ids())
-        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
 
 
 @click.command(name="ls")
@@ -183,7 +167,9 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
     if not all_users and not slurm_down:
-        _cost_of_every_attempt(ctx, runs, statuses)
+        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
+
+        price_every_attempt(ctx.site_view, ctx.client, runs, statuses)
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]

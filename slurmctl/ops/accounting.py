@@ -420,6 +420,20 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     return attempts
 
 
+def price_every_attempt(site: SiteConfig, client: SlurmClient, runs: list, statuses: list) -> None:
+    """Each listed run's cost so far (its status's `cost_usd`) over all its attempts, as `slurmctl cost`
+    counts them, where it has several (a requeue's, a resume's): one sacct for every such run listed,
+    none when there is none. `ls`, `status` and the web's runs page all show this figure."""
+    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
+               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
+    if not several:
+        return
+    attempts = run_attempts(site, client, sorted({j for run, _ in several for j in run.job_ids()}))
+    for run, s in several:
+        ids = set(run.job_ids())
+        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
+
+
 def cost_so_far(site: SiteConfig, client: SlurmClient, job_ids: list[int], current_job_id: int | None,
                 current_start: datetime | None, current_cost: float | None) -> float | None:
     """What a run or a job cost so far over EVERY attempt (a requeue's and a resume's too): the ended
