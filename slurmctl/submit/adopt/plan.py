@@ -297,7 +297,7 @@ def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_mar
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
+def estimate_cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
     """The worst case: GPUs x hours at the GPU price; a job without GPUs by the CPUs Slurm would give
     it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills it."""
     config = site.partitions.get(partition or "") if partition else None
@@ -419,7 +419,7 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
         platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
-        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
+        cost=estimate_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
                    original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
     block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
@@ -533,6 +533,7 @@ def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan, sbatch_args: l
     meta = {"run_id": run.run_id, "name": _Named.name, "created": time.time(), "user": current_user(),
             "cluster": site.cluster, "partition": plan.slurm_original.get("partition"),
             "adopted": {"script": plan.script, "platform_args": plan.platform_args, "cwd": os.getcwd(),
-                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience}}
+                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience,
+                        "cost": plan.cost}}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
     return run
