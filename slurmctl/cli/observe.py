@@ -121,34 +121,14 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
     if result.slurm_unreachable_since is None:
-        _cost_of_every_attempt(ctx, [target], [result])
+        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
+
+        price_every_attempt(ctx.site_view, ctx.client, [target], [result])
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
 
         return CODES["slurm-unreachable"]
-
-
-def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list, early: _EarlyAttempts | None = None) -> None:
-    """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
-    count them: one sacct for every such run listed, none when there is none. Also while the newest
-    attempt has not started (a requeued job waiting, or cancelled while it waited): the ones before
-    it were paid for. `early`: the attempts `ls` asked for while the statuses were read; only jobs it
-    did not ask for cost a sacct here."""
-    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
-               if s.job_id is not None and (s.requeues or len(run.priced_job_ids()) > 1)]
-    if not several:
-        return
-    from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
-
-    wanted = sorted({j for run, _ in several for j in run.priced_job_ids()})
-    attempts, asked = early.result() if early is not None else ([], set())
-    missing = [j for j in wanted if j not in asked]
-    if missing:
-        attempts = [*attempts, *run_attempts(ctx.site_view, ctx.client, missing)]
-    for run, s in several:
-        ids = set(run.priced_job_ids())
-        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
 
 
 class _EarlyAttempts:
@@ -174,7 +154,7 @@ class _EarlyAttempts:
             self._thread.start()
 
     def _ask(self, site, client) -> None:
-        from slurmctl.ops.accounting import run_attempts  # why: as in _cost_of_every_attempt
+        from slurmctl.ops.accounting import run_attempts  # why: only when such a run is listed
 
         try:
             self._answer = run_attempts(site, client, self._ids)
@@ -237,7 +217,9 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
     if not all_users and not slurm_down:
-        _cost_of_every_attempt(ctx, runs, statuses, early)
+        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
+
+        price_every_attempt(ctx.site_view, ctx.client, runs, statuses, early.result())
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]

@@ -48,15 +48,15 @@ def test_status_and_ls_show_the_cost_so_far_while_a_requeued_job_waits_and_after
     of its own; the attempts before it were paid for: the cost so far is theirs, as `slurmctl cost` says."""
     from types import SimpleNamespace
 
-    from slurmctl.cli.observe import _cost_of_every_attempt
     from slurmctl.observe.status import RunStatus
+    from slurmctl.ops.accounting import price_every_attempt
 
     ctx = SimpleNamespace(site_view=local_site, client=_client(monkeypatch))
     run = SimpleNamespace(priced_job_ids=lambda: [4226])
     for state in ("PENDING", "CANCELLED"):
         waiting = RunStatus("r", "/runs/r", 4226, state, "", "", requeues=1)
         assert waiting.cost_usd is None
-        _cost_of_every_attempt(ctx, [run], [waiting])
+        price_every_attempt(ctx.site_view, ctx.client, [run], [waiting])
         expected = sum(a.cost_usd for a in run_attempts(local_site, ctx.client, [4226]))
         assert waiting.cost_usd is not None and abs(waiting.cost_usd - expected) < 1e-9 and round(expected, 2) == 0.26
 
@@ -66,13 +66,13 @@ def test_ls_uses_the_attempts_it_asked_for_while_the_statuses_were_read(local_si
     statuses; the figure is the same, and no second sacct is made for jobs it asked for."""
     from types import SimpleNamespace
 
-    from slurmctl.cli.observe import _cost_of_every_attempt
     from slurmctl.observe.status import RunStatus
+    from slurmctl.ops.accounting import price_every_attempt
 
     attempts = run_attempts(local_site, _client(monkeypatch), [4226])
     runner = ReplayRunner({})  # any Slurm call here would be answered with nothing: it must not be made
     ctx = SimpleNamespace(site_view=local_site, client=SlurmClient(runner))
     run = SimpleNamespace(priced_job_ids=lambda: [4226])
     waiting = RunStatus("r", "/runs/r", 4226, "PENDING", "", "", requeues=1)
-    _cost_of_every_attempt(ctx, [run], [waiting], SimpleNamespace(result=lambda: (attempts, {4226})))
+    price_every_attempt(ctx.site_view, ctx.client, [run], [waiting], (attempts, {4226}))
     assert runner.calls == [] and round(waiting.cost_usd, 2) == 0.26

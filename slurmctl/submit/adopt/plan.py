@@ -304,8 +304,8 @@ def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_mar
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None, processors: int | None = None,
-          now: datetime | None = None) -> dict:
+def estimate_cost(shape: Shape, site, partition: str | None, processors: int | None = None,
+                  now: datetime | None = None) -> dict:
     """The worst case: GPUs x hours at the list GPU price; a job without GPUs by the CPUs Slurm would
     give it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills
     it. Beside it, the price now and the cost if it started now and ran its whole time, by the ledger's
@@ -490,7 +490,7 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
         platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
-        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
+        cost=estimate_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
                    original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
     block, how, where = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern,
@@ -621,6 +621,7 @@ def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan, sbatch_args: l
     meta = {"run_id": run.run_id, "name": _Named.name, "created": time.time(), "user": current_user(),
             "cluster": site.cluster, "partition": plan.slurm_original.get("partition"),
             "adopted": {"script": plan.script, "platform_args": plan.platform_args, "cwd": os.getcwd(),
-                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience}}
+                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience,
+                        "cost": plan.cost}}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
     return run
