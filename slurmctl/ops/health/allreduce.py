@@ -28,9 +28,12 @@ verification job):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -93,20 +96,38 @@ class TorchPythonBroken(Exception):
 
 def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measured | None, str]:
     """Run the ranks: (the measurement, "") or (None, why it failed). Raises TorchPythonBroken when
-    the torch python itself is missing or has no working torch."""
-    child = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "LC_ALL": "C", "GLOO_SOCKET_IFNAME": ifname or "lo"}
+    the torch python itself is missing or has no working torch.
+
+    On loopback (the default) the ranks run in a network namespace of their own, holding only its
+    own loopback: gloo's handshake is an unauthenticated 8-byte sequence number, and a user who
+    connects to a rank's listener first takes the peer's place, failing the check (and draining a
+    healthy node) at will. A namespace no other process shares has no such listener to reach. Where
+    the kernel refuses a namespace (no CAP_SYS_ADMIN), and on a fabric interface the site names,
+    the ranks use the node's network, as gloo does."""
+    ifname = ifname or "lo"
+    child = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "LC_ALL": "C", "GLOO_SOCKET_IFNAME": ifname}
+    isolate = ifname == "lo" and _namespaces_allowed()
     with tempfile.TemporaryDirectory(prefix="slurmctl-allreduce-") as private:  # 0700, root's
-        outputs, procs = [], []
-        try:
-            for rank in range(ranks):
-                out = open(Path(private) / f"rank{rank}.out", "w+")  # noqa: SIM115 - closed below
-                outputs.append(out)
+        outputs, procs, missing = [], [], ""
+        for rank in range(ranks):
+            out = open(Path(private) / f"rank{rank}.out", "w+")  # noqa: SIM115 - closed below
+            outputs.append(out)
+            enter = None if not isolate else _private_loopback if rank == 0 else _join_network_of(procs[0].pid)
+            try:
                 procs.append(subprocess.Popen(rank_argv(python, rank, ranks, Path(private) / "store"),
                                               stdout=out, stderr=subprocess.STDOUT, text=True, env=child,
-                                              cwd="/", stdin=subprocess.DEVNULL, start_new_session=True))
-        except OSError as exc:
-            _end(procs)
-            raise TorchPythonBroken(f"could not start {python}: {exc.strerror or exc}") from None
+                                              cwd="/", stdin=subprocess.DEVNULL, start_new_session=True,
+                                              preexec_fn=enter))
+            except OSError as exc:
+                if rank == 0:
+                    _end(procs)
+                    raise TorchPythonBroken(f"could not start {python}: {exc.strerror or exc}") from None
+                missing = f"rank {rank} could not start: {exc.strerror or exc}"
+            except subprocess.SubprocessError:  # its preexec: rank 0 (and its namespace) already gone
+                missing = f"rank {rank} could not join rank 0's network namespace"
+            if missing:
+                outputs.pop().close()
+                break
         try:
             deadline = time.monotonic() + timeout
             while any(p.poll() is None for p in procs):
@@ -125,6 +146,8 @@ def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measu
         raise TorchPythonBroken(f"{python} cannot import torch: {failure_line(failed[0])}")
     if failed:
         return None, f"gloo all-reduce over {ranks} ranks failed: {failure_line(chr(10).join(failed))}"
+    if missing:
+        return None, f"gloo all-reduce over {ranks} ranks failed: {missing}"
     for line in reversed(said[0].splitlines()):
         try:
             data = json.loads(line)
@@ -132,6 +155,50 @@ def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measu
         except (ValueError, KeyError, TypeError):
             continue
     return None, f"gloo all-reduce over {ranks} ranks printed no measurement"
+
+
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_IFREQ = struct.Struct("16sH22x")  # struct ifreq: the name, then ifr_flags in the union
+
+
+def _libc():
+    import ctypes  # why: only the active check enters namespaces
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _namespaces_allowed() -> bool:
+    """A network namespace can be made here: tried in a throwaway child, never in this process."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports by its exit status
+        os._exit(0 if _libc().unshare(_CLONE_NEWNET) == 0 else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def _private_loopback() -> None:
+    """Rank 0's preexec: a network namespace of its own whose loopback is up (it starts down)."""
+    import ctypes  # why: as in _libc
+
+    if _libc().unshare(_CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = _IFREQ.unpack(fcntl.ioctl(sock, _SIOCGIFFLAGS, _IFREQ.pack(b"lo", 0)))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | _IFF_UP))
+
+
+def _join_network_of(pid: int):
+    """The other ranks' preexec: rank 0's network namespace (set before its Popen returned)."""
+    def enter() -> None:
+        import ctypes  # why: as in _libc
+
+        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+        try:
+            if _libc().setns(fd, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+        finally:
+            os.close(fd)
+    return enter
 
 
 def _end(procs: list[subprocess.Popen]) -> None:
