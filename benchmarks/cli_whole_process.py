@@ -13,7 +13,8 @@ Started as root it re-runs itself as alice (see _as_user.py); everything below r
 
 Rows (goals): --help vs `python -c pass` (<= 2.5x); ls and status vs python start + the raw squeue
 (<= 3x); queue with the filled queue vs raw squeue (<= 3x); ls with --runs run dirs vs ls with 20
-(<= 1.2x); submit --yes -- --hold vs python start + `import submitit` + submitit's submit() (<= 1.5x).
+(<= 1.2x); ls with --today-runs run dirs made today (a busy day) vs ls with 20 (<= 1.2x); submit --yes
+-- --hold vs python start + `import submitit` + submitit's submit() (<= 1.5x).
 The "vs squeue --me" rows put ls, status RUN and status JOBID (one of its plain held jobs) beside the
 bare `squeue --me` a user would type instead; their ratio is what a user feels (no goal: python's own
 start alone is ~10x a squeue). `--only WORD` runs the rows whose name has WORD (e.g. `--only "squeue --me"`).
@@ -136,6 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=1000, help="held jobs in the queue")
     parser.add_argument("--runs", type=int, default=10000, help="ended run dirs of the large runs root")
+    parser.add_argument("--today-runs", type=int, default=1000, help="ended run dirs made today (a busy day)")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--partition", default="l4-dev")
     parser.add_argument("--only", default="", help="only the rows whose name contains this")
@@ -156,6 +158,8 @@ def main() -> None:
     large_cfg = runs_root_config(site, tmp / f"runs-{args.runs}", tmp / f"site-{args.runs}.yaml")
     small_env = {**base_env, "SLURMCTL_SITE_CONFIG": str(small_cfg)}
     large_env = {**base_env, "SLURMCTL_SITE_CONFIG": str(large_cfg)}
+    today_cfg = runs_root_config(site, tmp / "runs-today", tmp / "site-today.yaml")
+    today_env = {**base_env, "SLURMCTL_SITE_CONFIG": str(today_cfg)}
     user = bench_user().pw_name
     job_ids: list[int] = []
     try:
@@ -179,6 +183,14 @@ def main() -> None:
             make_run(old_root, run_id_for("ended", created, i), created, 100 + i, args.partition)
         print(f"runs: 20 in {tmp / 'runs-20'}; 20 + {args.runs} in {old_root.parent} "
               f"(made in {time.perf_counter() - started:.1f} s)")
+        busy_root = tmp / "runs-today" / user
+        for run_id, created, job in recent:
+            make_run(busy_root, run_id, created, job, args.partition)
+        for i in range(args.today_runs):  # a busy day: one run every 10 s, each ended 5 min after it began
+            created = now - 60 - i * 10
+            run_id = run_id_for("today", created, i)
+            make_run(busy_root, run_id, created, 100 + i, args.partition)
+            os.utime(busy_root / run_id, (created + 300, created + 300))  # its dir last changed as it ended
 
         work = tmp / "work"
         work.mkdir()
@@ -202,6 +214,8 @@ def main() -> None:
                 "slurmctl": ([SLURMCTL, "queue"], small_env), "squeue": (squeue, small_env)}},
             {"name": f"ls ({args.runs} + 20 run dirs vs 20)", "goal": 1.2, "commands": {
                 "slurmctl": ([SLURMCTL, "ls"], large_env), "ls-20": ([SLURMCTL, "ls"], small_env)}},
+            {"name": f"ls ({args.today_runs} run dirs of today + 20 vs 20)", "goal": 1.2, "commands": {
+                "slurmctl": ([SLURMCTL, "ls"], today_env), "ls-20": ([SLURMCTL, "ls"], small_env)}},
             {"name": "submit --yes -- --hold", "goal": 1.5, "commands": {
                 "slurmctl": ([SLURMCTL, "submit", str(work / "run.yaml"), "--yes", "--", "--hold"], small_env),
                 "submitit": ([PYTHON, str(submitit_script), str(tmp / "submitit"), args.partition, tag],

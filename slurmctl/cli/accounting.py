@@ -32,7 +32,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
         if isinstance(target, PlainJob):
             return cost_plain(ctx, target, as_json)
         family, names = lineage.family(registry.list(), target.run_id), []
-    job_ids = [j for r in family for j in r.job_ids()]
+    job_ids = [j for r in family for j in r.priced_job_ids()]
     result = run_cost(names + [r.run_id for r in family], job_ids, ctx.site, ctx.client,
                       [r.cost_records_dir for r in family],
                       {a for r in family for a in r.drain_acknowledged_attempts()},
@@ -50,7 +50,9 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       f"{a.elapsed_s / 3600:.2f}", f"${a.cost_usd:,.2f}",
                       f"${a.waste_usd:,.2f} {a.waste_cause}" if a.waste_usd else "-")
     out.print(table)
-    out.print(f"[bold]{escape(result.run_id)}[/]: {len(result.attempts)} attempt(s), "
+    jobs = len({a.job_id for a in result.attempts})  # an array's tasks, a resume: jobs of their own
+    out.print(f"[bold]{escape(result.run_id)}[/]: {f'{jobs} jobs, ' if jobs > 1 else ''}"
+              f"{len(result.attempts)} attempt(s), "
               f"{result.held}, [bold]${result.cost_usd:,.2f}[/]; "
               f"waste ${result.waste_usd:,.2f} ({result.waste_gpu_hours:.2f} GPU-hours)")
     out.print(f"Restarts: {requeues} Slurm requeue(s) (attempts above); {in_allocation} inside the allocation "

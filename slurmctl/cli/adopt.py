@@ -23,7 +23,8 @@ from slurmctl.cli.context import Context, err, json_option, out, pass_ctx, print
               help="Instead: write DIR/run.yaml, the job script it renders and a line-by-line MAPPING.txt.")
 @click.option("--framework", help="How the program checkpoints: lightning, hf-trainer, pytorch or none "
               "(default: detected from the program's imports).")
-@click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: the current directory).")
+@click.option("--checkpoint-dir", help="Where the program writes its checkpoints (default: its own output dir "
+              "when its command line or text names one, else the directory the job starts in).")
 @click.option("--signal", "program_signal", help="The signal the program saves on (default: the framework's).")
 @click.option("--step-pattern", help="Regex with a group named step for the program's progress lines.")
 @json_option
@@ -114,8 +115,13 @@ def _print_plan(plan) -> None:
     cost = plan.cost
     priced = (f"{cost['cpus']} CPU(s) x ${cost['price_per_cpu_hour']:.3f}/CPU-hour" if cost.get("cpus") else
               f"{cost['gpus']} GPU(s) x ${cost['price_per_gpu_hour']:.2f}/GPU-hour")
-    print_line(("Cost:", "bold"), f" {priced} x {cost['hours']:.2f} h = worst case ${cost['max_usd']:,.2f}"
-               f"{' (' + cost['note'] + ')' if cost['note'] else ''}", to_stderr=True)
+    unit = "CPU" if cost.get("cpus") else "GPU"
+    listed = cost["price_per_cpu_hour"] if cost.get("cpus") else cost["price_per_gpu_hour"]
+    now = (f"; now ${cost['price_now']:.{3 if cost.get('cpus') else 2}f}/{unit}-hour after the site's discount, as "
+           f"`cost` charges: ${cost['if_started_now_usd']:,.2f} if it started now and ran its whole time"
+           if cost.get("if_started_now_usd") is not None and cost["price_now"] < listed else "")
+    print_line(("Cost:", "bold"), f" {priced} x {cost['hours']:.2f} h = worst case ${cost['max_usd']:,.2f} at the "
+               f"list price{now}{' (' + cost['note'] + ')' if cost['note'] else ''}", to_stderr=True)
     print_line(("Directives:", "bold"), to_stderr=True)
     for d in plan.directives:
         print_line(f"  {d['where']:>14}  {d['raw']}  -> {d['status']}", to_stderr=True)

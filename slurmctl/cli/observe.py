@@ -47,6 +47,8 @@ def _print_status(s: RunStatus) -> None:
         held = f"{s.gpus} GPU(s)" if s.gpus else f"{s.cpus} CPU(s), no GPU"
         print_line(("Shape:", "bold"), f" {s.num_nodes} node(s), {held}{on}"
                    f"{f' · cost so far {usd(s.cost_usd)}' if s.cost_usd is not None else ''}")
+    elif s.cost_usd is not None:  # nothing allocated now (waiting to start again, cancelled while waiting)
+        print_line(("Cost so far:", "bold"), f" {usd(s.cost_usd)} (every attempt before this one)")
     if s.last_step is not None:
         total = f"/{s.total_steps} ({s.progress_percent}%)" if s.total_steps else ""
         loss = s.last_metrics.get("loss")
@@ -63,7 +65,8 @@ def _print_status(s: RunStatus) -> None:
     history = [line for line in s.history if line.strip()]  # the attempts' story, newest last
     if history:
         shown = f" (the last {len(history[-8:])})" if len(history) > 8 else ""
-        print_line(("History:", "bold"), f" {len(history)} attempt(s){shown}")
+        kind = "array task(s)" if history[0].startswith("array task") else "attempt(s)"
+        print_line(("History:", "bold"), f" {len(history)} {kind}{shown}")
         for line in history[-8:]:
             print_line(f"  {line}")
     if s.diagnosis:
@@ -117,12 +120,10 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
     if isinstance(target, PlainJob):
         return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
-    if result.cost_usd is not None and len(target.job_ids()) + result.requeues > 1:
-        from slurmctl.ops.accounting import cost_so_far  # why: only a run of several attempts
+    if result.slurm_unreachable_since is None:
+        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
 
-        # every attempt, as `slurmctl cost` counts them, not only the newest
-        result.cost_usd = cost_so_far(ctx.site_view, ctx.client, target.job_ids(), result.job_id,
-                                      result.attempt_started, result.cost_usd)
+        price_every_attempt(ctx.site_view, ctx.client, [target], [result])
     print_json(result.to_dict()) if as_json else _print_status(result)
     if result.slurm_unreachable_since is not None:  # shown from the run dir alone: not a success
         from slurmctl.errors import CODES
@@ -130,19 +131,51 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return CODES["slurm-unreachable"]
 
 
-def _cost_of_every_attempt(ctx: Context, runs: list, statuses: list) -> None:
-    """A requeued or resumed run's cost so far over all its attempts, as status and `slurmctl cost`
-    count them: one sacct for every such run listed, none when there is none."""
-    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
-               if s.cost_usd is not None and (s.requeues or len(run.job_ids()) > 1)]
-    if not several:
-        return
-    from slurmctl.ops.accounting import attempts_cost, run_attempts  # why: only when such a run is listed
+class _EarlyAttempts:
+    """`ls`'s sacct of every attempt of the runs whose records already show several (a requeue, a
+    resume, an array's tasks), asked in a thread while their statuses are read: it costs as much as
+    the rest of `ls`. A copy of a local runner (its own read budget); any other runner is not raced."""
 
-    attempts = run_attempts(ctx.site_view, ctx.client, sorted({j for run, _ in several for j in run.job_ids()}))
-    for run, s in several:
-        ids = set(run.job_ids())
-        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
+    def __init__(self, ctx: Context, runs: list):
+        self._ids = sorted({j for run in runs if _shows_several(run) for j in run.priced_job_ids()})
+        self._answer: list | BaseException = []
+        self._thread = None
+        from slurmctl.slurm.runner import LocalRunner  # why: as SlurmClient below
+
+        if self._ids and isinstance(ctx.client.runner, LocalRunner):
+            import copy  # why: only ls asks early
+            import threading
+
+            from slurmctl.slurm.client import SlurmClient  # why: cli imports the core per command (start-up)
+
+            client = SlurmClient(copy.copy(ctx.client.runner))
+            self._thread = threading.Thread(target=self._ask, args=(ctx.site_view, client), name="attempts",
+                                            daemon=True)
+            self._thread.start()
+
+    def _ask(self, site, client) -> None:
+        from slurmctl.ops.accounting import run_attempts  # why: only when such a run is listed
+
+        try:
+            self._answer = run_attempts(site, client, self._ids)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            self._answer = exc
+
+    def result(self) -> tuple[list, set[int]]:
+        """(the attempts read, the job ids asked); nothing asked when no thread ran."""
+        if self._thread is None:
+            return [], set()
+        self._thread.join()
+        if isinstance(self._answer, BaseException):
+            raise self._answer
+        return self._answer, set(self._ids)
+
+
+def _shows_several(run) -> bool:
+    """The run's own records show more than one attempt: several jobs, or a start after a requeue."""
+    return len(run.priced_job_ids()) > 1 or any(
+        e.get("event") == "start" and isinstance(e.get("restart_count"), int) and e["restart_count"] > 0
+        for e in run.events())
 
 
 @click.command(name="ls")
@@ -177,13 +210,16 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
+        early = _EarlyAttempts(ctx, runs)  # the sacct that prices their attempts, while their statuses are read
         runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all,
                                  known=mine.recent)
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
     if not all_users and not slurm_down:
-        _cost_of_every_attempt(ctx, runs, statuses)
+        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
+
+        price_every_attempt(ctx.site_view, ctx.client, runs, statuses, early.result())
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:
         rows = [s.to_dict() for s in statuses]
@@ -343,11 +379,20 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     elif run:
         job_id = the_run.latest_job_id()
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
+        from slurmctl.observe.diagnose import with_failed_steps
         from slurmctl.observe.logs import log_file
-        result = diagnose_file(log_file(the_run, job_id), job.state if job else "", job.exit_code if job else "")
-        from slurmctl.observe.diagnose import in_run_words
+        from slurmctl.observe.status import completed_but_failed
 
-        result = in_run_words(result, the_run.events(), job_id)
+        # Slurm's COMPLETED 0:0 hides a failed srun step (`srun ... &`, bare `wait`): the step's job and exit code
+        steps = completed_but_failed(the_run, ctx.client, job) if job is not None else []
+        read_job = int(steps[0].step.split(".")[0]) if steps else job_id
+        state, exit_code = ("FAILED", steps[0].exit_code) if steps else (job.state, job.exit_code) if job else ("", "")
+        result = diagnose_file(log_file(the_run, read_job), state, exit_code)
+        if steps:
+            result = with_failed_steps(result, steps, job.exit_code)
+        from slurmctl.observe.diagnose import cancelled_before_start, in_run_words
+
+        result = in_run_words(result, the_run.events(), job_id, cancelled_waiting=cancelled_before_start(job))
     if as_json:
         print_json(result.to_dict())
         return

@@ -24,7 +24,8 @@ def resolve_ref(ctx: Context, ref: str):
 def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context | None = None) -> None:
     s = plain_job_status(plain, site)
     job = plain.job
-    if ctx is not None and job is not None and s.cost_usd is not None and (job.restarts or job.source == "sacct"):
+    # also while a requeued job waits to start again (its own cost is None then): its attempts were paid for
+    if ctx is not None and job is not None and (job.restarts or job.source == "sacct"):
         from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
 
         # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
@@ -40,10 +41,14 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
         cost = f" · cost so far {usd(s.cost_usd)}" if s.cost_usd is not None else ""
         print_line(("Shape:", "bold"), f" {s.num_nodes} node(s){held}{f' on {s.nodes}' if s.nodes else ''} · "
                    f"{s.partition}{cost}")
+    elif s.cost_usd is not None:  # nothing allocated now (waiting to start again, cancelled while waiting)
+        print_line(("Cost so far:", "bold"), f" {usd(s.cost_usd)} (every attempt before this one)")
     for line in s.details:
         print_line(f"  {line}")
     if s.log_path:
         print_line(("Output:", "bold"), f" {s.log_path}")
+    if s.error_path:
+        print_line(("Errors:", "bold"), f" {s.error_path}")
     if s.diagnosis:
         d = s.diagnosis
         print_line(("Diagnosis:", "bold"), " ", (d["category"], "red"), f" — {d['summary']}")
@@ -56,35 +61,56 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
 
 
 def print_plain_logs(plain: PlainJob, lines: int, as_json: bool) -> int | None:
+    """The end of the job's output file and, when it names one apart, of its --error file (as `tail`
+    prints two files: each under its name)."""
     from slurmctl.observe.logs import tail_lines
 
-    path = plain.log_path
+    path, err = plain.log_path, plain.err_path
     if path is None:
-        print_line(f"Slurm no longer says where job {plain.job_id} wrote its output.", to_stderr=True)
+        print_line(plain.missing or f"Slurm no longer says where job {plain.job_id} wrote its output.",
+                   to_stderr=True)
         return 1
-    # the caller's own output file, named in their own job: read as they would with tail
+    if plain.missing:  # a path in doubt is said, not shown as if Slurm had said it
+        print_line(plain.missing, to_stderr=True)
+    # the caller's own files, named in their own job: read as they would with tail
     text = tail_lines(path, lines, nofollow=False) if path.exists() else []
+    err_text = tail_lines(err, lines, nofollow=False) if err is not None and err.exists() else []
     if as_json:
-        print_json({"job_id": plain.job_id, "path": str(path), "lines": text})
+        print_json({"job_id": plain.job_id, "path": str(path), "lines": text,
+                    "error_path": str(err) if err else None, "error_lines": err_text})
         return None
-    if not text and not path.exists():
-        print_line(f"no output yet at {path}", to_stderr=True)
+    if err is None:
+        if not text and not path.exists():
+            print_line(f"no output yet at {path}", to_stderr=True)
+            return None
+        click.echo("\n".join(text))
         return None
-    click.echo("\n".join(text))
+    for name, shown, exists in ((path, text, path.exists()), (err, err_text, err.exists())):
+        click.echo(f"==> {name} <==")
+        if shown:
+            click.echo("\n".join(shown))
+        elif not exists:
+            click.echo("(no such file yet)")
     return None
 
 
 def cost_plain(ctx: Context, plain: PlainJob, as_json: bool) -> None:
     from slurmctl.ops.accounting import run_cost
+    from slurmctl.slurm.owned import array_task_ids
 
-    result = run_cost([f"job {plain.job_id}"], [plain.job_id], ctx.site, ctx.client)
+    # `cost ARRAYID` prices every task of the array, each a job of its own, as `sacct -j ARRAYID` lists them
+    ids = array_task_ids(ctx.client, plain.job_id) if plain.whole_array else [plain.job_id]
+    result = run_cost([f"job {plain.job_id}"], ids, ctx.site, ctx.client)
     if as_json:
         print_json({**result.to_dict(), "kind": "sbatch"})
         return
     for a in result.attempts:
         out.print(f"job {a.job_id}  {a.state.lower()}  {a.partition}  {a.shape}  {a.start}  "
                   f"{a.elapsed_s / 3600:.2f} h  ${a.cost_usd:,.2f}", markup=False)
-    out.print(f"job {plain.job_id} (plain sbatch): {len(result.attempts)} attempt(s), "
+    jobs = len({a.job_id for a in result.attempts})
+    what = f"array {plain.job_id}" if plain.whole_array else f"job {plain.job_id}"
+    tasks = f"{jobs} tasks, " if plain.whole_array else ""
+    out.print(f"{what} (plain sbatch): {tasks}{len(result.attempts)} attempt(s), "
               f"{result.held}, ${result.cost_usd:,.2f}", markup=False)
 
 

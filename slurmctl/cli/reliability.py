@@ -14,14 +14,18 @@ from slurmctl.cli.context import Context, err, escape, json_option, out, pass_ct
 @click.option("--now", is_flag=True, help="Skip the drain: stop at once (work since the last checkpoint is lost).")
 @click.option("--timeout", "drain_timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait for the training to checkpoint and acknowledge the drain.")
+@click.option("--at-next-checkpoint", is_flag=True,
+              help="An adopted program that saves on no signal: stop it right after its next checkpoint of its own.")
 @json_option
 @pass_ctx
-def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: bool) -> None:
+def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: bool,
+           at_next_checkpoint: bool = False) -> None:
     """Stop RUN: ask it to checkpoint and acknowledge, wait for that, then cancel and verify."""
     from slurmctl.control.cancel import cancel_run
     from slurmctl.observe.sweep import sweep_for
 
     if (swept := sweep_for(ctx.registry, run)) is not None:  # a sweep: drain every element, then its array
+        _only_adopted(at_next_checkpoint, f"{run} is a sweep")
         from slurmctl.cli.sweep import cancel_sweep_command
 
         return cancel_sweep_command(ctx, swept, now, drain_timeout, as_json)
@@ -44,11 +48,17 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
 
     target = resolve_ref(ctx, run)  # a run, or one of the caller's own plain sbatch jobs by id
     if isinstance(target, PlainJob):
+        _only_adopted(at_next_checkpoint, f"job {run} is a plain sbatch job")
         return cancel_plain(ctx, target, as_json)
     from slurmctl.control.adopted import cancel_adopted, is_adopted
 
-    stop = cancel_adopted if is_adopted(target) else cancel_run  # adopted: the program's own signal and save
-    result = stop(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
+    if is_adopted(target):  # the program's own signal and save
+        result = cancel_adopted(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress,
+                                at_next_checkpoint=at_next_checkpoint)
+    else:
+        _only_adopted(at_next_checkpoint, f"run {target.run_id} was not adopted (its training saves when the drain "
+                      "asks it to)")
+        result = cancel_run(target, ctx.client, now=now, drain_timeout=drain_timeout, progress=progress)
     if shown and animate:
         err.print("")  # end the progress line: the verdict starts on its own
     if as_json:
@@ -76,17 +86,31 @@ def cancel(ctx: Context, run: str, now: bool, drain_timeout: float, as_json: boo
         return 1
 
 
+def _only_adopted(at_next_checkpoint: bool, why: str) -> None:
+    if at_next_checkpoint:
+        from slurmctl.errors import SpecError
+
+        raise SpecError(f"--at-next-checkpoint is for an adopted program that saves on no signal; {why}.",
+                        "Run the same cancel without --at-next-checkpoint.")
+
+
 @click.command()
 @click.argument("run")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask to confirm a cost above the site threshold.")
 @json_option
 @pass_ctx
-def resume(ctx: Context, run: str, as_json: bool) -> None:
+def resume(ctx: Context, run: str, as_json: bool, yes: bool = False) -> None:
     """Start a new job for an ended RUN from its newest valid checkpoint (same run id)."""
     from slurmctl.control.adopted import is_adopted, resume_adopted
     from slurmctl.control.resume import resume_run
 
+    def confirm(max_usd: float) -> bool:
+        return click.confirm(f"Worst case ${max_usd:,.2f} Resume?", default=False, err=True)
+
     the_run = ctx.registry.get(run)
-    result = (resume_adopted if is_adopted(the_run) else resume_run)(the_run, ctx.client)
+    interactive = not as_json and sys.stdin.isatty()  # as submit: a script gets the error, never a prompt
+    result = (resume_adopted if is_adopted(the_run) else resume_run)(the_run, ctx.client, ctx.site, yes=yes,
+                                                                     confirm=confirm if interactive else None)
     if as_json:
         print_json(result.to_dict())
         return

@@ -47,6 +47,23 @@ def _day_boundaries(offpeak_start: time, offpeak_end: time) -> tuple[int, int, t
     return start, end, tuple(sorted({start, end, 86400} - {0}))
 
 
+def _fraction_off(discounts: Discounts, off_start: int, off_end: int, second_of_day: float, weekday: int) -> float:
+    """The discount at that second of that weekday: the larger of off-peak and weekend (no stacking)."""
+    offpeak = (second_of_day >= off_start or second_of_day < off_end) if off_start > off_end else \
+        off_start <= second_of_day < off_end
+    return max(discounts.offpeak if offpeak else 0.0, discounts.weekend if weekday >= 5 else 0.0)
+
+
+def price_at(price_per_hour: float, when: datetime, discounts: Discounts | None = None) -> float:
+    """The $/hour that allocation_cost charges for an hour held at `when` (naive local time): the list
+    price less the discount that applies then (an estimate says it beside the list price)."""
+    if discounts is None or (discounts.offpeak == 0 and discounts.weekend == 0):
+        return price_per_hour
+    off_start, off_end, _ = _day_boundaries(discounts.offpeak_start, discounts.offpeak_end)
+    second_of_day = _seconds(when.time()) + when.microsecond / 1e6
+    return price_per_hour * (1 - _fraction_off(discounts, off_start, off_end, second_of_day, when.weekday()))
+
+
 def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hour: float,
                     discounts: Discounts | None = None) -> float:
     """Dollars for `gpus` GPUs held from start to end (naive local times, as sacct prints them).
@@ -59,17 +76,13 @@ def allocation_cost(gpus: int, start: datetime, end: datetime, price_per_gpu_hou
     if discounts is None or (discounts.offpeak == 0 and discounts.weekend == 0):
         return gpus * remaining / 3600 * price_per_gpu_hour
     off_start, off_end, bounds = _day_boundaries(discounts.offpeak_start, discounts.offpeak_end)
-    wraps = off_start > off_end
     second_of_day = _seconds(start.time()) + start.microsecond / 1e6
     weekday = start.weekday()
     weighted = 0.0
     while remaining > 0:
         boundary = next(b for b in bounds if b > second_of_day)
         span = min(boundary - second_of_day, remaining)
-        offpeak = (second_of_day >= off_start or second_of_day < off_end) if wraps else \
-            off_start <= second_of_day < off_end
-        off = max(discounts.offpeak if offpeak else 0.0, discounts.weekend if weekday >= 5 else 0.0)
-        weighted += span * (1 - off)
+        weighted += span * (1 - _fraction_off(discounts, off_start, off_end, second_of_day, weekday))
         remaining -= span
         second_of_day = boundary
         if second_of_day >= 86400:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from slurmctl.control.cancel import CancelResult, ProgressFn
-from slurmctl.control.resume import ResumeResult
+from slurmctl.control.resume import ConfirmFn, ResumeResult, confirm_cost
 from slurmctl.errors import ResumeError, RunNotFound, SlurmCommandError, SlurmctlError
 from slurmctl.fsutil import tail_text_lines
 from slurmctl.rundir import ADOPTED_SCRIPT, JOB_SCRIPT, Run
@@ -46,7 +46,10 @@ def _newer(ck: ProgramCheckpoint | None, than: ProgramCheckpoint | None) -> bool
 
 
 def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_timeout: float = 300.0,
-                   wait_seconds: float = 60.0, poll: float = 0.5, progress: ProgressFn | None = None) -> CancelResult:
+                   wait_seconds: float = 60.0, poll: float = 0.5, progress: ProgressFn | None = None,
+                   at_next_checkpoint: bool = False) -> CancelResult:
+    """`at_next_checkpoint`: send no signal; the program's next checkpoint on its own schedule (litgpt's
+    `save_interval`) is the drain's acknowledgement, and the job is stopped right after it."""
     job_id = run.latest_job_id()
     if job_id is None:
         raise RunNotFound(f"run {run.run_id} was never submitted; nothing to cancel.", "`slurmctl ls` lists your runs.")
@@ -57,16 +60,21 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
     result = CancelResult(run.run_id, job_id, "", False, 0.0)
     block = resilience_of(run)
     if state == "RUNNING" and not now:
-        if block is None or not block.signal:
+        if block is None or not (block.signal or at_next_checkpoint):
             latest = block.restored() if block else None
             kept = f"its next start restores {latest.path} (step {latest.step})" if latest else \
                 "it has no checkpoint slurmctl can see that its next start would restore"
             raise SlurmctlError(
                 f"run {run.run_id} runs an adopted program that cannot be asked to save: it sends no heartbeat and "
                 f"slurmctl knows no signal it saves on; {kept}. Nothing was cancelled.",
+                f"Stop it right after its next checkpoint of its own with `slurmctl cancel {run.run_id} "
+                f"--at-next-checkpoint`, or now with `slurmctl cancel {run.run_id} --now` (work since that "
+                "checkpoint is lost), or adopt it again with --framework/--signal if the program saves on a signal."
+                if block else
                 f"Stop it now with `slurmctl cancel {run.run_id} --now` (work since that checkpoint is lost), "
                 "or adopt it again with --framework/--signal if the program saves on a signal.")
-        _drain(run, client, job_id, block, result, drain_timeout, poll, progress)
+        _drain(run, client, job_id, block, result, drain_timeout, poll, progress,
+               signal=None if at_next_checkpoint else block.signal)
     elif now:
         result.drain = "skipped"
     if _active(_live_state(client, job_id)):
@@ -85,8 +93,10 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
             _steps_lost(run, job_id, block, result)
             if result.drain == "unacknowledged":
                 latest = block.restored() if block else None  # what the next start restores, as status says
-                result.note = (f"the program wrote no new checkpoint after {block.signal if block else 'the signal'}"
-                               + (f" (it ended {state.lower()}: it does not save on that signal)" if state
+                sent = block.signal if block and not at_next_checkpoint else None
+                result.note = ((f"the program wrote no new checkpoint after {sent}" if sent else
+                                f"the program wrote no new checkpoint of its own within {drain_timeout:.0f} s")
+                               + (f" ({_why_no_save(block, state, result.last_step)})" if sent and state
                                   not in {None, "CANCELLED"} else "")
                                + (f"; its next start restores {latest.path} (step {latest.step})" if latest else
                                   "; its next start restores no checkpoint of its own"))
@@ -99,6 +109,16 @@ def cancel_adopted(run: Run, client: SlurmClient, *, now: bool = False, drain_ti
         time.sleep(poll)
     raise SlurmctlError(f"job {job_id} is still {state} {wait_seconds:.0f} s after scancel.",
                         "Check again with `slurmctl status`, then tell the platform team.")
+
+
+def _why_no_save(block: Resilience | None, state: str, last_step: int | None) -> str:
+    """Why a program sent its save signal ended without a new checkpoint: a framework that saves on
+    that signal (Lightning) does so only once its training runs, so it died of it while starting."""
+    if block is not None and block.signal and block.signal == block.adapter.SIGNAL:
+        when = "while it was still starting (no step logged yet)" if last_step is None else "before it saved"
+        return (f"it ended {state.lower()}: {block.framework} saves on {block.signal} only once its training loop "
+                f"has installed its handler, and it died of the signal {when}")
+    return f"it ended {state.lower()}: it does not save on that signal"
 
 
 def _steps_lost(run: Run, job_id: int, block: Resilience | None, result: CancelResult) -> None:
@@ -121,8 +141,9 @@ def _steps_lost(run: Run, job_id: int, block: Resilience | None, result: CancelR
 
 
 def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result: CancelResult, timeout: float,
-           poll: float, progress: ProgressFn | None) -> None:
-    """The program's own signal, then its own new complete checkpoint as the acknowledgement."""
+           poll: float, progress: ProgressFn | None, signal: str | None) -> None:
+    """The program's own `signal` (none: it saves on its own schedule), then its own new complete
+    checkpoint as the acknowledgement."""
     before = block.latest()
     info = client.job_info(job_id)
     restarts = info.restarts if info is not None else 0
@@ -134,9 +155,10 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
         run.record("requeue-not-disabled", job_id=job_id, error=str(exc)[:200])
     # the batch shell's `attempt end` reads it: the attempt ends `cancelled`, however the program ends
     write_drain_request(run.path, "cancel", job_id=str(job_id))
-    run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=block.signal,
-               signal_to=block.signal_to)
-    client.cancel(job_id, signal=block.signal, batch_only=block.signal_to == "batch")
+    run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=signal,
+               signal_to=block.signal_to if signal else None)
+    if signal:
+        client.cancel(job_id, signal=signal, batch_only=block.signal_to == "batch")
     began = time.monotonic()
     while (waited := time.monotonic() - began) < timeout:
         latest = block.latest()
@@ -164,8 +186,10 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
     run.record("drain-unacknowledged", job_id=job_id, waited_seconds=round(result.drain_seconds, 1))
 
 
-def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
-    """The same job again under the same run id; the program restores its newest checkpoint itself."""
+def resume_adopted(run: Run, client: SlurmClient, site=None, *, yes: bool = False,
+                   confirm: ConfirmFn | None = None) -> ResumeResult:
+    """The same job again under the same run id; the program restores its newest checkpoint itself.
+    `site`: its worst case is confirmed as adopt confirmed it (none: not asked)."""
     from slurmctl.submit.adopt.script import parse_script  # why: only a resume of an adopted run reads its script
 
     job_id = run.latest_job_id()
@@ -186,6 +210,8 @@ def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
         raise ResumeError(f"run {run.run_id} has no complete checkpoint of the program's own{where}.",
                           "Adopt the script again to start from the beginning.")
     adopted = run.meta["adopted"]
+    if site is not None:
+        confirm_cost(_worst_case(adopted, site, run.meta.get("partition")), site, yes, confirm)
     sbatch_args = [str(a) for a in adopted.get("sbatch_args") or []]
     script = parse_script(run.path / ADOPTED_SCRIPT, sbatch_args)
     chdir = [] if script.has("chdir") else [f"--chdir={adopted.get('cwd')}"]
@@ -195,3 +221,13 @@ def resume_adopted(run: Run, client: SlurmClient) -> ResumeResult:
                sbatch_args=sbatch_args, adopted=True)
     return ResumeResult(run.run_id, str(run.path), new_job, latest.step if latest.step is not None else -1,
                         run.run_id)
+
+
+def _worst_case(adopted: dict, site, partition: str | None) -> float:
+    """The worst case adopt showed (run.json keeps it), or, for a run adopted before it kept one, the
+    same estimate from its shape (a job without GPUs is then priced at $0: its CPUs were Slurm's answer)."""
+    from slurmctl.submit.adopt.plan import Shape, estimate_cost  # why: only a resume asks for it
+
+    if isinstance((adopted.get("cost") or {}).get("max_usd"), int | float):
+        return float(adopted["cost"]["max_usd"])
+    return estimate_cost(Shape(**adopted.get("shape") or {}), site, partition)["max_usd"]

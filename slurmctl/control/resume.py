@@ -9,18 +9,22 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from slurmctl.config.models import RunSpec, SiteConfig
-from slurmctl.errors import ResumeError, SlurmctlError, SpecError
+from slurmctl.config.models import RunSpec, SiteConfig, load_run_spec
+from slurmctl.errors import CostNotConfirmed, ResumeError, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import RUN_YAML, Run, RunRegistry
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, Checkpoint, CheckpointManager
 from slurmctl.slurm.client import SlurmClient
+from slurmctl.submit.cost import estimate
 from slurmctl.submit.submission import submit
+
+ConfirmFn = Callable[[float], bool]  # asked with the worst case in dollars when it is above the site threshold
 
 
 @dataclass
@@ -48,12 +52,27 @@ def _ensure_ended(run: Run, client: SlurmClient, verb: str) -> None:
                           f"Wait for it to end, or stop it with `slurmctl cancel {run.run_id}` first.")
 
 
-def resume_run(run: Run, client: SlurmClient) -> ResumeResult:
+def confirm_cost(max_usd: float, site: SiteConfig | None, yes: bool, confirm: ConfirmFn | None) -> None:
+    """As submit and adopt: a new job whose worst case is above the site's threshold needs --yes or a yes
+    at the prompt."""
+    threshold = site.cost_confirm_threshold if site is not None else None
+    if threshold is not None and max_usd > threshold and not yes and not (confirm and confirm(max_usd)):
+        raise CostNotConfirmed(f"worst case ${max_usd:,.2f} is above this site's confirmation threshold "
+                               f"${threshold:,.2f}; nothing was resumed.",
+                               "Confirm at the prompt, or pass --yes (scripts).")
+
+
+def resume_run(run: Run, client: SlurmClient, site: SiteConfig | None = None, *, yes: bool = False,
+               confirm: ConfirmFn | None = None) -> ResumeResult:
+    """`site`: the worst case of the new job is confirmed as submit confirms it (none: not asked)."""
     _ensure_ended(run, client, "resumed")
     ck = checkpoints_of(run).latest()
     if ck is None:
         raise ResumeError(f"run {run.run_id} has no valid checkpoint to resume from.",
                           "Submit its run.yaml again to start from step 0.")
+    if site is not None:  # the run's own spec, on the partition it was placed on
+        confirm_cost(estimate(load_run_spec(run.spec_path), site, run.meta.get("partition")).max_usd, site, yes,
+                     confirm)
     run.use_umask()
     job_id = client.submit(run.script_path)
     run.record("submitted", job_id=job_id, resumed_from_step=ck.step, sbatch_args=[])

@@ -30,7 +30,15 @@ from pathlib import Path
 from slurmctl import rundir
 from slurmctl.fsutil import read_jsonl
 from slurmctl.observe.data import failure_headline, in_progress, staging_failures, staging_headlines, staging_progress
-from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
+from slurmctl.observe.diagnosis_rules import (
+    CATEGORY_RANK,
+    EXCEPTION_FAMILIES,
+    HOST_OOM_HINT,
+    NCCL_HINT,
+    NOT_A_FAMILY,
+    SCHEDULER_FAMILIES,
+    SIGNATURES,
+)
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,
@@ -65,6 +73,10 @@ _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/ome
                           r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
                           re.IGNORECASE)
 _CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
+# A registry building the class a configuration names (mmengine/mmcv's build_from_cfg, fvcore/detectron2's
+# Registry.get): a KeyError there is a name nothing registered, because the package or module that defines it was
+# not installed or imported (the same cause as its full wording, "X is not in the model registry").
+_REGISTRY_CODE = re.compile(r"[\\/]registry[\\/]|registry\.py|\bbuild_from_cfg\b", re.IGNORECASE)
 # Where a checkpoint is loaded into the model: a key, shape or size complaint raised there is a checkpoint that
 # does not fit (a corrupt file has its own signatures above).
 _CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state_dict|load_model|resume|"
@@ -193,6 +205,44 @@ def _bus_error_in_nccl(lines: list[str]) -> list[str]:
     return []
 
 
+# A line that warns (Python warnings, glog's W, c10's [W ...]): the program went on after it.
+_WARNING_LINE = re.compile(r"\bwarn(?:ing)?\b|^\s*W\d{4} |^\s*\[W ", re.IGNORECASE)
+
+
+def scheduler_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
+    """(category, line) of the first scheduler family a line of the log says, warnings and noise aside."""
+    for category, rx in SCHEDULER_FAMILIES:
+        for i, line in enumerate(lines):
+            if i not in noise and rx.search(line) and not _WARNING_LINE.search(line):
+                return category, line.strip()
+    return None
+
+
+# an error in words, or in glog's severity letter (TensorFlow, XLA: "E0101 12:00:00.1 a.cc:12]", "...: E a.cc:12]")
+_ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b|^\s*[EF]\d{4} [\d:.]+ |"
+                          r": [EF] \S+:\d+\]", re.IGNORECASE)
+
+
+def error_line_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
+    """A log without a Python exception (a C++ program, a launcher, a container runtime): (category, line) when
+    the lines that say error all read as one family."""
+    said = {}
+    for i, line in enumerate(lines):
+        if i not in noise and _ERROR_WORDS.search(line) and not _WARNING_LINE.search(line):
+            category = exception_family(line.strip())
+            if category is not None:
+                said.setdefault(category, line.strip())
+    return next(iter(said.items())) if len(said) == 1 else None
+
+
+def exception_family(exception: str | None) -> str | None:
+    """The category of the first family (in EXCEPTION_FAMILIES' order) the root exception's class and message fit."""
+    if not exception or NOT_A_FAMILY.search(exception):
+        return None
+    said = [category for category, rx in EXCEPTION_FAMILIES if rx.search(exception)]
+    return said[0] if said else None
+
+
 def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
     """The rank's own traceback; without one (a kill, a signal), what the log does say: the last training
     progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
@@ -274,13 +324,18 @@ def _success(summary: str, evidence: list[str], source: str, reading: LogReading
                      source=source, extra={"reading": reading.to_dict()})
 
 
-def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Diagnosis:
+def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None,
+                 cancelled_waiting: bool = False) -> Diagnosis:
     """A run's diagnosis with what its own records say of how job `job_id` ended: a passed `adopt --smoke`
-    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at."""
+    test (smoke_passed), or the user's `slurmctl cancel` and the step it stopped at.
+    `cancelled_waiting`: Slurm recorded its newest attempt CANCELLED without a start (it was cancelled
+    while it waited, after a requeue): what ended the attempt before is history, not the cause."""
     mine = [e for e in events if e.get("job_id") == job_id]
     passed = [e for e in mine if e.get("event") == "smoke-passed"]
     if passed and found.category in ("cancelled", "unknown"):
         return smoke_passed(passed[-1].get("why") or "", found)
+    if cancelled_waiting:
+        return _cancelled_while_waiting(found, any(e.get("event") == "cancel-requested" for e in mine))
     told = [e for e in mine if e.get("event") == "cancel-result"]
     if found.category == "cancelled" and any(e.get("event") == "cancel-requested" for e in mine):
         at = f" at step {told[-1]['last_step']}" if told and told[-1].get("last_step") is not None else ""
@@ -288,6 +343,39 @@ def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None) -> Di
         found.summary = (f"You cancelled it (`slurmctl cancel`){at}; nothing failed before that"
                          + (f" ({lost} steps since its checkpoint were lost)." if lost else "."))
     return found
+
+
+def with_failed_steps(found: Diagnosis, steps: list, job_exit_code: str) -> Diagnosis:
+    """`found` (read as the failure of the steps' job, with the step's exit code) for a job Slurm recorded
+    COMPLETED whose srun steps failed (slurm.owned.failed_steps): the steps lead the evidence and the
+    summary says what hid them."""
+    from slurmctl.slurm.owned import failed_steps_words  # why: the epilog imports this module; it never needs it
+
+    found.summary = f"{found.summary.rstrip()} ({failed_steps_words(steps, job_exit_code)})"
+    found.evidence = [f"step {s.step}: {s.state}, exit code {s.exit_code}" for s in steps[:3]] + found.evidence
+    return found
+
+
+def cancelled_before_start(job) -> bool:
+    """Slurm recorded the job's newest attempt CANCELLED with no start: it was cancelled while it waited
+    (after a requeue, its record in accounting has Start 'None')."""
+    return job is not None and job.state == "CANCELLED" and job.start_time is None
+
+
+def _cancelled_while_waiting(found: Diagnosis, by_slurmctl: bool) -> Diagnosis:
+    """The newest attempt was cancelled before it started: say so, with how the attempt before it ended."""
+    before = found.attempt or {}
+    number = before.get("run_attempt") or before.get("number")  # as status numbers the run's attempts
+    ran = f"attempt {number}" if number else "its last attempt"
+    ended = {"preempted": "was preempted", "node_lost": "lost a node", "time_limit": "hit its time limit"}.get(
+        found.category, f"ended ({found.category})")
+    who = "You cancelled it (`slurmctl cancel`)" if by_slurmctl else "It was cancelled (scancel: by you or an admin)"
+    nxt = f" as attempt {number + 1}" if isinstance(number, int) else ""
+    return Diagnosis(
+        "cancelled", f"{who} while it waited to start again{nxt}, after {ran} {ended} and Slurm requeued it; "
+        "nothing failed.", ["Slurm state: CANCELLED, never started again", *found.evidence[:2]],
+        "Nothing to fix: it was stopped on purpose. `slurmctl resume RUN` continues it from its newest checkpoint.",
+        source="slurm", extra={**found.extra, "attempt_before": found.category}, attempt=found.attempt)
 
 
 def smoke_passed(why: str, found: Diagnosis) -> Diagnosis:
@@ -322,6 +410,21 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     return result
 
 
+_NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
+
+
+def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:
+    """A NaN/Inf that training went on past (a later step's progress line, all of its values finite: a skipped
+    mixed-precision step, one bad batch) is noise, not a loss that blew up: its lines are no evidence."""
+    nan = [n for n in hits if SIGNATURES[n].category == "nan_loss"]
+    last_nan = max((i for n in nan for i in hits[n]), default=None)
+    if last_nan is None or reading.last_progress is None or reading.last_progress <= last_nan \
+            or _NON_FINITE.search(lines[reading.last_progress]):
+        return
+    for n in nan:
+        del hits[n]
+
+
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
             exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
@@ -338,6 +441,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             hits[n] = [i for i in hits[n] if i <= cutoff]
             if not hits[n]:
                 del hits[n]
+    _drop_recovered_nan(hits, lines, reading)
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     extra = {"reading": reading.to_dict()}
@@ -377,6 +481,20 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         return _success("The training finished (it said so) before anything failed: what came after its last step "
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
+    family = exception_family(reading.exception) if sig is None else None
+    if family is not None:
+        # the message itself says what went wrong: stronger evidence than where it was raised
+        return Diagnosis(
+            family, f"{SIGNATURES[CATEGORY_RANK[family]].summary} (read from the root error's own message"
+            + (f", on rank {reading.root_rank}" if reading.root_rank is not None else "") + ".)",
+            [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
+            SIGNATURES[CATEGORY_RANK[family]].hint, rank=reading.root_rank, source="log", extra=extra)
+    said = scheduler_family(lines, reading.noise) if sig is None and not reading.exception else None
+    if said is None and sig is None and not reading.exception:
+        said = error_line_family(lines, reading.noise)
+    if said is not None:
+        return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
+                         SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
     if sig is None and _raised_by_config_code(reading):
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
@@ -386,6 +504,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and reading.exception and reading.exception.startswith("KeyError") and reading.raising_frame \
+            and _REGISTRY_CODE.search(reading.raising_frame):
+        return Diagnosis(
+            "import_error", f"A class the configuration names is not in the registry that builds it (at "
+            f"{reading.raising_frame}): the package or module that defines it was not installed or not imported.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            SIGNATURES[CATEGORY_RANK["import_error"]].hint + " Check the type name in the config too (a typo reads "
+            "the same), and that the config imports the module that registers it (mmengine: `custom_imports`, "
+            "`default_scope`).", rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_loading_a_checkpoint(reading):
         return Diagnosis(
             "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "

@@ -50,7 +50,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("gpu_hardware",
          r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b.{0,40}\b(?:48|63|64|74|79|92|94|95)\b|fallen off the bus|"
          r"GPU is lost|cudaErrorDevicesUnavailable|NVLink error|Unable to determine the device handle for GPU|"
-         r"CUDA error: (?:an )?ECC error|row remapping failure",
+         r"CUDA error: (?:an )?ECC error|row remapping failure|"
+         # the kernel driver (NVRM) could not initialise a GPU at all: the board, its power or its PCIe link
+         r"NVRM: RmInitAdapter failed|rm_init_adapter failed for device",
          "A GPU failed in hardware (ECC error, Xid, or the GPU fell off the bus); this is not your code.",
          "Resubmit (the platform drains the node); resume from the last checkpoint. "
          "Tell the platform team the node name."),
@@ -169,7 +171,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
          # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
          r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
-         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT),
+         "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
+         # "out of memory" in a line that names the GPU, or a CUDA call's status (Caffe's "Check failed: error ==
+         # cudaSuccess (2 vs. 0)  out of memory"), is the GPU's memory, in a wording cuda_oom does not know
+         unless=r"\bCUDA|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
     # threads call it; the bus error of the worker that follows is its consequence.
@@ -180,7 +185,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "Use fewer data-loader workers or smaller prefetch, or ask the platform team for a larger /dev/shm on the "
          "nodes (a container's default is 64 MB: `--shm-size`); free what other jobs left in /dev/shm."),
     _sig("host_oom",
-         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|out of shared memory|"
+         r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus\b|out of shared memory|"
          r"insufficient shared memory \(shm\)|"
          # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through a full /dev/shm
          r"unable to (?:write to file|allocate shared memory\(shm\) for file) </torch_\w+>",
@@ -326,6 +331,10 @@ SIGNATURES: tuple[Signature, ...] = (
          # any request Slurm refuses at submission (the controller being unreachable is not the request's fault)
          r"Batch job submission failed: (?!.{0,40}(?:Socket timed out|Unable to contact|temporarily unable|"
          r"Zero Bytes were transmitted))|"
+         # sbatch only submits: its errors are the request refused as written, a site's job_submit plugin's words
+         # included ("sbatch: error: CPU job setup is not valid"); the controller being unreachable is not that
+         r"^\s*sbatch: error: (?!.{0,60}(?:Socket timed out|Unable to contact|temporarily unable|"
+         r"Zero Bytes were transmitted|Batch job submission failed))|"
          # a container bind path (singularity/apptainer --bind, a site's bindpath setting) that is not there
          r"container creation failed: mount \S+ error: while mounting .{0,80}doesn't exist|"
          r"Memory specification can not be satisfied|can't open file '[^']+': \[Errno 2\]|"
@@ -393,7 +402,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
-         r"grad_norm['\"]?\s*[:=]\s*nan\b|\bloss (?:became|becomes|went|goes) (?:to )?(?:nan|inf)|\bNaN detected|"
+         r"grad_norm['\"]?\s*[:=]\s*nan\b|\b(?:loss|grad(?:ient)?[ _]?norm) (?:is|was|became|becomes|went|goes) "
+         r"(?:to )?(?:nan|inf)\b|\bNaN detected|"
          # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); Lightning's EarlyStopping(check_finite=True);
          # Megatron-LM's loss and grad-norm checks and its per-interval count; Keras' TerminateOnNaN;
          # TensorFlow's tf.debugging.check_numerics
@@ -428,6 +438,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl_error",
          r"NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error|"
          r"NCCL failure \S+ '|"
+         # a C++ program's check of an NCCL call's result (glog's CHECK_EQ: "Check failed: result == ncclSuccess")
+         r"Check failed: .{0,80}\bncclSuccess\b|"
          r"NCCL WARN .*(?:failed|error)",
          "NCCL (the GPU-to-GPU communication library) failed.", NCCL_HINT),
     _sig("nccl_timeout",
@@ -441,6 +453,89 @@ SIGNATURES: tuple[Signature, ...] = (
     # The exception type alone wraps both NCCL errors and watchdog timeouts: only a fallback.
     _sig("nccl_error", r"DistBackendError", "NCCL (the GPU-to-GPU communication library) failed.", NCCL_HINT),
 )
+
+def _families(*pairs: tuple[str, str]) -> tuple[tuple[str, re.Pattern], ...]:
+    return tuple((category, re.compile(rx, re.IGNORECASE)) for category, rx in pairs)
+
+
+# --- exception families --------------------------------------------------------------------------------------
+# When no signature matched, the root error is read by its family: the exception's class and the words of its
+# message (two words near each other, not one library's sentence), so a wording nobody has met yet still lands in
+# its category. Each family names its cause only when the message itself says it; anything else stays `unknown`.
+# Order matters: a GPU's memory before the host's, a checkpoint's shape before a tensor's shape.
+_GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device)"
+EXCEPTION_FAMILIES = _families(
+    ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|"
+                 r"memory (?:is )?exhausted)|\b(?:RESOURCE_EXHAUSTED|failed to allocate)\b.{0,80}\bon (?:the )?"
+                 r"(?:GPU|device)\b|"
+                 rf"\b(?:out of memory|OUT_OF_MEMORY|not enough memory)\b.{{0,80}}{_GPU_WORDS}"),
+    ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
+               r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
+               r"\b(?:GPU|CUDA device|NVIDIA (?:GPU|driver))s?\s+(?:\w+\s+){0,2}(?:not (?:found|available|detected|"
+               r"visible)|unavailable)\b"),
+    ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
+                 rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
+                 r"\b(?:host|CPU|RAM|system) memory|"
+                 r"\b(?:host|system|node|CPU|RAM)(?: memory)? (?:ran|runs|running) (?:out|low)|posix_memalign"),
+    ("checkpoint_corrupt", r"\b(?:checkpoint|ckpt|state_dict|weights|archive|pickle|\w+\.(?:pth?|ckpt|bin|safetensors|"
+                           r"h5|pkl))\b.{0,80}\b(?:corrupt\w*|truncated|unexpected end|unexpected EOF|checksum|"
+                           r"bad magic|invalid magic)|\b(?:corrupt\w*|truncated)\b.{0,40}\b(?:checkpoint|ckpt|weights|"
+                           r"state_dict)\b"),
+    ("checkpoint_mismatch", r"\b(?:checkpoint|ckpt|state_dict|state dict|saved (?:model|weights)|pretrained weights)"
+                            r"\b.{0,120}\b(?:missing|unexpected|mismatch\w*|shape|size|does(?: not|n't) match|"
+                            r"incompatible|not found)\b|\b(?:missing|unexpected|mismatch\w*|shape|size|incompatible)"
+                            r"\b.{0,120}\b(?:in|from|of) (?:the )?(?:checkpoint|ckpt|state_dict|saved weights)\b"),
+    ("data_shape", r"\b(?:shape|size|dimension|length)s?\b.{0,80}\b(?:must match|do(?:es)? not match|doesn't match|"
+                   r"mismatch|incompatible|not equal)\b|\bexpected (?:input|target|sequence|tensor|batch)\w* "
+                   r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
+                   r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:range|bounds)|exceeds?)\b|"
+                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
+    # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
+    ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type)?(?:Error|Exception)\b|"
+                       r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
+                       r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
+                       r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
+    ("arch_mismatch", r"\bunsupported (?:gpu |cuda )?arch(?:itecture)?\b|\b(?:compute capability|CUDA capability|"
+                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b|"
+                      # a check of the GPU's architecture that failed (torch's TORCH_CHECK words: "Expected is_sm8x
+                      # || is_sm75 to be true, but got false")
+                      r"\bis_sm_?\d+\w*\b.{0,60}\bbut got false\b"),
+    # a path the job was given (a container's bind or mount source, a path a configuration file names) that is
+    # not there
+    ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b|"
+                       r"\S\.(?:conf|ya?ml|json|toml|ini|cfg)\b.{0,60}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b"),
+    ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
+    # the driver named as too old is the driver's, before any library version in the same message
+    ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
+    # a library the program needs is absent, or is another version than the one it was built against
+    ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
+                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"
+                     r"\b(?:library|shared object)\b|"
+                     r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
+                     r"\bversion\b.{0,80}\b(?:but|while|does not match|doesn't match|differs from) .{0,40}"
+                     r"\b(?:built|compiled) (?:against|with)\b|"
+                     # a build of a package without a part the program uses ("Distributed package doesn't have NCCL
+                     # built in": torch for Windows)
+                     r"\b(?:doesn't|does not) have \w+ built[- ]in\b"),
+)
+# The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
+# code written for another version of a library).
+NOT_A_FAMILY = re.compile(r"keyword argument|positional argument", re.IGNORECASE)
+
+
+# A scheduler's or a node's own record, in any scheduler's words: a limit the job ran into or a node it lost.
+SCHEDULER_FAMILIES = _families(
+    ("node_lost", r"\bnode (?:failure|failed)\b|\bnode \S+ (?:is )?(?:down|not responding|unreachable)\b"),
+    ("time_limit", r"\b(?:wall ?(?:clock|time)|run ?time|time ?limit)\b.{0,40}\b(?:exceeded|reached)|"
+                   r"\b(?:exceeded|reached|reaching|exceeding)\b.{0,40}"
+                   r"\b(?:wall ?(?:clock|time)|run ?time|time) limit\b"),
+    ("preempted", r"\b(?:job|task|node|instance|allocation)s?(?: [\w.\[\]-]+)? (?:was |were |has been |got )?"
+                  r"preempted\b"),
+)
+
 CATEGORY_RANK = {}  # category -> index of its first (highest-priority) signature
 for _i, _s in enumerate(SIGNATURES):
     CATEGORY_RANK.setdefault(_s.category, _i)

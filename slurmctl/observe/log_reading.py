@@ -62,10 +62,12 @@ _BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強
 # A launcher or shell saying a process died of SIGKILL: torchrun's agent "failed (exitcode: -9) local_rank: 0",
 # the DeepSpeed launcher's "sigkill_handler] exits with return code = -9", subprocess's "died with
 # <Signals.SIGKILL: 9>", 128+9 = 137 from a shell, a container runtime or an IDE ("exit code 137 (interrupted by
-# signal 9: SIGKILL)"), and Go's exec "signal: killed".
+# signal 9: SIGKILL)"), Go's exec "signal: killed" and torch.multiprocessing.spawn's "process 1 terminated with
+# signal SIGKILL".
 _SIGKILL_EXIT = re.compile(r"\bexitcode\s*:\s*-9\b|\breturn code\s*=\s*-9\b|<Signals\.SIGKILL: 9>|"
                            r"\bexit(?:ed with)? (?:status|code)\s*:?\s*(?:137|-9)\b|interrupted by signal 9|"
-                           r"\bsignal: killed\b|\bSignal 9 \(SIGKILL\)", re.IGNORECASE)
+                           r"\bsignal: killed\b|\bSignal 9 \(SIGKILL\)|\bterminated with signal SIGKILL\b",
+                           re.IGNORECASE)
 _SLURMSTEPD = re.compile(r"^\s*(?:slurmstepd|srun|sbatch|salloc)(?:-\S+)?: (?:error|fatal)\b", re.IGNORECASE)
 _KERNEL = re.compile(r"\bNVRM\b|\bXid\b|oom-kill|Out of memory: Killed process|invoked oom-killer")
 _NCCL_WARN = re.compile(r"\bNCCL WARN\b")

@@ -42,6 +42,7 @@ from slurmctl.observe.watchdog_report import watchdog_report
 from slurmctl.rundir import Run, attempt_ids
 from slurmctl.runtime.checkpoint import COMPLETE_MARKER, CheckpointManager
 from slurmctl.slurm.client import Job, NodeUsage, QueueSnapshot, QueueView, SlurmClient
+from slurmctl.slurm.owned import StepOutcome, failed_steps, failed_steps_words
 from slurmctl.slurm.runner import answer_within
 
 FAILED_STATES = {"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "PREEMPTED", "DEADLINE"}
@@ -518,6 +519,8 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     if job_id is not None:
         slurm_answered()
     status = build_status(run, job, queue=ctx, site=site, one_run=True)
+    if status.phase == "finished" and job is not None and (steps := completed_but_failed(run, client, job)):
+        _failed_steps(status, run, job, steps)
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"
@@ -527,6 +530,24 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
             status.headline, status.why, status.reason_kind = f"Blocked: {expl.headline}", expl.headline, expl.kind
             status.action = expl.action
     return status
+
+
+def completed_but_failed(run: Run, client: SlurmClient, job: Job) -> list[StepOutcome]:
+    """The failed srun steps of a run Slurm recorded COMPLETED (its latest submission's job and, for an
+    array, its tasks: job ids from the submission's on), one sacct; [] for any other state."""
+    if job.state != "COMPLETED":
+        return []
+    return failed_steps(client, [i for i in run.priced_job_ids() if i >= job.job_id])
+
+
+def _failed_steps(status: RunStatus, run: Run, job: Job, steps: list[StepOutcome]) -> None:
+    """A run whose step failed inside a job Slurm recorded COMPLETED 0:0 failed: said with the step, and
+    diagnosed from the failed job's log as a failure with the step's exit code."""
+    status.phase = "failed"
+    status.headline = status.why = failed_steps_words(steps, job.exit_code)
+    status.action = f"Read the diagnosis and `slurmctl logs {run.run_id}`; fix the step, then submit it again."
+    failed = int(steps[0].step.split(".")[0])
+    status.diagnosis, _ = _diagnosis(run, replace(job, job_id=failed, state="FAILED", exit_code=steps[0].exit_code))
 
 
 def runs_statuses(runs: list[Run], client: SlurmClient, site=None, queue: QueueSnapshot | None = None,

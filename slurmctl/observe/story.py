@@ -133,17 +133,31 @@ def attempt_label(start: dict, numbers: dict[tuple[int, int], int]) -> str:
             + (f", Slurm restart {restart}" if restart else "") + ")")
 
 
+def task_label(start: dict) -> str:
+    """'array task (job 5087)': a task of an array run, named by the job id Slurm gave it."""
+    restart = start.get("restart_count") or 0
+    return f"array task (job {start.get('job_id')}" + (f", Slurm restart {restart}" if restart else "") + ")"
+
+
 def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int, int], int]) -> list[str]:
     lines = []
     starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
+    # one submission that started under several job ids is an array: each task is a job of its own
+    # (`slurmctl logs RUN --job ID` shows it), not an attempt of the array's job
+    array = len({e.get("job_id") for _, e in starts}) > 1
     for n, (i, start) in enumerate(starts):
-        following = current[i + 1:starts[n + 1][0]] if n + 1 < len(starts) else current[i + 1:]
+        # this job's records up to its own next start: the tasks of an array run side by side, their
+        # records interleaved (a record without a job id is the job's, as older runs wrote them)
+        mine = [(j, e) for j, e in starts[n + 1:] if e.get("job_id") == start.get("job_id")]
+        upto = mine[0][0] if mine else len(current)
+        following = [e for e in current[i + 1:upto] if e.get("job_id") in (None, start.get("job_id"))]
         end = next((e for e in following if e.get("event") == "end"), None)
         node_lost = next((e for e in following if e.get("event") == "node-lost"), None)
         restarts = [e for e in following if e.get("event") == "step-restart"]
         when = datetime.fromtimestamp(float(start.get("time") or 0)).strftime("%m-%d %H:%M:%S")
         resume = start.get("resume_step")
-        line = (f"{attempt_label(start, numbers)}: started {when} on "
+        label = task_label(start) if array else attempt_label(start, numbers)
+        line = (f"{label}: started {when} on "
                 f"{start.get('nodes') or '?'}, " + (f"from checkpoint step {resume}" if resume is not None
                                                     else "from scratch"))
         for r in restarts:  # crashes restarted inside this allocation (runtime.attempt restart-step)
@@ -156,7 +170,7 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
             lines.append(f"{line}; {_lost(node_lost)}{at}")
             continue
         if end is None:
-            following_start = starts[n + 1][1] if n + 1 < len(starts) else None
+            following_start = mine[0][1] if mine else None
             cancelled = any(e.get("event") == "cancel-requested" and e.get("job_id") == start.get("job_id")
                             for e in following)
             smoke = any(e.get("event") == "smoke-passed" and e.get("job_id") == start.get("job_id")

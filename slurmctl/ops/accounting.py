@@ -420,6 +420,28 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     return attempts
 
 
+def price_every_attempt(site: SiteConfig, client: SlurmClient, runs: list, statuses: list,
+                        read: tuple[list[Attempt], set[int]] | None = None) -> None:
+    """Each listed run's cost so far (its status's `cost_usd`) over all its attempts, as `slurmctl cost`
+    counts them, where it has several (a requeue's, a resume's, an array's tasks): one sacct for every
+    such run listed, none when there is none. Also while the newest attempt has not started (a
+    requeued job waiting, or cancelled while it waited): the ones before it were paid for. `read`:
+    attempts already read and the job ids they were asked for (`ls` asks early, in a thread); only
+    jobs not asked cost a sacct here. `ls`, `status` and the web's runs page all show this figure."""
+    several = [(run, s) for run, s in zip(runs, statuses, strict=True)
+               if s.job_id is not None and (s.requeues or len(run.priced_job_ids()) > 1)]
+    if not several:
+        return
+    wanted = sorted({j for run, _ in several for j in run.priced_job_ids()})
+    attempts, asked = read if read is not None else ([], set())
+    missing = [j for j in wanted if j not in asked]
+    if missing:
+        attempts = [*attempts, *run_attempts(site, client, missing)]
+    for run, s in several:
+        ids = set(run.priced_job_ids())
+        s.cost_usd = attempts_cost([a for a in attempts if a.job_id in ids], s.job_id, s.attempt_started, s.cost_usd)
+
+
 def cost_so_far(site: SiteConfig, client: SlurmClient, job_ids: list[int], current_job_id: int | None,
                 current_start: datetime | None, current_cost: float | None) -> float | None:
     """What a run or a job cost so far over EVERY attempt (a requeue's and a resume's too): the ended

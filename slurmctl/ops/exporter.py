@@ -34,7 +34,7 @@ from slurmctl.observe.explain import REASONS
 from slurmctl.observe.health import LiveHealth, read_live
 from slurmctl.ops.demand import node_demand
 from slurmctl.ops.health import reasons as health_reasons
-from slurmctl.ops.health.lost import GpuHoursLost, gpu_hours_lost
+from slurmctl.ops.health.lost import GpuHoursLost, HealthJob, node_week
 from slurmctl.ops.health.view import diagnosed_categories
 from slurmctl.ops.http_limits import SOCKET_TIMEOUT_SECONDS, BoundedThreadingMixIn, DeadlineHandlerMixIn
 from slurmctl.ops.run_sample import RunSample, owner_uid, read_run, run_of_job
@@ -46,8 +46,9 @@ from slurmctl.slurm.runner import CommandResult, LocalRunner, Runner
 # QOS limits change when an operator runs accounting.sh, not between scrapes: sacctmgr (slurmdbd) is
 # asked at most this often, and its last answer kept while it does not answer.
 QOS_REFRESH_SECONDS = 300.0
-# GPU-hours lost per node over the last week (health/lost.py: one sacct over 7 days of attempts and
-# one sacctmgr): a weekly figure moves slowly, and the sacct call is the snapshot's heaviest.
+# GPU-hours lost per node over the last week and each node's newest health jobs (health/lost.py: one
+# sacct over 7 days of attempts and one sacctmgr): a weekly figure moves slowly, and the sacct call is
+# the snapshot's heaviest; a health job's configuration error shows within this long.
 LOST_REFRESH_SECONDS = 600.0
 QUEUE_WAIT_BUCKETS = (60, 300, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 72 * 3600)
 # Usable node states; anything else (down, drained, draining, fail, maint, inval, '*' = not
@@ -90,6 +91,7 @@ class Snapshot:
     runs: list[RunSample] = field(default_factory=list)
     health: dict[tuple[str, str], LiveHealth] = field(default_factory=dict)  # (user, run id) -> live health
     gpu_hours_lost: dict[str, GpuHoursLost] = field(default_factory=dict)  # node -> this week (LOST_REFRESH_SECONDS)
+    health_jobs: dict[tuple[str, str], HealthJob] = field(default_factory=dict)  # (node, moment) -> newest, ditto
 
 
 def node_state(state: str) -> str:
@@ -148,6 +150,7 @@ class SnapshotCache:
         self._qos: dict[str, QosLimits] = {}
         self._qos_mono = float("-inf")
         self._lost: dict[str, GpuHoursLost] = {}
+        self._health_jobs: dict[tuple[str, str], HealthJob] = {}
         self._lost_mono = float("-inf")
 
     def get(self) -> Snapshot:
@@ -185,9 +188,10 @@ class SnapshotCache:
         self._read_staging(run_jobs, {node.name for node in nodes})
         return Snapshot(now, time.perf_counter() - started, True, jobs=jobs, nodes=nodes, partitions=partitions,
                         policies=policies, qos=self._qos_table(), runs=runs, health=health,
-                        gpu_hours_lost=self._lost_table(nodes))
+                        gpu_hours_lost=self._lost_table(nodes), health_jobs=self._health_jobs)
 
     def _lost_table(self, nodes: list[NodeUsage]) -> dict[str, GpuHoursLost]:
+        """The week's GPU-hours lost per node; refreshes the nodes' newest health jobs with them."""
         if self.clock() - self._lost_mono >= LOST_REFRESH_SECONDS:
             self._lost_mono = self.clock()
 
@@ -196,8 +200,8 @@ class SnapshotCache:
                 gpus[node.name] = max(gpus.get(node.name, 0), node.gpus)
             spool = Path(self.site.cost_records_dir) if self.site.cost_records_dir else None
             try:
-                self._lost = gpu_hours_lost(self.client, gpus, diagnosed_categories(spool),
-                                            datetime.now().replace(microsecond=0))
+                week = node_week(self.client, gpus, diagnosed_categories(spool), datetime.now().replace(microsecond=0))
+                self._lost, self._health_jobs = week.lost, week.health_jobs
             except SlurmctlError:
                 pass  # slurmdbd down: the last figures until it answers
         return self._lost
@@ -357,6 +361,11 @@ def cluster_metrics(snap: Snapshot, site: SiteConfig) -> Iterator:
     yield _gauge("slurmctl_node_gpu_hours_lost", "GPU-hours lost to each node over the last 7 days: attempts that "
                  "died of it (NODE_FAIL, or FAILED with a GPU/NCCL-class diagnosis) and time it was down or drained "
                  "for its own problems (docs/node-health.md).", ["node", "cause"], lost)
+    config_error = {key: int(job.action == "config_error") for key, job in snap.health_jobs.items()}
+    yield _gauge("slurmctl_node_health_config_error", "1 when the newest health job of this kind on the node "
+                 "(moment: active = the scheduled all-reduce check, verify = the verification job) this week could "
+                 "not measure for the site's configuration (e.g. SLURMCTL_HEALTH_TORCH_PYTHON missing or without "
+                 "torch): nothing was drained and nothing measured; 0 when it ran.", ["node", "moment"], config_error)
     yield _gauge("slurmctl_pending_capacity_elsewhere_oldest_seconds",
                  "Oldest wait of a pending job while another of its acceptable partitions has room for it.",
                  ["partition"], _capacity_elsewhere(snap))

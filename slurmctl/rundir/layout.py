@@ -536,6 +536,14 @@ class Run:
                 continue
         return list(dict.fromkeys(i for i in ids if i > 0))
 
+    def priced_job_ids(self) -> list[int]:
+        """Every job the run was paid for: ``job_ids()`` and, for an array submitted whole (an adopted
+        script with --array), each task's own id from its start event: a task is a job of its own,
+        priced for itself, not an attempt of the array's job."""
+        ids = self.job_ids()
+        starts = [e.get("job_id") for e in self.events() if e.get("event") == "start"]
+        return list(dict.fromkeys([*ids, *(i for i in starts if isinstance(i, int) and i > 0)]))
+
     def array_task(self) -> tuple[int, int] | None:
         """(array job id, task index) when this run's latest submission is a sweep element's array
         task: '<array>_<index>' reaches that task alone (slurmctl.slurm.client.job_ref)."""

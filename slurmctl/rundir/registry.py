@@ -47,6 +47,9 @@ def check_owned_dir(path: Path, what: str, uid: int) -> os.stat_result:
 # 100,000 run directories makes root's `ls --all-users` slow only in what it shows of them (the rest
 # are not listed), never for the other users. A user's own listing has no such bound.
 OTHERS_DIR_ENTRIES = 5000
+# How far a run dir's mtime may lag its run's `created` (a file server's clock behind this host's): recent()
+# reads every run changed within this of the newest runs it lists.
+MTIME_SLACK = 120.0
 
 
 class RunRegistry:
@@ -151,6 +154,32 @@ class RunRegistry:
             return entries
         return sorted(entries, key=lambda e: e.stat(follow_symlinks=False).st_mtime)[-limit:]
 
+    @staticmethod
+    def _newest_created(entries: list[os.DirEntry], limit: int | None) -> list[os.DirEntry]:
+        """The run dirs among `entries` that may be the `limit` newest by creation, without reading every
+        run.json: a run dir's mtime is never older than its run's `created` (run.json is written into it
+        after `created` is taken, and mtimes only grow), so dirs are read newest-changed first, and once
+        one changed more than MTIME_SLACK before the `limit`-th newest creation read so far, no dir
+        after it can be newer. The slack absorbs a file server's clock running behind this host's."""
+        if limit is None or len(entries) <= limit:
+            return entries
+
+        def changed(entry: os.DirEntry) -> float:
+            try:
+                return entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                return float("inf")  # read it: no mtime says it is old
+
+        chosen: list[os.DirEntry] = []
+        newest: list[float] = []  # the `limit` newest creations read so far, ascending
+        for entry in sorted(entries, key=changed, reverse=True):
+            if len(newest) >= limit and changed(entry) + MTIME_SLACK < newest[0]:
+                break
+            chosen.append(entry)
+            created = Run(entry.name, Path(entry.path)).meta.get("created")
+            newest = sorted([*newest, created if isinstance(created, int | float) else 0.0])[-limit:]
+        return chosen
+
     def _sorted_runs(self, entries) -> list[Run]:
         # a reader who is not the runs' owner (root) reads each of them through its directory's fd,
         # the owner checked there (Run.owner): a run dir swapped for a symlink shows nothing
@@ -197,6 +226,8 @@ class RunRegistry:
             runs_of_day = [e for e in owned if os.path.isfile(os.path.join(e.path, RUN_JSON))]
             chosen += runs_of_day
             found += len(runs_of_day)
+        if self.uid == os.geteuid():
+            chosen = self._newest_created(chosen, limit)
         runs = self._sorted_runs(chosen)
         if since is not None:
             runs = [r for r in runs if (r.meta.get("created") or 0) >= since]

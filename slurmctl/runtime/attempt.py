@@ -97,6 +97,39 @@ def _program_checkpoint_step(run_dir: Path) -> int | None:
     return restored.step if restored else None
 
 
+def _resume_step(run_dir: Path) -> int | None:
+    """The step the next attempt starts from: slurmctl's own newest valid checkpoint, else the one an
+    adopted program restores by itself (Resilience.restored, as status, cancel and resume read it)."""
+    ck = _checkpoints(run_dir).latest()
+    return ck.step if ck else _program_checkpoint_step(run_dir)
+
+
+def _drain_seen_by_slurm(client: SlurmClient, exit_code: int, started: float | None) -> dict | None:
+    """A drain nobody recorded: the job's own --signal goes to its srun tasks, not to the batch shell,
+    so a program that dies of it (Lightning before trainer.fit installs its handler: exit 128+USR1)
+    leaves no drain request. Slurm's record says what it was: a preemption (PreemptTime, under
+    preempt_send_user_signal the signal comes at once), or the time limit (the program died of the
+    job's own signal within its margin of the limit). None when it was neither."""
+    if exit_code == 0:
+        return None
+    try:
+        job = client.requeue_check(job_ref_from_env())
+    except SlurmctlError:
+        job = None
+    if job is None:
+        return None
+    if job.preempt_time is not None and (started is None or job.preempt_time.timestamp() >= started - 1):
+        return {"reason": "preemption", "time": job.preempt_time.timestamp(), "read_from": "slurm"}
+    signame = os.environ.get("SLURMCTL_PROGRAM_SIGNAL", "")
+    signum = getattr(signal, "SIG" + signame, None) if signame.isalnum() else None
+    if signum is None or exit_code != 128 + int(signum) or not job.time_limit_seconds or started is None:
+        return None
+    left = job.time_limit_seconds - (time.time() - started)
+    if left > _program_margin() + _PREEMPTION_SLACK_SECONDS:
+        return None
+    return {"reason": "time-limit", "time": time.time() - 1, "read_from": "slurm", "time_left_seconds": int(left)}
+
+
 def _base_record(event: str) -> dict:
     return {
         "event": event,
@@ -113,8 +146,7 @@ def start(run_dir: Path) -> int:
     # A fresh attempt must not inherit the previous attempt's drain handshake.
     for name in (DRAIN_REQUEST, DRAIN_ACK):
         (run_dir / name).unlink(missing_ok=True)
-    ck = _checkpoints(run_dir).latest()
-    record["resume_step"] = ck.step if ck else _program_checkpoint_step(run_dir)
+    record["resume_step"] = _resume_step(run_dir)
     step = record["resume_step"]
     earlier = rundir.attempt_ids(read_jsonl(run_dir / rundir.ATTEMPTS))
     this = (record["job_id"], record["restart_count"] or 0)
@@ -292,22 +324,26 @@ def end(run_dir: Path, client: SlurmClient, exit_code: int) -> int:
     # An in-allocation restart is a failure too: it counts against the cap (policy.decide).
     previous_ends = [e for e in events[last_submit + 1:] if e.get("event") in {"end", "step-restart"}]
     drain = read_drain_request(run_dir)
+    start_record, since_start = _this_attempt(events)
+    block = _program_block(run_dir)
+    if drain is None and block is not None:
+        drain = _drain_seen_by_slurm(client, exit_code, start_record.get("time") if start_record else None)
     acked = (run_dir / DRAIN_ACK).exists()
     if drain is not None and not acked:  # an adopted program acknowledges with a new checkpoint of its own
         own = _program_checkpoint(run_dir)
         acked = own is not None and own.mtime >= float(drain.get("time") or 0)
     ck = _checkpoints(run_dir).latest()
-    start_record, since_start = _this_attempt(events)
+    # the checkpoint the next attempt starts from, for the decision as for the record
+    ck_step = _resume_step(run_dir)
     # restart-step probed the allocation after the failed step and recorded the nodes it lost
     lost = next((e for e in reversed(since_start) if e.get("event") == "node-lost"), None)
     if lost is not None and exit_code != 0:
         decision = _node_loss_decision(lost, ck, previous_ends, _max_restarts(run_dir))
     else:
-        decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck.step if ck else None,
+        decision = decide(exit_code=exit_code, drain=drain, acked=acked, checkpoint_step=ck_step,
                           previous_ends=previous_ends, max_restarts=_max_restarts(run_dir))
-    last_step = _last_step(run_dir, start_record.get("time") if start_record else None)
-    # an adopted program's own checkpoint, the one its next start restores, where slurmctl keeps none
-    ck_step = ck.step if ck else _program_checkpoint_step(run_dir)
+    last_step = _program_last_step(run_dir, block) if block else \
+        _last_step(run_dir, start_record.get("time") if start_record else None)
     # steps_lost: steps this attempt made past its newest valid checkpoint (status tells the story)
     record = {**_base_record("end"), "exit_code": exit_code, "drain_requested": drain is not None,
               "drain_reason": (drain or {}).get("reason"), "drain_acked": acked,

@@ -6,6 +6,10 @@ Rules, in order:
     allocation that did nothing would hold GPUs doing nothing again;
   - an acknowledged time-limit / preemption drain requeues: long runs chain through time limits
     and preempted runs resume; these never count against the restart cap;
+  - a preemption or time limit that Slurm's record shows but nobody could ask the program about (its
+    signal went straight to its srun tasks and it died of it before it saved, e.g. while starting):
+    the end is still the preemption's or the time limit's, not the program's failure: requeue from the
+    checkpoint its next start restores (the steps since are lost), stop before the first one;
   - exit code 0 without a drain: the training finished;
   - any other end is a failure. It requeues only if a valid checkpoint exists (a crash before the
     first checkpoint would loop from step 0), the failure cap is not reached, and the previous
@@ -52,6 +56,17 @@ def decide(*, exit_code: int, drain: dict | None, acked: bool, checkpoint_step: 
         preemptions += outcome == "preemption"
         why = "preempted" if outcome == "preemption" else "reached its time limit"
         return Decision(REQUEUE, outcome, f"{why}; drained at {ck}; requeued to continue.", failures, preemptions)
+    if reason in {"time-limit", "preemption"} and (drain or {}).get("read_from") == "slurm":
+        outcome = reason
+        preemptions += outcome == "preemption"
+        why = (f"the job was preempted (Slurm's record) and the program died of its signal (exit code {exit_code}) "
+               "before it saved" if outcome == "preemption" else
+               f"the program died of the job's own signal before its time limit (exit code {exit_code}) before "
+               "it saved")
+        if checkpoint_step is None:
+            return Decision(STOP, outcome, f"{why}, and it has no checkpoint yet; not restarting (it would start "
+                            "from step 0 again). Resubmit it.", failures, preemptions)
+        return Decision(REQUEUE, outcome, f"{why}; requeued to continue from {ck}.", failures, preemptions)
     if exit_code == 0 and not drain:
         return Decision(STOP, "completed", f"the training finished; {ck}.", failures, preemptions)
     if reason == "smoke" and acked and exit_code == 0:  # `submit --smoke` stops after one step

@@ -24,14 +24,14 @@ from slurmctl.slurm.records import Job, tres_cpus, tres_gpus
 OWNED_NOW = JobQuery("owned_job", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                    "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time", "end_time",
                                    "exit_code", "user", "tres", "restarts", "array_ref", "batch_host", "name",
-                                   "comment", "std_out", "work_dir"),
+                                   "comment", "std_out", "std_err", "work_dir"),
                      "squeue -O")
 # Every job of that id in accounting, every user's (ids restart when a cluster is rebuilt): the newest
 # decides whose it is (its numeric uid), in the same call that reads it.
 OWNED_HISTORY = JobQuery("owned_history", ("job_id", "state", "reason", "partition", "num_nodes", "nodelist",
                                            "elapsed_seconds", "time_limit_seconds", "submit_time", "start_time",
                                            "end_time", "exit_code", "user", "uid", "tres", "array_ref", "name",
-                                           "comment", "work_dir"), "sacct")
+                                           "comment", "work_dir", "submit_line"), "sacct")
 # The caller's queued and running jobs, array tasks one per record (-r).
 # -O: only it has the allocated TRES (ls's GPUS column). Its JobID is each task's own id once it started;
 # every pending task of an array prints the array's id, so a record is told apart by its ArrayTaskID too.
@@ -188,3 +188,59 @@ def _check_owner(job_id: int, owner: int | None, uid: int) -> None:
     if owner != uid:
         raise RunNotOwned(f"job {job_id} is not yours.",
                           "slurmctl only shows and acts on your own jobs; `slurmctl ls` lists them.")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How one srun step of a job ended, as accounting recorded it."""
+
+    step: str  # '5080.0'
+    state: str
+    exit_code: str  # 'code:signal'
+
+    @property
+    def failed(self) -> bool:
+        return self.state in _FAILED_STEP_STATES or (self.state != "CANCELLED" and self.exit_code not in ("", "0:0"))
+
+
+# A step that ended so is a failure even when the batch script exited 0 (`srun ... &` then a bare
+# `wait` hides it: Slurm records the job COMPLETED 0:0). CANCELLED is left out: it follows a cancel.
+_FAILED_STEP_STATES = frozenset({"FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL"})
+
+
+def failed_steps(client, job_ids: int | list[int]) -> list[StepOutcome]:
+    """The srun steps of the caller's jobs `job_ids` (their own ids: an array task's JobIDRaw) that
+    failed, one sacct of fixed-format fields only (ids, states, exit codes: nothing a user writes);
+    the batch and extern steps are the job's own record."""
+    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+    if not ids:
+        return []
+    result = client._run(["sacct", "-n", "-P", "-j", ",".join(map(str, ids)), "-o", "JobIDRaw,State,ExitCode"],
+                         check=False)
+    wanted, found = {str(i) for i in ids}, []
+    for line in result.stdout.splitlines() if result.returncode == 0 else []:
+        step, _, rest = line.partition("|")
+        state, _, exit_code = rest.partition("|")
+        head, dot, number = step.partition(".")
+        if head in wanted and dot and number.isdigit():
+            outcome = StepOutcome(step, state.split(" ")[0], exit_code)
+            if outcome.failed:
+                found.append(outcome)
+    return found
+
+
+def failed_steps_words(steps: list[StepOutcome], job_exit_code: str) -> str:
+    """What a job Slurm recorded COMPLETED whose srun steps failed is: a failure, said with the step."""
+    first = steps[0]
+    more = f" (and {len(steps) - 1} more step(s))" if len(steps) > 1 else ""
+    return (f"Its step {first.step} failed ({first.state.lower()}, exit code {first.exit_code}){more}, though "
+            f"Slurm recorded the job COMPLETED {job_exit_code}: the batch script's own exit status hid the failure "
+            "(for example `srun ... &` then a bare `wait`).")
+
+
+def array_task_ids(client, array_id: int) -> list[int]:
+    """The own job id of every task of array `array_id` that accounting knows (`sacct -j <array id>`
+    lists them all), one sacct of job ids only."""
+    result = client._run(["sacct", "-n", "-P", "-X", "-j", str(array_id), "-o", "JobIDRaw"], check=False)
+    found = [int(w) for w in result.stdout.split() if w.isdigit()] if result.returncode == 0 else []
+    return list(dict.fromkeys(found)) or [array_id]

@@ -140,13 +140,16 @@ def split_id_closed(stdout: str, seal: str, n_fields: int, query: str,
             return
 
 
-def _after_resize(one: Job, other: Job) -> Job | None:
-    """sacct lists a job whose allocation was resized (its owner's shrink, `scontrol update NodeList=`,
-    after a node loss) once per allocation, the earlier ones in state RESIZING: the record that is not
-    RESIZING is the job's. Two that are not are a forgery (listed_twice)."""
-    if one.state == "RESIZING":
-        return other
-    return one if other.state == "RESIZING" else None
+def _resized_in_accounting(query: JobQuery, resized: bool, earlier: Job, later: Job) -> bool:
+    """A job whose size changed (a node lost under `--no-kill`, `scontrol update NumNodes=`) keeps
+    a RESIZING record in accounting beside its others, and `sacct -X` lists them all under one id
+    (22.05 also leaves a second record of the cancelled job). That repeat is Slurm's, not a forgery;
+    the record that started last stands for the job."""
+    return query.command == "sacct" and (resized or "RESIZING" in (earlier.state, later.state))
+
+
+def _started(job: Job) -> float:
+    return job.start_time.timestamp() if job.start_time else 0.0
 
 
 def listed_twice(query: JobQuery, job_id: int, rejects: Rejects) -> ForgedSlurmOutput:
@@ -242,6 +245,10 @@ FIELDS = {f.attr: f for f in [
     Field("comment", "%k", "Comment", "Comment", _text),
     Field("work_dir", None, "WorkDir", "WorkDir", _text),
     Field("std_out", None, "STDOUT", None, _text),
+    Field("std_err", None, "STDERR", None, _text),
+    # the sbatch command line as the user typed it (22.05's sacct keeps no StdOut: where the output went
+    # is read from here, and from the script it names)
+    Field("submit_line", None, None, "SubmitLine", _text),
 ]}
 
 
@@ -287,16 +294,19 @@ class JobQuery:
         array's id for every task still pending (and for the task that starts last), told apart only
         by ArrayTaskID."""
         jobs: dict[tuple[int, str], Job] = {}
+        resized: set[tuple[int, str]] = set()
         for values in self.records(stdout, seal, rejects):
             job = self.parse_values(values, rejects, source)
             if job is None:
                 continue
             key = (job.job_id, job.array_tasks)
             if key in jobs:
-                kept = _after_resize(jobs[key], job) if self.command == "sacct" else None
-                if kept is None:
+                if not _resized_in_accounting(self, key in resized, jobs[key], job):
                     raise listed_twice(self, job.job_id, rejects)
-                job = kept
+                resized.add(key)
+                if _started(job) >= _started(jobs[key]):
+                    jobs[key] = job
+                continue
             jobs[key] = job
         return list(jobs.values())
 

@@ -94,6 +94,8 @@ class Job:
     batch_host: str = ""
     work_dir: str = ""  # user-written, like name and comment
     std_out: str = ""  # user-written
+    std_err: str = ""  # user-written; the same as std_out when the job names no --error
+    submit_line: str = ""  # user-written: the sbatch command line (sacct only)
     source: str = "squeue"
 
     @property

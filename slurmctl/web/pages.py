@@ -22,7 +22,7 @@ from slurmctl.observe.explain import explain_job_reason
 from slurmctl.observe.listing import CallerJobs, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
-from slurmctl.ops.accounting import Ledger, cost_records_dir, run_cost
+from slurmctl.ops.accounting import Ledger, cost_records_dir, price_every_attempt, run_cost
 from slurmctl.ops.health.view import node_views
 from slurmctl.ops.report import build_report
 from slurmctl.rundir import Run
@@ -71,6 +71,9 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
         runs, statuses = my_runs(ctx.registry, ctx.client, ctx.registry.recent(limit), site=ctx.site,
                                  known=mine.recent)
         users = [ctx.registry.user] * len(runs)
+    down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
+    if not operator and not down:  # as `ls`: a requeued or resumed run's cost is all its attempts'
+        price_every_attempt(ctx.site, ctx.client, runs, statuses)
     now = time.time()
     rows = [_row(u, r, s, now) for u, r, s in zip(users, runs, statuses)]
     phases = sorted({r.phase for r in rows})
@@ -82,7 +85,6 @@ def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: st
            "step": lambda r: r.step_value, "gpus": lambda r: r.gpus, "elapsed": lambda r: r.elapsed_value,
            "cost": lambda r: r.cost_value}[sort if sort in SORT_KEYS else "created"]
     rows.sort(key=key, reverse=descending)
-    down = [s.slurm_unreachable_since for s in statuses if s.slurm_unreachable_since is not None]
     # as `ls`: the caller's plain sbatch jobs beside the runs (never another user's; none for the operator)
     plain = [] if operator or down else [p.to_dict() for p in mine.plain_rows(limit, ctx.site)]
     return {"rows": rows, "phases": phases, "plain": plain,

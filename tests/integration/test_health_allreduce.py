@@ -1,13 +1,14 @@
 """The active check on real daemons: a throwaway two-node Slurm cluster (throwaway_slurm.py; the
 shared cluster is never drained) whose HealthCheckProgram verifies a node we drained before it
-returns, the verification now running a real gloo all-reduce under real torchrun as root.
+returns, the verification now running a real gloo all-reduce (its own ranks, as root).
 
 Then `slurmctl nodes --json` charges the drained node its drained GPU-hours from accounting.
 
 One node goes through four verifications in a row (SLURMCTL_HEALTH_VERIFY_RETRY_SECONDS=1):
 the fault stub on `allreduce`, a gloo interface that does not exist, a site minimum bandwidth no
 node reaches, then a clean one that returns the node. The other node runs the scheduled active
-check as root's job (`python -m slurmctl.ops.health active`) with a bad interface: drained.
+check as root's job (`python -m slurmctl.ops.health active`) with a bad interface: drained. An
+active check whose torch python is missing drains nothing; the exporter shows it.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def test_verification_runs_a_gloo_allreduce_and_keeps_a_bad_or_slow_node_drained
     wait_for("an1 back in service", lambda: not node(c, "an1")["drained"]
              and (job_by_name(c, "slurmctl-verify-an1") or ("",))[0] == "COMPLETED", 6 * INTERVAL + 90, show=show)
     passed = [d for d in verify_lines(c) if d.get("action") == "passed"][-1]
+    verify_job = str(passed["job_id"])
+    assert admin_comment(c, verify_job) == "slurmctl:health verify passed an1"  # what lost.py reads as a pass
     measured = next(f for f in passed["findings"] if f["check"] == "allreduce")
     assert measured["ok"] and measured["detail"].startswith("gloo all-reduce over 2 ranks: bus bandwidth "), passed
     print(measured["detail"])
@@ -127,6 +130,11 @@ def test_the_scheduled_active_check_drains_a_node_whose_allreduce_fails(cluster)
                                         "Unable to find address for: nosuch0")
     wait_for("the active job FAILED", lambda: c.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State"])
              .stdout.strip() == "FAILED", 30)
+    assert admin_comment(c, job_id) == "slurmctl:health active drained an2"
+
+
+def admin_comment(c: ThrowawayCluster, job_id: str) -> str:
+    return c.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "AdminComment"]).stdout.strip()
 
 
 def test_nodes_shows_the_gpu_hours_the_drained_node_lost(cluster):
@@ -148,6 +156,31 @@ def test_nodes_shows_the_gpu_hours_the_drained_node_lost(cluster):
     assert an1["drained"] == pytest.approx(2 * seconds / 3600, abs=0.001), (views["an1"], events)
     assert an1["total"] == an1["drained"]
     print({n: v["gpu_hours_lost"] for n, v in views.items()}, events, sep="\n")
+
+
+def test_an_active_checks_configuration_error_drains_nothing_and_the_exporter_says_so(cluster):
+    """The active check with a torch python that does not exist: the job FAILS, an1 stays in
+    service, the job's AdminComment says config_error, and alice's `slurmctl exporter --once` shows
+    slurmctl_node_health_config_error 1 for an1 (an2's newest active check drained it: 0)."""
+    c = cluster
+    command = (f"cd / && exec /usr/bin/env {c.hook_env} SLURMCTL_HEALTH_TORCH_PYTHON=/nonexistent/python "
+               f"PYTHONPATH={REPO} /usr/bin/python3 -m slurmctl.ops.health active")
+    out = c.run(["sbatch", "--parsable", "--job-name=slurmctl-active-an1", "--nodelist=an1", "--time=5",
+                 f"--output={c.dir}/jobs/active-%j.out", f"--wrap={command}"])
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    wait_for("the active job FAILED", lambda: c.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State"])
+             .stdout.strip() == "FAILED", 60)
+    assert not node(c, "an1")["drained"], node(c, "an1")
+    assert admin_comment(c, job_id) == "slurmctl:health active config_error an1"
+    said = (c.dir / "jobs" / f"active-{job_id}.out").read_text()
+    assert "CONFIGURATION ERROR on an1, nothing measured and nothing drained" in said, said
+    out = subprocess.run(["runuser", "-u", "alice", "--", "env", f"SLURM_CONF={c.conf}", "PATH=/usr/bin:/bin",
+                          f"PYTHONPATH={REPO}", TORCH_PYTHON, "-m", "slurmctl.cli", "exporter", "--once"],
+                         capture_output=True, text=True, timeout=120, cwd="/tmp")
+    assert out.returncode == 0, out.stderr
+    assert 'slurmctl_node_health_config_error{moment="active",node="an1"} 1.0' in out.stdout, out.stdout
+    assert 'slurmctl_node_health_config_error{moment="active",node="an2"} 0.0' in out.stdout, out.stdout
 
 
 @pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),

@@ -79,3 +79,38 @@ def test_plain_sbatch_job_by_id_and_another_users_refused(workdir, alice, bob):
     finally:
         alice.scancel(held)
         as_user("bob").scancel(bobs)
+
+
+STEP_FAILS_SCRIPT = """#!/bin/bash
+#SBATCH -p l4-dev
+#SBATCH -t 2
+#SBATCH -J plain-steps
+#SBATCH --array=0-1%1
+#SBATCH --output=out/%x-%A_%a.out
+#SBATCH --error=out/%x-%A_%a.err
+echo "task $SLURM_ARRAY_TASK_ID starting"
+srun -n1 bash -c 'echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2; exit 3' &
+wait  # the common bug: a bare wait exits 0, so Slurm records the job COMPLETED 0:0
+"""
+
+
+def test_a_waiting_array_task_has_no_file_and_a_failed_step_is_no_success(workdir, alice):
+    script, out = workdir / "steps.sh", workdir / "out"
+    script.write_text(STEP_FAILS_SCRIPT)
+    out.mkdir()
+    for path in (script, out):
+        os.chown(path, alice.uid, alice.gid)
+    array = alice.sbatch(f"--chdir={workdir}", str(script))
+    try:
+        waiting = slurmctl_json("status", f"{array}_1")  # behind the %1 throttle: not started
+        assert waiting["phase"] == "queued" and waiting["log_path"] is None, waiting
+        assert slurmctl_json("diagnose", f"{array}_1")["category"] == "not_started"
+        assert _wait_ended(alice, f"{array}_0") == "COMPLETED"
+        status = slurmctl_json("status", f"{array}_0")
+        assert status["phase"] == "failed" and ".0 failed" in status["headline"], status
+        assert status["log_path"] == str(out / f"plain-steps-{array}_0.out")
+        assert status["error_path"] == str(out / f"plain-steps-{array}_0.err")
+        assert status["diagnosis"]["category"] == "cuda_oom"  # read from the --error file
+        assert "CUDA out of memory" in slurmctl("logs", f"{array}_0").stdout
+    finally:
+        alice.scancel(array)

@@ -283,4 +283,7 @@ class ThrowawayCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        keep = os.environ.get("SLURMCTL_TEST_KEEP_LOGS")  # a directory: the daemons' logs outlive the cluster
+        if keep and (self.dir / "log").is_dir():
+            shutil.copytree(self.dir / "log", Path(keep) / self.dir.name, dirs_exist_ok=True)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -173,7 +173,7 @@ def test_a_program_started_without_srun_gets_cancels_signal_through_the_batch_sh
                     "wait $child\necho script-went-on\n")
     script = parse_script(path)
     body, shape = read_body(script.body), read_shape(script)
-    block, _ = _resilience(body, shape, "pytorch", str(tmp_path), "USR1", None)
+    block, *_ = _resilience(body, shape, "pytorch", str(tmp_path), "USR1", None)
     assert block.signal_to == "batch"  # cancel: scancel --batch --signal=USR1
     assert "passes it on to the program" in _signal_target(block, body, shape.signal)
     run_dir = tmp_path / "run-20261201-abcd"

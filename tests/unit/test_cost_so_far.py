@@ -41,3 +41,38 @@ def test_cost_says_cpu_only_instead_of_zero_gpu_hours(local_site, monkeypatch):
     assert RunCost("job 4137", [], [cpu], 0.0, 7e-05, 0.0, 0.0, []).held == "CPU only (priced by its CPUs)"
     gpu = RunCost("job 4226", [], run_attempts(local_site, _client(monkeypatch), [4226]), 0.26, 0.26, 0, 0, [])
     assert gpu.held == "0.26 GPU-hours"
+
+
+def test_status_and_ls_show_the_cost_so_far_while_a_requeued_job_waits_and_after_its_cancel(local_site, monkeypatch):
+    """The newest attempt, not started (a requeued job waiting, or cancelled while it waited), has no cost
+    of its own; the attempts before it were paid for: the cost so far is theirs, as `slurmctl cost` says."""
+    from types import SimpleNamespace
+
+    from slurmctl.observe.status import RunStatus
+    from slurmctl.ops.accounting import price_every_attempt
+
+    ctx = SimpleNamespace(site_view=local_site, client=_client(monkeypatch))
+    run = SimpleNamespace(priced_job_ids=lambda: [4226])
+    for state in ("PENDING", "CANCELLED"):
+        waiting = RunStatus("r", "/runs/r", 4226, state, "", "", requeues=1)
+        assert waiting.cost_usd is None
+        price_every_attempt(ctx.site_view, ctx.client, [run], [waiting])
+        expected = sum(a.cost_usd for a in run_attempts(local_site, ctx.client, [4226]))
+        assert waiting.cost_usd is not None and abs(waiting.cost_usd - expected) < 1e-9 and round(expected, 2) == 0.26
+
+
+def test_ls_uses_the_attempts_it_asked_for_while_the_statuses_were_read(local_site, monkeypatch):
+    """`ls` asks for the attempts of the runs whose records show several in a thread, beside their
+    statuses; the figure is the same, and no second sacct is made for jobs it asked for."""
+    from types import SimpleNamespace
+
+    from slurmctl.observe.status import RunStatus
+    from slurmctl.ops.accounting import price_every_attempt
+
+    attempts = run_attempts(local_site, _client(monkeypatch), [4226])
+    runner = ReplayRunner({})  # any Slurm call here would be answered with nothing: it must not be made
+    ctx = SimpleNamespace(site_view=local_site, client=SlurmClient(runner))
+    run = SimpleNamespace(priced_job_ids=lambda: [4226])
+    waiting = RunStatus("r", "/runs/r", 4226, "PENDING", "", "", requeues=1)
+    price_every_attempt(ctx.site_view, ctx.client, [run], [waiting], (attempts, {4226}))
+    assert runner.calls == [] and round(waiting.cost_usd, 2) == 0.26

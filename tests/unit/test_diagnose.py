@@ -240,6 +240,10 @@ def test_the_shells_killed_in_a_pasted_log_is_host_memory(log):
     "exits with return code = -9",
     # subprocess.CalledProcessError for a child killed by signal 9
     "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGKILL: 9>.",
+    # torch/multiprocessing/spawn.py ProcessContext.join (ProcessExitedException's message)
+    "Traceback (most recent call last):\n  File \"/opt/espnet2/tasks/abs_task.py\", line 810, in main\n"
+    "    while not ProcessContext(processes, error_queues).join():\n"
+    "Exception: process 1 terminated with signal SIGKILL",
 ])
 def test_a_launchers_sigkill_alone_is_named_but_not_called_host_memory(log):
     result = diagnose_text(log + "\n")
@@ -415,3 +419,23 @@ def test_a_job_cancelled_on_request_reads_as_cancelled_not_success_or_unknown():
     # a time limit is no cancel
     limit = "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME LIMIT ***\n"
     assert diagnose_text(limit, "TIMEOUT").category == "time_limit"
+
+
+# mmcv/mmengine's text logger: a NaN grad norm at one step of a mixed-precision run, the next step healthy
+_NAN_THEN_HEALTHY = (
+    " Epoch [1][100/62598]\tlr: 1.000e-03, time: 0.539, loss_ce: 1.2757, loss: 1.9091, grad_norm: nan\n"
+    "2021-11-22 01:32:34,502 - mmocr - INFO - Epoch [1][200/62598]\tlr: 1.000e-03, time: 0.705, loss_ce: 0.5921, "
+    "loss: 0.9186, grad_norm: 3.9772\n")
+
+
+def test_a_nan_that_training_went_on_past_is_not_a_nan_loss():
+    assert diagnose_text(_NAN_THEN_HEALTHY).category == "unknown"
+    # still NaN at the last step it logged: the loss did blow up
+    still = _NAN_THEN_HEALTHY.replace("grad_norm: 3.9772", "grad_norm: nan")
+    assert diagnose_text(still).category == "nan_loss"
+    # a NaN after the last healthy step is the newest news
+    assert diagnose_text(_NAN_THEN_HEALTHY + "step 300 loss: nan\n").category == "nan_loss"
+    # espnet's chainer trainer (asr_chainer.py) skipping the update of a non-finite gradient, nothing healthy after
+    log = ("2018-05-23 13:05:12,361 (e2e_asr_attctc:88) WARNING: loss (=1500000000.000000) is not correct\n"
+           "2018-05-23 13:05:13,682 (asr_chainer:132) WARNING: grad norm is nan. Do not update model.\n")
+    assert diagnose_text(log).category == "nan_loss"

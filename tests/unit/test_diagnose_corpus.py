@@ -5,6 +5,7 @@ generalise. A wrong specific category is worse than `unknown`, so it has its own
 """
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -68,3 +69,13 @@ def test_success_is_right_only_when_no_failure_is_named():
     assert diagnose_corpus.is_confidently_wrong("host_oom", "success")
     assert not diagnose_corpus.is_confidently_wrong("host_oom", "unknown")
 
+
+
+def test_leave_one_batch_out_splits_patterns_at_their_top_level_alternatives():
+    from slurmctl.observe.diagnosis_rules import SIGNATURES
+    assert diagnose_corpus.alternatives(r"a(b|c)|[|x]y|d\|e|f") == ["a(b|c)", "[|x]y", r"d\|e", "f"]
+    for sig in SIGNATURES:  # every alternative is a pattern of its own, and together they are the signature
+        parts = diagnose_corpus.alternatives(sig.regex)
+        assert "|".join(parts) == sig.regex
+        for part in parts:
+            re.compile(part)

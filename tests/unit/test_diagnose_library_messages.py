@@ -249,6 +249,25 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # torch.cuda.set_device on a CPU-only torch build (torch/cuda/__init__.py calls torch._C._cuda_setDevice)
     ("GPU available: False, used: False\nAttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
      "no_gpu"),
+    # NVIDIA's kernel driver (dmesg) failing to initialise a GPU of the node
+    ("[   38.773115] NVRM: RmInitAdapter failed! (0x26:0xffff:1127)\n"
+     "[   38.773764] NVRM: rm_init_adapter failed for device bearing minor number 0", "gpu_hardware"),
+    # NVCaffe's NCCL_CHECK (glog CHECK_EQ of an NCCL call's result); Caffe's CUDA_CHECK of cudaMalloc (error 2 is
+    # cudaErrorMemoryAllocation, "out of memory"): the GPU's memory, not the host's
+    ("I0404 10:13:38.892247 12760 caffe.cpp:459] CUDA driver version: 9000\n"
+     "Check failed: result == ncclSuccess (1 vs. 0)  unhandled cuda error", "nccl_error"),
+    ("F1007 19:40:40.235829 26752 syncedmem.cpp:66] Check failed: error == cudaSuccess (2 vs. 0)  out of memory\n"
+     "*** Check failure stack trace: ***\nAborted (core dumped)", "cuda_oom"),
+    # torch/utils/data/_utils/signal_handling.py's message, wrapped where it was pasted
+    ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus\nerror. It is possible that dataloader's "
+     "workers are out of shared\nmemory. Please try to raise your shared memory limit.", "host_oom"),
+    # a site's job_submit plugin refusing the request, as sbatch prints the plugin's words
+    ("sbatch: error: *** Error partition 'h200_courant' is not valid for this job\n"
+     "sbatch: error: *** Error: CPU job setup is not valid", "missing_config"),
+    # mmengine/registry/build_functions.py build_from_cfg: "X is not in the model registry", cut where pasted
+    (_traceback([("/home/u/proj/train.py", "runner = Runner.from_cfg(cfg)"),
+                 ("C:\\envs\\yolo\\lib\\site-packages\\mmengine\\registry\\build_functions.py",
+                  "raise KeyError(")], "KeyError: 'YOLODetector is not"), "import_error"),
     # NCCL's last word before the job stopped (graph/topo.h)
     ("All distributed processes registered. Starting with 32 processes\n"
      "n1:52:52 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
@@ -276,6 +295,16 @@ def test_library_message_is_named(log, category):
     "FileNotFoundError: [Errno 2] No such file or directory: 'nvcc'",
     # a JSON file unpickled (the config given where the checkpoint belongs) is not a corrupt checkpoint
     "_pickle.UnpicklingError: invalid load key, '{'.",
+    # sbatch that cannot reach the controller: not the request's fault
+    "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+    "sbatch: error: slurm_receive_msg: Socket timed out on send/recv operation",
+    # jax/_src/xla_bridge.py probing for backends it may not have (an INFO line), and carrying on
+    "I0625 11:35:55.929513 22421615735936 xla_bridge.py:895] Unable to initialize backend 'tpu': INTERNAL: Failed "
+    "to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory",
+    # jax falling back to the CPU, and nothing else: of three threads with only this line, two were a CPU-only
+    # jaxlib where an accelerator was meant to be used and one a training that ran fine on its GPU through torch
+    "2022-11-30 12:50:08,211 - jax._src.lib.xla_bridge - WARNING - No GPU/TPU found, falling back to CPU.",
+    "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed. Falling back to cpu.",
 ])
 def test_warnings_and_lookalikes_name_nothing(log):
     assert diagnose_text(log + "\n").category == "unknown"

@@ -269,3 +269,32 @@ def test_a_node_our_checks_drained_has_its_check_as_a_series_and_others_have_non
     _, registry, _ = make(tmp_path)  # Slurm's own "Prolog error" is not ours
     assert value(scrape(registry), "slurmctl_node_health_check_failed", node="h100-3", check="shm") is None
     assert drain_cause(ours, "drained") == "checks" and drain_cause("slurmctl prolog: old", "drained") == "prolog"
+
+
+def test_a_health_jobs_configuration_error_is_a_series(tmp_path):
+    """The active check (or the verification job) that met a configuration error drained nothing: its
+    AdminComment (root's job; only an admin can write the field) is what the exporter shows, from the
+    same week's sacct call that prices the GPU-hours lost. The newest job of each kind decides."""
+    from .fakes import sacct_output
+
+    def health_job(job, node, moment, action, end, uid="0"):
+        return [str(job), "FAILED" if action != "passed" else "COMPLETED", node, "9", "billing=1,cpu=1,node=1",
+                end, end, uid, f"slurmctl:health {moment} {action} {node}"]
+
+    now = datetime.now().replace(microsecond=0)
+    hours_ago = [(now.timestamp() - h * 3600) for h in (3, 2, 1)]
+    at = [datetime.fromtimestamp(t).isoformat() for t in hours_ago]
+    rows = [health_job(41, "h100-2", "active", "passed", at[0]),
+            health_job(42, "h100-2", "active", "config_error", at[1]),  # newer: the torch python went missing
+            health_job(43, "l4-1", "active", "config_error", at[0]),
+            health_job(44, "l4-1", "active", "passed", at[1]),  # fixed since
+            health_job(45, "h100-1", "verify", "config_error", at[2]),
+            health_job(46, "h100-3", "active", "config_error", at[2], uid="1002")]  # not root's: no health job
+    runner = ReplayRunner({"squeue": SQUEUE, "sinfo": SINFO, "sacct": sacct_output(*rows)})
+    registry, _ = build(site(tmp_path), 15.0, runner)
+    s = scrape(registry)
+    assert value(s, "slurmctl_node_health_config_error", node="h100-2", moment="active") == 1
+    assert value(s, "slurmctl_node_health_config_error", node="l4-1", moment="active") == 0
+    assert value(s, "slurmctl_node_health_config_error", node="h100-1", moment="verify") == 1
+    assert value(s, "slurmctl_node_health_config_error", node="h100-3", moment="active") is None
+    assert [c[0] for c in runner.calls].count("sacct") == 1

@@ -24,7 +24,7 @@ def promtool(*args) -> subprocess.CompletedProcess:
 
 def test_promtool_check_rules_and_config():
     rules = promtool("check", "rules", "alerts.yml")
-    assert rules.returncode == 0 and "SUCCESS: 13 rules found" in rules.stdout, rules.stdout + rules.stderr
+    assert rules.returncode == 0 and "SUCCESS: 14 rules found" in rules.stdout, rules.stdout + rules.stderr
     config = promtool("check", "config", "prometheus.yml")
     assert config.returncode == 0, config.stdout + config.stderr
 

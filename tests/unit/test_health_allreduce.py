@@ -1,6 +1,7 @@
 """The active check's judgement (health/allreduce.py): thresholds, gloo's own failure words out of
-torchrun's output (captured from a real launch with GLOO_SOCKET_IFNAME=nosuch0), and the check
-skipped where no torch python is configured. The real torchrun runs are tests/integration/test_health_allreduce.py."""
+a launcher's output (captured from a real launch with GLOO_SOCKET_IFNAME=nosuch0), the check
+skipped where no torch python is configured, and real launches of the ranks (a python without torch,
+a store only root can reach). The runs on Slurm are tests/integration/test_health_allreduce.py."""
 
 from __future__ import annotations
 
@@ -58,10 +59,8 @@ def test_a_python_without_torch_is_the_sites_configuration_error_never_a_drain(t
     assert Path("/usr/bin/python3").exists()
     finding = check_allreduce(Subject(cfg, moment="verify"))
     assert finding is not None and not finding.ok and finding.blame == SITE_CONFIG
-    assert finding.detail == ("configuration error (SLURMCTL_HEALTH_TORCH_PYTHON): /usr/bin/python3 cannot run "
-                              "torch.distributed.run: /usr/bin/python3: Error while finding module "
-                              "specification for 'torch.distributed.run' (ModuleNotFoundError: No module named "
-                              "'torch')"), finding
+    assert finding.detail == ("configuration error (SLURMCTL_HEALTH_TORCH_PYTHON): /usr/bin/python3 cannot "
+                              "import torch: No module named 'torch'"), finding
     assert first_failure([finding]) is None
     runner = ReplayRunner({})
     cfg.torch_python, cfg.slurm = str(tmp_path / "no-such-python"), SlurmClient(runner)
@@ -71,3 +70,51 @@ def test_a_python_without_torch_is_the_sites_configuration_error_never_a_drain(t
     agent.log_outcome(cfg, {"SLURMCTL_HOOKS_LOG": str(tmp_path / "hooks.jsonl")}, "active", outcome, 0.0)
     assert "CONFIGURATION ERROR on n1" in capsys.readouterr().err
     assert '"action": "config_error"' in (tmp_path / "hooks.jsonl").read_text()
+    # inside its job, the outcome goes into the job's AdminComment: what the exporter's alert reads
+    agent.note_in_job(cfg, {"SLURM_JOB_ID": "5065"}, "active", outcome)
+    assert runner.calls == [["scontrol", "update", "JobId=5065", "AdminComment=slurmctl:health active config_error n1"]]
+    agent.note_in_job(cfg, {}, "active", outcome)  # run by hand, outside a job: nothing to note
+    cfg.node = "n1 Reason=x"  # never a node name: no note rather than one Slurm would read otherwise
+    agent.note_in_job(cfg, {"SLURM_JOB_ID": "5065"}, "active", outcome)
+    assert len(runner.calls) == 1
+
+
+def test_the_ranks_meet_through_a_private_file_store_never_a_network_store(tmp_path):
+    """No TCPStore (torchrun's, whose dynamic rendezvous unpickles what anyone writes into it, ran
+    as root here before): the ranks are started directly, under -I, with a FileStore in a 0700
+    directory; gloo on loopback unless the site names an interface. A real launch measures."""
+    argv = allreduce.rank_argv("/venv/bin/python", 1, 2, Path("/tmp/x/store"))
+    assert argv == ["/venv/bin/python", "-I", allreduce._WORKER, "1", "2", "/tmp/x/store"]
+    assert "torch.distributed.run" not in " ".join(argv)
+    python = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+    measured, why = allreduce.measure(str(python), 2, "", 120)
+    assert measured is not None and measured.ranks == 2 and measured.busbw_mbps > 0, why
+
+
+def test_on_loopback_the_ranks_share_a_network_namespace_no_other_process_can_reach():
+    """gloo's handshake is an unauthenticated 8-byte sequence number: whoever connects first to a
+    rank's listener takes its peer's place (an independent check failed the check, and drained a
+    healthy node, that way). Rank 0 gets a namespace of its own with loopback up; the others join it."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("namespaces need root, as the health program has")
+    assert allreduce._namespaces_allowed()
+    host = os.readlink("/proc/self/ns/net")
+    first = subprocess.Popen(["sleep", "30"], preexec_fn=allreduce._private_loopback)
+    try:
+        inside = os.readlink(f"/proc/{first.pid}/ns/net")
+        assert inside != host
+        probe = ("import os, socket; s = socket.create_server(('127.0.0.1', 0)); "
+                 "c = socket.create_connection(s.getsockname()); print('lo up', os.readlink('/proc/self/ns/net'))")
+        second = subprocess.run([sys.executable, "-I", "-c", probe],
+                                capture_output=True, text=True, timeout=30,
+                                preexec_fn=allreduce._join_network_of(first.pid))
+        assert second.stdout.split() == ["lo", "up", inside], second.stderr
+    finally:
+        first.kill()
+        first.wait()

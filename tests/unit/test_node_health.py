@@ -114,6 +114,45 @@ def test_epilog_shm_cleanup_judges_by_ctime_which_a_user_cannot_set_back(tmp_pat
     assert before.exists()
 
 
+def test_epilog_shm_cleanup_keeps_a_live_named_semaphore_of_another_job(tmp_path):
+    """sem_open maps a temporary file, then links it under its name and unlinks the temporary one: the
+    live process's maps name `sem.XXXXXX (deleted)`, never `sem.<name>`. Judged by inode, it is kept
+    (litdata's spawned workers of a concurrent job of the same user failed on their vanished locks)."""
+    import sys
+    import time
+
+    from slurmctl.ops.hooks.epilog import clean_shm
+    from slurmctl.ops.hooks.prolog import HookResult
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    c = cfg(tmp_path, SLURMCTL_SHM_DIR=str(shm))
+    started = time.time() - 10
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import mmap, os, sys, time
+tmp, live = {str(shm / "sem.Ab12Cd")!r}, {str(shm / "sem.mp-live")!r}
+fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, bytes(32))
+mapped = mmap.mmap(fd, 32)  # as sem_open: map, close the fd, link under the name, drop the temporary one
+os.close(fd)
+os.link(tmp, live)
+os.unlink(tmp)
+print("ready", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        left = shm / "sem.mp-left-behind"  # the ended job's own: nobody holds it
+        left.write_bytes(bytes(32))
+        result = HookResult()
+        clean_shm(c, {"SLURM_JOB_UID": str(os.getuid())}, started, result)
+        assert (shm / "sem.mp-live").exists(), "a semaphore another live process maps was removed"
+        assert not left.exists() and result.notes == ["removed 1 /dev/shm entry"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_suspect_needs_the_node_to_be_the_common_factor_not_one_users_repeats():
     now = 1_000_000.0
     alice, bob = 1001, 1002

@@ -75,7 +75,7 @@ def test_the_same_array_task_listed_twice_is_still_refused():
 def test_owned_job_record_from_the_controller():
     fields = ["45", "FAILED", "NonZeroExitCode", "l4-dev", "1", "l4-1", "0:01", "5:00", "2026-12-01T14:48:12",
               "2026-12-01T14:48:12", "2026-12-01T14:48:13", "256", ME, "cpu=1,mem=1000M,node=1", "0", "45", "l4-1",
-              "plain oom", "(null)", "/home/x/slurm-45.out", "/home/x"]
+              "plain oom", "(null)", "/home/x/slurm-45.out", "/home/x/slurm-45.out", "/home/x"]
     runner = ReplayRunner({SQUEUE: f"45\x1f{os.geteuid()}\n", NOW: squeue_output(fields)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.exit_code, job.elapsed_seconds, job.time_limit_seconds, job.nodelist,
@@ -85,12 +85,14 @@ def test_owned_job_record_from_the_controller():
 
 def test_owned_job_record_from_accounting_is_the_callers_newest():
     old = ["45", "COMPLETED", "None", "h100", "1", "h100-1", "9", "5", "2026-11-30T10:00:00", "", "", "0:0",
-           "someone-else", "9999", "", "45", "allocation", "", "/home/someone"]
+           "someone-else", "9999", "", "45", "allocation", "", "/home/someone", "salloc"]
     new = ["45", "FAILED", "None", "l4-dev", "1", "l4-1", "1", "5", "2026-12-01T14:48:12", "2026-12-01T14:48:12",
-           "2026-12-01T14:48:13", "1:0", ME, str(os.geteuid()), "cpu=1", "45", "plain\x1foom", "", "/home/x"]
+           "2026-12-01T14:48:13", "1:0", ME, str(os.geteuid()), "cpu=1", "45", "plain\x1foom", "", "/home/x",
+           "sbatch oom.sh"]
     runner = ReplayRunner({SQUEUE: "", HISTORY: sacct_output(old, new)})
     job = owned_job(SlurmClient(runner), 45, uid=os.geteuid())
     assert (job.name, job.state, job.time_limit_seconds, job.source) == ("plain\x1foom", "FAILED", 300, "sacct")
+    assert job.submit_line == "sbatch oom.sh"
     assert len(runner.calls) == 2  # the controller's owner (none), then one sacct: the record and whose it is
     with pytest.raises(RunNotOwned):  # the newest job of that id is another user's
         owned_job(SlurmClient(ReplayRunner({SQUEUE: "", HISTORY: sacct_output(new, [*old[:8], "2026-12-02T10:00:00",
@@ -98,36 +100,6 @@ def test_owned_job_record_from_accounting_is_the_callers_newest():
                   uid=os.geteuid())
     with pytest.raises(RunNotFound):
         owned_job(SlurmClient(ReplayRunner({SQUEUE: "", HISTORY: ""})), 45, uid=os.geteuid())
-
-
-def _replayed_array_task():
-    """The captured array task's calls, as the caller (uid and user name swapped for this process's)."""
-    captured = json.loads((FIXTURES / "array_task_owned_job.json").read_text())
-    seal, uid = captured["seal"], os.geteuid()
-    outputs = {}
-    for call in (captured[k] for k in ("now", "history", "task_id", "owner")):
-        out = call["stdout"].replace(f"{seal}{captured['user']}\x1f", f"{seal}{ME}\x1f")
-        outputs[tuple(call["argv"])] = out.replace(f"\x1f{captured['uid']}", f"\x1f{uid}")
-    return outputs, seal
-
-
-def test_an_array_tasks_output_file_is_named_with_the_arrays_id_and_its_index(monkeypatch):
-    from slurmctl.observe.plain_job import PlainJob, resolve
-    from tests.unit.fakes import pin_seal
-
-    outputs, seal = _replayed_array_task()
-    pin_seal(monkeypatch, seal)
-
-    class NoRuns:
-        uid = os.geteuid()
-
-        def get(self, ref):
-            raise RunNotFound(f"no run {ref!r}", "")
-
-    for ref in ("4353", "4352_0"):  # its own id, and Slurm's name of the task (squeue, sacct)
-        plain = resolve(ref, NoRuns(), SlurmClient(ReplayRunner(outputs)))
-        assert isinstance(plain, PlainJob) and plain.job_id == 4353
-        assert str(plain.log_path) == "/tmp/a24b-arr-4352_0.out"
 
 
 def test_output_patterns_are_filled_as_slurm_fills_them():
@@ -139,3 +111,23 @@ def test_output_patterns_are_filled_as_slurm_fills_them():
     assert _expand("slurm-%j.out", 4353, task) == "slurm-4353.out"
     plain = Job(job_id=45, state="RUNNING", name="x", nodelist="h100-[1-2]")
     assert _expand("o-%A_%a-%N.out", 45, plain) == "o-45_4294967294-h100-1.out"
+
+
+def test_a_resized_job_listed_once_per_size_by_sacct_is_slurms_own_repeat_not_a_forgery():
+    """Captured on the local cluster (22.05): a 2-node job that lost a node under --no-kill; `sacct -X`
+    lists its RESIZING record and a second one under the same id. `ls` must not refuse the caller's
+    whole listing for it; the record that started last stands for the job."""
+    from slurmctl.slurm.owned import RECENT, my_recent_jobs
+
+    argv = ("sacct", "-n", "-P", "-X", "-S", "now-7days", *RECENT.format_argv(TEST_SEAL))
+
+    def record(state, start, end, nodes, nodelist, elapsed):
+        return ["5109", state, "None", "h100-spot", nodes, nodelist, elapsed, "10:00", "2026-12-02T02:17:40",
+                start, end, "0:0", "cpu=4,mem=8000M,node=2,billing=4,gres/gpu=4", ME,
+                "faults-nodeloss-20261202-f406", "slurmctl:faults-nodeloss-20261202-f406"]
+    resized = record("RESIZING", "2026-12-02T02:17:43", "2026-12-02T02:18:29", "2", "h100-[1-2]", "46")
+    after = record("CANCELLED", "2026-12-02T02:18:31", "Unknown", "1", "None assigned", "478")
+    jobs = my_recent_jobs(SlurmClient(ReplayRunner({argv: sacct_output(resized, after)})), uid=os.geteuid())
+    assert [(j.job_id, j.state, j.num_nodes) for j in jobs] == [(5109, "CANCELLED", 1)]
+    with pytest.raises(ForgedSlurmOutput, match="listed job 5109 twice"):  # the same id twice, no resize: refused
+        my_recent_jobs(SlurmClient(ReplayRunner({argv: sacct_output(after, after)})), uid=os.geteuid())

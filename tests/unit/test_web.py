@@ -394,3 +394,28 @@ def test_a_trickling_client_is_cut_at_the_whole_request_deadline_not_per_read(tm
         sock.close()
         server.shutdown()
         server.server_close()
+
+
+def test_runs_page_cost_is_every_attempts_as_slurmctl_cost_says(web, monkeypatch):
+    from .fakes import pin_seal, sacct_output
+
+    captured = json.loads((REPO / "tests" / "fixtures" / "slurm" / "requeued_plain_job_attempts.json").read_text())
+    pin_seal(monkeypatch, captured["seal"])
+    run_id = make_run(web.registry, "requeued", 4226)
+    with open(web.registry.root / run_id / "attempts.jsonl", "a") as events:  # Slurm requeued it once
+        events.write(json.dumps({"event": "start", "job_id": 4226, "restart_count": 1, "time": 2000.0}) + "\n")
+    # status reads the newest attempt (sacct, as captured: 172 s of 4 H100s on h100-spot) ...
+    web.runner.outputs["sacct"] = sacct_output(
+        [4226, "CANCELLED by 1001", "None", "h100-spot", 2, "h100-[1-2]", 172, "10:00", "2026-12-01T23:20:07",
+         "2026-12-01T23:22:51", "2026-12-01T23:25:43", "0:0", "billing=2,cpu=2,gres/gpu:h100=4,gres/gpu=4,node=2",
+         "alice", run_id, f"slurmctl:{run_id}"], seal=captured["seal"])
+    # ... and `slurmctl cost` every attempt of it (sacct --duplicates, captured from the real cluster)
+    web.runner.outputs[tuple(captured["call"]["argv"])] = captured["call"]["stdout"]
+    from slurmctl.ops.accounting import run_attempts
+
+    attempts = run_attempts(web.app.ctx.site, web.app.ctx.client, [4226])
+    total = sum(a.cost_usd for a in attempts)
+    assert len(attempts) == 2 and round(total, 2) == 0.26 and round(attempts[-1].cost_usd, 2) < 0.26
+    rows = {r["run_id"]: r for r in json.loads(web.get("/?format=json").body)}
+    assert rows[run_id]["cost"] == f"${total:,.2f}" and abs(rows[run_id]["cost_value"] - total) < 1e-9
+    assert f"${total:,.2f}" in web.get("/").body.decode()

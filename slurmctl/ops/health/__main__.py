@@ -5,7 +5,9 @@
             failing health program, and our verdict is the drain itself.
   verify    the body of the verification job (agent.verify); exit 1 when the node failed it.
   active    the active check alone (a gloo all-reduce, health/allreduce.py), as a root job an operator
-            schedules on idle nodes: a failure drains the node; exit 1 when it failed.
+            schedules on idle nodes: a failure drains the node; exit 1 when it failed or could not
+            run (a configuration error: nothing drained).
+Inside a job, verify and active write their outcome into the job's AdminComment (agent.note_in_job).
   check     the periodic checks, printed; acts on nothing (an operator's look at one node).
 The node is $SLURMD_NODENAME (slurmd sets it for the health program and jobs), else the host name.
 """
@@ -41,6 +43,8 @@ def main(argv: list[str]) -> int:
     run = {"periodic": agent.periodic, "verify": agent.verify, "active": agent.active}[moment]
     outcome = run(cfg)
     agent.log_outcome(cfg, os.environ, moment, outcome, started)
+    if moment in ("verify", "active"):
+        agent.note_in_job(cfg, os.environ, moment, outcome)
     return 1 if moment != "periodic" and outcome.action not in ("passed", "none") else 0
 
 

@@ -302,6 +302,21 @@ def active(cfg: HookConfig) -> Outcome:
     return Outcome(cfg.node, drain(cfg, failed.reason()), findings, failed.reason().text())
 
 
+def note_in_job(cfg: HookConfig, env, moment: str, outcome: Outcome) -> None:
+    """Inside a health job (the verification job, the active check): its outcome into the job's own
+    AdminComment (reasons.JobNote), where accounting keeps it for the operator's view and the
+    exporter (lost.node_week): a configuration error drains nothing, this is how it is seen. Only
+    an administrator can write that field, so no user's job can say it; a refusal is not retried."""
+    job = env.get("SLURM_JOB_ID", "")
+    note = reasons.JobNote(moment, outcome.action, cfg.node)
+    if cfg.slurm is None or not job.isdigit() or reasons.parse_job_note(note.text()) != note:
+        return
+    try:
+        cfg.slurm.update_job(int(job), AdminComment=note.text())
+    except SlurmctlError as exc:
+        print(f"slurmctl health: could not record the outcome in job {job}'s AdminComment: {exc}", file=sys.stderr)
+
+
 def log_outcome(cfg: HookConfig, env, moment: str, outcome: Outcome, started: float) -> None:
     """One line in the hooks log (hooklog), and in the job's / slurmd's output."""
     from slurmctl.ops.hooks.hooklog import log_hook  # why: only the entry points log

@@ -12,7 +12,7 @@
   active    `allreduce` alone: the root job an operator schedules on idle nodes
 
 Each check returns a Finding (failed or passed) or None when it does not apply here (no nvidia-smi).
-A failed Finding blamed on SITE_CONFIG (the torch python of the site's setting cannot run torchrun)
+A failed Finding blamed on SITE_CONFIG (the torch python of the site's setting cannot import torch)
 is no failure of the node: nothing is drained for it, the outcome says `config_error`.
 
 The fault stub, for tests and drills: a regular file `<faults dir>/<check>` (every node of this
@@ -324,7 +324,7 @@ def check_probe(subject: Subject) -> Finding:
 
 
 def check_allreduce(subject: Subject) -> Finding | None:
-    """The active check (allreduce.py): a gloo all-reduce across this node's ranks under torchrun,
+    """The active check (allreduce.py): a gloo all-reduce across this node's ranks (its own processes),
     its bus bandwidth and latency against the site's thresholds. Skipped without a torch python."""
     cfg = subject.cfg
     if not cfg.torch_python:

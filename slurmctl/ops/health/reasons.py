@@ -1,7 +1,11 @@
-"""The drain reason is the record of who drained a node and why: `slurmctl:[<blame>] <check>: <detail>`.
+"""Our words in Slurm's fields.
 
+The drain reason is the record of who drained a node and why: `slurmctl:[<blame>] <check>: <detail>`.
 Only a reason with this prefix is ours. Everything else (an operator's "maint", Slurm's own "Prolog
 error", "Kill task failed") belongs to someone else and is never changed or resumed by us.
+
+Our health jobs say their outcome in their own AdminComment: `slurmctl:health <moment> <outcome>
+<node>` (JobNote).
 """
 
 from __future__ import annotations
@@ -40,3 +44,25 @@ def parse(reason: str) -> DrainReason | None:
 
 def is_ours(reason: str) -> bool:
     return parse(reason) is not None
+
+
+# A health job (the verification job, the scheduled active check) says its outcome in its own
+# AdminComment: only a Slurm administrator can write that field, and accounting keeps it, so the
+# operator's view and the exporter read every node's last verdict from one sacct call.
+JOB_NOTE_PREFIX = "slurmctl:health "
+_JOB_NOTE = re.compile(r"\Aslurmctl:health (active|verify) ([a-z_]{1,32}) ([A-Za-z0-9._-]{1,128})\Z")
+
+
+@dataclass(frozen=True)
+class JobNote:
+    moment: str  # active | verify
+    action: str  # agent.Outcome.action: passed | failed | drained | config_error | ...
+    node: str
+
+    def text(self) -> str:
+        return f"{JOB_NOTE_PREFIX}{self.moment} {self.action} {self.node}"
+
+
+def parse_job_note(text: str) -> JobNote | None:
+    m = _JOB_NOTE.match(text or "")
+    return JobNote(m[1], m[2], m[3]) if m else None

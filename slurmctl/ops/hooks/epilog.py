@@ -47,9 +47,12 @@ def kill_orphans(cfg: HookConfig, env, job_id: int, result: HookResult) -> None:
         result.notes.append(f"orphans surviving SIGKILL: {survivors}")
 
 
-def _open_paths(prefix: str) -> set[str]:
-    """Paths under `prefix` that some live process has open or mapped."""
-    held = set()
+def _open_paths(prefix: str, device: int) -> tuple[set[str], set[int]]:
+    """What some live process has open or mapped under `prefix`: the paths, and the inode numbers of
+    those on `device` (the filesystem under `prefix`). The inode is what counts for a file: a named
+    POSIX semaphore (Python's multiprocessing locks) is mapped under the temporary name sem_open made
+    it as (`sem.XXXXXX (deleted)`) and lives on as `sem.<name>`, the same inode."""
+    paths, inodes = set(), set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -58,17 +61,24 @@ def _open_paths(prefix: str) -> set[str]:
             for fd in os.listdir(fd_dir):
                 try:
                     target = os.readlink(f"{fd_dir}/{fd}")
+                    if target.startswith(prefix):
+                        paths.add(target.removesuffix(" (deleted)"))
+                        st = os.stat(f"{fd_dir}/{fd}")  # the open file itself, whatever its name now
+                        if st.st_dev == device:
+                            inodes.add(st.st_ino)
                 except OSError:
                     continue
-                if target.startswith(prefix):
-                    held.add(target.removesuffix(" (deleted)"))
             with open(f"/proc/{name}/maps") as fh:
                 for line in fh:
                     if prefix in line:
-                        held.add(line.split(None, 5)[-1].strip().removesuffix(" (deleted)"))
-        except OSError:
+                        fields = line.split(None, 5)
+                        paths.add(fields[-1].strip().removesuffix(" (deleted)"))
+                        major, minor = (int(x, 16) for x in fields[3].split(":"))
+                        if os.makedev(major, minor) == device:
+                            inodes.add(int(fields[4]))
+        except (OSError, ValueError, IndexError):
             continue
-    return held
+    return paths, inodes
 
 
 def clean_shm(cfg: HookConfig, env, since: float | None, result: HookResult) -> None:
@@ -92,15 +102,15 @@ def clean_shm(cfg: HookConfig, env, since: float | None, result: HookResult) -> 
             except OSError:
                 continue
             if st.st_uid == int(uid) and st.st_ctime >= since - 2:
-                candidates.append(name)
+                candidates.append((name, st.st_ino))
         if not candidates:
             return
         prefix = str(cfg.shm_dir).rstrip("/") + "/"
-        held = _open_paths(prefix)
+        held, held_inodes = _open_paths(prefix, os.fstat(shm_fd).st_dev)
         removed = 0
-        for name in candidates:
+        for name, inode in candidates:
             path = prefix + name
-            if path in held or any(h.startswith(path + "/") for h in held):
+            if inode in held_inodes or path in held or any(h.startswith(path + "/") for h in held):
                 continue
             try:
                 removed += remove_entry(shm_fd, name)

@@ -6,6 +6,8 @@ An adapter says
   signal        the signal the program saves on by itself (None: it cannot save on request)
   signal_to     "steps" (srun tasks: Slurm's --signal without B:) or "batch" (the batch shell)
   step_pattern  a regex with a group `step` for its progress lines in the log
+  output_names  the settings that name where it saves, in precedence order (adopt reads them from
+                the launched command line, a config file on it, or the program's text)
   checkpoints(dir) -> the program's COMPLETE checkpoints in `dir`, oldest first, each with its step
                 when the file says it — validity is the adapter's (a loadable archive, the Trainer's
                 state), never a guess from a file name alone.

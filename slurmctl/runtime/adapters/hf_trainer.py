@@ -12,6 +12,8 @@ from pathlib import Path
 NAME = "hf-trainer"
 SIGNAL = None
 SIGNAL_TO = "steps"
+# where it saves: TrainingArguments.output_dir (--output_dir on the command line, or in the program)
+OUTPUT_NAMES = ("output_dir",)
 # a program importing one of these names from one of these modules uses the Trainer
 MODULES = frozenset({"transformers", "trl"})
 NAMES = frozenset({"Trainer", "Seq2SeqTrainer", "SFTTrainer"})

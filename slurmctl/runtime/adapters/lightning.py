@@ -19,6 +19,8 @@ from slurmctl.runtime.adapters._pickle import torch_archive_dict
 NAME = "lightning"
 SIGNAL = "USR1"
 SIGNAL_TO = "steps"
+# where it saves: Trainer(default_root_dir=...) holds its hpc_ckpt_<n>; ModelCheckpoint(dirpath=...) its own files
+OUTPUT_NAMES = ("default_root_dir", "dirpath")
 MODULES = frozenset({"lightning", "pytorch_lightning"})  # a program importing any of these uses it
 # Lightning prints no step lines of its own without a progress bar; a program's own "step N" line,
 # or the bar's "Epoch 3: 45%|...| 45/100".

@@ -14,6 +14,8 @@ from slurmctl.runtime.adapters._pickle import torch_archive_dict
 NAME = "pytorch"
 SIGNAL = None
 SIGNAL_TO = "steps"
+# where it saves: nanoGPT's and litgpt's out_dir (--out_dir=..., a config file, or the program's default)
+OUTPUT_NAMES = ("out_dir",)
 MODULES = frozenset({"torch"})
 STEP_PATTERN = r"\b(?:iter|step)[ =:]+(?P<step>\d+)"
 

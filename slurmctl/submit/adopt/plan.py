@@ -19,8 +19,10 @@ import shlex
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from slurmctl.config.pricing import allocated_cost, price_at
 from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
@@ -37,6 +39,7 @@ from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
 from slurmctl.slurm.client import SlurmClient
 from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
 from slurmctl.submit.adopt.body import BodyReading, read_body
+from slurmctl.submit.adopt.checkpoint_location import job_workdir, program_output_dir
 from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
 
 _NAME_RE = re.compile(r"[^a-z0-9._-]+")
@@ -213,6 +216,8 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
     header = [_safe_line(text, f"{script.path} line {number}") for number, text in _header_lines(script)]
     signal = script.value("signal") or ""
     batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
+    step_signal = signal.split("@")[0].removeprefix("SIG") if signal and not signal.startswith("B:") else ""
+    step_signal = step_signal if step_signal.isalnum() else ""
     q = shlex.quote
     margin = re.search(r"@(\d+)$", signal)  # the job's own signal comes this long before the limit
     lines = [
@@ -226,6 +231,8 @@ def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str
         f"export SLURMCTL_DRAIN_MARGIN={int(drain_margin)}",
         "export SLURMCTL_ADOPTED=1",
         f"export SLURMCTL_PROGRAM_SIGNAL_MARGIN={int(margin.group(1))}" if margin else "",
+        # the job's own signal, which goes to its srun tasks: a program that dies of it was drained
+        f"export SLURMCTL_PROGRAM_SIGNAL={step_signal}" if step_signal else "",
         f"PY={q(python)}",
         "trap 'early_drain=1' USR1" if add_drain_signal else "",
         '"$PY" -m slurmctl.runtime.attempt start',
@@ -297,9 +304,13 @@ def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_mar
     return args
 
 
-def _cost(shape: Shape, site, partition: str | None, processors: int | None = None) -> dict:
-    """The worst case: GPUs x hours at the GPU price; a job without GPUs by the CPUs Slurm would give
-    it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills it."""
+def estimate_cost(shape: Shape, site, partition: str | None, processors: int | None = None,
+                  now: datetime | None = None) -> dict:
+    """The worst case: GPUs x hours at the list GPU price; a job without GPUs by the CPUs Slurm would
+    give it (`processors` of its --test-only answer) at the partition's CPU price, as the ledger bills
+    it. Beside it, the price now and the cost if it started now and ran its whole time, by the ledger's
+    own rule (config.pricing, the site's off-peak and weekend discounts), so the rate shown is the one
+    `cost` charges."""
     config = site.partitions.get(partition or "") if partition else None
     price = config.price_per_gpu_hour if config else 0.0
     hours = (shape.time_seconds or 0) / 3600
@@ -312,6 +323,13 @@ def _cost(shape: Shape, site, partition: str | None, processors: int | None = No
         cpu_price = getattr(config, "price_per_cpu_hour", 0.0) if config else 0.0
         cost.update(cpus=processors * copies, price_per_cpu_hour=cpu_price,
                     max_usd=round(processors * copies * hours * cpu_price, 2))
+    now = now or datetime.now()
+    discounts = site.accounting.discounts
+    list_price = cost.get("price_per_cpu_hour", price)
+    cost["price_now"] = round(price_at(list_price, now, discounts), 4)
+    if config is not None:
+        started_now = allocated_cost(gpus, cost.get("cpus", 0), now, now + timedelta(hours=hours), config, discounts)
+        cost["if_started_now_usd"] = round(started_now, 2)
     return cost
 
 
@@ -323,7 +341,7 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
     notes = []
     if add_drain_signal:
         notes.append(f"drain: the script asks for no signal; slurmctl adds --signal=B:USR1@{margin} and records "
-                     "the drain request, but the program is not told (give it an adapter to save on it).")
+                     "the drain request")  # what the program hears of it: _program_told, once its block is known
     elif shape.signal and shape.signal.startswith("B:"):
         notes.append(f"drain: the script asks for {shape.signal}; the batch shell's signal is passed on to the "
                      "original script (its own trap gets it) and recorded as a drain request"
@@ -353,24 +371,32 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
 
 
 def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoint_dir: str | None,
-                signal: str | None, step_pattern: str | None) -> tuple[Resilience | None, str]:
-    """The adopt block: given, or detected from the program the script launches (its imports)."""
-    how, text = "given", ""
+                signal: str | None, step_pattern: str | None,
+                workdir: Path | None = None) -> tuple[Resilience | None, str, str]:
+    """The adopt block: given, or detected from the program the script launches (its imports).
+    `workdir`: where the program starts (None: only known when the job runs)."""
+    how, text, chosen, texts = "given", "", None, {}
     for launch in body.launches:
-        program = Path(launch.program) if launch.program else None
+        program = (workdir or Path()) / launch.program if launch.program else None
         try:
             text = program.read_text(errors="replace")[:1024 * 1024] if program and program.is_file() else ""
         except OSError:
             text = ""
+        texts[launch.line] = text
         found = detect(text)
         if framework is None and found:
             framework, how = found, f"detected: {program} imports it"
         if found and found == framework:
+            chosen = launch
             break  # the program the block is about: its text says how it restores
+    # the launch the block is about: its program's, else the first that runs a .py file, else the only one
+    chosen = chosen or next((launch for launch in body.launches if launch.program), None) or (
+        body.launches[0] if len(body.launches) == 1 else None)
+    text = texts.get(chosen.line, "") if chosen is not None else ""
     if framework is None:
-        return None, "not detected"
+        return None, "not detected", ""
     if framework == "none":
-        return None, "none"
+        return None, "none", ""
     if framework not in ADAPTERS:
         raise SpecError(f"--framework {framework!r} is not one slurmctl knows.",
                         f"Use one of: {', '.join(ADAPTERS)} (or none).")
@@ -383,19 +409,64 @@ def _resilience(body: BodyReading, shape: Shape, framework: str | None, checkpoi
             raise SpecError(f"--step-pattern {step_pattern!r}: {exc}.",
                             "Give a regex with a named group, e.g. 'iter (?P<step>\\d+)'.") from None
     program_signal = signal or adapter.SIGNAL
-    if program_signal is None and shape.signal:  # the script's own --signal says what the program listens to
-        program_signal = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+    if program_signal is None and shape.signal:  # the script's own --signal may say what the program listens to
+        named = shape.signal.split("@")[0].removeprefix("B:").removeprefix("SIG")
+        # ... unless the program's text, read, handles no such signal (the batch shell's own trap gets a B: one)
+        if not text or re.search(rf"\bSIG{re.escape(named)}\b", text):
+            program_signal = named
     signal_to = "batch" if (shape.signal or "").startswith("B:") and not signal else adapter.SIGNAL_TO
     if body.launches and not body.under_srun:
         signal_to = "batch"  # no srun step to signal: the batch shell passes it on (render_wrapper)
     if signal_to == "batch" and body.requeues_itself and body.under_srun:
         # the batch shell's own trap requeues on that signal: a cancel sends it to the program instead
         signal_to = "steps"
-    block = Resilience(framework, str(Path(checkpoint_dir or ".").resolve()),
+    where, where_how = _checkpoint_dir(adapter, chosen, text, checkpoint_dir, workdir)
+    block = Resilience(framework, str(where),
                        program_signal.removeprefix("SIG") if program_signal else None, signal_to, step_pattern)
     if hasattr(adapter, "restore_mode"):  # which of its checkpoints the framework restores by itself
         block.restore = adapter.restore_mode(text, body.under_srun)
-    return block, how
+    return block, how, where_how
+
+
+def start_directory(script: SbatchScript, body: BodyReading) -> Path | None:
+    """Where the program starts: sbatch runs in this directory (or --chdir), then the body's `cd`s up
+    to the launch line; None when one of them is known only when the job runs."""
+    first_launch = body.launches[0].line if body.launches else None
+    cd_lines = [text for line, kind, text in body.environment
+                if kind == "cd" and (first_launch is None or line <= first_launch)]
+    return job_workdir(script.value("chdir"), cd_lines, Path.cwd())
+
+
+def _checkpoint_dir(adapter, launch, program_text: str, given: str | None, workdir: Path | None) -> tuple[Path, str]:
+    """Where the program's checkpoints are looked for, and how that was concluded (a note for the dry
+    run): --checkpoint-dir, else the program's own setting (checkpoint_location), else the directory
+    the job starts in, as before."""
+    override = "give --checkpoint-dir DIR to look elsewhere"
+    if given:
+        return Path(given).resolve(), f"checkpoints: {Path(given).resolve()} (given with --checkpoint-dir)."
+    start = workdir or Path.cwd().resolve()
+    found = None
+    if launch is not None and workdir is not None:
+        found = program_output_dir(launch.text, launch.program, program_text, adapter.OUTPUT_NAMES, workdir)
+    if found is not None and found[1].path is not None:
+        name, location = found
+        secondary = name != adapter.OUTPUT_NAMES[0]
+        if secondary and location.path.is_relative_to(start):
+            # a later setting inside the framework's default root: that root holds both (its scan reaches it)
+            return start, (f"checkpoints: {start}, the directory the job starts in ({adapter.NAME}'s default "
+                           f"{adapter.OUTPUT_NAMES[0]}), which holds {name} {location.path} read from "
+                           f"{location.source}; {override}.")
+        return location.path, (f"checkpoints: {location.path}, the program's {name}, read from {location.source}; "
+                               f"{override}.")
+    names = " / ".join(adapter.OUTPUT_NAMES)
+    if found is not None:
+        why = f"its {found[0]} comes from {found[1].source}"
+    elif workdir is None:
+        why = "the job changes directory to a place only known when it runs"
+    else:
+        why = f"neither its command line nor its own text sets {names}"
+    return start, (f"checkpoints: looked for in {start}, the directory the job starts in, because {why}; if the "
+                   "program saves elsewhere, give --checkpoint-dir DIR.")
 
 
 def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmClient,
@@ -419,19 +490,22 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
         platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
-        cost=_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
+        cost=estimate_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
                    original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
-    block, how = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern)
-    plan.resilience = {**block.to_dict(), "how": how} if block else None
+    block, how, where = _resilience(body, shape, framework, checkpoint_dir, signal, step_pattern,
+                                    start_directory(script, body))
+    plan.resilience = {**block.to_dict(), "how": how, "checkpoint_dir_how": where} if block else None
+    if where:
+        plan.notes.append(where)
     if block and block.signal:
         plan.notes.append(f"resilience ({block.framework}, {how}): cancel sends {block.signal} to the "
                           f"{_signal_target(block, body, shape.signal)}; the program saves "
                           f"on it; its checkpoints in {block.checkpoint_dir} are what resume uses.")
     elif block:
         plan.notes.append(f"resilience ({block.framework}, {how}): its checkpoints in {block.checkpoint_dir} are "
-                          "listed and used by resume; it saves on no signal, so cancel stops it at once "
-                          "(give --signal if it does).")
+                          "listed and used by resume; it saves on no signal, so cancel says so at once and "
+                          "offers `cancel --now` (adopt it with --signal SIG if it does save on one).")
     elif how == "not detected":
         programs = ", ".join(str(launch.program) for launch in body.launches if launch.program) or \
             "the script's commands (no .py program named)"
@@ -442,9 +516,23 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
             f"again with --framework {'|'.join(ADAPTERS)} --checkpoint-dir DIR (and --signal SIG if it saves "
             "on one).")
     pass_on = block.signal if block and block.signal and body.launches and not body.under_srun else None
+    if add_signal:
+        plan.notes[0] += _program_told(block, pass_on)
     plan.wrapper = render_wrapper(script, run_id, run_dir, site.python, margin, add_signal,
                                   "027" if site.share_runs_with_group else "077", pass_on)
     return plan, script
+
+
+def _program_told(block: Resilience | None, pass_on: str | None) -> str:
+    """The end of the drain note when slurmctl adds its own USR1 to the batch shell: whether the program
+    hears it (render_wrapper passes it on only to a program started without srun that saves on USR1)."""
+    if pass_on == "USR1":
+        return ": the batch shell passes it on to the program, which saves on it."
+    if block is not None and block.signal:
+        return (f"; the program is not told (it runs under srun; only cancel sends it {block.signal}): at the time "
+                "limit or a preemption it loses the work since its last checkpoint of its own.")
+    return ("; the program is not told (it saves on no signal slurmctl knows of; adopt it with --signal SIG if it "
+            "does): at the time limit or a preemption it loses the work since its last checkpoint of its own.")
 
 
 def _signal_target(block: Resilience, body: BodyReading, shape_signal: str | None) -> str:
@@ -533,6 +621,7 @@ def _create_run_dir(registry: RunRegistry, site, plan: AdoptPlan, sbatch_args: l
     meta = {"run_id": run.run_id, "name": _Named.name, "created": time.time(), "user": current_user(),
             "cluster": site.cluster, "partition": plan.slurm_original.get("partition"),
             "adopted": {"script": plan.script, "platform_args": plan.platform_args, "cwd": os.getcwd(),
-                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience}}
+                        "sbatch_args": sbatch_args, "shape": asdict(plan.shape), "resilience": plan.resilience,
+                        "cost": plan.cost}}
     write_atomic(run.meta_path, json.dumps(meta, indent=2))
     return run

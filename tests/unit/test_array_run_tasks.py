@@ -1,0 +1,59 @@
+"""An adopted array (`--array=0-3%2`) is four jobs, each priced, each told as a task of its own, not four
+attempts of one job: replayed from alice's adopted lab array on the local cluster (array 5085, tasks
+5086, 5087, 5088 and 5085, their records interleaved in attempts.jsonl)."""
+
+import json
+from pathlib import Path
+
+from slurmctl.observe.story import story
+from slurmctl.ops.accounting import run_attempts
+from slurmctl.rundir import Run
+from slurmctl.slurm.client import SlurmClient
+from tests.unit.fakes import ReplayRunner, pin_seal
+
+CAPTURED = json.loads((Path(__file__).parent.parent / "fixtures" / "slurm" / "adopted_array_tasks.json").read_text())
+
+
+def _run(tmp_path) -> Run:
+    path = tmp_path / "lab-ddp-20261202-b6e5"
+    path.mkdir()
+    (path / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in CAPTURED["events"]))
+    return Run("lab-ddp-20261202-b6e5", path)
+
+
+def test_every_task_of_an_adopted_array_is_priced(tmp_path, local_site, monkeypatch):
+    pin_seal(monkeypatch, CAPTURED["seal"])
+    run = _run(tmp_path)
+    assert run.job_ids() == [5085]  # the array's id: the submission
+    assert sorted(run.priced_job_ids()) == [5085, 5086, 5087, 5088]
+    client = SlurmClient(ReplayRunner({tuple(c["argv"]): c["stdout"] for c in CAPTURED["calls"]}))
+    attempts = run_attempts(local_site, client, sorted(run.priced_job_ids()))
+    assert sorted(a.job_id for a in attempts) == [5085, 5086, 5087, 5088]
+    assert round(sum(a.cost_usd for a in attempts), 2) == 0.18  # `cost` said $0.05: one task of four
+
+
+def test_an_adopted_arrays_history_lists_its_tasks_each_with_its_own_end(tmp_path):
+    lines = story(_run(tmp_path).events())
+    assert [line.split(":")[0] for line in lines] == ["array task (job 5087)", "array task (job 5086)",
+                                                      "array task (job 5085)", "array task (job 5088)"]
+    assert all(line.endswith("finished, no checkpoint") for line in lines), lines  # no "without an end record"
+
+
+def test_an_adopted_array_whose_steps_failed_is_no_success(tmp_path):
+    """Slurm recorded every task COMPLETED 0:0; each task's srun step FAILED 1:0 (`srun ... &`, a bare
+    `wait`): status says failed, with the step, never "Finished successfully"."""
+    from slurmctl.observe.status import RunStatus, _failed_steps, completed_but_failed
+    from slurmctl.slurm.records import Job
+
+    run, call = _run(tmp_path), CAPTURED["steps_call"]
+    client = SlurmClient(ReplayRunner({tuple(call["argv"]): call["stdout"]}))
+    job = Job(5085, state="COMPLETED", exit_code="0:0")
+    steps = completed_but_failed(run, client, job)
+    expected = [(f"{j}.0", "FAILED", "1:0") for j in (5086, 5087, 5088, 5085)]
+    assert [(s.step, s.state, s.exit_code) for s in steps] == expected
+    status = RunStatus(run.run_id, str(run.path), 5085, "COMPLETED", "Finished successfully (exit code 0).", "",
+                       phase="finished")
+    _failed_steps(status, run, job, steps)
+    assert status.phase == "failed" and status.headline.startswith("Its step 5086.0 failed (failed, exit code 1:0)")
+    assert status.diagnosis["category"] != "success"
+    assert completed_but_failed(run, client, Job(5085, state="FAILED")) == []  # only a COMPLETED job is asked
