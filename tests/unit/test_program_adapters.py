@@ -123,3 +123,27 @@ def test_a_lightning_attempts_last_step_is_its_newest_progress_not_the_step_it_r
     assert Resilience("lightning", "/nowhere").last_step(lines) == 185
     assert Resilience("pytorch", "/nowhere").last_step(
         ["slurmctl: attempt 2 of job 9 (Slurm restart 1) starting on n1, resuming from checkpoint step 140"]) is None
+
+
+def test_an_hf_trainers_step_is_its_training_bars_not_a_checkpoint_writing_bar():
+    """Captured: an adopted run_clm (HF Trainer, torchrun 2x1) preempted just after a save; its output's last
+    bar was "Writing model shards: 100%| 1/1" after the training bar's 2000/4000, and the attempt was
+    recorded as preempted at step 1. The step is read as the runtime reads the log (tail_text_lines)."""
+    import re
+    from pathlib import Path
+
+    from slurmctl.fsutil import tail_text_lines
+
+    log = Path(__file__).parents[1] / "fixtures" / "adopted" / "hf_trainer_preempted_after_save.log"
+    lines = tail_text_lines(log, 0, 256 * 1024)
+    bars = [line for line in lines if re.search(r"\| *\d+/\d+ \[", line)]
+    assert bars[-1].startswith("Writing model shards: 100%|") and "| 2000/4000 [" in bars[-3], bars[-3:]
+    hf = Resilience("hf-trainer", "/nowhere")
+    assert hf.last_step(lines) == 2000
+    # the training bar behind a rank label (srun --label, torchrun's prefix) is still read; a bar nested under
+    # it (the evaluation's: the cursor moves back up after it) and datasets' or loaders' bars are not
+    assert hf.last_step(["0:  12%|#2        | 480/4000 [00:10<01:20, 44.1it/s]"]) == 480
+    assert hf.last_step(["[default0]: 12%|#2        | 490/4000 [00:10<01:20]"]) == 490
+    assert hf.last_step([" 12%|#2   | 500/4000 [00:10<01:20]", " 40%|####    | 4/10 [00:01<00:01]\x1b[A",
+                         "Map: 100%|##########| 1000/1000 [00:00<00:00]",
+                         "Loading checkpoint shards: 100%|##########| 2/2 [00:01<00:00]"]) == 500

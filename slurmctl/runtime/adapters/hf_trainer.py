@@ -17,8 +17,14 @@ OUTPUT_NAMES = ("output_dir",)
 # a program importing one of these names from one of these modules uses the Trainer
 MODULES = frozenset({"transformers", "trl"})
 NAMES = frozenset({"Trainer", "Seq2SeqTrainer", "SFTTrainer"})
-# the Trainer's log lines carry no step; tqdm's bar does: " 45/600 [00:10<...]"
-STEP_PATTERN = r"(?:\bstep[ =:]+(?P<step>\d+)|\|\s*(?P<step2>\d+)/\d+ \[)"
+# The Trainer's log lines carry no step; its training loop's tqdm bar does: " 45%|####  | 270/600 [00:10<...]".
+# That bar (ProgressCallback: tqdm(total=max_steps)) has no description, so its line starts with the
+# percentage (after srun's or torchrun's rank label, if any), and it is the outermost bar: a bar nested
+# under it (the evaluation's) moves the cursor back up after itself ("\x1b[A"). Other bars in the same
+# output ("Writing model shards: 100%| 1/1", "Loading checkpoint shards", datasets' "Map") count
+# something else and are not read.
+STEP_PATTERN = (r"(?:\bstep[ =:]+(?P<step>\d+)"
+                r"|^\s*(?:(?:\[[a-z]*\d+\]|\d+):\s*)?\d{1,3}%\|[^|]*\|\s*(?P<step2>\d+)/\d+ \[[^\x1b]*$)")
 _DIR_RE = re.compile(r"checkpoint-(\d+)")
 
 
