@@ -519,8 +519,7 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
     if job_id is not None:
         slurm_answered()
     status = build_status(run, job, queue=ctx, site=site, one_run=True)
-    if status.phase == "finished" and job is not None and (steps := completed_but_failed(run, client, job)):
-        _failed_steps(status, run, job, steps)
+    with_failed_steps(client, [(run, job, status)])
     if quota is not None:
         status.quota = quota.to_dict()
         status.why = f"{status.why} ({quota.sentence()})"
@@ -533,18 +532,44 @@ def run_status(run: Run, client: SlurmClient, site=None) -> RunStatus:
 
 
 def completed_but_failed(run: Run, client: SlurmClient, job: Job) -> list[StepOutcome]:
-    """The failed srun steps of a run Slurm recorded COMPLETED (its latest submission's job and, for an
-    array, its tasks: job ids from the submission's on), one sacct; [] for any other state."""
-    if job.state != "COMPLETED":
-        return []
-    return failed_steps(client, [i for i in run.priced_job_ids() if i >= job.job_id])
+    """The failed srun steps of an adopted run Slurm recorded COMPLETED (its latest submission's job and,
+    for an array, its tasks: job ids from the submission's on), one sacct; [] for any other run."""
+    return _steps_of_completed(client, [(run, job)]).get(run.run_id, [])
+
+
+def _steps_of_completed(client: SlurmClient, runs: list[tuple[Run, Job]]) -> dict[str, list[StepOutcome]]:
+    """The failed srun steps of each adopted run whose latest job Slurm recorded COMPLETED, by run id: one
+    sacct for all of them (none when there is no such run). Only adopted runs are asked: slurmctl's own
+    runtime records how each of its steps ended (its end and step-restart events; a step it restarted in
+    the allocation failed, the run did not), while an adopted script's exit status can hide its steps'
+    failures (`srun ... &`, a bare `wait`)."""
+    ids = {run.run_id: [i for i in run.priced_job_ids() if i >= job.job_id]
+           for run, job in runs if job.state == "COMPLETED" and "adopted" in run.meta}
+    if not ids:
+        return {}
+    steps = failed_steps(client, list(dict.fromkeys(i for own in ids.values() for i in own)))
+    return {run_id: [s for s in steps if int(s.step.split(".")[0]) in own] for run_id, own in ids.items()}
+
+
+def with_failed_steps(client: SlurmClient, found: list[tuple[Run, Job | None, RunStatus]]) -> None:
+    """The one reading of a run Slurm recorded COMPLETED whose srun steps failed (_steps_of_completed):
+    `status`, `ls` and the web alike turn each such finished run's status into a failure, one sacct for
+    them all."""
+    finished = [(run, job, status) for run, job, status in found
+                if status.phase == "finished" and job is not None and job.state == "COMPLETED"]
+    steps = _steps_of_completed(client, [(run, job) for run, job, _ in finished])
+    for run, job, status in finished:
+        if steps.get(run.run_id):
+            _failed_steps(status, run, job, steps[run.run_id])
 
 
 def _failed_steps(status: RunStatus, run: Run, job: Job, steps: list[StepOutcome]) -> None:
-    """A run whose step failed inside a job Slurm recorded COMPLETED 0:0 failed: said with the step, and
-    diagnosed from the failed job's log as a failure with the step's exit code."""
+    """A run whose step failed inside a job Slurm recorded COMPLETED 0:0 failed: said with the step (in
+    the headline and on each attempt's line of the history), and diagnosed from the failed job's log as
+    a failure with the step's exit code."""
     status.phase = "failed"
     status.headline = status.why = failed_steps_words(steps, job.exit_code)
+    status.history = story(run.events(), job, failed_steps=steps)
     status.action = f"Read the diagnosis and `slurmctl logs {run.run_id}`; fix the step, then submit it again."
     failed = int(steps[0].step.split(".")[0])
     status.diagnosis, _ = _diagnosis(run, replace(job, job_id=failed, state="FAILED", exit_code=steps[0].exit_code))
@@ -564,8 +589,14 @@ def runs_statuses(runs: list[Run], client: SlurmClient, site=None, queue: QueueS
         return unreachable_statuses(runs, site)
     if wanted:
         slurm_answered()
-    return [build_status(run, found.get(latest[run.run_id]), queue=_queue_context(found.get(latest[run.run_id]), view),
-                         site=site) for run in runs]
+    statuses = [build_status(run, found.get(latest[run.run_id]),
+                             queue=_queue_context(found.get(latest[run.run_id]), view), site=site) for run in runs]
+    try:
+        with answer_within(getattr(client, "runner", None), QUERY_SECONDS):
+            with_failed_steps(client, [(run, found.get(latest[run.run_id]), s) for run, s in zip(runs, statuses)])
+    except SlurmUnreachable:
+        pass  # Slurm's own states stand: its step records could not be read in time
+    return statuses
 
 
 def unreachable_statuses(runs: list[Run], site=None) -> list[RunStatus]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from slurmctl.durations import human_duration
 from slurmctl.rundir import attempt_ids
 from slurmctl.slurm.client import Job
+from slurmctl.slurm.owned import StepOutcome
 
 if TYPE_CHECKING:
     from slurmctl.observe.status import RunStatus
@@ -104,17 +105,20 @@ def waiting_requeued(events: list[dict], job: Job | None) -> dict | None:
         return None
 
 
-def story(events: list[dict], job: Job | None = None, requeued_because: str = "") -> list[str]:
+def story(events: list[dict], job: Job | None = None, requeued_because: str = "",
+          failed_steps: list[StepOutcome] = ()) -> list[str]:
     """One line per attempt of the run, every job it was submitted as (a resume is a new job) oldest
     first, from attempts.jsonl: when and where it started, from which checkpoint, how it ended
     (preempted / time limit / crashed / finished / cancelled / no end record: the node or the batch
     script was lost) at which step, the steps it lost past its newest checkpoint, and what followed
     (requeued: a new Slurm attempt, or stopped). `job` is the latest job as Slurm shows it;
-    `requeued_because`: requeue_cause's words for a latest attempt Slurm requeued without an end record."""
+    `requeued_because`: requeue_cause's words for a latest attempt Slurm requeued without an end record;
+    `failed_steps`: the srun steps that failed inside jobs Slurm recorded COMPLETED (slurm.owned.failed_steps):
+    an attempt whose batch script ended 0 with such a step failed, it did not finish."""
     parts = _submissions(events)
     numbers = {key: n + 1 for n, key in enumerate(attempt_ids(events))}
     lines = [line for n, part in enumerate(parts)
-             for line in _attempt_lines(part, job if n == len(parts) - 1 else None, numbers)]
+             for line in _attempt_lines(part, job if n == len(parts) - 1 else None, numbers, failed_steps)]
     if lines and waiting_requeued(events, job) is not None:
         lines[-1] = (lines[-1].removesuffix("; running")
                      + f"; requeued{requeued_because} (Slurm restart {job.restarts}); waiting to start again")
@@ -139,8 +143,12 @@ def task_label(start: dict) -> str:
     return f"array task (job {start.get('job_id')}" + (f", Slurm restart {restart}" if restart else "") + ")"
 
 
-def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int, int], int]) -> list[str]:
+def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int, int], int],
+                   failed_steps: list[StepOutcome] = ()) -> list[str]:
     lines = []
+    step_of = {}
+    for s in failed_steps:
+        step_of.setdefault(s.step.split(".")[0], s)
     starts = [(i, e) for i, e in enumerate(current) if e.get("event") == "start"]
     # one submission that started under several job ids is an array: each task is a job of its own
     # (`slurmctl logs RUN --job ID` shows it), not an attempt of the array's job
@@ -199,6 +207,9 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
             continue
         outcome = end.get("outcome") or "?"
         ending = _lost(end) if outcome == "node-lost" else _ENDINGS.get(outcome, outcome)
+        if outcome == "completed" and (failed := step_of.get(str(start.get("job_id")))) is not None:
+            ending = (f"failed: its step {failed.step} failed ({failed.state.lower()}, exit code "
+                      f"{failed.exit_code}) though the batch script ended 0")
         if outcome == "failed" and end.get("exit_code") not in (None, 0):
             ending += f" (exit code {end['exit_code']})"
         if end.get("last_step") is not None:

@@ -8,16 +8,18 @@ from pathlib import Path
 from slurmctl.observe.story import story
 from slurmctl.ops.accounting import run_attempts
 from slurmctl.rundir import Run
-from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.client import QueueSnapshot, SlurmClient
 from tests.unit.fakes import ReplayRunner, pin_seal
 
 CAPTURED = json.loads((Path(__file__).parent.parent / "fixtures" / "slurm" / "adopted_array_tasks.json").read_text())
 
 
-def _run(tmp_path) -> Run:
+def _run(tmp_path, adopted: bool = True) -> Run:
     path = tmp_path / "lab-ddp-20261202-b6e5"
     path.mkdir()
     (path / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in CAPTURED["events"]))
+    meta = {"run_id": "lab-ddp-20261202-b6e5", "name": "lab-ddp"}
+    (path / "run.json").write_text(json.dumps({**meta, "adopted": {"script": "ddp.sbatch"}} if adopted else meta))
     return Run("lab-ddp-20261202-b6e5", path)
 
 
@@ -57,3 +59,37 @@ def test_an_adopted_array_whose_steps_failed_is_no_success(tmp_path):
     assert status.phase == "failed" and status.headline.startswith("Its step 5086.0 failed (failed, exit code 1:0)")
     assert status.diagnosis["category"] != "success"
     assert completed_but_failed(run, client, Job(5085, state="FAILED")) == []  # only a COMPLETED job is asked
+
+
+def test_ls_reads_an_adopted_array_whose_steps_failed_as_status_does(tmp_path, local_site):
+    """`ls` (runs_statuses) gives the same reading as `status`: failed with the step, never "finished ...
+    Finished successfully"; and each task's history line says its step failed, not "finished"."""
+    from slurmctl.observe.status import runs_statuses
+    from slurmctl.slurm.records import Job
+
+    run, call = _run(tmp_path), CAPTURED["steps_call"]
+    runner = ReplayRunner({tuple(call["argv"]): call["stdout"]})
+    runner.strict = True  # any other Slurm call fails the test
+    job = Job(5085, state="COMPLETED", exit_code="0:0", source="sacct")
+    [status] = runs_statuses([run], SlurmClient(runner), site=local_site, queue=QueueSnapshot("", CAPTURED["seal"]),
+                             known=lambda: {5085: job})
+    assert status.phase == "failed", (status.phase, status.headline)
+    assert status.headline.startswith("Its step 5086.0 failed (failed, exit code 1:0) (and 3 more step(s))")
+    assert runner.calls[-1] == call["argv"]
+    assert [line.split("; ", 1)[1] for line in status.history] == [
+        f"failed: its step {j}.0 failed (failed, exit code 1:0) though the batch script ended 0, no checkpoint"
+        for j in (5087, 5086, 5085, 5088)]
+
+
+def test_a_run_slurmctl_runs_itself_is_not_asked_for_its_steps(tmp_path, local_site):
+    """slurmctl's own runtime records each step's end (a step it restarted in the allocation failed, the
+    run did not): only an adopted script's exit status can hide a failed step, so only it costs ls a sacct."""
+    from slurmctl.observe.status import runs_statuses
+    from slurmctl.slurm.records import Job
+
+    runner = ReplayRunner({})
+    runner.strict = True
+    job = Job(5085, state="COMPLETED", exit_code="0:0", source="sacct")
+    [status] = runs_statuses([_run(tmp_path, adopted=False)], SlurmClient(runner), site=local_site,
+                             queue=QueueSnapshot("", CAPTURED["seal"]), known=lambda: {5085: job})
+    assert status.phase == "finished" and runner.calls == []
