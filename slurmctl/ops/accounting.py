@@ -125,7 +125,10 @@ def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts
 
 def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     """Waste = GPU time whose work did not survive: the whole attempt if it ended badly before any
-    valid checkpoint, else the time since the last checkpoint; unacknowledged drains are flagged."""
+    valid checkpoint (preempted: Slurm's PREEMPTED, or the run's own end record of the attempt, the
+    reading status gives; else failed), else the time since the last checkpoint; unacknowledged drains
+    are flagged. A loss shorter than accounting's one-second times (a drained program that ran a few
+    steps past its save before the cancel ended it) prices at nothing and names no cause."""
     if record:
         attempt.epilog_record = 1
         attempt.drain_requested = int(bool(record.get("drain_requested")))
@@ -143,7 +146,8 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     ckpt_time = record.get("last_checkpoint_time")
     start, end = datetime.fromisoformat(attempt.start), datetime.fromisoformat(attempt.end)
     if ckpt_time is None or datetime.fromtimestamp(float(ckpt_time)) < start:
-        lost, cause = attempt.elapsed_s, "failed-before-checkpoint"
+        preempted = attempt.state == "PREEMPTED" or bool(record.get("preempted"))
+        lost, cause = attempt.elapsed_s, "preempted-before-checkpoint" if preempted else "failed-before-checkpoint"
     else:
         lost = max(0, int((end - datetime.fromtimestamp(float(ckpt_time))).total_seconds()))
         cause = "lost-since-checkpoint"
@@ -151,6 +155,8 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         cause = "drain-unacknowledged"
     elif lost_on_cancel:
         cause = "lost-on-cancel"
+    if lost == 0:
+        return attempt
     attempt.waste_gpu_hours = attempt.gpus * lost / 3600
     attempt.waste_usd = attempt.cost_usd * lost / attempt.elapsed_s
     attempt.waste_cause = cause
@@ -409,11 +415,13 @@ def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start:
 
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
                  run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
-                 lost_on_cancel: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
+                 lost_on_cancel: Iterable[tuple[int, int]] = (),
+                 preempted: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
     """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows.
     `drain_acknowledged`: (job id, restart count) of the attempts whose run records an acknowledged
     drain (Run.drain_acknowledged_attempts); `lost_on_cancel`: those a cancel ended with steps lost
-    (Run.lost_on_cancel_attempts)."""
+    (Run.lost_on_cancel_attempts); `preempted`: those the run's end record calls preempted
+    (Run.preempted_attempts: Slurm records a requeued one REQUEUED)."""
     if not job_ids:
         return []
     now = datetime.now()
@@ -424,6 +432,9 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     for job_id, restart in lost_on_cancel:
         if (record := records.get((job_id, str(restart)))) is not None:
             record["lost_on_cancel"] = True
+    for job_id, restart in preempted:
+        if (record := records.get((job_id, str(restart)))) is not None:
+            record["preempted"] = True
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
     wanted, seen, attempts = set(job_ids), set(), []
@@ -507,12 +518,12 @@ class RunCost:
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
              run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
-             lost_on_cancel: Iterable[tuple[int, int]] = ()) -> RunCost:
+             lost_on_cancel: Iterable[tuple[int, int]] = (), preempted: Iterable[tuple[int, int]] = ()) -> RunCost:
     """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
     `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`,
-    `lost_on_cancel`: see run_attempts."""
+    `lost_on_cancel`, `preempted`: see run_attempts."""
     attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged,
-                            lost_on_cancel)
+                            lost_on_cancel, preempted)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:

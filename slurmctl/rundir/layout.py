@@ -650,6 +650,12 @@ class Run:
         return self._attempts_where(lambda e, restart: restart if e.get("event") == "cancel-result"
                                     and (e.get("steps_lost") or 0) > 0 else None)
 
+    def preempted_attempts(self) -> set[tuple[int, int]]:
+        """(job id, restart count) of the attempts whose end record says preempted: the reading status
+        and diagnose give (Slurm records a requeued one REQUEUED, whatever requeued it)."""
+        return self._attempts_where(lambda e, restart: restart if e.get("event") == "end"
+                                    and e.get("outcome") == "preemption" else None)
+
     def _attempts_where(self, attempt_of) -> set[tuple[int, int]]:
         """(job id, restart count) of the attempts `attempt_of(event, restart)` names: it is given every
         event of a numeric job id with the restart count of that job's latest start so far, and returns

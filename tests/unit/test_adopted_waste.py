@@ -8,6 +8,7 @@ import pickle
 import time
 import zipfile
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,37 @@ def test_an_adopted_programs_attempt_end_names_its_own_checkpoint(tmp_path, monk
     ends = [json.loads(line) for line in (path / "attempts.jsonl").read_text().splitlines()
             if json.loads(line).get("event") == "end"]
     assert ends and ends[-1]["checkpoint_step"] == 1300
+
+
+def test_cost_reads_each_attempt_of_a_preempted_and_drained_lightning_run_as_status_does(tmp_path, local_site,
+                                                                                       monkeypatch):
+    """Replayed from a Lightning run on the local cluster (sacct, the epilog's records, attempts.jsonl): its
+    second attempt was preempted during start-up, before any save of its own (Slurm: REQUEUED, exit 138;
+    status: preempted), so cost calls it preempted, not failed; its drained cancel's 4 steps past the save
+    ran in under accounting's one second, so they price at nothing and name no cause."""
+    from slurmctl.ops.accounting import run_cost
+    from slurmctl.rundir import Run
+    from slurmctl.slurm.client import SlurmClient
+
+    from .fakes import ReplayRunner, pin_seal
+
+    captured = json.loads((Path(__file__).parents[1] / "fixtures" / "adopted" /
+                           "lightning_preempted_at_startup.json").read_text())
+    pin_seal(monkeypatch, captured["seal"])
+    path = tmp_path / "lit-ddp-20261202-17df"
+    (path / "cost-records").mkdir(parents=True)
+    for record in captured["cost_records"]:
+        name = f"{record['job_id']}.{record['restart_count']}.{int(record['start_time'])}.json"
+        (path / "cost-records" / name).write_text(json.dumps(record))
+    (path / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in captured["events"]))
+    run = Run(path.name, path)
+    assert run.preempted_attempts() == {(5365, 0), (5365, 1)}
+    site = local_site.model_copy(update={"cost_records_dir": ""})  # this run's own copies only
+    client = SlurmClient(ReplayRunner({tuple(captured["sacct"]["argv"]): captured["sacct"]["stdout"]}))
+    result = run_cost([run.run_id], [5365], site, client, [run.cost_records_dir], run.drain_acknowledged_attempts(),
+                      run.lost_on_cancel_attempts(), run.preempted_attempts())
+    saved, startup, cancelled = result.attempts
+    assert startup.state == "REQUEUED" and startup.waste_cause == "preempted-before-checkpoint"
+    assert startup.cost_usd > 0 and startup.waste_usd == pytest.approx(startup.cost_usd)
+    assert (cancelled.state, cancelled.waste_usd, cancelled.waste_cause) == ("CANCELLED", 0, "")
+    assert (saved.waste_usd, saved.waste_cause) == (0, "")  # preempted just after its save
