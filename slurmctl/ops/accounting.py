@@ -187,36 +187,28 @@ def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
     """All attempts (--duplicates) of all users' allocations in the window, as sealed records.
 
     An attempt (job id, start) that one answer lists twice is a forged record: which copy Slurm
-    wrote cannot be told, so ForgedSlurmOutput ends the ingest and nothing of it is committed. The
-    one repeat Slurm makes itself: a job resized while it ran (its owner's shrink after a node loss,
-    `scontrol update NumNodes=`) keeps its earlier allocation as a RESIZING record, which 22.05 may
-    list with the same start as the record after it; then the later record stands for the attempt."""
+    wrote cannot be told, so ForgedSlurmOutput ends the ingest and nothing of it is committed. A job
+    resized while it ran (its owner's shrink after a node loss, `scontrol update NumNodes=`) keeps
+    its earlier allocation as a RESIZING record, which 22.05 lists with the same start as the job's
+    next record (other jobs' records between them): Slurm's own bookkeeping, never an ended attempt
+    to price, so it is passed over, not taken for a forgery."""
     seen: set[tuple[str, str]] = set()
-    resizing: list[str] | None = None  # held until the next record says whether it repeats it
     for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
         if values[_START] in _NO_TIME:
             # never started (requeued or cancelled while pending): no allocation, nothing to price, and
             # a job requeued twice before it starts lists several such records of its own
             continue
+        if values[_STATE].startswith("RESIZING"):
+            continue
         key = (values[0], values[_START])
-        if resizing is not None:
-            if key != (resizing[0], resizing[_START]):
-                seen.add((resizing[0], resizing[_START]))
-                yield resizing
-            resizing = None
         if key in seen:
             client.rejects.add("all_attempts:duplicate", values[0])
             raise ForgedSlurmOutput(
                 f"sacct listed attempt {values[_START]} of job {values[0]} twice: a job name or comment "
                 "carries a forged record, so this answer is not used.",
                 f"`sacct -j {values[0]} --duplicates -o JobIDRaw,User,Start` shows whose job it is.")
-        if values[_STATE].startswith("RESIZING"):
-            resizing = values
-            continue
         seen.add(key)
         yield values
-    if resizing is not None:
-        yield resizing
 
 
 def _daily_windows(client: SlurmClient, start: datetime, end: datetime) -> Iterator[list[str]]:

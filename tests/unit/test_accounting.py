@@ -174,10 +174,12 @@ def test_a_resized_jobs_records_with_one_start_are_one_attempt_not_a_forgery(sit
     """As 22.05 lists a job shrunk while it ran (seen on the local cluster, job 5456: RESIZING and
     CANCELLED with the same start): the later record stands for the attempt, and the answer is used."""
     resized = line(56, "RESIZING", "2026-11-29T10:00:00", "2026-11-29T10:10:00", user="alice")
+    between = line(55, "FAILED", "2026-11-29T10:00:00", "2026-11-29T10:05:00", user="alice")  # an array's task
     after = line(56, "CANCELLED", "2026-11-29T10:00:00", "2026-11-29T11:00:00", gpus=2, user="alice")
-    ingest(site, _sacct(resized, after), since=datetime(2026, 11, 29), now=datetime(2026, 11, 30))
-    rows = Ledger(Path(site.accounting.ledger_path)).db.execute("SELECT job_id, gpus, end FROM attempts").fetchall()
-    assert rows == [(56, 2, "2026-11-29T11:00:00")]
+    ingest(site, _sacct(resized, between, after), since=datetime(2026, 11, 29), now=datetime(2026, 11, 30))
+    rows = Ledger(Path(site.accounting.ledger_path)).db.execute(
+        "SELECT job_id, gpus, end FROM attempts ORDER BY job_id").fetchall()
+    assert rows == [(55, 4, "2026-11-29T10:05:00"), (56, 2, "2026-11-29T11:00:00")]
 
 
 def test_the_ledger_never_replaces_an_attempt_with_a_record_of_another_user(site):
