@@ -118,3 +118,17 @@ def test_on_loopback_the_ranks_share_a_network_namespace_no_other_process_can_re
     finally:
         first.kill()
         first.wait()
+
+
+def test_without_a_namespace_a_failure_says_the_ranks_were_on_the_nodes_loopback(tmp_path, monkeypatch):
+    """Where the kernel refuses a namespace the check runs on the node's loopback, which any local
+    user can reach (SECURITY.md): a drain from that check says so, for the operator to weigh."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'RuntimeError: Connection closed by peer'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(allreduce, "_namespaces_allowed", lambda: False)
+    measured, why = allreduce.measure(str(fake), 2, "", 30)
+    assert measured is None and why == ("gloo all-reduce over 2 ranks failed (no private network namespace here: "
+                                        "on the node's loopback): Connection closed by peer")
+    measured, why = allreduce.measure(str(fake), 2, "eth0", 30)  # a fabric the site names: its own choice
+    assert why == "gloo all-reduce over 2 ranks failed: Connection closed by peer"

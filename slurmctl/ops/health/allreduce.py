@@ -123,8 +123,9 @@ def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measu
                     _end(procs)
                     raise TorchPythonBroken(f"could not start {python}: {exc.strerror or exc}") from None
                 missing = f"rank {rank} could not start: {exc.strerror or exc}"
-            except subprocess.SubprocessError:  # its preexec: rank 0 (and its namespace) already gone
-                missing = f"rank {rank} could not join rank 0's network namespace"
+            except subprocess.SubprocessError:  # its preexec: no namespace made, or rank 0 (and it) gone
+                missing = ("rank 0 could not make its private network namespace" if rank == 0 else
+                           f"rank {rank} could not join rank 0's network namespace")
             if missing:
                 outputs.pop().close()
                 break
@@ -144,8 +145,10 @@ def measure(python: str, ranks: int, ifname: str, timeout: float) -> tuple[Measu
     failed = [text for p, text in zip(procs, said, strict=True) if p.returncode != 0]
     if failed and _NO_TORCH.search("\n".join(failed)):
         raise TorchPythonBroken(f"{python} cannot import torch: {failure_line(failed[0])}")
+    # on loopback without a namespace any local user can fail the check (SECURITY.md): the drain says so
+    exposed = " (no private network namespace here: on the node's loopback)" if ifname == "lo" and not isolate else ""
     if failed:
-        return None, f"gloo all-reduce over {ranks} ranks failed: {failure_line(chr(10).join(failed))}"
+        return None, f"gloo all-reduce over {ranks} ranks failed{exposed}: {failure_line(chr(10).join(failed))}"
     if missing:
         return None, f"gloo all-reduce over {ranks} ranks failed: {missing}"
     for line in reversed(said[0].splitlines()):
