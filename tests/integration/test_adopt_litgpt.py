@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, as_user, give, slurmctl, slurmctl_json, start_requeued_now
+from .test_adopt_lightning import _status, _wait
 
 TRAINERS = REPO / ".venvs" / "trainers"
 
@@ -110,26 +111,6 @@ def trainers_venv() -> Path:
             pytest.fail(f"{why}, and CI must have run it")
         pytest.skip(f"{why}; run it to include this test")
     return TRAINERS
-
-
-def _wait(what: str, check, timeout: float = 120, poll: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _status(run_id: str) -> dict:
-    for _ in range(5):  # another session's job name with a non-UTF-8 byte can break one squeue decode
-        result = slurmctl("status", run_id, "--json", check=False)
-        if result.returncode == 0:
-            return json.loads(result.stdout)
-        assert "UnicodeDecodeError" in result.stderr, result.stderr
-        time.sleep(1)
-    raise AssertionError(result.stderr)
 
 
 def _write_inputs(workdir: Path, alice) -> None:
