@@ -121,7 +121,7 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         return print_plain_status(target, as_json, ctx.site_view, ctx)
     result = run_status(target, ctx.client, site=ctx.site_view)
     if result.slurm_unreachable_since is None:
-        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
+        from slurmctl.ops.cost_so_far import price_every_attempt  # why: its sacct only for runs of several attempts
 
         price_every_attempt(ctx.site_view, ctx.client, [target], [result])
     print_json(result.to_dict()) if as_json else _print_status(result)
@@ -129,53 +129,6 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
         from slurmctl.errors import CODES
 
         return CODES["slurm-unreachable"]
-
-
-class _EarlyAttempts:
-    """`ls`'s sacct of every attempt of the runs whose records already show several (a requeue, a
-    resume, an array's tasks), asked in a thread while their statuses are read: it costs as much as
-    the rest of `ls`. A copy of a local runner (its own read budget); any other runner is not raced."""
-
-    def __init__(self, ctx: Context, runs: list):
-        self._ids = sorted({j for run in runs if _shows_several(run) for j in run.priced_job_ids()})
-        self._answer: list | BaseException = []
-        self._thread = None
-        from slurmctl.slurm.runner import LocalRunner  # why: as SlurmClient below
-
-        if self._ids and isinstance(ctx.client.runner, LocalRunner):
-            import copy  # why: only ls asks early
-            import threading
-
-            from slurmctl.slurm.client import SlurmClient  # why: cli imports the core per command (start-up)
-
-            client = SlurmClient(copy.copy(ctx.client.runner))
-            self._thread = threading.Thread(target=self._ask, args=(ctx.site_view, client), name="attempts",
-                                            daemon=True)
-            self._thread.start()
-
-    def _ask(self, site, client) -> None:
-        from slurmctl.ops.accounting import run_attempts  # why: only when such a run is listed
-
-        try:
-            self._answer = run_attempts(site, client, self._ids)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            self._answer = exc
-
-    def result(self) -> tuple[list, set[int]]:
-        """(the attempts read, the job ids asked); nothing asked when no thread ran."""
-        if self._thread is None:
-            return [], set()
-        self._thread.join()
-        if isinstance(self._answer, BaseException):
-            raise self._answer
-        return self._answer, set(self._ids)
-
-
-def _shows_several(run) -> bool:
-    """The run's own records show more than one attempt: several jobs, or a start after a requeue."""
-    return len(run.priced_job_ids()) > 1 or any(
-        e.get("event") == "start" and isinstance(e.get("restart_count"), int) and e["restart_count"] > 0
-        for e in run.events())
 
 
 @click.command(name="ls")
@@ -193,6 +146,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     from slurmctl.durations import parse_duration
     from slurmctl.observe.listing import my_runs
     from slurmctl.observe.status import runs_statuses
+    from slurmctl.ops.cost_so_far import AttemptsAskedEarly, price_every_attempt
 
     try:
         after = None if since is None else time.time() - parse_duration(since)
@@ -210,15 +164,14 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
     else:
         # Only the newest runs' files are read: the cost does not grow with old, ended runs.
         runs = ctx.registry.recent(wanted, since=after)
-        early = _EarlyAttempts(ctx, runs)  # the sacct that prices their attempts, while their statuses are read
+        # the sacct that prices their attempts, asked while their statuses are read
+        early = AttemptsAskedEarly(ctx.site_view, ctx.client, runs)
         runs, statuses = my_runs(ctx.registry, ctx.client, runs, site=ctx.site_view, with_queued_runs=not show_all,
                                  known=mine.recent)
         users = []
     # no squeue --me for plain jobs when squeue already did not answer within the read budget
     slurm_down = any(s.slurm_unreachable_since is not None for s in statuses)
     if not all_users and not slurm_down:
-        from slurmctl.ops.accounting import price_every_attempt  # why: its sacct only for runs of several attempts
-
         price_every_attempt(ctx.site_view, ctx.client, runs, statuses, early.result())
     plain = [] if mine is None or slurm_down else mine.plain_rows(wanted, ctx.site_view)
     if as_json:

@@ -26,7 +26,7 @@ def print_plain_status(plain: PlainJob, as_json: bool, site=None, ctx: Context |
     job = plain.job
     # also while a requeued job waits to start again (its own cost is None then): its attempts were paid for
     if ctx is not None and job is not None and (job.restarts or job.source == "sacct"):
-        from slurmctl.ops.accounting import cost_so_far  # why: only a job that may have several attempts
+        from slurmctl.ops.cost_so_far import cost_so_far  # why: only a job that may have several attempts
 
         # every attempt of a requeued job, as `slurmctl cost JOBID` counts them, not only the newest
         s.cost_usd = cost_so_far(ctx.site_view, ctx.client, [plain.job_id], plain.job_id, job.start_time, s.cost_usd)

@@ -22,7 +22,8 @@ from slurmctl.observe.explain import explain_job_reason
 from slurmctl.observe.listing import CallerJobs, my_runs
 from slurmctl.observe.logs import log_file, tail_lines, training_lines
 from slurmctl.observe.status import run_status, runs_statuses
-from slurmctl.ops.accounting import Ledger, cost_records_dir, price_every_attempt, run_cost
+from slurmctl.ops.accounting import Ledger, cost_records_dir, run_cost
+from slurmctl.ops.cost_so_far import price_every_attempt
 from slurmctl.ops.health.view import node_views
 from slurmctl.ops.report import build_report
 from slurmctl.rundir import Run

@@ -5,7 +5,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from slurmctl.ops.accounting import cost_so_far, run_attempts
+from slurmctl.ops.accounting import run_attempts
+from slurmctl.ops.cost_so_far import cost_so_far
 from slurmctl.slurm.client import SlurmClient
 
 from .fakes import ReplayRunner, pin_seal
@@ -49,7 +50,7 @@ def test_status_and_ls_show_the_cost_so_far_while_a_requeued_job_waits_and_after
     from types import SimpleNamespace
 
     from slurmctl.observe.status import RunStatus
-    from slurmctl.ops.accounting import price_every_attempt
+    from slurmctl.ops.cost_so_far import price_every_attempt
 
     ctx = SimpleNamespace(site_view=local_site, client=_client(monkeypatch))
     run = SimpleNamespace(priced_job_ids=lambda: [4226])
@@ -67,7 +68,7 @@ def test_ls_uses_the_attempts_it_asked_for_while_the_statuses_were_read(local_si
     from types import SimpleNamespace
 
     from slurmctl.observe.status import RunStatus
-    from slurmctl.ops.accounting import price_every_attempt
+    from slurmctl.ops.cost_so_far import price_every_attempt
 
     attempts = run_attempts(local_site, _client(monkeypatch), [4226])
     runner = ReplayRunner({})  # any Slurm call here would be answered with nothing: it must not be made
