@@ -7,8 +7,9 @@ import pytest
 
 from slurmctl.errors import SpecError
 from slurmctl.submit.adopt.body import read_body
-from slurmctl.submit.adopt.plan import _array_size, _gpu_count, read_shape, render_wrapper
+from slurmctl.submit.adopt.plan import _array_size, _gpu_count, read_shape
 from slurmctl.submit.adopt.script import parse_script
+from slurmctl.submit.adopt.wrapper import render_wrapper
 
 SCRIPT = """#!/bin/bash -l
 # a comment before the options
@@ -110,7 +111,7 @@ def test_open_mode_is_compared_in_slurms_spelling():
 
 
 def test_singleton_keeps_the_jobs_name_and_the_run_id_goes_in_the_comment(tmp_path):
-    from slurmctl.submit.adopt.plan import _job_name, _platform_args
+    from slurmctl.submit.adopt.wrapper import job_name, platform_args
 
     named = tmp_path / "named.sbatch"
     named.write_text("#!/bin/bash\n#SBATCH -J nightly\n#SBATCH --dependency=afterok:12,singleton\necho hi\n")
@@ -119,10 +120,10 @@ def test_singleton_keeps_the_jobs_name_and_the_run_id_goes_in_the_comment(tmp_pa
     plain = tmp_path / "plain.sbatch"
     plain.write_text("#!/bin/bash\n#SBATCH -J nightly\n#SBATCH -d afterok:12\necho hi\n")
     run_id = "nightly-20261201-abcd"
-    assert _job_name(parse_script(named), run_id) == "nightly"
-    assert _job_name(parse_script(unnamed), run_id) == "unnamed.sbatch"  # sbatch's default: the file name
-    assert _job_name(parse_script(plain), run_id) == run_id
-    args = _platform_args(run_id, tmp_path / run_id, False, 60, "nightly")
+    assert job_name(parse_script(named), run_id) == "nightly"
+    assert job_name(parse_script(unnamed), run_id) == "unnamed.sbatch"  # sbatch's default: the file name
+    assert job_name(parse_script(plain), run_id) == run_id
+    args = platform_args(run_id, tmp_path / run_id, False, 60, "nightly")
     assert "--job-name=nightly" in args and f"--comment=slurmctl:{run_id}" in args
 
 

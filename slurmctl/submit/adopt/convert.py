@@ -18,8 +18,9 @@ from slurmctl.errors import SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import JOB_SCRIPT, RUN_YAML, RunRegistry, new_run_id
 from slurmctl.submit.adopt.body import BodyReading, read_body
-from slurmctl.submit.adopt.plan import Shape, _gpu_count, _run_name, read_shape
+from slurmctl.submit.adopt.plan import Shape, _gpu_count, read_shape
 from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
+from slurmctl.submit.adopt.wrapper import run_name
 from slurmctl.submit.render import render, template_file
 from slurmctl.submit.submission import sbatch_context
 
@@ -132,7 +133,7 @@ def write_conversion(script_path: Path, sbatch_args: list[str], site, out_dir: P
     empty). The run.yaml is checked by the same model `slurmctl submit` reads."""
     script = parse_script(script_path, sbatch_args)
     body, shape = read_body(script.body), read_shape(script)
-    conversion = convert(script, shape, body, _run_name(script))
+    conversion = convert(script, shape, body, run_name(script))
     conversion.run_yaml["workdir"] = os.getcwd()  # the directory the original ran in (sbatch's default)
     try:
         spec = RunSpec.model_validate(conversion.run_yaml)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,11 +27,9 @@ from slurmctl.errors import CostNotConfirmed, SlurmctlError, SpecError
 from slurmctl.fsutil import write_atomic
 from slurmctl.rundir import (
     ADOPTED_SCRIPT,
-    COMMENT_PREFIX,
     JOB_SCRIPT,
     RunRegistry,
     current_user,
-    job_log_path,
     new_run_id,
 )
 from slurmctl.runtime.adapters import ADAPTERS, Resilience, detect
@@ -41,10 +38,9 @@ from slurmctl.slurm.sbatch_reading import SbatchReading, sbatch_reading
 from slurmctl.submit.adopt.body import BodyReading, read_body
 from slurmctl.submit.adopt.checkpoint_location import job_workdir, program_output_dir
 from slurmctl.submit.adopt.script import PLATFORM, SbatchScript, parse_script
+from slurmctl.submit.adopt.wrapper import CONTROL_RE, job_name, platform_args, render_wrapper, run_name, uses_singleton
 
-_NAME_RE = re.compile(r"[^a-z0-9._-]+")
 # control characters that would end or hide a line in the wrapper (bash splits lines on \n only)
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass
@@ -195,115 +191,6 @@ def compare_with_slurm(script: SbatchScript, reading: SbatchReading) -> list[str
     return differences
 
 
-def _safe_line(text: str, what: str) -> str:
-    if _CONTROL_RE.search(text.rstrip("\r")):
-        raise SpecError(f"{what} holds a control character: {text!r}.",
-                        "Remove it; a job script line must be plain text.")
-    return text.rstrip("\r")
-
-
-def _run_name(script: SbatchScript) -> str:
-    name = _NAME_RE.sub("-", (script.value("job-name") or script.path.stem).lower()).strip("-._")
-    return (name or "adopted")[:40]
-
-
-def render_wrapper(script: SbatchScript, run_id: str, run_dir: Path, python: str, drain_margin: int,
-                   add_drain_signal: bool, umask: str, pass_on: str | None = None) -> str:
-    """The job that runs: the original's #SBATCH lines verbatim, then the platform around the original
-    file, run as its own process (its #SBATCH lines are comments to it). `pass_on`: the program's save
-    signal, which the batch shell passes on to the processes under the original script (a program it
-    starts without srun: no step gets a signal; cancel sends it to the batch shell)."""
-    header = [_safe_line(text, f"{script.path} line {number}") for number, text in _header_lines(script)]
-    signal = script.value("signal") or ""
-    batch_signal = signal.split("@")[0].removeprefix("B:").removeprefix("SIG") if signal.startswith("B:") else ""
-    step_signal = signal.split("@")[0].removeprefix("SIG") if signal and not signal.startswith("B:") else ""
-    step_signal = step_signal if step_signal.isalnum() else ""
-    q = shlex.quote
-    margin = re.search(r"@(\d+)$", signal)  # the job's own signal comes this long before the limit
-    lines = [
-        "#!/bin/bash",
-        f"# slurmctl adopt: run {run_id} runs {ADOPTED_SCRIPT} (a copy of the original) as written.",
-        "# The original's #SBATCH lines, verbatim; job name, comment and output come from the command line.",
-        *header,
-        f"umask {umask}",
-        f"export SLURMCTL_RUN_ID={q(run_id)}",
-        f"export SLURMCTL_RUN_DIR={q(str(run_dir))}",
-        f"export SLURMCTL_DRAIN_MARGIN={int(drain_margin)}",
-        "export SLURMCTL_ADOPTED=1",
-        f"export SLURMCTL_PROGRAM_SIGNAL_MARGIN={int(margin.group(1))}" if margin else "",
-        # the job's own signal, which goes to its srun tasks: a program that dies of it was drained
-        f"export SLURMCTL_PROGRAM_SIGNAL={step_signal}" if step_signal else "",
-        f"PY={q(python)}",
-        "trap 'early_drain=1' USR1" if add_drain_signal else "",
-        '"$PY" -m slurmctl.runtime.attempt start',
-        "# SIGTERM: a requeue by the script's own trap or the program records why this attempt ended",
-        "trap '\"$PY\" -m slurmctl.runtime.attempt interrupted; exit 143' TERM",
-        f"{q(str(run_dir / ADOPTED_SCRIPT))} &",
-        "body_pid=$!",
-    ]
-    pass_on = pass_on if pass_on and pass_on.isalnum() and pass_on != batch_signal else None
-    to_program = f'"$PY" -m slurmctl.runtime.attempt signal-program --parent "$body_pid" --signal {pass_on}'
-    if batch_signal:
-        # the original asked for a signal to its batch shell: the body is that shell now, it gets it
-        # the drain request (why: time limit or preemption) first: the body's trap may requeue at once
-        lines.append(f"trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal; "
-                     f"kill -{batch_signal} \"$body_pid\" 2>/dev/null' {batch_signal}")
-    if add_drain_signal:
-        also = f"; {to_program}" if pass_on == "USR1" else ""
-        lines += [f"trap '\"$PY\" -m slurmctl.runtime.attempt drain-signal{also}' USR1",
-                  'if [ -n "${early_drain:-}" ]; then "$PY" -m slurmctl.runtime.attempt drain-signal'
-                  + (f"; {to_program}" if also else "") + "; fi"]
-    if pass_on and not (add_drain_signal and pass_on == "USR1"):
-        lines.append(f"trap '{to_program}' {pass_on}")
-    lines += [
-        "# A trapped signal interrupts `wait`; keep waiting until the original script has exited.",
-        'while :; do wait "$body_pid"; rc=$?; kill -0 "$body_pid" 2>/dev/null || break; done',
-        "# it ended while a trap ran: that `wait` said only that a signal came (>128); bash still has its status",
-        'if [ "$rc" -gt 128 ]; then wait "$body_pid"; status=$?; [ "$status" -ne 127 ] && rc=$status; fi',
-        '"$PY" -m slurmctl.runtime.attempt end --exit-code "$rc"',
-        "exit $?",
-    ]
-    return "\n".join(line for line in lines if line != "") + "\n"
-
-
-def _header_lines(script: SbatchScript) -> list[tuple[int, str]]:
-    lines = script.text.split("\n")
-    return [(d.line, lines[d.line - 1]) for d in _unique_lines(script)]
-
-
-def _unique_lines(script: SbatchScript):
-    seen, found = set(), []
-    for d in script.directives:
-        if d.line is not None and d.line not in seen:
-            seen.add(d.line)
-            found.append(d)
-    return found
-
-
-def uses_singleton(script: SbatchScript) -> bool:
-    """--dependency=singleton waits for the user's other jobs of the same NAME: renaming the job would
-    disarm it."""
-    return "singleton" in re.split(r"[,?:]", script.value("dependency") or "")
-
-
-def _job_name(script: SbatchScript, run_id: str) -> str:
-    """The run id, or, when the script depends on `singleton`, the name the original would run under
-    (its --job-name, else sbatch's default: the script's file name); the run id is in the comment."""
-    if not uses_singleton(script):
-        return run_id
-    return script.value("job-name") or script.path.name
-
-
-def _platform_args(run_id: str, run_dir: Path, add_drain_signal: bool, drain_margin: int,
-                   job_name: str | None = None) -> list[str]:
-    log = job_log_path(run_dir, "%j")  # every attempt of the job appended to one log, as for runs
-    args = [f"--job-name={job_name or run_id}", f"--comment={COMMENT_PREFIX}{run_id}", f"--output={log}",
-            f"--error={log}", "--open-mode=append"]
-    if add_drain_signal:
-        args.append(f"--signal=B:USR1@{int(drain_margin)}")
-    return args
-
-
 def estimate_cost(shape: Shape, site, partition: str | None, processors: int | None = None,
                   now: datetime | None = None) -> dict:
     """The worst case: GPUs x hours at the list GPU price; a job without GPUs by the CPUs Slurm would
@@ -350,7 +237,7 @@ def _notes(script: SbatchScript, shape: Shape, body: BodyReading, add_drain_sign
     elif shape.signal:
         notes.append(f"drain: --signal={shape.signal} goes to the job's srun steps, as the script asks.")
     if uses_singleton(script):
-        notes.append(f"dependency singleton: the job keeps the name {_job_name(script, '')!r}, so it still waits "
+        notes.append(f"dependency singleton: the job keeps the name {job_name(script, '')!r}, so it still waits "
                      "for your other jobs of that name; the run id is in its comment.")
     if shape.requeue is None:
         notes.append("requeue: the script says nothing; the cluster's default applies (JobRequeue).")
@@ -474,12 +361,12 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
                signal: str | None = None, step_pattern: str | None = None) -> tuple[AdoptPlan, SbatchScript]:
     script = parse_script(script_path, sbatch_args)
     for d in script.directives:
-        if d.line is None and _CONTROL_RE.search(d.raw):
+        if d.line is None and CONTROL_RE.search(d.raw):
             raise SpecError(f"the sbatch option {d.raw!r} holds a control character.", "Remove it.")
     body = read_body(script.body)
     shape = read_shape(script)
     original = sbatch_reading(client, script_path, sbatch_args)
-    run_id = new_run_id(_run_name(script))
+    run_id = new_run_id(run_name(script))
     run_dir = registry.root / run_id
     add_signal = not script.has("signal")
     margin = site.drain_margin_seconds
@@ -489,7 +376,7 @@ def plan_adopt(script_path: Path, sbatch_args: list[str], site, client: SlurmCli
         body=body.to_dict(),
         slurm_original=original.to_dict(), differences=compare_with_slurm(script, original),
         notes=_notes(script, shape, body, add_signal, margin),
-        platform_args=_platform_args(run_id, run_dir, add_signal, margin, _job_name(script, run_id)),
+        platform_args=platform_args(run_id, run_dir, add_signal, margin, job_name(script, run_id)),
         cost=estimate_cost(shape, site, original.partition or (shape.partition or "").split(",")[0] or None,
                    original.processors),
         ignored_lines=[{"line": n, "text": t} for n, t in script.ignored])
