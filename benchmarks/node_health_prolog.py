@@ -3,7 +3,7 @@ cannot avoid, interleaved in one run (the machine's load hits both alike). As ro
 no Slurm call: the node name is one no process carries (the leftover check finds nothing to ask
 about), state goes to a temporary directory.
 
-    /work/main/.venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE] [OTHERS]
+    .venv/bin/python benchmarks/node_health_prolog.py [N] [BASELINE_TREE] [OTHERS]
 
 Each prolog is also run N/4 times under `python3 -X importtime` (interleaved the same way): what
 the whole process spends importing, and how much of it is slurmctl's own modules.

@@ -29,7 +29,7 @@ from tests.integration.test_node_health import job_by_name, node, wait_for
 from tests.integration.throwaway_slurm import ThrowawayCluster
 
 REPO = Path(__file__).resolve().parents[2]
-TORCH_PYTHON = "/work/main/.venv/bin/python"
+TORCH_PYTHON = str(REPO / ".venv" / "bin" / "python")
 INTERVAL = 5
 NODES = {"an1": "", "an2": ""}
 
@@ -176,15 +176,21 @@ def test_an_active_checks_configuration_error_drains_nothing_and_the_exporter_sa
     assert admin_comment(c, job_id) == "slurmctl:health active config_error an1"
     said = (c.dir / "jobs" / f"active-{job_id}.out").read_text()
     assert "CONFIGURATION ERROR on an1, nothing measured and nothing drained" in said, said
-    for _ in range(3):  # the week's sacct is skipped for that scrape when slurmdbd does not answer in time
-        out = subprocess.run(["runuser", "-u", "alice", "--", "env", f"SLURM_CONF={c.conf}", "PATH=/usr/bin:/bin",
-                              f"PYTHONPATH={REPO}", TORCH_PYTHON, "-m", "slurmctl.cli", "exporter", "--once"],
-                             capture_output=True, text=True, timeout=120, cwd="/tmp")
+    as_alice = ["runuser", "-u", "alice", "--", "env", f"SLURM_CONF={c.conf}", "PATH=/usr/bin:/bin"]
+    for _ in range(6):  # accounting may take a moment to hold what slurmctld already answers
+        out = subprocess.run([*as_alice, f"PYTHONPATH={REPO}", TORCH_PYTHON, "-m", "slurmctl.cli", "exporter",
+                              "--once"], capture_output=True, text=True, timeout=120, cwd="/tmp")
         assert out.returncode == 0, out.stderr
         if "slurmctl_node_health_config_error{" in out.stdout:
             break
         time.sleep(5)
-    assert 'slurmctl_node_health_config_error{moment="active",node="an1"} 1.0' in out.stdout, out.stdout
+    # what the exporter's weekly sacct read, as alice, should the series be missing
+    seen = subprocess.run([*as_alice, "sacct", "-a", "-X", "--duplicates", "-n", "-P", "-S", "now-1days", "-E", "now",
+                           "-o", "JobIDRaw,State,UID,Start,End,AdminComment"],
+                          capture_output=True, text=True, timeout=60, cwd="/tmp")
+    series = [line for line in out.stdout.splitlines() if "node_health" in line or "slurm_command" in line]
+    why = "\n".join([*series, "stderr:", out.stderr[-2000:], "alice's sacct:", seen.stdout[-3000:], seen.stderr])
+    assert 'slurmctl_node_health_config_error{moment="active",node="an1"} 1.0' in out.stdout, why
     assert 'slurmctl_node_health_config_error{moment="active",node="an2"} 0.0' in out.stdout, out.stdout
 
 

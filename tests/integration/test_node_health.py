@@ -198,7 +198,8 @@ def test_fault_drains_with_our_prefix_requeues_the_job_and_maint_is_untouched(cl
     assert job_by_name(c, "slurmctl-verify-hn3") is None
 
     # the operator's view, as alice sees it (read-only: sinfo and scontrol show reservation)
-    shown = as_alice(c, f"PYTHONPATH={REPO}", "/work/main/.venv/bin/python", "-m", "slurmctl.cli", "nodes", "--json")
+    python = str(REPO / ".venv" / "bin" / "python")
+    shown = as_alice(c, f"PYTHONPATH={REPO}", python, "-m", "slurmctl.cli", "nodes", "--json")
     assert shown.returncode == 0, shown.stderr
     views = {v["node"]: v for v in json.loads(shown.stdout)}
     assert views["hn1"]["drained"] is False and views["hn1"]["drained_by"] == ""
