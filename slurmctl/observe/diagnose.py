@@ -189,6 +189,20 @@ def _raised_by_config_code(reading: LogReading) -> bool:
                 and _CONFIG_CODE.search(reading.raising_frame))
 
 
+# torch.distributed forming the group: the env:// / tcp:// rendezvous handlers and the store they open
+_GROUP_FORMING_CODE = re.compile(r"torch[\\/]distributed[\\/](?:rendezvous\.py|elastic[\\/]rendezvous[\\/])")
+_GROUP_FORMING_ERRORS = ("ValueError", "RuntimeError", "TimeoutError", "ConnectionError", "OSError",
+                         "torch.distributed", "DistNetworkError", "DistStoreError")
+
+
+def _raised_forming_the_group(reading: LogReading) -> bool:
+    """The root error was raised by torch's rendezvous itself (MASTER_ADDR unset, its host not resolving, the
+    store not answering) before any training step: the processes never formed their group."""
+    return bool(reading.exception and reading.first_progress is None and reading.raising_frame
+                and _GROUP_FORMING_CODE.search(reading.raising_frame)
+                and reading.exception.startswith(_GROUP_FORMING_ERRORS))
+
+
 _SIGBUS = re.compile(r"Caught signal 7 \(Bus error|signal 7 \(SIGBUS\)|\bSIGBUS\b")
 _NCCL_FRAME = re.compile(r"\bnccl[A-Z]\w*\(\)|libnccl\.so")
 
@@ -220,6 +234,7 @@ def scheduler_family(lines: list[str], noise: set[int]) -> tuple[str, str] | Non
 
 # an error in words, or in glog's severity letter (TensorFlow, XLA: "E0101 12:00:00.1 a.cc:12]", "...: E a.cc:12]")
 _ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exception)\b|^\s*[EF]\d{4} [\d:.]+ |"
+                          r"^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception):|"
                           r": [EF] \S+:\d+\]", re.IGNORECASE)
 
 
@@ -519,6 +534,16 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "or shapes are not the model's.",
             [reading.exception, f"raised at {reading.raising_frame}"],
             SIGNATURES[CATEGORY_RANK["checkpoint_mismatch"]].hint,
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and _raised_forming_the_group(reading):
+        rendezvous = SIGNATURES[CATEGORY_RANK["rendezvous_failure"]]
+        return Diagnosis(
+            "rendezvous_failure", f"{rendezvous.summary} The error was raised by torch's rendezvous itself (at "
+            f"{reading.raising_frame}), before any training step.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Read the message: MASTER_ADDR/MASTER_PORT must be set (torchrun and `slurmctl submit` set them; a "
+            "script started by plain srun sets them from SLURM_* itself) and MASTER_ADDR must resolve and be "
+            "reachable from every node. " + rendezvous.hint,
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and (bus := _bus_error_in_nccl(lines)):
         nccl_setup = SIGNATURES[CATEGORY_RANK["nccl_setup"]]

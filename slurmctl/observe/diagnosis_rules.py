@@ -410,7 +410,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"is non-finite, so it cannot be clipped|"
          r"Monitored metric \S+ = [^\n]{0,40}?\b(?:nan|inf)\b[^\n]{0,30}is not finite|"
          r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
-         r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values",
+         r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values|"
+         # torch.multinomial on probabilities that NaN/Inf logits made (sampling during RL, generation, negatives)
+         r"invalid multinomial distribution|probability tensor contains either `?inf`?, `?nan`? or element < 0",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),

@@ -289,6 +289,32 @@ def test_a_rendezvous_error_after_training_steps_is_a_peer_going_away():
     assert diagnose_text(start).category == "rendezvous_failure"
 
 
+def test_an_error_raised_by_torchs_rendezvous_before_training_is_a_rendezvous_failure():
+    unset = """Traceback (most recent call last):
+  File "/home/alice/proj/train.py", line 85, in main
+    torch.distributed.init_process_group(backend="nccl")
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 754, in init_process_group
+    store, rank, world_size = next(rendezvous_iterator)
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 221, in _get_env_or_raise
+    raise _env_error(env_var)
+ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR expected, \
+but not set
+"""
+    found = diagnose_text(unset)
+    assert found.category == "rendezvous_failure", found
+    assert "MASTER_ADDR" in found.hint and "rendezvous.py:221" in found.summary
+    # the same error raised by the user's own code is not torch forming the group; nor is one after training steps
+    assert diagnose_text(unset.replace("torch/distributed/rendezvous.py", "proj/dist.py")).category == "unknown"
+    assert diagnose_text("step 10 loss 2.0\n" + unset).category == "unknown"
+
+
+def test_sampling_from_nan_probabilities_is_a_nan_loss():
+    assert diagnose_text("RuntimeError: invalid multinomial distribution (sum of probabilities <= 0)\n").category \
+        == "nan_loss"
+    assert diagnose_text("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n").category \
+        == "nan_loss"
+
+
 def test_c10d_retry_warnings_are_not_a_rendezvous_failure():
     # c10d warns for every connect attempt it retries (torch/csrc/distributed/c10d/socket.cpp); only the error it
     # raises when it gives up, or a server socket that cannot bind its port, says the group did not form
