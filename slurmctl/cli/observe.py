@@ -316,7 +316,7 @@ def explain(ctx: Context, word: tuple[str, ...], as_json: bool) -> None:
 def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool) -> None:
     """Name why RUN (or --log FILE) failed, with the evidence and a fix."""
     from slurmctl.errors import SpecError
-    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.observe.run_diagnosis import diagnose_file
 
     if bool(run) == bool(log_path):
         raise SpecError("give either RUN or --log FILE (not both, not neither).",
@@ -332,8 +332,8 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
     elif run:
         job_id = the_run.latest_job_id()
         job = ctx.client.jobs([job_id]).get(job_id) if job_id else None
-        from slurmctl.observe.diagnose import with_failed_steps
         from slurmctl.observe.logs import log_file
+        from slurmctl.observe.run_diagnosis import with_failed_steps
         from slurmctl.observe.status import completed_but_failed
 
         # Slurm's COMPLETED 0:0 hides a failed srun step (`srun ... &`, bare `wait`): the step's job and exit code
@@ -343,7 +343,7 @@ def diagnose(ctx: Context, run: str | None, log_path: Path | None, as_json: bool
         result = diagnose_file(log_file(the_run, read_job), state, exit_code)
         if steps:
             result = with_failed_steps(result, steps, job.exit_code)
-        from slurmctl.observe.diagnose import cancelled_before_start, in_run_words
+        from slurmctl.observe.run_diagnosis import cancelled_before_start, in_run_words
 
         result = in_run_words(result, the_run.events(), job_id, cancelled_waiting=cancelled_before_start(job))
     if as_json:

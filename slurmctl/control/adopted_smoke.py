@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from slurmctl.fsutil import tail_text_lines
-from slurmctl.observe.diagnose import diagnose_file
+from slurmctl.observe.run_diagnosis import diagnose_file
 from slurmctl.rundir import Run
 from slurmctl.runtime.adapters import Resilience
 from slurmctl.slurm.client import ACTIVE_STATES, SlurmClient

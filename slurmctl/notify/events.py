@@ -149,7 +149,8 @@ def ended_message(run: Run, now: float | None = None) -> Message | None:
                 *_tracked_line(run)]
         return Message("finished", f"finished:{key_tail}", _title(run, "finished"), "\n".join(body),
                        {"job_id": end.get("job_id"), "metrics": metrics, "cost_usd": cost, "checkpoint_step": ck})
-    from slurmctl.observe.diagnose import diagnose_file, evidence_line  # why: only a failure message reads it
+    from slurmctl.observe.diagnose import evidence_line  # why: only a failure message reads it
+    from slurmctl.observe.run_diagnosis import diagnose_file  # why: as above
 
     job_id = int(end.get("job_id") or 0)
     diagnosis = diagnose_file(run.log_path(job_id), end.get("slurm_state") or "", f"{end.get('exit_code')}:0")

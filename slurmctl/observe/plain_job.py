@@ -344,11 +344,9 @@ def plain_job_diagnosis(plain: PlainJob):
 def _diagnose_logs(plain: PlainJob):
     """The diagnosis of the job's output file and its --error file (read together: a traceback is
     often only in the latter); a failed step stands for the job Slurm recorded COMPLETED."""
-    from slurmctl.observe.diagnose import (  # why: a failed job's only (the rules cost ~30 ms)
-        diagnose_text,
-        with_failed_steps,
-    )
+    from slurmctl.observe.diagnose import diagnose_text  # why: a failed job's only (the rules cost ~30 ms)
     from slurmctl.observe.log_reading import read_tail  # why: as diagnose_text above
+    from slurmctl.observe.run_diagnosis import with_failed_steps  # why: as diagnose_text above
 
     job = plain.job
     state, exit_code = (job.state, job.exit_code) if job else ("", "")

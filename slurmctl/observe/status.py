@@ -322,7 +322,7 @@ def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None =
 # The diagnosis code: a change to it misses every cached diagnosis. Named, not imported: a cached
 # diagnosis is read without importing (and compiling the rules of) the diagnosis modules at all.
 _DIAGNOSIS_CODE = tuple(Path(__file__).with_name(name) for name in ("diagnose.py", "diagnosis_rules.py",
-                                                                     "log_reading.py"))
+                                                                     "log_reading.py", "run_diagnosis.py"))
 
 
 def _diagnosis(run: Run, job: Job) -> tuple[dict, str]:
@@ -349,7 +349,8 @@ def _diagnosis(run: Run, job: Job) -> tuple[dict, str]:
         if isinstance(cached, dict) and cached.get("key") == key and isinstance(cached.get("diagnosis"), dict) \
                 and isinstance(cached.get("why"), str):
             return cached["diagnosis"], cached["why"]
-    from slurmctl.observe.diagnose import diagnose_file, one_line_why  # why: see _DIAGNOSIS_CODE
+    from slurmctl.observe.diagnose import one_line_why  # why: see _DIAGNOSIS_CODE
+    from slurmctl.observe.run_diagnosis import diagnose_file  # why: see _DIAGNOSIS_CODE
 
     # as JSON prints it (a set of line numbers becomes its text): the same whether fresh or read back
     found = json.loads(json.dumps(diagnose_file(log, job.state, job.exit_code).to_dict(), default=str))

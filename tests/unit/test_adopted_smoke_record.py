@@ -2,7 +2,8 @@
 reading the cancel that ended it as a failure."""
 
 from slurmctl.control.adopted_smoke import judge
-from slurmctl.observe.diagnose import diagnose_text, in_run_words
+from slurmctl.observe.diagnose import diagnose_text
+from slurmctl.observe.run_diagnosis import in_run_words
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import JOB_INFO, SlurmClient
 

@@ -4,8 +4,8 @@ run's first), across a resume's new job, and still says which Slurm attempt it i
 import json
 
 from slurmctl import rundir
-from slurmctl.observe.diagnose import attempts_newest_first
 from slurmctl.observe.logs import split_attempts
+from slurmctl.observe.run_diagnosis import attempts_newest_first
 from slurmctl.runtime import attempt
 
 

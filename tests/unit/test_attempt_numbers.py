@@ -7,8 +7,8 @@ import time
 import pytest
 
 from slurmctl.errors import SpecError
-from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.logs import attempt_log
+from slurmctl.observe.run_diagnosis import diagnose_file
 from slurmctl.observe.status import build_status
 from slurmctl.rundir import Run
 from slurmctl.slurm.client import Job

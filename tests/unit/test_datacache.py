@@ -525,7 +525,7 @@ def _stage_step(run_dir: Path, block_import: str | None = None):
 def test_every_staging_failure_is_one_paragraph_recorded_for_status_and_diagnose(s3, tmp_path, monkeypatch):
     from moto import settings as moto_settings
 
-    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.observe.run_diagnosis import diagnose_file
     from slurmctl.observe.status import build_status
     from slurmctl.rundir import Run
     from slurmctl.slurm.client import Job
@@ -805,7 +805,7 @@ def test_a_store_that_never_answers_fails_staging_by_the_deadline_naming_dataset
     import sys
 
     from slurmctl.config.models import SiteDataConfig
-    from slurmctl.observe.diagnose import diagnose_file
+    from slurmctl.observe.run_diagnosis import diagnose_file
     from slurmctl.observe.status import build_status
     from slurmctl.rundir import Run
     from slurmctl.slurm.client import Job

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmctl.observe.diagnose import diagnose_file, diagnose_text
+from slurmctl.observe.diagnose import diagnose_text
 from slurmctl.observe.diagnosis_rules import CATEGORIES
 from slurmctl.observe.log_reading import clean_line
+from slurmctl.observe.run_diagnosis import diagnose_file
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CASES = sorted(LOGS.glob("*.log"))

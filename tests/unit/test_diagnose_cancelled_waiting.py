@@ -5,7 +5,8 @@ local cluster (preempted twice, then `slurmctl cancel` while pending)."""
 import json
 from pathlib import Path
 
-from slurmctl.observe.diagnose import Diagnosis, cancelled_before_start, in_run_words
+from slurmctl.observe.diagnose import Diagnosis
+from slurmctl.observe.run_diagnosis import cancelled_before_start, in_run_words
 from slurmctl.slurm.client import SlurmClient
 from tests.unit.fakes import ReplayRunner, pin_seal
 

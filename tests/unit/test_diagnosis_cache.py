@@ -2,7 +2,7 @@
 
 import sys
 
-from slurmctl.observe import diagnose as diagnose_module
+from slurmctl.observe import run_diagnosis
 from slurmctl.observe.status import build_status
 from slurmctl.rundir import DIAGNOSIS_CACHE
 from slurmctl.slurm.client import Job
@@ -19,8 +19,8 @@ def test_the_cached_diagnosis_is_read_back_until_the_log_changes(tmp_path, monke
     first = build_status(run, failed).diagnosis
     assert (run.path / DIAGNOSIS_CACHE).is_file() and "KeyError" in first["error_line"]
     calls = []
-    real = diagnose_module.diagnose_file
-    monkeypatch.setattr(diagnose_module, "diagnose_file", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = run_diagnosis.diagnose_file
+    monkeypatch.setattr(run_diagnosis, "diagnose_file", lambda *a, **k: calls.append(a) or real(*a, **k))
     again = build_status(run, failed)
     assert again.diagnosis == first and calls == []  # read back, not diagnosed again
     assert "KeyError" in again.why, again.why

@@ -12,9 +12,9 @@ import pytest
 
 from slurmctl.config.models import RunSpec, load_run_spec
 from slurmctl.errors import SpecError, UnsafeFile
-from slurmctl.observe.diagnose import diagnose_file
 from slurmctl.observe.log_reading import read_tail
 from slurmctl.observe.logs import tail_lines
+from slurmctl.observe.run_diagnosis import diagnose_file
 from slurmctl.ops.report import GroupTotals, Report, to_csv, to_html
 
 CLI = [sys.executable, "-m", "slurmctl.cli"]

@@ -6,7 +6,7 @@ these tests follow its real format."""
 import json
 import time
 
-from slurmctl.observe.diagnose import diagnose_file
+from slurmctl.observe.run_diagnosis import diagnose_file
 from slurmctl.observe.status import build_status
 from slurmctl.observe.watchdog_report import watchdog_report
 from slurmctl.rundir import Run

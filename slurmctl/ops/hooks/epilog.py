@@ -291,7 +291,7 @@ _REQUEUE_BANNER = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO JOB
 
 def diagnose_category(log_path: str, slurm_state: str, exit_code: str) -> str:
     """Runs in the child, as the job's user: the category `diagnose` gives the job's log."""
-    from slurmctl.observe.diagnose import diagnose_file  # why: the child's; preloaded by classify_failure
+    from slurmctl.observe.run_diagnosis import diagnose_file  # why: the child's; preloaded by classify_failure
 
     return diagnose_file(Path(log_path), slurm_state, exit_code).category
 
@@ -334,7 +334,7 @@ def classify_failure(cfg: HookConfig, env, info: JobInfo | None, result: HookRes
     gid = asuser.user_gid(int(uid_text), env.get("SLURM_JOB_GID"))
     if gid is None:
         return None
-    from slurmctl.observe import diagnose  # why: preloaded for the child that classifies  # noqa: F401
+    from slurmctl.observe import run_diagnosis  # why: preloaded for the child that classifies  # noqa: F401
     from slurmctl.observe.diagnosis_rules import CATEGORIES  # why: only a failed job's epilog classifies
 
     try:
