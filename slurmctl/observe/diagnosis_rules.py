@@ -280,6 +280,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # jax/_src/lib/__init__.py checking the CUDA libraries against those jaxlib was built with
          r"Found \w+ version \d+, but JAX was built against version \d+|"
          r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
+         # a package's loader naming its compiled extension it could not find ("File fbgemm_gpu_py.so not found")
+         r"\S+\.so(?:\.\d+)*'? (?:is |was )?not found\s*$|"
          r"requires the \S+ library but it was not found in your environment|Error building extension|"
          r"ninja: build stopped: subcommand failed|"
          # numpy 2 under modules compiled for numpy 1 (numpy/core/_multiarray_umath.py), or the other way round
@@ -412,7 +414,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"found NaN in local (?:grad norm|forward loss)|number of nan iterations:\s*[1-9]|"
          r"Invalid loss, terminating training|Tensor had (?:NaN|Inf) values|"
          # torch.multinomial on probabilities that NaN/Inf logits made (sampling during RL, generation, negatives)
-         r"invalid multinomial distribution|probability tensor contains either `?inf`?, `?nan`? or element < 0",
+         r"invalid multinomial distribution|probability tensor contains either `?inf`?, `?nan`? or element < 0|"
+         # torch.distributions validating a parameter or a sample against Real(): only NaN or Inf fail it (a policy's
+         # or an encoder's output gone NaN)
+         r"(?:constraint|support) \(?Real\(\)\)?.{0,200}but found invalid values",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),

@@ -314,6 +314,19 @@ def test_sampling_from_nan_probabilities_is_a_nan_loss():
         == "nan_loss"
     assert diagnose_text("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n").category \
         == "nan_loss"
+    # a distribution's parameter or sample checked against Real(): only NaN/Inf fail it
+    gone = ("ValueError: Expected parameter loc (Tensor of shape (128, 10)) of distribution Normal(loc: "
+            "torch.Size([128, 10]), scale: torch.Size([128, 10])) to satisfy the constraint Real(), but found invalid "
+            "values:\ntensor([[nan, nan, nan,  ..., nan, nan, nan]], device='cuda:0')\n")
+    assert diagnose_text(gone).category == "nan_loss"
+    # a std the code made negative is the code's bug, not a NaN: no verdict from that check alone
+    assert diagnose_text("RuntimeError: normal expects all elements of std >= 0.0\n").category == "unknown"
+
+
+def test_a_compiled_extension_that_is_not_found_is_an_import_error():
+    assert diagnose_text(">>> import torchrec\nFile fbgemm_gpu_py.so not found\n").category == "import_error"
+    # NCCL reporting an optional plugin it carries on without is no failure
+    assert diagnose_text("n1:12:12 [0] NCCL INFO NET/Plugin: libnccl-net.so not found\n").category == "unknown"
 
 
 def test_c10d_retry_warnings_are_not_a_rendezvous_failure():
