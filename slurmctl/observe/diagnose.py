@@ -171,9 +171,31 @@ def _launcher_said_sigkill(reading: LogReading) -> bool:
     return reading.sigkill is not None and (not reading.exception or reading.exception_line == reading.sigkill)
 
 
+# torch's collate stacking a worker's samples into shared memory, when they differ in size; the same words come
+# from loading a checkpoint whose storages do not fit (FSDP's sharded state dicts): only the frames tell them apart
+_STORAGE_NOT_RESIZABLE = re.compile(r"Trying to resize storage that is not resizable")
+_COLLATE_CODE = re.compile(r"collate", re.IGNORECASE)
+
+
 def _raised_by_data_code(reading: LogReading) -> bool:
+    if reading.exception and _STORAGE_NOT_RESIZABLE.search(reading.exception):
+        return any(_COLLATE_CODE.search(frame) for frame in reading.frames)
     return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS)
                 and any(_DATA_CODE.search(frame) for frame in reading.frames))
+
+
+# a value that is NaN in a line of numbers (a metrics line, a loss printout)
+_NAN_VALUE = re.compile(r"(?<![\w.])[-+]?nan(?![\w.(])", re.IGNORECASE)
+
+
+def _ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
+    """A log without an error of its own whose last lines print NaN values where the lines before printed numbers:
+    the training diverged and went on printing NaN until it was stopped. Those lines, or []."""
+    said = [line.strip() for line in lines if line.strip()]
+    if reading.exception or len(said) < 3 or not all(_NAN_VALUE.search(line) for line in said[-2:]):
+        return []
+    before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
+    return said[-2:] if before and re.search(r"\d+\.\d+", before[-1]) else []
 
 
 def _raised_by_config_code(reading: LogReading) -> bool:
@@ -495,6 +517,10 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
             f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], NCCL_HINT,
             rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and (nan := _ends_in_nan(lines, reading)):
+        nan_loss = SIGNATURES[CATEGORY_RANK["nan_loss"]]
+        return Diagnosis("nan_loss", nan_loss.summary + " The log's last lines print NaN where the lines before "
+                         "printed numbers.", nan, nan_loss.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_by_data_code(reading):
         return Diagnosis(
             "data_shape", f"An {reading.exception.split(':')[0]} was raised while reading or batching the data "

@@ -361,7 +361,7 @@ SIGNATURES: tuple[Signature, ...] = (
 
          r"Unable to create tensor, you should probably activate truncation and/or padding|"
          r"default_collate: batch must contain|too many dimensions 'str'|"
-         r"each element in list of batch should be of equal size|Trying to resize storage that is not resizable|"
+         r"each element in list of batch should be of equal size|"
          # numpy >= 1.24 building an array from samples of unequal length
          r"inhomogeneous shape after \d+ dimensions?|could not broadcast input array from shape",
          "The samples of one batch have different shapes, so the data loader could not stack them into a batch.",

@@ -323,6 +323,26 @@ def test_sampling_from_nan_probabilities_is_a_nan_loss():
     assert diagnose_text("RuntimeError: normal expects all elements of std >= 0.0\n").category == "unknown"
 
 
+def test_a_log_that_ends_printing_nan_where_it_printed_numbers_is_a_nan_loss():
+    steps = "".join(f"train.py:183] 1_train_{i}, 2237{i}.3, [15194.27, 36603.82]\n" for i in range(80, 85))
+    found = diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 36458.277]\n"
+                          "train.py:183] 1_train_90, nan, [nan, nan]\n")
+    assert found.category == "nan_loss" and found.evidence[-1].endswith("[nan, nan]"), found
+    # one NaN that training went past, or a log of nothing but NaN-free numbers, is not
+    assert diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 1.0]\n" + steps).category == "unknown"
+
+
+def test_storage_that_is_not_resizable_is_named_only_where_it_was_raised():
+    collate = """Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/torch/utils/data/_utils/collate.py", line 141, in default_collate
+    out = elem.new(storage).resize_(len(batch), *list(elem.size()))
+RuntimeError: Trying to resize storage that is not resizable
+"""
+    assert diagnose_text(collate).category == "data_shape"
+    # the same words from loading a sharded checkpoint (FSDP): without frames, no verdict
+    assert diagnose_text("RuntimeError: Trying to resize storage that is not resizable\n").category == "unknown"
+
+
 def test_a_compiled_extension_that_is_not_found_is_an_import_error():
     assert diagnose_text(">>> import torchrec\nFile fbgemm_gpu_py.so not found\n").category == "import_error"
     # NCCL reporting an optional plugin it carries on without is no failure
