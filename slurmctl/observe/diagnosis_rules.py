@@ -240,7 +240,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
          # flash-attn's csrc check for sm_80+
-         r"FlashAttention only supports Ampere GPUs or newer",
+         r"FlashAttention only supports Ampere GPUs or newer|"
+         # a kernel that needs a newer GPU than this one ("FlashAttention backward for head dim > 64 requires A100 or
+         # H100 GPUs")
+         r"\brequires? (?:an? )?(?:A100|H100|H200|Ampere|Hopper|Ada Lovelace|Turing|Volta)(?: or (?:newer|later|A100|"
+         r"H100|Hopper|Ampere))?(?: GPUs?)?\b",
          "The software was built for a different GPU/CPU architecture than this node has.",
          "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
          "for it (TORCH_CUDA_ARCH_LIST)."),
@@ -497,6 +501,9 @@ EXCEPTION_FAMILIES = _families(
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
                    r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:range|bounds)|exceeds?)\b|"
                    r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
+    # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
+    # and heads): a check of the configuration
+    ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
     ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type)?(?:Error|Exception)\b|"
                        r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "

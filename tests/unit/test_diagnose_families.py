@@ -137,3 +137,15 @@ def test_a_log_without_a_python_exception_is_read_by_its_error_lines(log, catego
 ])
 def test_error_lines_of_no_single_family_name_nothing(log):
     assert error_line_family(log.splitlines(), set()) is None
+
+
+def test_settings_that_must_divide_each_other_are_a_configuration_error():
+    found = diagnose_text("ValueError: The global train batch size (7 x 1) must be evenly divisible by the number of "
+                          "generations per prompt (8).\n")
+    assert found.category == "missing_config", found
+
+
+def test_a_kernel_that_needs_a_newer_gpu_is_an_architecture_mismatch():
+    found = diagnose_text("RuntimeError: FlashAttention backward for head dim > 64 requires A100 or H100 GPUs as the "
+                          "implementation needs a large amount of shared memory.\n")
+    assert found.category == "arch_mismatch", found
