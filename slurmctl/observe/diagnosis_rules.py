@@ -66,6 +66,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "Resume from the last checkpoint (`slurmctl submit` again), or raise `time_limit` in run.yaml."),
     _sig("node_lost",
          r"DUE TO NODE FAIL|srun: error: Node failure on|\bNODE_FAIL\b|Node \S+ not responding|"
+         # the node's prolog (its health checks) failed: Slurm drains the node and revokes the allocation
+         r"Prolog failure on node|"
          r"has been marked dead because the detector has missed too many heartbeats|\bNodeDiedError\b|"
          r"The node with node id \S+ .{0,80}has been marked dead|"
          # a scheduler's mail or log saying it ended or requeued the job because its node failed (PBS: "job
@@ -148,7 +150,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "usable network interface), before any collective ran.",
          "For `ibv_*`/memlock errors the nodes' locked-memory limit is too low (`ulimit -l` must be unlimited: "
          "the platform team sets it for slurmd); for interface errors set NCCL_SOCKET_IFNAME to an interface the "
-         "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO."),
+         "nodes have (`ip -br link`), or NCCL_IB_DISABLE=1 to fall back to TCP. Rerun with NCCL_DEBUG=INFO.",
+         # NCCL's INFO lines report a transport it looked for and did not find (no InfiniBand device: it uses
+         # sockets) and carry on: that is how NCCL starts on every node without InfiniBand
+         unless=r"\bNCCL INFO\b.{0,40}NET/IB\s*:\s*No device found"),
     _sig("host_oom",
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
          r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
@@ -218,7 +223,8 @@ SIGNATURES: tuple[Signature, ...] = (
          unless=r"invalid load key, '\{'"),
     _sig("checkpoint_mismatch",
          r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
-         r"Unexpected key\(s\) in state_dict|While copying the parameter named|ignore_mismatched_sizes|"
+         r"Unexpected key\(s\) in state_dict|(?:unexpected|missing) key \"[^\"]+\" in state_dict|"
+         r"While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
          r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
@@ -438,7 +444,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"connect\(\) timed out|DistNetworkError|server socket has failed to (?:listen|bind)|"
          r"Address already in use|Timed out initializing process group in store based barrier|"
          r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out|"
-         r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)",
+         r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)|"
+         # launchers that start the ranks over ssh (DeepSpeed's runner, pdsh, mpirun) and cannot reach a host
+         r"was not reachable via ssh|ssh: Could not resolve hostname",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node).",

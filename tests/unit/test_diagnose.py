@@ -499,3 +499,18 @@ def test_a_nan_that_training_went_on_past_is_not_a_nan_loss():
     log = ("2018-05-23 13:05:12,361 (e2e_asr_attctc:88) WARNING: loss (=1500000000.000000) is not correct\n"
            "2018-05-23 13:05:13,682 (asr_chainer:132) WARNING: grad norm is nan. Do not update model.\n")
     assert diagnose_text(log).category == "nan_loss"
+
+
+def test_nccls_info_line_for_a_missing_infiniband_device_is_no_failure():
+    info = "host:21288:21288 [0] NCCL INFO NET/IB : No device found.\n"
+    assert diagnose_text(info).category == "unknown"
+    assert diagnose_text("host:1:1 [0] NCCL WARN NET/IB : Unable to open device mlx5_0\n").category == "nccl_setup"
+
+
+def test_older_wordings_of_checkpoint_keys_prolog_failures_and_ssh_launchers():
+    assert diagnose_text('unexpected key "module.cnn.conv0.weight" in state_dict\n').category == "checkpoint_mismatch"
+    assert diagnose_text("salloc: Prolog failure on node k003-006\nsalloc: Job allocation 235454 has been revoked.\n"
+                         ).category == "node_lost"
+    assert diagnose_text("RuntimeError: Using hostfile at /etc/hostfile but host=w-0.svc was not reachable via ssh. If "
+                         "you are running with a single node please remove /etc/hostfile\n").category == \
+        "rendezvous_failure"
