@@ -80,7 +80,8 @@ _CHECKPOINT_ERRORS = ("KeyError", "RuntimeError", "ValueError", "AssertionError"
 _CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpected|world size", re.IGNORECASE)
 # The source line a KeyError was raised on, indexing a loaded checkpoint (`checkpoint["optimizer"]`) or a
 # configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
-_CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict)\w*\s*\[|torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
+_CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict|param_dict)\w*(?:\(\))?\s*\[|"
+                                r"torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
 _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
 # A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
 # 'nvcc' or 'ninja' (a missing toolchain).
@@ -195,7 +196,7 @@ def _ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     if reading.exception or len(said) < 3 or not all(_NAN_VALUE.search(line) for line in said[-2:]):
         return []
     before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
-    return said[-2:] if before and re.search(r"\d+\.\d+", before[-1]) else []
+    return said[-2:] if before and re.search(r"\d+\.\d+|\bloss\b", before[-1], re.IGNORECASE) else []
 
 
 def _raised_by_config_code(reading: LogReading) -> bool:

@@ -304,6 +304,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"cuDNN version incompatibility|mismatches the version that was used to compile|"
          r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"
          r"xFormers can't load C\+\+/CUDA extensions|Could not find the bitsandbytes CUDA binary|"
+         # torch.compile's inductor without Triton (not built for Windows, or too old)
+         r"Cannot find a working triton installation|"
          # torchvision built for another torch (torchvision/extension.py, its C++ ops not registered);
          # a script named like the package it imports
          r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
@@ -384,6 +386,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"
          r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
+         # THNN's class-index check on the CPU (on the GPU the same check is a device-side assert)
+         r"cur_target >= 0 && cur_target < n_classes|"
          # ultralytics YOLOv3/v5/v7 train.py: a label's class id beyond the data set's class count (nc)
          r"Label class \S+ exceeds nc=\d+|"
          r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
@@ -535,7 +539,7 @@ EXCEPTION_FAMILIES = _families(
     ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
                      r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
                      r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"
-                     r"\b(?:library|shared object)\b|"
+                     r"\b(?:library|shared object|installation)\b|"
                      r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
                      r"\bversion\b.{0,80}\b(?:but|while|does not match|doesn't match|differs from) .{0,40}"
                      r"\b(?:built|compiled) (?:against|with)\b|"

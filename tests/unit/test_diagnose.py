@@ -514,3 +514,21 @@ def test_older_wordings_of_checkpoint_keys_prolog_failures_and_ssh_launchers():
     assert diagnose_text("RuntimeError: Using hostfile at /etc/hostfile but host=w-0.svc was not reachable via ssh. If "
                          "you are running with a single node please remove /etc/hostfile\n").category == \
         "rendezvous_failure"
+
+
+def test_a_class_index_check_inductor_without_triton_and_a_loss_table_of_nan():
+    assert diagnose_text("RuntimeError: Assertion `cur_target >= 0 && cur_target < n_classes' failed.  at "
+                         "/x/aten/src/THNN/generic/ClassNLLCriterion.c:93\n").category == "data_shape"
+    assert diagnose_text("torch._inductor.exc.TritonMissing: Cannot find a working triton installation.\n").category \
+        == "import_error"
+    table = "epoch train loss valid loss accuracy\n0 nan nan 0.997788\n\n71.39% [6930/9707 3:56:27<1:34:45 nan]\n"
+    assert diagnose_text(table).category == "nan_loss"
+
+
+def test_a_missing_key_while_copying_a_state_dict_is_a_checkpoint_that_does_not_fit():
+    log = """Traceback (most recent call last):
+  File "/data/DMT/model/backbones/resnet_ibn_a.py", line 164, in load_param
+    self.state_dict()[i.replace('module.','')].copy_(param_dict[i])
+KeyError: 'base.conv1.weight'
+"""
+    assert diagnose_text(log).category == "checkpoint_mismatch"
