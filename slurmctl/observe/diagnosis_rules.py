@@ -158,7 +158,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"oom[-_]kill event|have been OOM Killed|cgroup out-of-memory handler|task[s]? [\d,-]+: Out Of Memory|"
          r"exceeded memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit(?! at some point)|"
          # Kubernetes' container status when the container's memory cgroup killed it
-         r"\bOOMKilled\b|Reason:\s*OOMKilled|"
+         r"\bOOMKilled\b|Reason:\s*OOMKilled|The node was low on resource: memory|"
          # PBS/Torque's mom ("job killed: mem 9000000kb exceeded limit 8388608kb"), LSF's exit reason
          r"job killed: (?:p?mem|vmem) \d+\w* exceeded limit|TERM_MEMLIMIT|"
          # Ray's memory monitor (raylet node_manager.cc: "N Workers (tasks / actors) killed due to memory pressure
@@ -235,7 +235,10 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
          r"Size mismatch between saved .{0,80} and current:|You are loading a weight file containing \d+ layers into a "
          r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
-         r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape",
+         r"Cannot assign value to variable .{0,120}Shape mismatch|Received incompatible tensor with shape|"
+         # Flax: parameters (a restored checkpoint) whose shapes are not what the module initialises
+         r"ScopeParamShapeError|Inconsistent shapes between value and initializer for parameter|"
+         r"Initializer expected to generate shape .{0,80} but got shape",
          "The checkpoint does not fit the model: its parameter names or shapes differ from the model built now "
          "(a different config, vocabulary or architecture).",
          "Build the model with the same config the checkpoint was saved with (hidden size, vocab, layers), point "
@@ -282,6 +285,18 @@ SIGNATURES: tuple[Signature, ...] = (
          "print(torch.version.cuda)'` must not print None); in a container pass the GPUs through.",
          # a program that says so and carries on without a GPU did not fail for it
          unless=r"(?:using|use|running on|run on|fall(?:ing)? back to) (?:the )?CPU"),
+    # JAX says so and runs on the CPU: on a GPU cluster the job's GPUs sit idle (a jaxlib without CUDA, or a
+    # container without the driver), which is a failure of the run even when the script ends well (of the threads
+    # with this line and nothing else, every one was a CPU-only jaxlib where a GPU or TPU was meant to be used)
+    _sig("no_gpu",
+         # ("An NVIDIA GPU may be present ..., but a CUDA-enabled jaxlib is not installed" is left out: a torch
+         # program that imports jax through a library prints it too, and trains on its GPUs)
+         r"No GPU/TPU found, falling back to CPU|"
+         r"TPU may be present on this machine, but either a TPU-enabled jaxlib or libtpu is not installed",
+         "JAX found no GPU and ran on the CPU: its jaxlib has no CUDA support (or the container has no driver).",
+         "Install the CUDA build of JAX in the job's environment (`pip install -U \"jax[cuda12]\"`, the CUDA major "
+         "the nodes' driver supports) and check `python -c 'import jax; print(jax.devices())'` lists GPUs; in a "
+         "container pass the GPUs through."),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
          r"Error locating target '|is not in the \w+ registry|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
@@ -319,6 +334,12 @@ SIGNATURES: tuple[Signature, ...] = (
          # JAX probing for backends it may not have (xla_bridge: "Unable to initialize backend 'tpu': ...
          # libtpu.so: cannot open shared object file") and carrying on with the others
          r"Unable to initialize backend"),
+    _sig("missing_config", r"Duplicate GPU detected\s*: rank \d+ and rank \d+ both on CUDA device",
+         "Two ranks of the job were placed on the same GPU (NCCL refuses that): more processes per node than GPUs, "
+         "or each rank not selecting its own device.",
+         "Start one process per GPU (`--nproc_per_node` / `--ntasks-per-node` equal to the GPUs per node), keep "
+         "CUDA_VISIBLE_DEVICES as Slurm sets it, and select the device from LOCAL_RANK "
+         "(`torch.cuda.set_device(int(os.environ['LOCAL_RANK']))`) before creating the process group."),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -396,6 +417,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
          r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
          r"is incompatible with the layer: expected|"
+         # transformers' vision-language models: a sample cut (max length) through its image placeholder tokens
+         r"Image features and image tokens do not match|"
          # torch.nn conv/rnn/loss/layer_norm input checks (aten/src/ATen/native/Convolution.cpp, RNN.cpp, Loss.cpp)
          r"Expected \d+D \(unbatched\) or \d+D \(batched\) input to \w+, but got input of size|"
          r"input\.size\(-1\) must be equal to input_size|Kernel size can't be greater than actual input size|"
@@ -415,7 +438,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "shapes of one batch next to what the model expects."),
     _sig("nan_loss",
          r"\bloss\b[^\n]{0,30}?[:=]\s*\(?[-+]?nan\b|\bloss\b\s+[-+]?nan\b|loss is (?:nan|inf)|nan loss|"
-         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
+         r"(?<![a-z])(?:[a-z]+_)*loss(?:_[a-z]+)*['\"]?\s*[:=]\s*['\"]?(?:tensor)?\(?[-+]?nan\b|^\s*\d+[\s,|]+[-+]?nan\s*$|"
          r"NaN or Inf found|non-finite loss|Detected (?:nan|inf)|FloatingPointError|Minimum loss scale reached|"
          r"Loss became infinite or NaN|returned nan values in its \d+\w* output|\bloss\b[^\n]{0,30}?[:=]\s*\(?inf\b|"
          r"grad_norm['\"]?\s*[:=]\s*nan\b|\b(?:loss|grad(?:ient)?[ _]?norm) (?:is|was|became|becomes|went|goes) "
@@ -511,7 +534,8 @@ EXCEPTION_FAMILIES = _families(
     ("data_shape", r"\b(?:shape|size|dimension|length)s?\b.{0,80}\b(?:must match|do(?:es)? not match|doesn't match|"
                    r"mismatch|incompatible|not equal)\b|\bexpected (?:input|target|sequence|tensor|batch)\w* "
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
-                   r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:range|bounds)|exceeds?)\b|"
+                   r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:\w+ )?(?:range|bounds?)|"
+                   r"exceeds?)\b|"
                    r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration

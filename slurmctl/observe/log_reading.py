@@ -58,7 +58,9 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
 # A progress bar without a newline runs into it ("... 1/2 [00:10<00:10, 10.1s/it]Killed"); an issue's
 # Markdown may embolden it ("**Killed**").
 _BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強制終了|Убито|Getötet)\**(?:\s+.*)?$|"
-                        r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$")
+                        r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$|"
+                        # zsh's job control ("[1]    2843557 killed     python train.py")
+                        r"^\[\d+\]\s+\d+ killed\b")
 # A launcher or shell saying a process died of SIGKILL: torchrun's agent "failed (exitcode: -9) local_rank: 0",
 # the DeepSpeed launcher's "sigkill_handler] exits with return code = -9", subprocess's "died with
 # <Signals.SIGKILL: 9>", 128+9 = 137 from a shell, a container runtime or an IDE ("exit code 137 (interrupted by

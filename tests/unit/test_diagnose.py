@@ -532,3 +532,22 @@ def test_a_missing_key_while_copying_a_state_dict_is_a_checkpoint_that_does_not_
 KeyError: 'base.conv1.weight'
 """
     assert diagnose_text(log).category == "checkpoint_mismatch"
+
+
+@pytest.mark.parametrize("log, category", [
+    # Flax restoring parameters whose shapes are not the module's
+    ('flax.errors.ScopeParamShapeError: Initializer expected to generate shape (8, 4096) but got shape (32, 4096) '
+     'instead for parameter "embedding" in "/transformer/dte".', "checkpoint_mismatch"),
+    # PaddleDetection's metrics, quoted
+    ("iter: 1860, lr: 0.019983, 'loss_cls': 'nan', 'loss_bbox': 'nan', 'loss': 'nan', eta: 13:18:26", "nan_loss"),
+    ("ValueError: Target 2 is out of upper bound.", "data_shape"),
+    ("ValueError: Image features and image tokens do not match: tokens: 720, features 360", "data_shape"),
+    # Kubernetes evicting the pod; zsh's job control after the kernel's OOM killer
+    ("Epoch 1/100\nThe node was low on resource: memory.\nKilling container with id docker://nb:Need to kill Pod",
+     "host_oom"),
+    ("Training model...\n[1]    2843557 killed     python train.py", "host_oom"),
+    ("x:176:194 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1cb00000",
+     "missing_config"),
+])
+def test_wordings_met_in_blind_batches(log, category):
+    assert diagnose_text(log + "\n").category == category

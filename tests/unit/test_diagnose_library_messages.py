@@ -301,9 +301,7 @@ def test_library_message_is_named(log, category):
     # jax/_src/xla_bridge.py probing for backends it may not have (an INFO line), and carrying on
     "I0625 11:35:55.929513 22421615735936 xla_bridge.py:895] Unable to initialize backend 'tpu': INTERNAL: Failed "
     "to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory",
-    # jax falling back to the CPU, and nothing else: of three threads with only this line, two were a CPU-only
-    # jaxlib where an accelerator was meant to be used and one a training that ran fine on its GPU through torch
-    "2022-11-30 12:50:08,211 - jax._src.lib.xla_bridge - WARNING - No GPU/TPU found, falling back to CPU.",
+    # jax imported by a torch program through a library: the training ran on its GPU through torch
     "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed. Falling back to cpu.",
 ])
 def test_warnings_and_lookalikes_name_nothing(log):
@@ -317,3 +315,9 @@ def test_weak_no_gpu_evidence_loses_to_a_specific_error():
     # a training run on the CPU on purpose that fails for its own reason is not a missing GPU
     log = "GPU available: False, used: False\nKeyError: 'labels'\n"
     assert diagnose_text(log).category == "unknown"
+
+
+def test_jax_running_on_the_cpu_is_no_gpu():
+    found = diagnose_text("2022-11-30 12:50:08,211 - jax._src.lib.xla_bridge - WARNING - No GPU/TPU found, falling "
+                          "back to CPU. (Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)\n")
+    assert found.category == "no_gpu" and "jax[cuda12]" in found.hint, found
