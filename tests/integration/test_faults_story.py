@@ -9,14 +9,14 @@ from .conftest import as_user, slurmctl, slurmctl_json
 from .test_reliability import submit, wait_for_event
 
 
-def _wait_status(run_id: str, check, timeout: float = 90) -> dict:
+def _wait_status(run_id: str, check, timeout: float = 90, poll: float = 1.0) -> dict:
     deadline = time.monotonic() + timeout
     status = {}
     while time.monotonic() < deadline:
         status = slurmctl_json("status", run_id)
         if check(status):
             return status
-        time.sleep(1)
+        time.sleep(poll)
     raise AssertionError(f"status of {run_id} never matched: {status}")
 
 
@@ -27,7 +27,9 @@ def test_requeued_after_a_crash_then_cancelled_while_waiting(workdir):
     try:
         end = wait_for_event(run["run_dir"], "end", 1)[0]
         assert (end["outcome"], end["action"], end["last_step"], end["steps_lost"]) == ("failed", "requeue", 8, 3)
-        waiting = _wait_status(run["run_id"], lambda s: s["state"] == "PENDING")
+        waiting = _wait_status(run["run_id"], lambda s: s["state"] == "PENDING", poll=0.2)
+        # cancelled at once: the requeue expediter gives the job back its start within seconds
+        as_user("alice").scancel(run["job_id"])
         assert waiting["phase"] == "requeued after crash", waiting
         assert waiting["why"].startswith("Requeued after crash at step 8, 3 steps lost; it restarts from "
                                          "checkpoint step 5"), waiting["why"]
@@ -38,7 +40,8 @@ def test_requeued_after_a_crash_then_cancelled_while_waiting(workdir):
         assert "History:" in shown and "requeued (new Slurm attempt)" in shown
     finally:
         as_user("alice").scancel(run["job_id"])
-    gone = _wait_status(run["run_id"], lambda s: s["phase"] != "requeued after crash" and s["state"] != "PENDING")
+    gone = _wait_status(run["run_id"], lambda s: s["phase"] != "requeued after crash"
+                        and s["state"] not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"))
     assert gone["phase"] == "cancelled", gone
     assert gone["headline"].startswith("Cancelled while waiting to restart after crash"), gone["headline"]
     assert f"slurmctl resume {run['run_id']}" in gone["action"] and "checkpoint step 5" in gone["action"]
