@@ -144,6 +144,7 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
            poll: float, progress: ProgressFn | None, signal: str | None) -> None:
     """The program's own `signal` (none: it saves on its own schedule), then its own new complete
     checkpoint as the acknowledgement."""
+    before = block.latest()
     info = client.job_info(job_id)
     restarts = info.restarts if info is not None else 0
     # A user's cancel never restarts the job: the script's own USR1 trap (`scontrol requeue`) or the
@@ -156,10 +157,10 @@ def _drain(run: Run, client: SlurmClient, job_id: int, block: Resilience, result
     write_drain_request(run.path, "cancel", job_id=str(job_id))
     run.record("drain-requested", job_id=job_id, reason="cancel", program_signal=signal,
                signal_to=block.signal_to if signal else None)
-    # read last: a checkpoint the program wrote on its own schedule while the commands above ran (seconds on a
-    # loaded controller) is no answer to the signal
-    before = block.latest()
     if signal:
+        # read again: a checkpoint the program wrote on its own schedule while the commands above ran (seconds on
+        # a loaded controller) is no answer to the signal; without one, any save after the request is the answer
+        before = block.latest()
         client.cancel(job_id, signal=signal, batch_only=block.signal_to == "batch")
     began = time.monotonic()
     while (waited := time.monotonic() - began) < timeout:
