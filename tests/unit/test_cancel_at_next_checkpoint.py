@@ -48,12 +48,26 @@ class PeriodicSaver:
         return CommandResult(tuple(argv), 0, stdout, "")
 
 
-def _adopted_run(tmp_path) -> Run:
+class DiesOfTheSignal(PeriodicSaver):
+    """Told it saves on USR1, which it does not trap: it saved step 30 on its own schedule while the cancel's
+    commands ran (before the signal), then the signal kills it."""
+
+    def run(self, argv, timeout=60.0):
+        if argv[0] == "scancel" and any(a.startswith("--signal") for a in argv):
+            self.running = False  # killed by the signal, without a save
+            self.calls.append(list(argv))
+            from slurmctl.slurm.runner import CommandResult
+
+            return CommandResult(tuple(argv), 0, "", "")
+        return super().run(argv, timeout)
+
+
+def _adopted_run(tmp_path, signal=None) -> Run:
     path = tmp_path / "runs" / "lit-20261202-abcd"
     (path / "logs").mkdir(parents=True)
     out = tmp_path / "out"
     _save(out, 20)
-    block = {"framework": "pytorch", "checkpoint_dir": str(out), "signal": None, "signal_to": "steps"}
+    block = {"framework": "pytorch", "checkpoint_dir": str(out), "signal": signal, "signal_to": "steps"}
     (path / "run.json").write_text(json.dumps({"run_id": path.name, "created": time.time(),
                                                "adopted": {"script": "x", "resilience": block}}))
     (path / "attempts.jsonl").write_text(json.dumps({"event": "submitted", "job_id": 81, "time": 1.0}) + "\n")
@@ -85,3 +99,12 @@ def test_without_the_option_such_a_program_is_refused_at_once_and_the_option_nam
         cancel_adopted(run, SlurmClient(runner), poll=0.01, drain_timeout=5)
     assert "Nothing was cancelled" in refused.value.message and "--at-next-checkpoint" in refused.value.hint
     assert not [c for c in runner.calls if c[0] in {"scancel", "scontrol"}]
+
+
+def test_a_save_before_the_signal_is_sent_is_no_answer_to_it(tmp_path, monkeypatch):
+    pin_seal(monkeypatch)
+    run = _adopted_run(tmp_path, signal="USR1")
+    runner = DiesOfTheSignal(tmp_path / "out")
+    result = cancel_adopted(run, SlurmClient(runner), poll=0.01, drain_timeout=5)
+    assert result.drain == "unacknowledged", result
+    assert any(c[0] == "scancel" and "--signal=USR1" in c for c in runner.calls), runner.calls
