@@ -41,6 +41,7 @@ _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of dist
 # The two fields users write (job name, comment) are sealed in like the others (see all_attempts).
 SACCT_FIELDS = ["JobIDRaw", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit", "Eligible", "Start",
                 "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "JobName", "Comment"]
+_SUBMIT, _ELIGIBLE = SACCT_FIELDS.index("Submit"), SACCT_FIELDS.index("Eligible")
 _START, _STATE = SACCT_FIELDS.index("Start"), SACCT_FIELDS.index("State")
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "DEADLINE", "BOOT_FAIL", "REQUEUED"}
@@ -191,16 +192,23 @@ def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
     resized while it ran (its owner's shrink after a node loss, `scontrol update NumNodes=`) keeps
     its earlier allocation as a RESIZING record, which 22.05 lists with the same start as the job's
     next record (other jobs' records between them): Slurm's own bookkeeping, never an ended attempt
-    to price, so it is passed over, not taken for a forgery."""
+    to price, so it is passed over, not taken for a forgery. Only it keeps the job's own submit
+    time: the next record's Submit (and Eligible) is the resize's, so those are taken from it."""
     seen: set[tuple[str, str]] = set()
+    resized: dict[tuple[str, str], tuple[str, str]] = {}  # (job, start) -> its RESIZING record's Submit, Eligible
     for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
         if values[_START] in _NO_TIME:
             # never started (requeued or cancelled while pending): no allocation, nothing to price, and
             # a job requeued twice before it starts lists several such records of its own
             continue
-        if values[_STATE].startswith("RESIZING"):
-            continue
         key = (values[0], values[_START])
+        if values[_STATE].startswith("RESIZING"):
+            # resized twice: the earliest is the job's (ISO times, compared as text)
+            resized[key] = min(resized.get(key, (values[_SUBMIT], values[_ELIGIBLE])),
+                               (values[_SUBMIT], values[_ELIGIBLE]))
+            continue
+        if key in resized:
+            values[_SUBMIT], values[_ELIGIBLE] = resized.pop(key)
         if key in seen:
             client.rejects.add("all_attempts:duplicate", values[0])
             raise ForgedSlurmOutput(
