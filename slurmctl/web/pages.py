@@ -126,7 +126,7 @@ def _run_cost(ctx, run: Run, operator: bool):
     return run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client, [r.cost_records_dir for r in family],
                     {a for r in family for a in r.drain_acknowledged_attempts()},
                     {a for r in family for a in r.lost_on_cancel_attempts()},
-                    {a for r in family for a in r.preempted_attempts()})
+                    {k: e for r in family for k, e in r.attempt_ends().items()})
 
 
 def log_tail(run: Run, rank: str, lines: int) -> dict:
