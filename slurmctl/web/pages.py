@@ -56,8 +56,7 @@ def _row(user: str, run: Run, s, now: float) -> RunRow:
     return RunRow(user, s.run_id, str(s.job_id or "-"), s.phase, step, s.last_step or 0, s.gpus or 0, created,
                   human_duration(max(0.0, now - created)) if created else "-",
                   human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-", s.elapsed_seconds or 0,
-                  f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-", s.cost_usd or 0.0,
-                  s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+                  f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-", s.cost_usd or 0.0, s.what_is_happening)
 
 
 def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: str = "", sort: str = "created",
