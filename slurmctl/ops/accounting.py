@@ -457,8 +457,10 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
         if attempt.job_id in wanted and (attempt.job_id, attempt.start) not in seen:
             seen.add((attempt.job_id, attempt.start))
             attempts.append(attempt)
-            # sacct lists a job's attempts oldest first: their order is the restart count
-            restart = restarts[attempt.job_id] = restarts.get(attempt.job_id, -1) + 1
+            # the restart count the epilog recorded for this start, else the attempt's place in sacct's
+            # list (oldest first), as attempts_from_records finds its record
+            index = restarts[attempt.job_id] = restarts.get(attempt.job_id, -1) + 1
+            restart = (records.get((attempt.job_id, attempt.start[:19])) or {}).get("restart_count", index)
             code = ends.get((attempt.job_id, restart), {}).get("exit_code")
             if not attempt.exit_code and isinstance(code, int) and not isinstance(code, bool):
                 attempt.exit_code = f"{code}:0"  # the batch script's exit status, as Slurm writes one
