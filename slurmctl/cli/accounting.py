@@ -37,7 +37,7 @@ def cost(ctx: Context, run: str, as_json: bool) -> None:
                       [r.cost_records_dir for r in family],
                       {a for r in family for a in r.drain_acknowledged_attempts()},
                       {a for r in family for a in r.lost_on_cancel_attempts()},
-                      {a for r in family for a in r.preempted_attempts()})
+                      {k: e for r in family for k, e in r.attempt_ends().items()})
     # Both kinds of restart: Slurm requeues are attempts of their own above; a crash restarted inside
     # its allocation (step-restart in attempts.jsonl) is paid for inside the attempt it happened in.
     in_allocation = sum(1 for r in family for e in r.events() if e.get("event") == "step-restart")

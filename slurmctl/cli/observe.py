@@ -195,8 +195,7 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         step = "-" if s.last_step is None else (f"{s.last_step}/{s.total_steps}" if s.total_steps else str(s.last_step))
         row = (label, str(s.job_id or "-"), s.phase, step, str(s.gpus or "-"),
                human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-",
-               usd(s.cost_usd),
-               s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+               usd(s.cost_usd), s.what_is_happening)
         table.append((users[i], *row) if all_users else row)
     for p in plain:  # the caller's own jobs submitted with plain sbatch, marked as such
         table.append((f"{p.name} (sbatch)", p.job_id, p.state.lower(), "-", str(p.gpus or "-"), p.elapsed,

@@ -141,21 +141,22 @@ def cancel_plain(ctx: Context, plain: PlainJob, as_json: bool, wait_seconds: flo
 
 def explain_job(ctx: Context, job_id: int, as_json: bool) -> int | None:
     """`explain JOBID`: the state (and, while it waits, the reason) of one of the caller's jobs."""
-    from slurmctl.observe.explain import explain_job_reason, explain_state
+    from slurmctl.observe.explain import explain_job_reason, explain_state, reason_now
 
     job = owned_job(ctx.client, job_id, ctx.registry.uid)
     if job is None:
         print_line(f"job {job_id}: Slurm no longer knows it.")
         return 1
     state = explain_state(job.state)
-    reason = explain_job_reason(job) if job.reason and job.state != "RUNNING" else None
+    why = reason_now(job)  # an ended job's pending reason no longer holds
+    reason = explain_job_reason(job) if why and job.state != "RUNNING" else None
     if as_json:
-        print_json({"job_id": job_id, "state": job.state, "reason": job.reason, "state_explained": state.to_dict(),
+        print_json({"job_id": job_id, "state": job.state, "reason": why, "state_explained": state.to_dict(),
                     "reason_explained": reason.to_dict() if reason else None})
         return None
     print_line((f"job {job_id}", "bold"), f" ({job.state.lower()}): {state.headline}")
     if reason:
-        print_line("  ", ("Why:", "bold"), f" {job.reason}: {reason.headline}")
+        print_line("  ", ("Why:", "bold"), f" {why}: {reason.headline}")
     action = (reason or state).action.replace("JOBID", str(job_id)).replace("RUN", str(job_id))
     print_line("  ", ("What to do:", "bold"), f" {action}")
     return None

@@ -288,6 +288,16 @@ def explain_job_reason(job) -> Explanation | None:
               "sooner).", "wait")
 
 
+def reason_now(job) -> str:
+    """Slurm's reason for `job` (a slurm Job) as it stands: a live job's as Slurm gives it; an ended job
+    keeps only a reason that tells how it ended (NonZeroExitCode, TimeLimit), not the pending reason
+    accounting leaves on it (an array task that waited: JobArrayTaskLimit), which no longer holds."""
+    if job.active:
+        return job.reason
+    explained = explain_reason(job.reason)
+    return job.reason if explained is not None and explained.kind == "ended" else ""
+
+
 def explain_word(word: str) -> tuple[str, Explanation]:
     """For `slurmctl explain`: ('state' | 'reason' | 'unknown', explanation) of any Slurm word."""
     state = explain_state(word)

@@ -17,7 +17,7 @@ from pathlib import Path
 from slurmctl.durations import human_duration
 from slurmctl.errors import RunNotFound, RunNotOwned, SlurmctlError
 from slurmctl.observe.adopted import script_advice
-from slurmctl.observe.explain import explain_job_reason, explain_state
+from slurmctl.observe.explain import explain_job_reason, explain_state, reason_now
 from slurmctl.observe.status import job_cost
 from slurmctl.rundir import Run, RunRegistry, is_run_id, run_id_from_comment
 from slurmctl.slurm.client import Job, SlurmClient
@@ -296,7 +296,7 @@ def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
         partition=job.partition, nodes=job.nodelist, num_nodes=job.num_nodes, gpus=job.gpus, cpus=job.cpus,
         cost_usd=job_cost(job, site, job.elapsed_seconds),
         elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds, exit_code=job.exit_code,
-        reason=job.reason, log_path=str(plain.log_path) if plain.log_path else None,
+        reason=reason_now(job), log_path=str(plain.log_path) if plain.log_path else None,
         error_path=str(plain.err_path) if plain.err_path else None)
     if job.state == "RUNNING":
         status.details.append(f"Running on {job.nodelist} ({job.partition}) for "

@@ -24,7 +24,7 @@ from slurmctl.durations import human_duration
 from slurmctl.errors import SlurmUnreachable
 from slurmctl.fsutil import read_json, tail_text_lines, write_atomic
 from slurmctl.observe.data import cache_suggestion, data_note, data_summary, failure_headline, staging_headlines
-from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state
+from slurmctl.observe.explain import explain_beyond_limit, explain_job_reason, explain_state, reason_now
 from slurmctl.observe.health import apply_live_health
 from slurmctl.observe.quota import quota_for
 from slurmctl.observe.story import (
@@ -117,6 +117,16 @@ class RunStatus:
     notifications: list[dict] = field(default_factory=list)  # messages sent: event, time, delivered to, failed
     notified: str = ""  # one line for ls: how many messages, to which channels
 
+
+    @property
+    def what_is_happening(self) -> str:
+        """One line for `ls` and the runs page: a failure's diagnosed cause, else the reason in words (or
+        the headline). A failure Slurm's record hid (its srun steps failed in a job it recorded COMPLETED)
+        is said as the headline says it, with the step: the cause alone would not say Slurm's COMPLETED
+        is wrong."""
+        if self.diagnosis and not (self.state == "COMPLETED" and self.phase == "failed"):
+            return self.diagnosis["category"]
+        return self.why or self.headline
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -268,7 +278,7 @@ def _from_job(run: Run, job: Job, events: list[dict], heartbeat: dict | None, qu
         headline, action = f"Waiting: {reason_expl.headline}", reason_expl.action
     status = RunStatus(
         run.run_id, str(run.path), job.job_id, job.state, headline, action.replace("JOBID", str(job.job_id)),
-        reason=job.reason, nodes=job.nodelist, partition=job.partition,
+        reason=reason_now(job), nodes=job.nodelist, partition=job.partition,
         elapsed_seconds=job.elapsed_seconds, time_limit_seconds=job.time_limit_seconds,
         exit_code=job.exit_code, num_nodes=job.num_nodes,
         why=reason_expl.headline if reason_expl else "", reason_kind=reason_expl.kind if reason_expl else "",

@@ -15,7 +15,7 @@ import grp
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
@@ -41,6 +41,7 @@ _time_limit = lru_cache(maxsize=1024)(parse_slurm_duration)  # a handful of dist
 # The two fields users write (job name, comment) are sealed in like the others (see all_attempts).
 SACCT_FIELDS = ["JobIDRaw", "User", "Account", "Partition", "AllocTRES", "NNodes", "Submit", "Eligible", "Start",
                 "End", "ElapsedRaw", "Timelimit", "State", "ExitCode", "JobName", "Comment"]
+_SUBMIT, _ELIGIBLE = SACCT_FIELDS.index("Submit"), SACCT_FIELDS.index("Eligible")
 _START, _STATE = SACCT_FIELDS.index("Start"), SACCT_FIELDS.index("State")
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "DEADLINE", "BOOT_FAIL", "REQUEUED"}
@@ -113,6 +114,8 @@ def parse_sacct_record(values: list[str], site: SiteConfig, discounts: Discounts
     elapsed = max(0, int((end - start).total_seconds()))
     part = site.partitions.get(partition)
     cost = allocated_cost(gpus, tres_cpus(tres) if not gpus else 0, start, end, part, discounts)
+    if exit_code == "0:0" and state != "COMPLETED":
+        exit_code = ""  # what Slurm writes for an attempt it ended itself (requeued, preempted, cancelled): unknown
     return Attempt(
         site.cluster, int(job_id.split("_")[0].split(".")[0]), start_s, end_s, submit_s,
         run_id_from_comment(comment) or "", name, user, account, partition,
@@ -127,8 +130,10 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     """Waste = GPU time whose work did not survive: the whole attempt if it ended badly before any
     valid checkpoint (preempted: Slurm's PREEMPTED, or the run's own end record of the attempt, the
     reading status gives; else failed), else the time since the last checkpoint; unacknowledged drains
-    are flagged. A loss shorter than accounting's one-second times (a drained program that ran a few
-    steps past its save before the cancel ended it) prices at nothing and names no cause."""
+    are flagged. When the run's own end record says at most the step in flight was lost since that
+    checkpoint, that time was the drain's grace (the program kept the GPUs until Slurm ended it), not
+    lost work: `drain-grace`. A loss shorter than accounting's one-second times (a drained program
+    that ran a few steps past its save before the cancel ended it) prices at nothing and names no cause."""
     if record:
         attempt.epilog_record = 1
         attempt.drain_requested = int(bool(record.get("drain_requested")))
@@ -145,14 +150,16 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
         return attempt  # without the epilog's checkpoint facts, do not guess
     ckpt_time = record.get("last_checkpoint_time")
     start, end = datetime.fromisoformat(attempt.start), datetime.fromisoformat(attempt.end)
-    if ckpt_time is None or datetime.fromtimestamp(float(ckpt_time)) < start:
+    saved_in_attempt = ckpt_time is not None and datetime.fromtimestamp(float(ckpt_time)) >= start
+    if not saved_in_attempt:
         preempted = attempt.state == "PREEMPTED" or bool(record.get("preempted"))
         lost, cause = attempt.elapsed_s, "preempted-before-checkpoint" if preempted else "failed-before-checkpoint"
     else:
         lost = max(0, int((end - datetime.fromtimestamp(float(ckpt_time))).total_seconds()))
         cause = "lost-since-checkpoint"
     if attempt.drain_requested and not attempt.drain_acked:
-        cause = "drain-unacknowledged"
+        cause = "drain-grace" if saved_in_attempt and _at_most_one_step(record.get("steps_lost")) \
+            else "drain-unacknowledged"
     elif lost_on_cancel:
         cause = "lost-on-cancel"
     if lost == 0:
@@ -161,6 +168,12 @@ def assess_waste(attempt: Attempt, record: dict | None) -> Attempt:
     attempt.waste_usd = attempt.cost_usd * lost / attempt.elapsed_s
     attempt.waste_cause = cause
     return attempt
+
+
+def _at_most_one_step(steps_lost) -> bool:
+    """The run's own count of steps lost since the checkpoint (its end record) is 0 or 1: the step in
+    flight when the drain's signal came, at most."""
+    return isinstance(steps_lost, int) and not isinstance(steps_lost, bool) and 0 <= steps_lost <= 1
 
 
 def read_epilog_records(spool: Path | None, run_copies: Iterable[Path] = ()) -> dict[tuple[int, str], dict]:
@@ -191,16 +204,23 @@ def stream_sacct(client: SlurmClient, start: datetime, end: datetime,
     resized while it ran (its owner's shrink after a node loss, `scontrol update NumNodes=`) keeps
     its earlier allocation as a RESIZING record, which 22.05 lists with the same start as the job's
     next record (other jobs' records between them): Slurm's own bookkeeping, never an ended attempt
-    to price, so it is passed over, not taken for a forgery."""
+    to price, so it is passed over, not taken for a forgery. Only it keeps the job's own submit
+    time: the next record's Submit (and Eligible) is the resize's, so those are taken from it."""
     seen: set[tuple[str, str]] = set()
+    resized: dict[tuple[str, str], tuple[str, str]] = {}  # (job, start) -> its RESIZING record's Submit, Eligible
     for values in client.all_attempts(SACCT_FIELDS, start=start, end=end, job_ids=job_ids):
         if values[_START] in _NO_TIME:
             # never started (requeued or cancelled while pending): no allocation, nothing to price, and
             # a job requeued twice before it starts lists several such records of its own
             continue
-        if values[_STATE].startswith("RESIZING"):
-            continue
         key = (values[0], values[_START])
+        if values[_STATE].startswith("RESIZING"):
+            # resized twice: the earliest is the job's (ISO times, compared as text)
+            resized[key] = min(resized.get(key, (values[_SUBMIT], values[_ELIGIBLE])),
+                               (values[_SUBMIT], values[_ELIGIBLE]))
+            continue
+        if key in resized:
+            values[_SUBMIT], values[_ELIGIBLE] = resized.pop(key)
         if key in seen:
             client.rejects.add("all_attempts:duplicate", values[0])
             raise ForgedSlurmOutput(
@@ -408,12 +428,14 @@ def own_showback_ledger(site: SiteConfig, client: SlurmClient, user: str, start:
 def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spool: Path | None = None,
                  run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
                  lost_on_cancel: Iterable[tuple[int, int]] = (),
-                 preempted: Iterable[tuple[int, int]] = ()) -> list[Attempt]:
+                 ends: Mapping[tuple[int, int], dict] | None = None) -> list[Attempt]:
     """Fresh (not ledger) cost of specific jobs, every attempt: what `slurmctl cost RUN` shows.
     `drain_acknowledged`: (job id, restart count) of the attempts whose run records an acknowledged
     drain (Run.drain_acknowledged_attempts); `lost_on_cancel`: those a cancel ended with steps lost
-    (Run.lost_on_cancel_attempts); `preempted`: those the run's end record calls preempted
-    (Run.preempted_attempts: Slurm records a requeued one REQUEUED)."""
+    (Run.lost_on_cancel_attempts); `ends`: the run's own end record of each attempt (Run.attempt_ends):
+    preempted (Slurm records a requeued one REQUEUED), steps lost since the checkpoint, and the exit
+    status of an attempt Slurm ended itself, whose record says 0:0."""
+    ends = ends or {}
     if not job_ids:
         return []
     now = datetime.now()
@@ -424,16 +446,24 @@ def run_attempts(site: SiteConfig, client: SlurmClient, job_ids: list[int], spoo
     for job_id, restart in lost_on_cancel:
         if (record := records.get((job_id, str(restart)))) is not None:
             record["lost_on_cancel"] = True
-    for job_id, restart in preempted:
+    for (job_id, restart), end in ends.items():
         if (record := records.get((job_id, str(restart)))) is not None:
-            record["preempted"] = True
+            record["preempted"] = end.get("outcome") == "preemption"
+            record["steps_lost"] = end.get("steps_lost")
     # `sacct -j <array id>` lists every task of the array (each has its own id): keep the asked
     # ids, each attempt once (a task asked by its own id and through its array's id).
-    wanted, seen, attempts = set(job_ids), set(), []
+    wanted, seen, attempts, restarts = set(job_ids), set(), [], {}
     for attempt in attempts_from_records(stream_sacct(client, now, now, job_ids), site, records):
         if attempt.job_id in wanted and (attempt.job_id, attempt.start) not in seen:
             seen.add((attempt.job_id, attempt.start))
             attempts.append(attempt)
+            # the restart count the epilog recorded for this start, else the attempt's place in sacct's
+            # list (oldest first), as attempts_from_records finds its record
+            index = restarts[attempt.job_id] = restarts.get(attempt.job_id, -1) + 1
+            restart = (records.get((attempt.job_id, attempt.start[:19])) or {}).get("restart_count", index)
+            code = ends.get((attempt.job_id, restart), {}).get("exit_code")
+            if not attempt.exit_code and isinstance(code, int) and not isinstance(code, bool):
+                attempt.exit_code = f"{code}:0"  # the batch script's exit status, as Slurm writes one
     return attempts
 
 
@@ -468,19 +498,24 @@ class RunCost:
 
 def run_cost(run_ids: list[str], job_ids: list[int], site: SiteConfig, client: SlurmClient,
              run_copies: Iterable[Path] = (), drain_acknowledged: Iterable[tuple[int, int]] = (),
-             lost_on_cancel: Iterable[tuple[int, int]] = (), preempted: Iterable[tuple[int, int]] = ()) -> RunCost:
+             lost_on_cancel: Iterable[tuple[int, int]] = (),
+             ends: Mapping[tuple[int, int], dict] | None = None) -> RunCost:
     """Cost of a logical run: every attempt of every job of the run and of its resumes/forks.
     `run_copies`: the runs' cost-records dirs (see read_epilog_records); `drain_acknowledged`,
-    `lost_on_cancel`, `preempted`: see run_attempts."""
+    `lost_on_cancel`, `ends`: see run_attempts."""
     attempts = run_attempts(site, client, job_ids, cost_records_dir(site), run_copies, drain_acknowledged,
-                            lost_on_cancel, preempted)
+                            lost_on_cancel, ends)
     notes = []
     for a in attempts:
         if a.timelimit_s and a.state == "COMPLETED" and a.elapsed_s and a.timelimit_s > 4 * a.elapsed_s:
             notes.append(f"job {a.job_id} asked for {human_duration(a.timelimit_s)} but used "
                          f"{human_duration(a.elapsed_s)}: a tighter time_limit starts sooner (backfill) and blocks "
                          "less capacity.")
-        if a.drain_requested and not a.drain_acked:
+        if a.waste_cause == "drain-grace":
+            notes.append(f"job {a.job_id}: a drain was requested but never acknowledged, yet at most the step in "
+                         f"flight was lost since checkpoint step {a.last_ckpt_step}: the time after it was the drain's "
+                         "grace (the program kept the GPUs until Slurm ended it), its waste drain-grace.")
+        elif a.drain_requested and not a.drain_acked:
             notes.append(f"job {a.job_id}: a drain was requested but never acknowledged; work since the last "
                          "checkpoint was lost.")
         if a.missing_epilog:

@@ -650,26 +650,31 @@ class Run:
         return self._attempts_where(lambda e, restart: restart if e.get("event") == "cancel-result"
                                     and (e.get("steps_lost") or 0) > 0 else None)
 
-    def preempted_attempts(self) -> set[tuple[int, int]]:
-        """(job id, restart count) of the attempts whose end record says preempted: the reading status
-        and diagnose give (Slurm records a requeued one REQUEUED, whatever requeued it)."""
-        return self._attempts_where(lambda e, restart: restart if e.get("event") == "end"
-                                    and e.get("outcome") == "preemption" else None)
+    def attempt_ends(self) -> dict[tuple[int, int], dict]:
+        """The run's own end record of each attempt, by (job id, restart count): how the job saw it end
+        (its outcome, its batch script's exit status, steps lost since the checkpoint), which Slurm's
+        record of an attempt it ended itself (REQUEUED, PREEMPTED: exit code 0:0) does not keep."""
+        return {(job, restart): e for e, job, restart in self._events_by_attempt() if e.get("event") == "end"}
 
     def _attempts_where(self, attempt_of) -> set[tuple[int, int]]:
         """(job id, restart count) of the attempts `attempt_of(event, restart)` names: it is given every
         event of a numeric job id with the restart count of that job's latest start so far, and returns
         the restart count of the attempt the event marks, or None."""
-        found, restarts = set(), {}
+        return {(job, restart) for e, job, latest in self._events_by_attempt()
+                if (restart := attempt_of(e, latest)) is not None}
+
+    def _events_by_attempt(self) -> Iterator[tuple[dict, int, int]]:
+        """(event, job id, restart count of that job's latest start so far) for every event of a numeric
+        job id but the starts themselves."""
+        restarts: dict[int, int] = {}
         for e in self.events():
             job = str(e.get("job_id") or "")
             if not job.isdigit():
                 continue
             if e.get("event") == "start":
                 restarts[int(job)] = int(e.get("restart_count") or 0)
-            elif (restart := attempt_of(e, restarts.get(int(job), 0))) is not None:
-                found.add((int(job), restart))
-        return found
+            else:
+                yield e, int(job), restarts.get(int(job), 0)
 
     # --- writers -------------------------------------------------------------------------------
     def use_umask(self) -> None:

@@ -56,8 +56,7 @@ def _row(user: str, run: Run, s, now: float) -> RunRow:
     return RunRow(user, s.run_id, str(s.job_id or "-"), s.phase, step, s.last_step or 0, s.gpus or 0, created,
                   human_duration(max(0.0, now - created)) if created else "-",
                   human_duration(s.elapsed_seconds) if s.elapsed_seconds is not None else "-", s.elapsed_seconds or 0,
-                  f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-", s.cost_usd or 0.0,
-                  s.diagnosis["category"] if s.diagnosis else (s.why or s.headline))
+                  f"${s.cost_usd:,.2f}" if s.cost_usd is not None else "-", s.cost_usd or 0.0, s.what_is_happening)
 
 
 def runs_page(ctx, operator: bool, limit: int | None, query: str = "", phase: str = "", sort: str = "created",
@@ -126,7 +125,7 @@ def _run_cost(ctx, run: Run, operator: bool):
     return run_cost([r.run_id for r in family], job_ids, ctx.site, ctx.client, [r.cost_records_dir for r in family],
                     {a for r in family for a in r.drain_acknowledged_attempts()},
                     {a for r in family for a in r.lost_on_cancel_attempts()},
-                    {a for r in family for a in r.preempted_attempts()})
+                    {k: e for r in family for k, e in r.attempt_ends().items()})
 
 
 def log_tail(run: Run, rank: str, lines: int) -> dict:

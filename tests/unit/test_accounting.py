@@ -1,6 +1,7 @@
 """Pricing, sacct parsing, waste and the ledger. Sacct records hold the values the local cluster's
 `sacct -a -X --duplicates -P` printed (Slurm 22.05.8, 2026-11-29), sealed as SlurmClient asks."""
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -180,6 +181,24 @@ def test_a_resized_jobs_records_with_one_start_are_one_attempt_not_a_forgery(sit
     rows = Ledger(Path(site.accounting.ledger_path)).db.execute(
         "SELECT job_id, gpus, end FROM attempts ORDER BY job_id").fetchall()
     assert rows == [(55, 4, "2026-11-29T10:05:00"), (56, 2, "2026-11-29T11:00:00")]
+
+
+def test_a_resized_jobs_attempt_keeps_the_jobs_own_submit_time(site, monkeypatch):
+    """Replayed from the local cluster (alice's job 5820, shrunk from 2 nodes to 1 while it ran, then
+    cancelled): the record after the RESIZING one carries the resize's time as its Submit, 5 s after the
+    job started; the attempt is submitted when the job was, 1 s before its start."""
+    from slurmctl.ops.accounting import run_attempts
+
+    from .fakes import pin_seal
+
+    captured = json.loads((Path(__file__).parents[1] / "fixtures" / "slurm" / "resized_job_cost.json").read_text())
+    pin_seal(monkeypatch, captured["seal"])
+    runner = ReplayRunner({tuple(captured["sacct"]["argv"]): captured["sacct"]["stdout"]})
+    runner.strict = True
+    [attempt] = run_attempts(site, SlurmClient(runner), [5820])
+    assert runner.calls == [captured["sacct"]["argv"]]
+    assert (attempt.state, attempt.start, attempt.end) == ("CANCELLED", "2026-12-02T04:20:11", "2026-12-02T04:20:26")
+    assert (attempt.submit, attempt.queue_wait_s) == ("2026-12-02T04:20:10", 1)  # sacct's last record: 04:20:16
 
 
 def test_the_ledger_never_replaces_an_attempt_with_a_record_of_another_user(site):

@@ -93,3 +93,36 @@ def test_a_run_slurmctl_runs_itself_is_not_asked_for_its_steps(tmp_path, local_s
     [status] = runs_statuses([_run(tmp_path, adopted=False)], SlurmClient(runner), site=local_site,
                              queue=QueueSnapshot("", CAPTURED["seal"]), known=lambda: {5085: job})
     assert status.phase == "finished" and runner.calls == []
+
+
+def test_ls_says_a_hidden_step_failure_as_the_headline_does_with_no_stale_pending_reason(tmp_path, local_site,
+                                                                                         monkeypatch):
+    """Replayed from the local cluster: accounting's record of the array's job 5085 (the sacct status asks
+    for a job squeue no longer shows) is COMPLETED 0:0 and still carries the pending reason it waited with,
+    JobArrayTaskLimit; its steps failed. `ls`'s WHAT IS HAPPENING says what the headline says (the step),
+    not the cause read from the log alone, and the finished job has no pending reason."""
+    from slurmctl.observe.status import runs_statuses
+
+    ended = json.loads((Path(__file__).parent.parent / "fixtures" / "slurm" / "adopted_array_ended.json").read_text())
+    pin_seal(monkeypatch, ended["seal"])
+    run, steps = _run(tmp_path), CAPTURED["steps_call"]
+    runner = ReplayRunner({tuple(ended["history"]["argv"]): ended["history"]["stdout"],
+                           tuple(steps["argv"]): steps["stdout"]})
+    runner.strict = True  # any other Slurm call fails the test
+    [status] = runs_statuses([run], SlurmClient(runner), site=local_site, queue=QueueSnapshot("", ended["seal"]))
+    assert runner.calls == [ended["history"]["argv"], steps["argv"]]
+    assert (status.state, status.phase) == ("COMPLETED", "failed")
+    assert status.diagnosis and status.diagnosis["category"] != "success"
+    assert status.what_is_happening == status.headline
+    assert status.what_is_happening.startswith("Its step 5086.0 failed (failed, exit code 1:0) (and 3 more step(s))")
+    assert status.reason == "" and status.to_dict()["reason"] == ""  # accounting's record: JobArrayTaskLimit
+
+
+def test_a_reason_stands_while_the_job_waits_and_one_that_says_how_it_ended_stays():
+    from slurmctl.observe.explain import reason_now
+    from slurmctl.slurm.records import Job
+
+    assert reason_now(Job(5085, state="PENDING", reason="JobArrayTaskLimit")) == "JobArrayTaskLimit"
+    assert reason_now(Job(5085, state="COMPLETED", reason="JobArrayTaskLimit")) == ""
+    assert reason_now(Job(5085, state="FAILED", reason="NonZeroExitCode")) == "NonZeroExitCode"
+    assert reason_now(Job(5085, state="TIMEOUT", reason="TimeLimit")) == "TimeLimit"
