@@ -306,7 +306,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Found \w+ version \d+, but JAX was built against version \d+|"
          r"No module named '|Could not load library lib\w+\.so|compiled with different CUDA (?:major )?versions|"
          # a package's loader naming its compiled extension it could not find ("File fbgemm_gpu_py.so not found")
-         r"\S+\.so(?:\.\d+)*'? (?:is |was )?not found\s*$|"
+         # (the name bounded: an unbounded run of any characters at a pattern's start is tried from every position)
+         r"[\w.+-]{1,200}\.so(?:\.\d+)*'? (?:is |was )?not found\s*$|"
          r"requires the \S+ library but it was not found in your environment|Error building extension|"
          r"ninja: build stopped: subcommand failed|"
          # numpy 2 under modules compiled for numpy 1 (numpy/core/_multiarray_umath.py), or the other way round
