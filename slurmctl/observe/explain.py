@@ -88,7 +88,7 @@ REASONS: dict[str, Explanation] = {
     "JobHeldUser": _e("The job is on hold (held by you).", "Release it with `scontrol release JOBID` when it should start, or cancel it.", "hold"),
     "JobHeldAdmin": _e("An administrator put the job on hold.", "Ask the platform team why.", "hold"),
     "JobHoldMaxRequeue": _e("The job was requeued too many times and is held so it stops looping.", "Read why it keeps failing (`slurmctl diagnose RUN`), fix it, then release or resubmit.", "hold"),
-    "BeginTime": _e("The job is waiting for its start time: one given at submission (--begin), or, after a requeue, the about 2 minutes Slurm holds a requeued job before it may start again.", "Nothing to do; it starts by itself.", "wait"),
+    "BeginTime": _e("The job is waiting for its start time: one given at submission (--begin), or, after a requeue, the about 2 minutes for which Slurm holds a requeued job before it may start again.", "Nothing to do; it starts by itself.", "wait"),
     "PartitionDown": _e("The partition is down (maintenance or an outage).", "Wait, or submit to another partition; the platform team knows.", "wait"),
     "PartitionInactive": _e("The partition is inactive: it accepts jobs but starts none.", "Submit to another partition, or ask the platform team when it reopens.", "wait"),
     "PartitionNodeLimit": _e("The job asks for more (or fewer) nodes than the partition allows.", "Change `nodes` in run.yaml, or use another partition.", "blocked"),
@@ -291,8 +291,10 @@ def explain_job_reason(job) -> Explanation | None:
 def reason_now(job) -> str:
     """Slurm's reason for `job` (a slurm Job) as it stands: a live job's as Slurm gives it; an ended job
     keeps only a reason that tells how it ended (NonZeroExitCode, TimeLimit), not the pending reason
-    accounting leaves on it (an array task that waited: JobArrayTaskLimit), which no longer holds."""
-    if job.active:
+    accounting leaves on it (an array task that waited: JobArrayTaskLimit), which no longer holds. Only
+    squeue tells a live job: accounting's last record of a job squeue no longer has may still read
+    REQUEUED or PENDING with the reason it had then (BeginTime)."""
+    if job.active and job.source != "sacct":
         return job.reason
     explained = explain_reason(job.reason)
     return job.reason if explained is not None and explained.kind == "ended" else ""

@@ -280,13 +280,26 @@ def _job_advice(status: PlainJobStatus, job_id: int, log_path: Path | None) -> N
                                                    if isinstance(status.diagnosis.get(k), str)}}
 
 
+# What to do after a plain sbatch job ended, where the state's own advice is a run's (run.yaml, `slurmctl submit`,
+# a checkpoint slurmctl keeps): a plain job has none of those.
+_PLAIN_ENDED_ACTIONS = {
+    "CANCELLED": "Submit it again with `sbatch` (it starts from scratch unless your script resumes itself); "
+                 "`slurmctl adopt SCRIPT` gives the same script drain on cancel, resume and cost per run.",
+    "TIMEOUT": "Submit it again with a longer `--time`, or let the script resume from its own checkpoint; "
+               "`slurmctl adopt SCRIPT` drains it to a checkpoint before the limit.",
+    "PREEMPTED": "Submit it again, or make it requeue itself (`--requeue`); `slurmctl adopt SCRIPT` requeues and "
+                 "resumes it from its own checkpoint.",
+    "NODE_FAIL": "Submit it again (Slurm marks the failed node DOWN); tell the platform team the node if it repeats.",
+}
+
+
 def plain_job_status(plain: PlainJob, site=None) -> PlainJobStatus:
     job = plain.job
     if job is None:
         return PlainJobStatus(plain.job_id, "", "UNKNOWN", "unknown",
                               f"Slurm no longer knows job {plain.job_id}.", "Nothing to do.")
     expl = explain_state(job.state)
-    headline, action = expl.headline, expl.action
+    headline, action = expl.headline, _PLAIN_ENDED_ACTIONS.get(job.state, expl.action)
     reason = explain_job_reason(job) if job.state in {"PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT"} else None
     if reason:
         headline, action = f"Waiting: {reason.headline}", reason.action

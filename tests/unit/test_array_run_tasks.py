@@ -126,3 +126,6 @@ def test_a_reason_stands_while_the_job_waits_and_one_that_says_how_it_ended_stay
     assert reason_now(Job(5085, state="COMPLETED", reason="JobArrayTaskLimit")) == ""
     assert reason_now(Job(5085, state="FAILED", reason="NonZeroExitCode")) == "NonZeroExitCode"
     assert reason_now(Job(5085, state="TIMEOUT", reason="TimeLimit")) == "TimeLimit"
+    # accounting's last record of a job squeue no longer lists: REQUEUED with the wait it had then
+    assert reason_now(Job(685, state="REQUEUED", reason="BeginTime", source="sacct")) == ""
+    assert reason_now(Job(685, state="REQUEUED", reason="BeginTime")) == "BeginTime"  # squeue's: live

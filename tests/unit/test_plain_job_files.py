@@ -129,3 +129,11 @@ def test_cost_of_a_plain_arrays_id_prices_every_task_and_a_task_alone_itself(mon
     ids = array_task_ids(client, whole.job_id)
     assert ids == [5080, 5081, 5082, 5079]
     assert round(sum(a.cost_usd for a in run_attempts(local_site, client, ids)), 2) == 0.17
+
+
+def test_an_ended_plain_jobs_advice_is_for_a_plain_job_not_a_run():
+    """A cancelled or timed-out sbatch job has no run.yaml, no `slurmctl submit` and no checkpoint of ours."""
+    for state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"):
+        status = plain_job_status(PlainJob(5820, Job(5820, state=state, source="sacct"), None))
+        assert "sbatch" in status.action or "Submit it again" in status.action, status.action
+        assert "run.yaml" not in status.action and "slurmctl submit" not in status.action, status.action
