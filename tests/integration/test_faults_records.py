@@ -81,7 +81,12 @@ def test_crash_preemption_and_time_limit_leave_one_cost_record_per_attempt(workd
             slurmctl("cancel", run["run_id"], "--now", check=False)
     assert status["state"] == "COMPLETED", slurmctl("logs", run["run_id"], "-n", "0").stdout
     outcomes = [e["outcome"] for e in ends]
-    assert all(e.get("last_step") is not None and e.get("steps_lost") is not None for e in ends), ends
+    # every attempt logged its steps, but a last one that found the training already done: a time-limit drain
+    # that reaches the program during its final steps goes unacknowledged (it finished instead), so the run
+    # is requeued from that final checkpoint and the next attempt ends at once, with no step of its own
+    finished_at_once = ends[-1]["outcome"] == "completed" and ends[-1].get("last_step") is None
+    assert all(e.get("last_step") is not None and e.get("steps_lost") is not None
+               for e in (ends[:-1] if finished_at_once else ends)), ends
     assert ends[1]["steps_lost"] == 0 and ends[0]["steps_lost"] == 12 - 9, ends[:2]  # drained vs crashed
     assert "time-limit" in outcomes[2:], outcomes
 
