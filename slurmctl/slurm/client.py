@@ -483,10 +483,13 @@ class SlurmClient(ClusterQueries):
         return found
 
     def all_attempts(self, fields: Sequence[str], *, start: datetime, end: datetime,
-                     job_ids: Iterable[int] = ()) -> Iterator[list[str]]:
+                     job_ids: Iterable[int] = (), states: Sequence[str] = ()) -> Iterator[list[str]]:
         """The `fields` of every attempt (--duplicates) of every user's job, one sealed sacct call: the
         cost ledger's input (slurmctl.ops.accounting prices them, a million at a time). `fields`
-        must start with JobIDRaw (each record is closed by its id, see parsing.split_id_closed)."""
+        must start with JobIDRaw (each record is closed by its id, see parsing.split_id_closed).
+        `states` (sacct's -s codes): only attempts that ended in one of them within the window, by their
+        end time; without them sacct selects by the job's eligible time, which leaves out a job that
+        failed as it started (accounting keeps no eligible time for it)."""
         if fields[0] != "JobIDRaw":
             raise ValueError("all_attempts: the first field must be JobIDRaw")
         seal = new_seal()
@@ -495,5 +498,6 @@ class SlurmClient(ClusterQueries):
         ids = ",".join(str(int(j)) for j in job_ids)
         argv += ["-j", ids] if ids else ["-S", start.isoformat(timespec="seconds"),
                                          "-E", end.isoformat(timespec="seconds")]
+        argv += ["-s", ",".join(states)] if states else []
         stdout = self._run(argv, timeout=600).stdout
         return split_id_closed(stdout, seal, len(fields) + 1, "all_attempts", self.rejects)

@@ -72,6 +72,19 @@ def cluster():
         c.close()
 
 
+WEEK_AS_ALICE = """
+from datetime import datetime
+from slurmctl.ops.health.lost import node_week, ATTEMPT_FIELDS, EVIDENCE_BEFORE, WINDOW
+from slurmctl.slurm.client import SlurmClient
+from slurmctl.slurm.runner import LocalRunner
+c = SlurmClient(LocalRunner())
+end = datetime.now().replace(microsecond=0)
+rows = list(c.all_attempts(ATTEMPT_FIELDS, start=end - WINDOW - EVIDENCE_BEFORE, end=end))
+print("end", end, "rows", [r[:1] + r[5:9] for r in rows][-8:], "rejects", dict(c.rejects.counts))
+print("health_jobs", node_week(c, {"an1": 2, "an2": 2}, {}, end).health_jobs)
+"""
+
+
 def verify_lines(c: ThrowawayCluster) -> list[dict]:
     return [d for d in map(json.loads, c.log("hooks.jsonl").splitlines()) if d.get("hook") == "health-verify"]
 
@@ -188,8 +201,13 @@ def test_an_active_checks_configuration_error_drains_nothing_and_the_exporter_sa
     seen = subprocess.run([*as_alice, "sacct", "-a", "-X", "--duplicates", "-n", "-P", "-S", "now-1days", "-E", "now",
                            "-o", "JobIDRaw,State,UID,Start,End,AdminComment"],
                           capture_output=True, text=True, timeout=60, cwd="/tmp")
-    series = [line for line in out.stdout.splitlines() if "node_health" in line or "slurm_command" in line]
-    why = "\n".join([*series, "stderr:", out.stderr[-2000:], "alice's sacct:", seen.stdout[-3000:], seen.stderr])
+    series = [line for line in out.stdout.splitlines()
+              if "node_health" in line or "slurm_command" in line or "unparsed" in line]
+    # and what the exporter's own reading of that week (lost.node_week) makes of it, as alice
+    week = subprocess.run([*as_alice, f"PYTHONPATH={REPO}", TORCH_PYTHON, "-c", WEEK_AS_ALICE],
+                          capture_output=True, text=True, timeout=120, cwd="/tmp")
+    why = "\n".join([*series, "stderr:", out.stderr[-2000:], "alice's sacct:", seen.stdout[-3000:], seen.stderr,
+                      "node_week:", week.stdout[-3000:], week.stderr[-2000:]])
     assert 'slurmctl_node_health_config_error{moment="active",node="an1"} 1.0' in out.stdout, why
     assert 'slurmctl_node_health_config_error{moment="active",node="an2"} 0.0' in out.stdout, out.stdout
 

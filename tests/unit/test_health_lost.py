@@ -74,7 +74,8 @@ def test_the_nodes_own_losses_only(client):
     assert argv[1][:5] == ["sacct", "-a", "-X", "--duplicates", "-n"]
     assert argv[1][8] == "JobIDRaw,State,NodeList,ElapsedRaw,AllocTRES,Start,End,UID,AdminComment,JobIDRaw"
     # from 30 h before the week: the evidence and passed verifications the drain rule still weighs then
-    assert argv[1][9:] == ["-S", "2026-11-23T16:00:00", "-E", "2026-12-01T22:00:00"]
+    assert argv[1][9:] == ["-S", "2026-11-23T16:00:00", "-E", "2026-12-01T22:00:00",
+                           "-s", "CA,CD,F,NF,OOM,PR,RQ,TO,DL,BF"]  # ended attempts, by their end time
 
 
 def test_no_diagnosis_no_charge_for_a_failed_job(client):

@@ -52,6 +52,9 @@ NODE_FAIL_MATCH_SECONDS = 120
 # it while the fault was on or ended this long before it began: a fault shows in jobs' failures
 # before a check or slurmctld catches it, but not for days.
 FAULT_LEAD_SECONDS = 3600
+# Only ended attempts count (a charge or a health job's outcome needs its end), selected by their end time:
+# a health job that failed as it started (a configuration error) has no eligible time in accounting
+ENDED_STATES = ("CA", "CD", "F", "NF", "OOM", "PR", "RQ", "TO", "DL", "BF")
 ATTEMPT_FIELDS = ["JobIDRaw", "State", "NodeList", "ElapsedRaw", "AllocTRES", "Start", "End", "UID", "AdminComment"]
 # The reasons slurmctld itself gives a node it takes out of service for a fault of the node.
 SLURM_NODE_FAULTS = ("Not responding", "Node unexpectedly rebooted", "Kill task failed", "NO NETWORK ADDRESS FOUND",
@@ -149,7 +152,8 @@ def node_week(client, node_gpus: dict[str, int], categories: dict[tuple[int, str
     passes: dict[str, list[float]] = {n: [] for n in node_gpus}
     health_jobs: dict[tuple[str, str], HealthJob] = {}
     for job_id, state, nodelist, elapsed, tres, started, ended, uid, note in (
-            r[:9] for r in client.all_attempts(ATTEMPT_FIELDS, start=start - EVIDENCE_BEFORE, end=end)):
+            r[:9] for r in client.all_attempts(ATTEMPT_FIELDS, start=start - EVIDENCE_BEFORE, end=end,
+                                               states=ENDED_STATES)):
         word = state.split()[0] if state.strip() else ""
         finished = parse_slurm_timestamp(ended)
         said = reasons.parse_job_note(note) if uid == "0" else None  # AdminComment: only an admin writes it
