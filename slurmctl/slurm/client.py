@@ -488,8 +488,8 @@ class SlurmClient(ClusterQueries):
         cost ledger's input (slurmctl.ops.accounting prices them, a million at a time). `fields`
         must start with JobIDRaw (each record is closed by its id, see parsing.split_id_closed).
         `states` (sacct's -s codes): only attempts that ended in one of them within the window, by their
-        end time; without them sacct selects by the job's eligible time, which leaves out a job that
-        failed as it started (accounting keeps no eligible time for it)."""
+        end time; without them sacct selects by the job's eligible time, and 22.05 left out of such a
+        window a health job that failed as it started, once other jobs had run (its -j listing had it)."""
         if fields[0] != "JobIDRaw":
             raise ValueError("all_attempts: the first field must be JobIDRaw")
         seal = new_seal()

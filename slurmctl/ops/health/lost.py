@@ -53,7 +53,7 @@ NODE_FAIL_MATCH_SECONDS = 120
 # before a check or slurmctld catches it, but not for days.
 FAULT_LEAD_SECONDS = 3600
 # Only ended attempts count (a charge or a health job's outcome needs its end), selected by their end time:
-# a health job that failed as it started (a configuration error) has no eligible time in accounting
+# a window selected by eligible time left out a health job that failed as it started (a configuration error)
 ENDED_STATES = ("CA", "CD", "F", "NF", "OOM", "PR", "RQ", "TO", "DL", "BF")
 ATTEMPT_FIELDS = ["JobIDRaw", "State", "NodeList", "ElapsedRaw", "AllocTRES", "Start", "End", "UID", "AdminComment"]
 # The reasons slurmctld itself gives a node it takes out of service for a fault of the node.
