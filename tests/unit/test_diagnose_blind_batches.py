@@ -1,0 +1,153 @@
+"""Wordings and structures met in the blind batches of real failure logs (benchmarks/diagnose_corpus.py
+scores each batch at first sight, before any rule below was written from it): each a library's own message or a
+family of them, with the lookalikes that must name nothing."""
+
+import pytest
+
+from slurmctl.observe.diagnose import diagnose_text
+
+
+def test_an_error_raised_by_torchs_rendezvous_before_training_is_a_rendezvous_failure():
+    unset = """Traceback (most recent call last):
+  File "/home/alice/proj/train.py", line 85, in main
+    torch.distributed.init_process_group(backend="nccl")
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 754, in init_process_group
+    store, rank, world_size = next(rendezvous_iterator)
+  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 221, in _get_env_or_raise
+    raise _env_error(env_var)
+ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR expected, \
+but not set
+"""
+    found = diagnose_text(unset)
+    assert found.category == "rendezvous_failure", found
+    assert "MASTER_ADDR" in found.hint and "rendezvous.py:221" in found.summary
+    # the same error raised by the user's own code is not torch forming the group; nor is one after training steps
+    assert diagnose_text(unset.replace("torch/distributed/rendezvous.py", "proj/dist.py")).category == "unknown"
+    assert diagnose_text("step 10 loss 2.0\n" + unset).category == "unknown"
+
+
+
+def test_sampling_from_nan_probabilities_is_a_nan_loss():
+    assert diagnose_text("RuntimeError: invalid multinomial distribution (sum of probabilities <= 0)\n").category \
+        == "nan_loss"
+    assert diagnose_text("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n").category \
+        == "nan_loss"
+    # a distribution's parameter or sample checked against Real(): only NaN/Inf fail it
+    gone = ("ValueError: Expected parameter loc (Tensor of shape (128, 10)) of distribution Normal(loc: "
+            "torch.Size([128, 10]), scale: torch.Size([128, 10])) to satisfy the constraint Real(), but found invalid "
+            "values:\ntensor([[nan, nan, nan,  ..., nan, nan, nan]], device='cuda:0')\n")
+    assert diagnose_text(gone).category == "nan_loss"
+    # a std the code made negative is the code's bug, not a NaN: no verdict from that check alone
+    assert diagnose_text("RuntimeError: normal expects all elements of std >= 0.0\n").category == "unknown"
+
+
+
+def test_a_log_that_ends_printing_nan_where_it_printed_numbers_is_a_nan_loss():
+    steps = "".join(f"train.py:183] 1_train_{i}, 2237{i}.3, [15194.27, 36603.82]\n" for i in range(80, 85))
+    found = diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 36458.277]\n"
+                          "train.py:183] 1_train_90, nan, [nan, nan]\n")
+    assert found.category == "nan_loss" and found.evidence[-1].endswith("[nan, nan]"), found
+    # one NaN that training went past, or a log of nothing but NaN-free numbers, is not
+    assert diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 1.0]\n" + steps).category == "unknown"
+
+
+
+def test_storage_that_is_not_resizable_is_named_only_where_it_was_raised():
+    collate = """Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/torch/utils/data/_utils/collate.py", line 141, in default_collate
+    out = elem.new(storage).resize_(len(batch), *list(elem.size()))
+RuntimeError: Trying to resize storage that is not resizable
+"""
+    assert diagnose_text(collate).category == "data_shape"
+    # the same words from loading a sharded checkpoint (FSDP): without frames, no verdict
+    assert diagnose_text("RuntimeError: Trying to resize storage that is not resizable\n").category == "unknown"
+
+
+
+def test_a_compiled_extension_that_is_not_found_is_an_import_error():
+    assert diagnose_text(">>> import torchrec\nFile fbgemm_gpu_py.so not found\n").category == "import_error"
+    # NCCL reporting an optional plugin it carries on without is no failure
+    assert diagnose_text("n1:12:12 [0] NCCL INFO NET/Plugin: libnccl-net.so not found\n").category == "unknown"
+
+
+
+@pytest.mark.parametrize("log, category", [
+    # NCCL's shm segment on a 64 MB container /dev/shm: transport set-up, not a full disk
+    ("h:1:2 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+     "h:1:2 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-6c6b-0-1-0 "
+     "(size 9637888)", "nccl_setup"),
+    ("[h:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)\n==== backtrace (tid:    381) ====\n"
+     " 0 0x00000000000143c0 __funlockfile()  ???:0\n 2 0x0000000000068d6c ncclGroupEnd()  ???:0\n"
+     "=================================", "nccl_setup"),
+    ("sbatch: error: Batch job submission failed: Requested GRES option unsupported by configured SelectType "
+     "plugin", "missing_config"),
+    ("sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)",
+     "missing_config"),
+    ("FATAL:   container creation failed: mount /30days->/30days error: while mounting /30days: mount source "
+     "/30days doesn't exist", "missing_config"),
+    ("Skip IMG_0233.png due to an error:\n[enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, "
+     "nbytes) == 0. 12 vs 0", "host_oom"),
+    ("E   ImportError: /lib64/libc.so.6: version `GLIBC_2.14' not found (required by /v/lib/python3.6/site-packages"
+     "/torch/_C.cpython-36m-x86_64-linux-gnu.so)", "import_error"),
+])
+def test_rules_of_the_blind_batches(log, category):
+    result = diagnose_text(log + "\n")
+    assert result.category == category, result
+    assert result.evidence and result.hint
+
+
+
+def test_nccls_info_line_for_a_missing_infiniband_device_is_no_failure():
+    info = "host:21288:21288 [0] NCCL INFO NET/IB : No device found.\n"
+    assert diagnose_text(info).category == "unknown"
+    assert diagnose_text("host:1:1 [0] NCCL WARN NET/IB : Unable to open device mlx5_0\n").category == "nccl_setup"
+
+
+
+def test_older_wordings_of_checkpoint_keys_prolog_failures_and_ssh_launchers():
+    assert diagnose_text('unexpected key "module.cnn.conv0.weight" in state_dict\n').category == "checkpoint_mismatch"
+    assert diagnose_text("salloc: Prolog failure on node k003-006\nsalloc: Job allocation 235454 has been revoked.\n"
+                         ).category == "node_lost"
+    assert diagnose_text("RuntimeError: Using hostfile at /etc/hostfile but host=w-0.svc was not reachable via ssh. If "
+                         "you are running with a single node please remove /etc/hostfile\n").category == \
+        "rendezvous_failure"
+
+
+
+def test_a_class_index_check_inductor_without_triton_and_a_loss_table_of_nan():
+    assert diagnose_text("RuntimeError: Assertion `cur_target >= 0 && cur_target < n_classes' failed.  at "
+                         "/x/aten/src/THNN/generic/ClassNLLCriterion.c:93\n").category == "data_shape"
+    assert diagnose_text("torch._inductor.exc.TritonMissing: Cannot find a working triton installation.\n").category \
+        == "import_error"
+    table = "epoch train loss valid loss accuracy\n0 nan nan 0.997788\n\n71.39% [6930/9707 3:56:27<1:34:45 nan]\n"
+    assert diagnose_text(table).category == "nan_loss"
+
+
+
+def test_a_missing_key_while_copying_a_state_dict_is_a_checkpoint_that_does_not_fit():
+    log = """Traceback (most recent call last):
+  File "/data/DMT/model/backbones/resnet_ibn_a.py", line 164, in load_param
+    self.state_dict()[i.replace('module.','')].copy_(param_dict[i])
+KeyError: 'base.conv1.weight'
+"""
+    assert diagnose_text(log).category == "checkpoint_mismatch"
+
+
+
+@pytest.mark.parametrize("log, category", [
+    # Flax restoring parameters whose shapes are not the module's
+    ('flax.errors.ScopeParamShapeError: Initializer expected to generate shape (8, 4096) but got shape (32, 4096) '
+     'instead for parameter "embedding" in "/transformer/dte".', "checkpoint_mismatch"),
+    # PaddleDetection's metrics, quoted
+    ("iter: 1860, lr: 0.019983, 'loss_cls': 'nan', 'loss_bbox': 'nan', 'loss': 'nan', eta: 13:18:26", "nan_loss"),
+    ("ValueError: Target 2 is out of upper bound.", "data_shape"),
+    ("ValueError: Image features and image tokens do not match: tokens: 720, features 360", "data_shape"),
+    # Kubernetes evicting the pod; zsh's job control after the kernel's OOM killer
+    ("Epoch 1/100\nThe node was low on resource: memory.\nKilling container with id docker://nb:Need to kill Pod",
+     "host_oom"),
+    ("Training model...\n[1]    2843557 killed     python train.py", "host_oom"),
+    ("x:176:194 [0] init.cc:573 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1cb00000",
+     "missing_config"),
+])
+def test_wordings_met_in_blind_batches(log, category):
+    assert diagnose_text(log + "\n").category == category
