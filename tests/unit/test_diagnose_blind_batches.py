@@ -26,7 +26,6 @@ but not set
     assert diagnose_text("step 10 loss 2.0\n" + unset).category == "unknown"
 
 
-
 def test_sampling_from_nan_probabilities_is_a_nan_loss():
     assert diagnose_text("RuntimeError: invalid multinomial distribution (sum of probabilities <= 0)\n").category \
         == "nan_loss"
@@ -41,7 +40,6 @@ def test_sampling_from_nan_probabilities_is_a_nan_loss():
     assert diagnose_text("RuntimeError: normal expects all elements of std >= 0.0\n").category == "unknown"
 
 
-
 def test_a_log_that_ends_printing_nan_where_it_printed_numbers_is_a_nan_loss():
     steps = "".join(f"train.py:183] 1_train_{i}, 2237{i}.3, [15194.27, 36603.82]\n" for i in range(80, 85))
     found = diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 36458.277]\n"
@@ -49,7 +47,6 @@ def test_a_log_that_ends_printing_nan_where_it_printed_numbers_is_a_nan_loss():
     assert found.category == "nan_loss" and found.evidence[-1].endswith("[nan, nan]"), found
     # one NaN that training went past, or a log of nothing but NaN-free numbers, is not
     assert diagnose_text(steps + "train.py:183] 1_train_89, nan, [nan, 1.0]\n" + steps).category == "unknown"
-
 
 
 def test_storage_that_is_not_resizable_is_named_only_where_it_was_raised():
@@ -63,12 +60,10 @@ RuntimeError: Trying to resize storage that is not resizable
     assert diagnose_text("RuntimeError: Trying to resize storage that is not resizable\n").category == "unknown"
 
 
-
 def test_a_compiled_extension_that_is_not_found_is_an_import_error():
     assert diagnose_text(">>> import torchrec\nFile fbgemm_gpu_py.so not found\n").category == "import_error"
     # NCCL reporting an optional plugin it carries on without is no failure
     assert diagnose_text("n1:12:12 [0] NCCL INFO NET/Plugin: libnccl-net.so not found\n").category == "unknown"
-
 
 
 @pytest.mark.parametrize("log, category", [
@@ -96,12 +91,10 @@ def test_rules_of_the_blind_batches(log, category):
     assert result.evidence and result.hint
 
 
-
 def test_nccls_info_line_for_a_missing_infiniband_device_is_no_failure():
     info = "host:21288:21288 [0] NCCL INFO NET/IB : No device found.\n"
     assert diagnose_text(info).category == "unknown"
     assert diagnose_text("host:1:1 [0] NCCL WARN NET/IB : Unable to open device mlx5_0\n").category == "nccl_setup"
-
 
 
 def test_older_wordings_of_checkpoint_keys_prolog_failures_and_ssh_launchers():
@@ -113,7 +106,6 @@ def test_older_wordings_of_checkpoint_keys_prolog_failures_and_ssh_launchers():
         "rendezvous_failure"
 
 
-
 def test_a_class_index_check_inductor_without_triton_and_a_loss_table_of_nan():
     assert diagnose_text("RuntimeError: Assertion `cur_target >= 0 && cur_target < n_classes' failed.  at "
                          "/x/aten/src/THNN/generic/ClassNLLCriterion.c:93\n").category == "data_shape"
@@ -123,7 +115,6 @@ def test_a_class_index_check_inductor_without_triton_and_a_loss_table_of_nan():
     assert diagnose_text(table).category == "nan_loss"
 
 
-
 def test_a_missing_key_while_copying_a_state_dict_is_a_checkpoint_that_does_not_fit():
     log = """Traceback (most recent call last):
   File "/data/DMT/model/backbones/resnet_ibn_a.py", line 164, in load_param
@@ -131,7 +122,6 @@ def test_a_missing_key_while_copying_a_state_dict_is_a_checkpoint_that_does_not_
 KeyError: 'base.conv1.weight'
 """
     assert diagnose_text(log).category == "checkpoint_mismatch"
-
 
 
 @pytest.mark.parametrize("log, category", [
