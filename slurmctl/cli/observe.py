@@ -132,14 +132,14 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
 
 
 @click.command(name="ls")
-@click.option("-n", "--limit", default=20, show_default=True, help="Show the newest N runs.")
+@click.option("-n", "--limit", type=int, help="Show the newest N runs (default 20; with --since, every run in it).")
 @click.option("--since", metavar="DURATION", help="Only runs created in this past duration (e.g. 2h, 3d).")
 @click.option("--all", "show_all", is_flag=True, help="Every run, however old (no --limit).")
 @click.option("--all-users", is_flag=True,
               help="Operator only (root): every user's runs, read-only, with a USER column.")
 @json_option
 @pass_ctx
-def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_users: bool, as_json: bool) -> None:
+def list_runs(ctx: Context, limit: int | None, since: str | None, show_all: bool, all_users: bool, as_json: bool) -> None:
     """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
     import time
 
@@ -154,7 +154,8 @@ def list_runs(ctx: Context, limit: int, since: str | None, show_all: bool, all_u
         from slurmctl.errors import SpecError
 
         raise SpecError(f"--since {since!r}: {exc}.", "Give a duration such as 90m, 2h or 3d.") from None
-    wanted = None if show_all else limit
+    # a window asked for is shown whole unless a count is asked for too
+    wanted = None if show_all or (limit is None and since is not None) else (20 if limit is None else limit)
     # the caller's own jobs (squeue --me, a sacct of the last days) are asked for while the runs are read
     mine = None if all_users else _caller_jobs(ctx)
     if all_users:

@@ -21,6 +21,7 @@ from slurmctl.observe.data import failure_headline, in_progress, staging_failure
 from slurmctl.observe.diagnose import Diagnosis, diagnose_text
 from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, SIGNATURES
 from slurmctl.observe.log_reading import read_tail
+from slurmctl.observe.story import steps_lost_words
 from slurmctl.observe.watchdog_report import add_watchdog, watchdog_report
 
 
@@ -167,7 +168,7 @@ def in_run_words(found: Diagnosis, events: list[dict], job_id: int | None,
         at = f" at step {told[-1]['last_step']}" if told and told[-1].get("last_step") is not None else ""
         lost = told[-1].get("steps_lost") if told else None
         found.summary = (f"You cancelled it (`slurmctl cancel`){at}; nothing failed before that"
-                         + (f" ({lost} steps since its checkpoint were lost)." if lost else "."))
+                         + (f" ({steps_lost_words(lost)} since its checkpoint)." if lost else "."))
     return found
 
 

@@ -125,6 +125,11 @@ def story(events: list[dict], job: Job | None = None, requeued_because: str = ""
     return lines
 
 
+def steps_lost_words(count) -> str:
+    """'1 step lost', '3 steps lost': a count from a run's records."""
+    return f"{count} step lost" if count == 1 else f"{count} steps lost"
+
+
 def attempt_label(start: dict, numbers: dict[tuple[int, int], int]) -> str:
     """'attempt 3 (job 812, Slurm restart 1)': the run-wide number (rundir.attempt_ids), the job, and
     Slurm's restart count when it is not the job's first start."""
@@ -170,7 +175,7 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
                                                     else "from scratch"))
         for r in restarts:  # crashes restarted inside this allocation (runtime.attempt restart-step)
             at = f" at step {r['last_step']}" if r.get("last_step") is not None else ""
-            lost = f", {r['steps_lost']} steps lost" if r.get("steps_lost") is not None else ""
+            lost = f", {steps_lost_words(r['steps_lost'])}" if r.get("steps_lost") is not None else ""
             line += (f"; crashed (exit code {r.get('exit_code')}){at}{lost}, restarted in the allocation from "
                      f"checkpoint step {r.get('checkpoint_step')}")
         if end is None and node_lost is not None:  # Slurm ended the attempt (NODE_FAIL) before `end` ran
@@ -193,7 +198,7 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
                     ck = told.get("checkpoint_step")
                     line += (f" at step {told.get('last_step')}, "
                              + (f"newest checkpoint {ck}" if ck is not None else "no checkpoint")
-                             + f", {told['steps_lost']} steps lost")
+                             + f", {steps_lost_words(told['steps_lost'])}")
             elif following_start is not None and _requeued_by_slurm(start, following_start):
                 line += ("; requeued by Slurm before slurmctl could record its end (`scontrol requeue`, a lost "
                          "node, or a preemption that did not wait for the drain)")
@@ -217,7 +222,7 @@ def _attempt_lines(current: list[dict], job: Job | None, numbers: dict[tuple[int
         ck = end.get("checkpoint_step")
         ending += f", newest checkpoint {ck}" if ck is not None else ", no checkpoint"
         if end.get("steps_lost") is not None and outcome != "completed":
-            ending += f", {end['steps_lost']} steps lost"
+            ending += f", {steps_lost_words(end['steps_lost'])}"
         then = {"requeue": "requeued (new Slurm attempt)", "stop": "stopped"}.get(end.get("action"), "")
         then = "a new Slurm attempt follows" if outcome == "requeued" and then else then
         lines.append(f"{line}; {ending}" + (f"; {then}" if then and outcome != "completed" else ""))
@@ -272,7 +277,7 @@ def requeue_story(status: RunStatus, job: Job | None, events: list[dict], requeu
         if last.get("outcome") == "node-lost":
             after = f"node loss ({_lost(last)}{at})"
             at = ""
-        told = (f"Requeued after {after}{at}" + (f", {lost} steps lost" if lost is not None else "")
+        told = (f"Requeued after {after}{at}" + (f", {steps_lost_words(lost)}" if lost is not None else "")
                 + (f"; it restarts from checkpoint step {ck}" if ck is not None else ""))
         status.headline = f"{told}. {status.headline}" if status.headline else f"{told}."
         status.why = f"{told}; {status.why}" if status.why else told

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from slurmctl.observe.charts import Chart, Marker, Series
-from slurmctl.observe.story import attempt_label
+from slurmctl.observe.story import attempt_label, steps_lost_words
 from slurmctl.rundir import Run, attempt_ids
 
 # A throughput the training logs itself wins over steps/s computed from the records' clock.
@@ -52,7 +52,7 @@ def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker
             if len(labels) > 1 and isinstance(step, int):
                 lost = (previous_end or {}).get("steps_lost")
                 markers.append(Marker(step, f"{attempt.split(' (')[0]} from step {step}"
-                                      + (f", {lost} steps lost" if isinstance(lost, int) else ""),
+                                      + (f", {steps_lost_words(lost)}" if isinstance(lost, int) else ""),
                                       _END_KIND.get((previous_end or {}).get("outcome"), "restart")))
         else:
             restarts = sum(1 for label in labels if label.startswith(f"{attempt}, restart"))
@@ -61,7 +61,7 @@ def attempt_records(run: Run) -> tuple[list[tuple[str, list[dict]]], list[Marker
             if isinstance(step, int):
                 lost = event.get("steps_lost")
                 markers.append(Marker(step, f"crash, restarted from step {step}"
-                                      + (f", {lost} steps lost" if isinstance(lost, int) else ""), "failed"))
+                                      + (f", {steps_lost_words(lost)}" if isinstance(lost, int) else ""), "failed"))
     # records older than the latest submission (a resume continues the same run): one line of their own
     groups: list[tuple[str, list[dict]]] = [(label, []) for label in [*labels, "earlier jobs of this run"]]
     times = [float(e["time"]) for e in bounds]

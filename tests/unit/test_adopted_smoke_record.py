@@ -37,4 +37,4 @@ def test_a_run_cancelled_by_its_user_says_so_with_the_step():
     found = in_run_words(diagnose_text(log, "CANCELLED", "0:15"), events, 4207)
     assert found.category == "cancelled"
     assert found.summary == ("You cancelled it (`slurmctl cancel`) at step 148; nothing failed before that "
-                             "(8 steps since its checkpoint were lost).")
+                             "(8 steps lost since its checkpoint).")

@@ -293,3 +293,11 @@ def test_a_lost_node_is_named_by_the_failed_launch_or_by_slurmctld_never_by_a_re
                          said="srun: error: Unable to create step for job 7: Job/step already completing")
     assert attempt.lost_nodes(refused, wait=0) == ([], [f"probe step: {refused.said}"])
     assert attempt.lost_nodes(Allocation(healthy=True, states={"h100-1": "mixed"})) is None
+
+
+def test_one_step_lost_is_said_in_the_singular():
+    from slurmctl.observe.story import steps_lost_words
+
+    assert steps_lost_words(1) == "1 step lost"
+    assert steps_lost_words(0) == "0 steps lost"
+    assert steps_lost_words(18) == "18 steps lost"
