@@ -356,6 +356,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # requires the save and eval strategy to match", "--logging_steps must be an integer ...")
          r"Error: --[a-z][\w-]* (?:requires|must|should|cannot|can only|needs|is only|is not)\b|"
          r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
+         # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
+         r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
          r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
@@ -537,7 +539,8 @@ EXCEPTION_FAMILIES = _families(
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
                    r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:\w+ )?(?:range|bounds?)|"
                    r"exceeds?)\b|"
-                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b"),
+                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
+                   r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
     ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
@@ -556,7 +559,9 @@ EXCEPTION_FAMILIES = _families(
     ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
                        r"No such file or directory)\b|"
                        r"\S\.(?:conf|ya?ml|json|toml|ini|cfg)\b.{0,60}\b(?:does not exist|doesn't exist|"
-                       r"No such file or directory)\b"),
+                       r"No such file or directory)\b|"
+                       r"\b(?:cannot|can't|could not|couldn't|unable to) (?:find|locate|open) (?:the )?"
+                       r"config(?:uration)? file\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
     # the driver named as too old is the driver's, before any library version in the same message
     ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
@@ -570,7 +575,16 @@ EXCEPTION_FAMILIES = _families(
                      r"\b(?:built|compiled) (?:against|with)\b|"
                      # a build of a package without a part the program uses ("Distributed package doesn't have NCCL
                      # built in": torch for Windows)
-                     r"\b(?:doesn't|does not) have \w+ built[- ]in\b"),
+                     r"\b(?:doesn't|does not) have \w+ built[- ]in\b|"
+                     # a name a library of another version has not, or no longer has ("module 'numpy' has no
+                     # attribute 'float'", transformers' "Tokenizer class X does not exist or is not currently
+                     # imported"): the installed version is not the one the code was written for. A package's
+                     # top level only: a submodule's ('torch.cuda' on a CPU build) says more than the version
+                     r"\bmodule '(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
+                     r"accelerate|deepspeed|peft|trl|datasets|huggingface_hub|torchvision|torchaudio|scipy|pandas|"
+                     r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|setuptools|pkg_resources|"
+                     r"google\.protobuf|protobuf)' has no attribute\b|"
+                     r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
 # code written for another version of a library).
