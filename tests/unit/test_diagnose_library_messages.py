@@ -271,6 +271,21 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # NCCL's last word before the job stopped (graph/topo.h)
     ("All distributed processes registered. Starting with 32 processes\n"
      "n1:52:52 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
+    # numpy 1.24 removed its aliases of the builtins; torch < 2.0 has no compile: code for another version
+    ("AttributeError: module 'numpy' has no attribute 'float'", "import_error"),
+    ("AttributeError: module 'torch' has no attribute 'compile'", "import_error"),
+    # transformers/models/auto/tokenization_auto.py: the class is not in the installed version
+    ("ValueError: Tokenizer class LlamaTokenizer does not exist or is not currently imported.", "import_error"),
+    # torch/csrc/distributed/c10d/reducer.cpp with find_unused_parameters=False (DDP's default)
+    ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This "
+     "error indicates that your module has parameters that were not used in producing loss. You can enable unused "
+     "parameter detection by passing the keyword argument `find_unused_parameters=True` to "
+     "`torch.nn.parallel.DistributedDataParallel`", "missing_config"),
+    # keras/src/backend/tensorflow/nn.py (binary/categorical cross-entropy)
+    ("ValueError: Arguments `target` and `output` must have the same shape. Received: target.shape=(None, 1), "
+     "output.shape=(None, 10)", "data_shape"),
+    # a program's own check that its configuration file is there (the wording of several public training codes)
+    ("ValueError: Cannot find the config file in /home/u/.cache/gpt2", "missing_config"),
 ])
 def test_library_message_is_named(log, category):
     result = diagnose_text(log + "\n")
@@ -303,6 +318,9 @@ def test_library_message_is_named(log, category):
     "to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory",
     # jax imported by a torch program through a library: the training ran on its GPU through torch
     "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed. Falling back to cpu.",
+    # a submodule's missing name (torch.cuda's on a CPU-only build) or a user's own module: no package version
+    "AttributeError: module 'torch.cuda' has no attribute 'mem_get_info'",
+    "AttributeError: module 'utils' has no attribute 'load_data'",
 ])
 def test_warnings_and_lookalikes_name_nothing(log):
     assert diagnose_text(log + "\n").category == "unknown"
