@@ -85,8 +85,10 @@ _CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict|param_dict)
 _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
 # A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
 # 'nvcc' or 'ninja' (a missing toolchain).
+# not a shared library, a bare program name, nor a rename (os.rename/replace "'src' -> 'dst'": a file another
+# process or a cleanup removed, as in a cache several ranks write)
 _MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
-                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)")
+                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)(?!.*' -> ')")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
 # slurmstepd's line for a job or step cancelled on request (scancel); a time limit or a preemption adds
 # "DUE TO ..." after the time.

@@ -199,6 +199,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "platform team for a larger /dev/shm on the nodes."),
     _sig("disk_full", r"No space left on device|Errno 28\b|Disk quota exceeded|Errno 122\b|StorageFull|"
          r"not enough (?:free )?disk space|insufficient disk space|"
+         # Windows' ERROR_DISK_FULL, as TensorFlow and Python on Windows print it
+         r"There is not enough space on the disk|"
          # TensorFlow reports ENOSPC as RESOURCE_EXHAUSTED with the file it was writing ("Resource exhausted: /ckpt/..")
          r"Resource exhausted: (?:/|[A-Za-z]:\\)\S+",
          "A disk or quota is full, so writing (often a checkpoint) failed.",
@@ -219,8 +221,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid.",
-         # pickle reading a JSON text file (a config passed where the checkpoint belongs) is the wrong path
-         unless=r"invalid load key, '\{'"),
+         # pickle reading a JSON text file (a config passed where the checkpoint belongs), TensorFlow reading its
+         # text index of the checkpoints (the missing_config wording above): the wrong path, not a corrupt file
+         unless=r"invalid load key, '\{'|Unable to open table file \S*[/\\]checkpoint\b:? .{0,40}not an sstable"),
     _sig("checkpoint_mismatch",
          r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
          r"Unexpected key\(s\) in state_dict|(?:unexpected|missing) key \"[^\"]+\" in state_dict|"
@@ -232,6 +235,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
          # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
          r"Trying to set a tensor of shape .{0,200}this looks incorrect|"
+         # PaddlePaddle's fluid.io.load_vars / load_params
+         r"the Program requires a parameter with a shape of .{0,120}while the loaded parameter|"
          # torch.distributed.checkpoint's planner; Keras 2 load_weights; Keras 3 load_own_variables; TF restore
          r"Size mismatch between saved .{0,80} and current:|You are loading a weight file containing \d+ layers into a "
          r"model with \d+ layers|expected \d+ variables, but received \d+ variables during loading|"
@@ -341,6 +346,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "Start one process per GPU (`--nproc_per_node` / `--ntasks-per-node` equal to the GPUs per node), keep "
          "CUDA_VISIBLE_DEVICES as Slurm sets it, and select the device from LOCAL_RANK "
          "(`torch.cuda.set_device(int(os.environ['LOCAL_RANK']))`) before creating the process group."),
+    # TensorFlow's `checkpoint` file is the text index of a directory's checkpoints: restoring from it means
+    # the path given is the index's, not a checkpoint prefix (model.ckpt-1000)
+    _sig("missing_config", r"Unable to open table file \S*[/\\]checkpoint\b:? .{0,40}not an sstable",
+         "The restore path names TensorFlow's `checkpoint` index file (a text file listing the checkpoints), "
+         "not a checkpoint.",
+         "Give the checkpoint's prefix (e.g. `.../model.ckpt-1000`, without .index/.data) or the directory "
+         "where the framework looks the latest one up (`tf.train.latest_checkpoint`)."),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
@@ -356,6 +368,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # requires the save and eval strategy to match", "--logging_steps must be an integer ...")
          r"Error: --[a-z][\w-]* (?:requires|must|should|cannot|can only|needs|is only|is not)\b|"
          r"'(?:Namespace|DictConfig|ConfigDict|Config)' object has no attribute|"
+         # torch_xla started with no device configured (PJRT_DEVICE / XRT_TPU_CONFIG unset); TensorFlow on a
+         # TPU given a local path where the TPU workers need a bucket (gs://)
+         r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
@@ -406,6 +421,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "same batch."),
     _sig("data_shape",
          r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
+         # Keras 2's check of the arrays given to fit/evaluate against the model's inputs and outputs
+         r"Error when checking (?:model )?(?:input|target): expected \S+ to have|"
          r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"

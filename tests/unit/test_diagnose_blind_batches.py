@@ -141,3 +141,30 @@ KeyError: 'base.conv1.weight'
 ])
 def test_wordings_met_in_blind_batches(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 29: a Keras progress bar with no newline before the shell's "Killed"
+    ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
+    # Windows' ERROR_DISK_FULL through TensorFlow's dataset cache
+    ("(0) Unknown: Failed to WriteFile: cache/training_0.data-00000-of-00001.tempstate1288 : There is not enough "
+     "space on the disk.", "disk_full"),
+    # torch_xla with no device configured; TensorFlow on a TPU writing to a local path
+    ("  what():  tensorflow/compiler/xla/xla_client/computation_client.cc:273 : Missing XLA configuration",
+     "missing_config"),
+    ("File system scheme '[local]' not implemented (file: 'bert_model_output/model.ckpt-0_temp_f8ab')", "missing_config"),
+    # PaddlePaddle's load_params: pretrained weights for 80 classes into a model built for fewer
+    ("RuntimeError: Shape not matching: the Program requires a parameter with a shape of ((27, 256, 1, 1)), while the "
+     "loaded parameter (namely [ conv094.conv.weights ]) has a shape of  ((255, 256, 1, 1)).", "checkpoint_mismatch"),
+    # Keras 2's check of the labels against the model's output
+    ("ValueError: Error when checking target: expected dense_2 to have shape (None, 4) but got array with shape (1, 1)",
+     "data_shape"),
+    # TensorFlow restoring from its `checkpoint` index file: the wrong path, not a corrupt checkpoint
+    ("DataLossError (see above for traceback): Unable to open table file /home/u/out/checkpoint: Data loss: not an "
+     "sstable (bad magic number): perhaps your file is in a different file format", "missing_config"),
+    # a rename in a cache several DDP processes write (torchinductor's codecache): not a path the run was given
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/tmp/torchinductor_u/hb/c.py.1571306751' -> "
+     "'/tmp/torchinductor_u/hb/c.py'", "unknown"),
+])
+def test_batch_29_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
