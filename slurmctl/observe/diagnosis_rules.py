@@ -68,7 +68,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"DUE TO NODE FAIL|srun: error: Node failure on|\bNODE_FAIL\b|Node \S+ not responding|"
          # the node's prolog (its health checks) failed: Slurm drains the node and revokes the allocation
          r"Prolog failure on node|"
-         r"has been marked dead because the detector has missed too many heartbeats|\bNodeDiedError\b|"
+         r"has been marked dead because the (?:detector|monitor) has missed too many heartbeats|\bNodeDiedError\b|"
          r"The node with node id \S+ .{0,80}has been marked dead|"
          # a scheduler's mail or log saying it ended or requeued the job because its node failed (PBS: "job
          # preempted (node failure)")
@@ -95,6 +95,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver|"
          r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|system has unsupported display driver / cuda driver combination|"
          r"forward compatibility was attempted on non supported HW|Driver/library version mismatch|"
+         # the NVIDIA container toolkit refusing an image whose CUDA needs a newer driver than the node's
+         r"nvidia-container-cli: requirement error: unsatisfied condition: cuda\s*>=|"
          r"PTX was compiled with an unsupported toolchain|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|"
          r"cudaErrorUnsupportedPtxVersion|driver version \S+ is (?:older|lower) than|"
          r"kernel version \S+ does not match DSO version",
@@ -371,6 +373,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch_xla started with no device configured (PJRT_DEVICE / XRT_TPU_CONFIG unset); TensorFlow on a
          # TPU given a local path where the TPU workers need a bucket (gs://)
          r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
+         # submitit with no Slurm to submit to falls back to its LocalExecutor, which runs one node only
+         r"LocalExecutor can use only one node|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"

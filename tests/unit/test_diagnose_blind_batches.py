@@ -168,3 +168,17 @@ def test_wordings_met_in_blind_batches(log, category):
 ])
 def test_batch_29_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 27: the NVIDIA container toolkit refusing a CUDA 12.1 image on an older driver
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.1, please update your driver to a "
+     "newer version, or use an earlier cuda container: unknown.", "driver_mismatch"),
+    # Ray's monitor (older Ray says "monitor", newer "detector")
+    ("The node with client ID 1eadc9db2f07 has been marked dead because the monitor has missed too many heartbeats "
+     "from it.", "node_lost"),
+    # submitit with no Slurm around: its LocalExecutor runs one node only
+    ("ValueError: LocalExecutor can use only one node. Use nodes=1", "missing_config"),
+])
+def test_batch_27_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
