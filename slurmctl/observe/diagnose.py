@@ -187,6 +187,15 @@ def _raised_by_data_code(reading: LogReading) -> bool:
                 and any(_DATA_CODE.search(frame) for frame in reading.frames))
 
 
+# transformers' AutoConfig looking a checkpoint's model_type up in its mapping (models/auto/configuration_auto.py)
+_AUTO_CONFIG_FRAME = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py")
+
+
+def _unknown_model_type(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.exception.startswith("KeyError: '") and reading.raising_frame
+                and _AUTO_CONFIG_FRAME.search(reading.raising_frame))
+
+
 # a value that is NaN in a line of numbers (a metrics line, a loss printout)
 _NAN_VALUE = re.compile(r"(?<![\w.])[-+]?nan(?![\w.(])", re.IGNORECASE)
 
@@ -468,6 +477,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
+    if sig is None and _unknown_model_type(reading):  # AutoConfig's own file: before the configuration code's rule
+        return Diagnosis(
+            "import_error", f"The installed transformers does not know the model type {reading.exception[9:]} "
+            "(its AutoConfig has no entry for it): the model is newer than the library.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Install the transformers version the model card names (`pip install -U transformers`, or the pinned "
+            "version in the project's requirements) in the job's environment, or load it with "
+            "`trust_remote_code=True` where the model ships its own code.",
+            rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _raised_by_config_code(reading):
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "

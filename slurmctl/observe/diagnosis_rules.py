@@ -124,7 +124,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Failed to allocate request for \S+ \(\d+B\) on device ordinal|"
          r"Out of memory while trying to allocate \d+ bytes|"
          # the driver API's name (TensorFlow's and JAX's allocators log it); XLA's status text
-         r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory",
+         r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory|"
+         # the TPU runtime's allocator (torch_xla, TensorFlow on TPU): "Attempting to allocate 180.59M. That was
+         # not possible. There are 142.58M free."
+         r"Attempting to allocate \S+\. That was not possible\. There are \S+ free",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
@@ -253,6 +256,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
+         # transformers' TrainingArguments: bf16 asked for on a GPU older than Ampere (T4, V100)
+         r"Your setup doesn't support bf16/gpu|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
          # flash-attn's csrc check for sm_80+
@@ -375,6 +380,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
          # submitit with no Slurm to submit to falls back to its LocalExecutor, which runs one node only
          r"LocalExecutor can use only one node|"
+         # peft's LoraConfig for a model architecture it has no default target modules for
+         r"Please specify `target_modules` in `peft_config`|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"

@@ -182,3 +182,35 @@ def test_batch_29_wordings(log, category):
 ])
 def test_batch_27_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_a_model_type_autoconfig_does_not_know_is_an_old_transformers():
+    # batch 26: Qwen2 loaded with transformers 4.32 (AutoConfig's mapping has no 'qwen2')
+    log = """Traceback (most recent call last):
+  File "/home/u/Qwen1.5/examples/sft/finetune.py", line 344, in train
+    config = transformers.AutoConfig.from_pretrained(
+  File "/opt/env/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 1022, in from_pretrained
+    config_class = CONFIG_MAPPING[config_dict["model_type"]]
+  File "/opt/env/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 723, in __getitem__
+    raise KeyError(key)
+KeyError: 'qwen2'
+"""
+    found = diagnose_text(log)
+    assert found.category == "import_error" and "'qwen2'" in found.summary
+    # a KeyError in the user's own configuration code is still a setting rejected
+    assert diagnose_text(log.replace("transformers/models/auto/configuration_auto.py",
+                                     "proj/configuration_utils.py")).category == "missing_config"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 26: transformers' TrainingArguments with bf16 on a T4
+    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "arch_mismatch"),
+    # peft's LoraConfig for an architecture it has no default target modules for
+    ("ValueError: Please specify `target_modules` in `peft_config`", "missing_config"),
+    # the TPU runtime's allocator (torch_xla on a v2-32 pod)
+    ("2020-10-22 02:48:58 10.128.0.33 [3]   (1) Resource exhausted: Attempting to allocate 180.59M. That was not "
+     "possible. There are 142.58M free.; (0x3x0_HBM1)", "cuda_oom"),
+])
+def test_batch_26_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
