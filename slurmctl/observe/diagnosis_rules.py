@@ -257,7 +257,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
          # transformers' TrainingArguments: bf16 asked for on a GPU older than Ampere (T4, V100)
-         r"Your setup doesn't support bf16/gpu|"
+         r"Your setup doesn't support bf16/gpu|bf16 mixed precision requires PyTorch >= [\d.]+ and a supported device|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
          # flash-attn's csrc check for sm_80+
@@ -606,12 +606,13 @@ EXCEPTION_FAMILIES = _families(
                      r"\b(?:doesn't|does not) have \w+ built[- ]in\b|"
                      # a name a library of another version has not, or no longer has ("module 'numpy' has no
                      # attribute 'float'", transformers' "Tokenizer class X does not exist or is not currently
-                     # imported"): the installed version is not the one the code was written for. A package's
-                     # top level only: a submodule's ('torch.cuda' on a CPU build) says more than the version
+                     # imported"): the installed version is not the one the code was written for. Not 'torch.cuda'
+                     # itself nor a private module ('torch._C'): what they hold depends on the build (a CPU-only
+                     # one), not only on the version
                      r"\bmodule '(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
                      r"accelerate|deepspeed|peft|trl|datasets|huggingface_hub|torchvision|torchaudio|scipy|pandas|"
                      r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|setuptools|pkg_resources|"
-                     r"google\.protobuf|protobuf)' has no attribute\b|"
+                     r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?' has no attribute\b|"
                      r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is

@@ -214,3 +214,17 @@ KeyError: 'qwen2'
 ])
 def test_batch_26_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 28: accelerate's bf16 check on a T4 (kohya's LoRA trainer on Colab)
+    ("bf16 mixed precision requires PyTorch >= 1.10 and a supported device.", "arch_mismatch"),
+    # torch < 1.6 has no torch.cuda.amp.autocast: a submodule of a package missing a name of a newer version
+    ("AttributeError: module 'torch.cuda.amp' has no attribute 'autocast'", "import_error"),
+    # YOLOv5's banner naming a CPU-only build of torch, and nothing else going wrong
+    ("YOLOv5  2022-4-22 torch 1.11.0+cpu CPU", "no_gpu"),
+    # the same build named beside an error that is not about a device says nothing of it
+    ("PyTorch version: 2.0.0+cpu\nKeyError: 'instruction'", "unknown"),
+])
+def test_batch_28_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
