@@ -139,7 +139,8 @@ def status(ctx: Context, run: str, as_json: bool) -> None:
               help="Operator only (root): every user's runs, read-only, with a USER column.")
 @json_option
 @pass_ctx
-def list_runs(ctx: Context, limit: int | None, since: str | None, show_all: bool, all_users: bool, as_json: bool) -> None:
+def list_runs(ctx: Context, limit: int | None, since: str | None, show_all: bool, all_users: bool,
+              as_json: bool) -> None:
     """List your runs (one Slurm query for all): phase, progress, GPUs, age, cost so far."""
     import time
 

@@ -99,7 +99,8 @@ _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re
 # Lightning's Trainer prints the second at start, torch.utils.collect_env the third; a CPU-only build of torch
 # named in a banner or an environment printout ("torch 1.11.0+cpu CPU", "PyTorch version: 2.0.0+cpu").
 _WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
-                          r"^\s*Is CUDA available: False\s*$|\b(?:torch|PyTorch version:?)[ =-]?v?\d+\.\d+(?:\.\d+)?\+cpu\b")
+                          r"^\s*Is CUDA available: False\s*$|"
+                          r"\b(?:torch|PyTorch version:?)[ =-]?v?\d+\.\d+(?:\.\d+)?\+cpu\b")
 _WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 

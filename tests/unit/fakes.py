@@ -71,3 +71,24 @@ def sacct_output(*records, seal: str = TEST_SEAL) -> str:
     from slurmctl.slurm.parsing import field_separator
 
     return "".join(field_separator(seal).join(map(str, [*r, r[0]])) + "\n" for r in records)
+
+
+def silent_slurm_env(tmp: Path, runs_root: Path) -> dict:
+    """The environment of a slurmctl process whose Slurm commands answer with nothing (an empty queue, no
+    accounting record) and whose site config keeps runs under `runs_root`: for tests of a whole process that
+    pin what it reads or imports, not what Slurm says."""
+    import os
+
+    import yaml
+
+    site = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy/local/site.yaml").read_text())
+    (tmp / "site.yaml").write_text(yaml.safe_dump({**site, "runs_root": str(runs_root)}))
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for name in ("squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURMCTL_", "FORCE_COLOR", "TTY_"))},
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "SLURMCTL_SITE_CONFIG": str(tmp / "site.yaml"), "SLURMCTL_USER_CONFIG": str(tmp / "no-config.yaml"),
+            "XDG_CACHE_HOME": str(tmp / "cache"), "XDG_STATE_HOME": str(tmp / "state")}

@@ -152,7 +152,8 @@ def test_wordings_met_in_blind_batches(log, category):
     # torch_xla with no device configured; TensorFlow on a TPU writing to a local path
     ("  what():  tensorflow/compiler/xla/xla_client/computation_client.cc:273 : Missing XLA configuration",
      "missing_config"),
-    ("File system scheme '[local]' not implemented (file: 'bert_model_output/model.ckpt-0_temp_f8ab')", "missing_config"),
+    ("File system scheme '[local]' not implemented (file: 'bert_model_output/model.ckpt-0_temp_f8ab')",
+     "missing_config"),
     # PaddlePaddle's load_params: pretrained weights for 80 classes into a model built for fewer
     ("RuntimeError: Shape not matching: the Program requires a parameter with a shape of ((27, 256, 1, 1)), while the "
      "loaded parameter (namely [ conv094.conv.weights ]) has a shape of  ((255, 256, 1, 1)).", "checkpoint_mismatch"),
@@ -189,7 +190,7 @@ def test_a_model_type_autoconfig_does_not_know_is_an_old_transformers():
     log = """Traceback (most recent call last):
   File "/home/u/Qwen1.5/examples/sft/finetune.py", line 344, in train
     config = transformers.AutoConfig.from_pretrained(
-  File "/opt/env/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 1022, in from_pretrained
+  File "/opt/env/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 1022, in fn
     config_class = CONFIG_MAPPING[config_dict["model_type"]]
   File "/opt/env/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 723, in __getitem__
     raise KeyError(key)

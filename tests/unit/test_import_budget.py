@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmctl.rundir import Run, current_user
+from tests.unit.fakes import silent_slurm_env
 
-REPO = Path(__file__).resolve().parents[2]
 HEAVY = {"pydantic", "yaml", "jinja2", "torch", "docker", "paramiko", "rich", "matplotlib", "submitit",
          "prometheus_client"}
 RUN_ID = "budget-20260101-0001"
@@ -49,17 +48,7 @@ def env(tmp_path_factory) -> dict:
     log = Run(RUN_ID, run).log_path(4242)
     log.parent.mkdir()
     log.write_text("[rank0]: step 1 loss 2.0\n")
-    site = yaml.safe_load((REPO / "deploy/local/site.yaml").read_text())
-    (tmp / "site.yaml").write_text(yaml.safe_dump({**site, "runs_root": str(runs)}))
-    bin_dir = tmp / "bin"  # Slurm's commands answer with nothing: an empty queue, no accounting record
-    bin_dir.mkdir()
-    for name in ("squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):
-        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
-        (bin_dir / name).chmod(0o755)
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURMCTL_", "FORCE_COLOR", "TTY_"))},
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "SLURMCTL_SITE_CONFIG": str(tmp / "site.yaml"), "SLURMCTL_USER_CONFIG": str(tmp / "no-config.yaml"),
-            "XDG_CACHE_HOME": str(tmp / "cache"), "XDG_STATE_HOME": str(tmp / "state")}
+    return silent_slurm_env(tmp, runs)
 
 
 def _imports(env: dict, *argv: str) -> tuple[int, set[str], str]:

@@ -10,14 +10,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
 from slurmctl.rundir import current_user
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit.fakes import silent_slurm_env
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +34,7 @@ def env(tmp_path_factory) -> dict:
                                                   "checkpoint_dir": str(run / "checkpoints")}))
         (run / "run.yaml").write_text("name: window\nentrypoint: train.py\npartition: l4-dev\ntime_limit: 5m\n")
         os.utime(run / "run.json", (created, created))
-    site = yaml.safe_load((REPO / "deploy/local/site.yaml").read_text())
-    (tmp / "site.yaml").write_text(yaml.safe_dump({**site, "runs_root": str(tmp / "runs")}))
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    for name in ("squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):
-        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
-        (bin_dir / name).chmod(0o755)
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("SLURMCTL_", "FORCE_COLOR", "TTY_"))},
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "SLURMCTL_SITE_CONFIG": str(tmp / "site.yaml"), "SLURMCTL_USER_CONFIG": str(tmp / "no-config.yaml"),
-            "XDG_CACHE_HOME": str(tmp / "cache"), "XDG_STATE_HOME": str(tmp / "state")}
+    return silent_slurm_env(tmp, tmp / "runs")
 
 
 def _listed(env: dict, *argv: str) -> list[str]:
