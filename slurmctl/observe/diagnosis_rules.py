@@ -179,6 +179,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
          # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+         # numpy asked for an array larger than the address space allows (numpy/core/src/multiarray/ctors.c)
+         r"ValueError: array is too big|"
          # c10/core/impl/alloc_cpu.cpp of older torch: posix_memalign's ENOMEM as an enforce failure
          r"\[enforce fail at (?:CPUAllocator|alloc_cpu)\.cpp:\d+\] posix_memalign",
          "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
@@ -382,6 +384,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"LocalExecutor can use only one node|"
          # peft's LoraConfig for a model architecture it has no default target modules for
          r"Please specify `target_modules` in `peft_config`|"
+         # a check that one setting divides another, as an assert states it ("assert self.n_batch %
+         # self.nminibatches == 0"): the settings chosen do not fit each other
+         r"\bassert\b[^\n]{0,80}\S\s*%\s*[\w.()\[\]]+\s*==\s*0\b|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
@@ -504,7 +509,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"socket has failed to connect to|CoordinationService/(?:RegisterTask|Barrier)|Barrier timed out|"
          r"DistStoreError|clients joined|Gloo connectFullMesh failed|TCPStore.{0,80}(?:Connection refused|timed out)|"
          # launchers that start the ranks over ssh (DeepSpeed's runner, pdsh, mpirun) and cannot reach a host
-         r"was not reachable via ssh|ssh: Could not resolve hostname",
+         r"was not reachable via ssh|ssh: Could not resolve hostname|"
+         # DGL's RPC (distributed KVStore / DistGraph servers) binding the address its ip config names
+         r"tcp_socket\.cc: \d+: Failed bind on \S+, errno=\d+",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node).",
@@ -573,7 +580,7 @@ EXCEPTION_FAMILIES = _families(
     # and heads): a check of the configuration
     ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
-    ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type)?(?:Error|Exception)\b|"
+    ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type|Value|Key)?(?:Error|Exception)\b|"
                        r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
                        r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),

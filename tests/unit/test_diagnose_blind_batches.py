@@ -229,3 +229,18 @@ def test_batch_26_wordings(log, category):
 ])
 def test_batch_28_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 32: DGL's RPC server binding an address of another machine (errno 99)
+    ("/opt/dgl/src/rpc/network/tcp_socket.cc: 69: Failed bind on 10.0.0.7:30050, errno=99", "rendezvous_failure"),
+    # stable-baselines' PPO2: the batch must split into the minibatches asked for
+    ("    assert self.n_batch % self.nminibatches == 0\nAssertionError", "missing_config"),
+    # dargs (DeePMD-kit's input checker): a value the schema does not allow
+    ("dargs.dargs.ArgumentValueError: [at location `model/descriptor/list/1`] get invalid choice `se_uni` for flag "
+     "key `type`.", "missing_config"),
+    # numpy refusing an array larger than the address space (a replay memory sized for more RAM)
+    ("    self.screens = np.empty((self.size, 84, 84), dtype = np.uint8)\nValueError: array is too big.", "host_oom"),
+])
+def test_batch_32_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
