@@ -118,7 +118,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
-         r"cudaMalloc.{0,40}out of memory|"
+         r"cudaMalloc.{0,40}out of memory|THCudaCheck FAIL .{0,200}\bout of memory|"
          # XLA's device allocator (stream_executor: "Failed to allocate request for %s (%uB) on device ordinal %d")
          # and its BFC allocator ("Out of memory while trying to allocate %d bytes"), as JAX raises them
          r"Failed to allocate request for \S+ \(\d+B\) on device ordinal|"
@@ -186,7 +186,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
          # "out of memory" in a line that names the GPU, or a CUDA call's status (Caffe's "Check failed: error ==
          # cudaSuccess (2 vs. 0)  out of memory"), is the GPU's memory, in a wording cuda_oom does not know
-         unless=r"\bCUDA|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device"),
+         unless=r"\bCUDA|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device|"
+                # torch < 1.0's THC (its CUDA backend): "THCudaCheck FAIL file=.../THCStorage.cu ... out of memory"
+                r"THCudaCheck|\.cu\b"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
     # threads call it; the bus error of the worker that follows is its consequence.
@@ -329,6 +331,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"numpy\.dtype size changed, may indicate binary incompatibility|"
          # transformers' lazy module wrapping the real import error; Windows' loader (torch/__init__.py)
          r"Failed to import \S+ because of the following error|\[WinError 126\]|Error loading \S+\.dll|"
+         # a library's callable given an argument its installed version does not take (Lightning 2 dropped
+         # Trainer(gpus=), Hydra < 1.2 has no version_base=, an older DeepSpeed's zero.Init): code written for
+         # another version than the one installed. Python raises it at the call, naming the callable
+         r"^(?:TypeError: )?[\w.]*\w\(\) got an unexpected keyword argument '\w+'|"
          r"Could not find module '[^']+\.dll'|"
          # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
          r"cuDNN version incompatibility|mismatches the version that was used to compile|"
@@ -380,6 +386,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch_xla started with no device configured (PJRT_DEVICE / XRT_TPU_CONFIG unset); TensorFlow on a
          # TPU given a local path where the TPU workers need a bucket (gs://)
          r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
+         # jsonnet (AllenNLP's configuration language) refusing the configuration file as written
+         r"(?:STATIC|RUNTIME) ERROR: \S.{0,200}\.(?:jsonnet|libsonnet):\d+|"
          # submitit with no Slurm to submit to falls back to its LocalExecutor, which runs one node only
          r"LocalExecutor can use only one node|"
          # peft's LoraConfig for a model architecture it has no default target modules for

@@ -244,3 +244,19 @@ def test_batch_28_wordings(log, category):
 ])
 def test_batch_32_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 31: Lightning 2 dropped Trainer(gpus=); Hydra < 1.2 has no version_base= (and batch 26's older
+    # DeepSpeed zero.Init): a library called as another version of it takes
+    ("TypeError: Trainer.__init__() got an unexpected keyword argument 'gpus'", "import_error"),
+    ("TypeError: main() got an unexpected keyword argument 'version_base'", "import_error"),
+    # torch < 1.0's CUDA backend running out of GPU memory is not the host's
+    ("THCudaCheck FAIL file=/py/conda-bld/pytorch_1493680494901/work/torch/lib/THC/generic/THCStorage.cu line=66 "
+     "error=2 : out of memory", "cuda_oom"),
+    # jsonnet (AllenNLP's configuration language) refusing the file as written
+    ("RuntimeError: STATIC ERROR: /content/drive/My data/declutr.jsonnet:81:44: Could not lex the character code 194",
+     "missing_config"),
+])
+def test_batch_31_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
