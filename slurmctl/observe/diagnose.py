@@ -395,6 +395,8 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
 
 
 _NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
+# a line that prints a loss value (a bare progress bar, "27/860 [02:08<1:05:33]", shows no value to be finite)
+_LOSS_VALUE = re.compile(r"loss\w*['\"]?\s*[:=]?\s*[-+]?\d", re.IGNORECASE)
 
 
 def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:
@@ -403,7 +405,8 @@ def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: L
     nan = [n for n in hits if SIGNATURES[n].category == "nan_loss"]
     last_nan = max((i for n in nan for i in hits[n]), default=None)
     if last_nan is None or reading.last_progress is None or reading.last_progress <= last_nan \
-            or _NON_FINITE.search(lines[reading.last_progress]):
+            or _NON_FINITE.search(lines[reading.last_progress]) \
+            or not any(_LOSS_VALUE.search(line) for line in lines[last_nan + 1:reading.last_progress + 1]):
         return
     for n in nan:
         del hits[n]
@@ -479,6 +482,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
+    if sig is None and reading.while_importing and reading.exception \
+            and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
+        return Diagnosis(
+            "import_error", f"An installed library failed while it was being imported ({reading.exception[:160]}, at "
+            f"{reading.raising_frame}): it does not fit the version of another installed library it uses.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Install versions that are known to work together (the project's pinned requirements, or the versions "
+            "the failing library's release names for its dependencies) in the job's environment.",
+            rank=reading.root_rank, source="log", extra=extra)
     if sig is None and _unknown_model_type(reading):  # AutoConfig's own file: before the configuration code's rule
         return Diagnosis(
             "import_error", f"The installed transformers does not know the model type {reading.exception[9:]} "

@@ -261,6 +261,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
          # transformers' TrainingArguments: bf16 asked for on a GPU older than Ampere (T4, V100)
+         # vLLM's check of the dtype against the GPU ("Bfloat16 is only supported on GPUs with compute capability
+         # of at least 8.0")
+         r"only supported on GPUs with compute capability of at least|"
          r"Your setup doesn't support bf16/gpu|bf16 mixed precision requires PyTorch >= [\d.]+ and a supported device|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
@@ -388,6 +391,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
          # jsonnet (AllenNLP's configuration language) refusing the configuration file as written
          r"(?:STATIC|RUNTIME) ERROR: \S.{0,200}\.(?:jsonnet|libsonnet):\d+|"
+         # LLaVA's preprocessing (and its forks') when the conversation template (--version) does not fit the
+         # tokenizer: every sample's labels are masked out, so nothing is learned
+         r"WARNING: tokenization mismatch: \d+ vs\. \d+\. \(ignored\)|"
          # submitit with no Slurm to submit to falls back to its LocalExecutor, which runs one node only
          r"LocalExecutor can use only one node|"
          # peft's LoraConfig for a model architecture it has no default target modules for
@@ -624,10 +630,10 @@ EXCEPTION_FAMILIES = _families(
                      # imported"): the installed version is not the one the code was written for. Not 'torch.cuda'
                      # itself nor a private module ('torch._C'): what they hold depends on the build (a CPU-only
                      # one), not only on the version
-                     r"\bmodule '(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
+                     r"\bmodule '?(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
                      r"accelerate|deepspeed|peft|trl|datasets|huggingface_hub|torchvision|torchaudio|scipy|pandas|"
                      r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|setuptools|pkg_resources|"
-                     r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?' has no attribute\b|"
+                     r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?'? has no attribute\b|"
                      r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
 )
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is

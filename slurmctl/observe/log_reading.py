@@ -53,11 +53,11 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
                         r"exited with (?:exit )?code (-?\d+)|exitcode\s*:\s*(-?\d+)|^(?:.*\s)?(Killed|Aborted|"
                         r"Segmentation fault|Bus error)(?: \(core dumped\))?(?:\s+\S.*)?$|signal: (\w+)",
                         re.IGNORECASE)
-# bash's job-status word for SIGKILL, also in the shell's locale
+# bash's job-status word for SIGKILL ("Killed: 9" on macOS), also in the shell's locale
 # (zh_CN "已杀死", ja "強制終了", ru "Убито", de "Getötet").
 # A progress bar without a newline runs into it (tqdm's "... 1/2 [00:10<00:10, 10.1s/it]Killed", Keras'
 # "165376/296960 [====>....] - ETA: 365s - loss: 2.1371Killed"); an issue's Markdown may embolden it ("**Killed**").
-_BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed|已杀死|強制終了|Убито|Getötet)\**(?:\s+.*)?$|"
+_BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed(?:: 9)?|已杀死|強制終了|Убито|Getötet)\**(?:\s+.*)?$|"
                         r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$|"
                         r"^\s*\d+/\d+ \[[=>.]*\].*\dKilled$|"
                         # zsh's job control ("[1]    2843557 killed     python train.py")
@@ -306,6 +306,9 @@ class LogReading:
     bare_kill: int | None = None  # a "Killed" with no message (SIGKILL from outside the program)
     sigkill: int | None = None  # a launcher/shell line saying a process died of SIGKILL (exit -9 or 137)
     raising_code: str | None = None  # the source line the traceback quotes under its deepest frame
+    # raised inside an installed library while the program was still importing it: every frame of the program's
+    # own code is an import statement
+    while_importing: bool = False
     failure_markers: int = 0  # tracebacks, exception lines, fatal launcher/Slurm lines
 
     def to_dict(self) -> dict:
@@ -330,6 +333,19 @@ def real_error_first(chosen: tuple[int, list[str]] | None,
         return chosen
     real = [(s, b) for s, b in blocks if _EXCEPTION_LINE.match(b[-1].strip()) and not _PEER_TEARDOWN.search(b[-1])]
     return real[0] if real else chosen
+
+
+_IMPORT_STATEMENT = re.compile(r"^\s*(?:from\s+\S+\s+)?import\s")
+
+
+def _while_importing(block: list[str]) -> bool:
+    """The traceback runs from the program's own import statements into a library that raised: each frame
+    outside installed libraries quotes an import as its code, and the deepest frame is a library's."""
+    quoted = [(m, block[n + 1] if n + 1 < len(block) else "") for n, line in enumerate(block)
+              if (m := _FRAME.match(line))]
+    own = [code for m, code in quoted if not _LIBRARY_PATH.search(m[1])]
+    return bool(quoted and own and _LIBRARY_PATH.search(quoted[-1][0][1])
+                and all(_IMPORT_STATEMENT.match(code) for code in own))
 
 
 def _frame_text(m: re.Match) -> str:
@@ -392,6 +408,7 @@ def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = No
         last_frame = max((n for n, line in enumerate(block) if _FRAME.match(line)), default=None)
         if last_frame is not None and last_frame + 1 < len(block) - 1:
             r.raising_code = block[last_frame + 1].strip() or None
+        r.while_importing = _while_importing(block)
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
     if r.exception is None:  # no traceback header posted: the first exception or C++ what() line

@@ -260,3 +260,49 @@ def test_batch_32_wordings(log, category):
 ])
 def test_batch_31_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_a_library_that_fails_while_it_is_imported_is_a_version_conflict():
+    # batch 30: trl's GRPOConfig reads a TrainingArguments field the installed transformers lacks
+    log = """Traceback (most recent call last):
+  File "/work/Visual-RFT/src/open_r1/grpo_ocr.py", line 26, in <module>
+    from open_r1.trainer import Qwen2VLGRPOTrainer
+  File "/work/Visual-RFT/src/open_r1/trainer/grpo_trainer.py", line 46, in <module>
+    from trl.trainer.grpo_config import GRPOConfig
+  File "/root/miniconda3/lib/python3.11/site-packages/trl/trainer/grpo_config.py", line 22, in <module>
+    class GRPOConfig(TrainingArguments):
+  File "/root/miniconda3/lib/python3.11/site-packages/trl/trainer/grpo_config.py", line 225, in GRPOConfig
+    _VALID_DICT_FIELDS = TrainingArguments._VALID_DICT_FIELDS + ["model_init_kwargs"]
+AttributeError: type object 'TrainingArguments' has no attribute '_VALID_DICT_FIELDS'
+"""
+    assert diagnose_text(log).category == "import_error"
+    # the same error once the program's own code runs (not an import) is not read as a version conflict
+    ran = log.replace("    from trl.trainer.grpo_config import GRPOConfig", "    config = make_config(args)")
+    assert diagnose_text(ran).category != "import_error"
+
+
+def test_a_nan_loss_a_bare_progress_bar_follows_is_still_a_nan_loss():
+    # batch 30: the Trainer's dict of metrics says nan; the bar after it shows no value to be finite
+    bar = "  3%|####      | 27/860 [02:08<1:05:33,  4.72s/it]"
+    log = "\n".join(["  1%|#    | 9/860 [00:43<1:05:18,  4.60s/it]{'loss': nan, 'reward': 0.2684}",
+                     "  2%|##   | 19/860 [01:30<1:07:22,  4.81s/it]{'loss': nan, 'reward': -0.3129}", bar, ""])
+    assert diagnose_text(log).category == "nan_loss"
+    # a later line that prints a finite loss: training went on past a skipped step
+    assert diagnose_text(log.replace(bar, bar + "{'loss': 1.25, 'reward': 0.3}")).category == "unknown"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 30: vLLM's dtype check on a V100
+    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
+     "V100-SXM2-32GB GPU has compute capability 7.0.", "arch_mismatch"),
+    # LLaVA's preprocessing when the conversation template (--version) does not fit the tokenizer
+    ("WARNING: tokenization mismatch: 57 vs. 56. (ignored)\nWARNING: tokenization mismatch: 58 vs. 57. (ignored)",
+     "missing_config"),
+    # bash on macOS, after a progress bar without a newline
+    ("| 15/20 [1:58:20<48:37, 583.49s/it]./run_rl_swarm.sh: line 142: 33551 Killed: 9               python -m "
+     "hivemind_exp.gsm8k.train_single_gpu", "host_oom"),
+    # transformers' lazy module words it without quotes
+    ("AttributeError: module trl has no attribute GRPOConfig. Did you mean: 'ORPOConfig'?", "import_error"),
+])
+def test_batch_30_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
