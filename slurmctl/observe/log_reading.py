@@ -57,7 +57,8 @@ _EXIT_LINE = re.compile(r"srun: error: \S+: tasks? [\d,-]+: (?:Exited with exit 
 # (zh_CN "已杀死", ja "強制終了", ru "Убито", de "Getötet").
 # A progress bar without a newline runs into it (tqdm's "... 1/2 [00:10<00:10, 10.1s/it]Killed", Keras'
 # "165376/296960 [====>....] - ETA: 365s - loss: 2.1371Killed"); an issue's Markdown may embolden it ("**Killed**").
-_BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed(?:: 9)?|已杀死|強制終了|Убито|Getötet)\**(?:\s+.*)?$|"
+_BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed(?:: 9)?|已杀死|強制終了|Убито|Getötet)\**"
+                        r"(?:\s+.*)?$|"
                         r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$|"
                         r"^\s*\d+/\d+ \[[=>.]*\].*\dKilled$|"
                         # zsh's job control ("[1]    2843557 killed     python train.py")
