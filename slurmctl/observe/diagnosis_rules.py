@@ -107,6 +107,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "when no driver is passed in at all (singularity/apptainer without `--nv`, docker without `--gpus`)."),
     _sig("cuda_illegal_access",
          r"illegal memory access was encountered|CUDA_ERROR_ILLEGAL_ADDRESS|cudaErrorIllegalAddress|"
+         # ROCm's words for it (the HSA runtime's page fault report on AMD GPUs)
+         r"Memory access fault by GPU node-\d+|"
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
          r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR|"
          r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
@@ -127,7 +129,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"CUDA_ERROR_OUT_OF_MEMORY|Resource exhausted: Out of memory|"
          # the TPU runtime's allocator (torch_xla, TensorFlow on TPU): "Attempting to allocate 180.59M. That was
          # not possible. There are 142.58M free."
-         r"Attempting to allocate \S+\. That was not possible\. There are \S+ free",
+         r"Attempting to allocate \S+\. That was not possible\. There are \S+ free|"
+         # Habana Gaudi's device memory (the HPU's PT_DEVMEM module)
+         r"MODULE:PT_DEVMEM Allocation failed",
          "A GPU ran out of memory.",
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
@@ -149,6 +153,12 @@ SIGNATURES: tuple[Signature, ...] = (
          # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails on a small
          # /dev/shm (a container's 64 MB) with ENOSPC: a transport set-up failure, not a full disk
          r"NCCL WARN Call to posix_fallocate failed|"
+         # the transport's or the bootstrap's connection refused or out of descriptors (NCCL's "Last error: Net :
+         # Connect to 169.254.3.1<33323> failed : Connection refused"; AWS Neuron's CCOM words it as NCCL does);
+         # a topology/graph file (NCCL_TOPO_FILE, NCCL_GRAPH_FILE) that names devices this machine does not have
+         r"\bNet(?:/Socket)?\s*: Connect to \S+ failed : Connection refused|"
+         r"WARN Call to (?:accept|connect|socket) failed : Too many open files|"
+         r"NCCL WARN XML Import Channel : dev \d+ not found|"
          r"Unable to create .{0,40}shared memory .{0,40}/dev/shm|ncclSystemError: System call \(e\.g\. socket, "
          r"malloc\) or external library call failed or device error.{0,200}(?:ibv|IB|socket interface)",
          "NCCL could not set up its transport between GPUs/nodes (InfiniBand verbs, locked-memory limit, or no "
@@ -264,6 +274,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # vLLM's check of the dtype against the GPU ("Bfloat16 is only supported on GPUs with compute capability
          # of at least 8.0")
          r"only supported on GPUs with compute capability of at least|"
+         # TransformerEngine's FP8 check; Apple's MPS backend, which has no float64
+         r"compute capability [\d.]+ or (?:higher|newer|above) (?:is )?required|"
+         r"MPS framework doesn't support float64|"
          r"Your setup doesn't support bf16/gpu|bf16 mixed precision requires PyTorch >= [\d.]+ and a supported device|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
          r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"

@@ -306,3 +306,25 @@ def test_a_nan_loss_a_bare_progress_bar_follows_is_still_a_nan_loss():
 ])
 def test_batch_30_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 33: ROCm's page fault report; TransformerEngine's FP8 check on an RTX 3090; MPS has no float64
+    ("Memory access fault by GPU node-1 on address 0x1e4000. Reason: Page not present or supervisor privilege.",
+     "cuda_illegal_access"),
+    ("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.", "arch_mismatch"),
+    ("TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. Please "
+     "use float32 instead.", "arch_mismatch"),
+    # NCCL's transport connection refused (a link-local address the nodes cannot reach); a graph file for another
+    # machine size; the bootstrap out of file descriptors (AWS Neuron's CCOM)
+    ("ncclInternalError: Internal check failed.\nLast error:\nNet : Connect to 169.254.3.1<33323> failed : "
+     "Connection refused", "nccl_setup"),
+    ("::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.", "nccl_setup"),
+    ("2023-Aug-01 16:12:43.0204 332066:332417 [18] bootstrap.cc:106 CCOM WARN Call to accept failed : Too many open "
+     "files", "nccl_setup"),
+    # Habana Gaudi's device memory
+    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::268435456 (256)MB",
+     "cuda_oom"),
+])
+def test_batch_33_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
