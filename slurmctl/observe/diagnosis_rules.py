@@ -414,6 +414,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # a check that one setting divides another, as an assert states it ("assert self.n_batch %
          # self.nminibatches == 0"): the settings chosen do not fit each other
          r"\bassert\b[^\n]{0,80}\S\s*%\s*[\w.()\[\]]+\s*==\s*0\b|"
+         # a distributed-only part (SyncBatchNorm, DDP, a collective) in a program started without a process group
+         # (run with python instead of its launcher, or a config that asks for SyncBN on one process)
+         r"Default process group has not been initialized|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"

@@ -328,3 +328,10 @@ def test_batch_30_wordings(log, category):
 ])
 def test_batch_33_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_a_distributed_part_without_a_process_group_is_a_configuration_error():
+    # batch 34: SyncBN in the decode head of a segmentation model trained on one process
+    log = ("RuntimeError: Default process group has not been initialized, please make sure to call "
+           "init_process_group.\n")
+    assert diagnose_text(log).category == "missing_config"
