@@ -24,6 +24,7 @@ watchdog) is observe/run_diagnosis.py's.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -202,11 +203,22 @@ def _unknown_model_type(reading: LogReading) -> bool:
 _NAN_VALUE = re.compile(r"(?<![\w.])[-+]?nan(?![\w.(])", re.IGNORECASE)
 
 
+_METRIC_LINE = re.compile(r"^[\w/.\- ]{1,60}?\s*[:=]\s*[-+]?(?:\d[\d.e+-]*|nan|inf)\s*$", re.IGNORECASE)
+_NOT_FINITE_VALUE = re.compile(r"[:=]\s*[-+]?(?:nan|inf)\s*$", re.IGNORECASE)
+
+
 def _ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     """A log without an error of its own whose last lines print NaN values where the lines before printed numbers:
     the training diverged and went on printing NaN until it was stopped. Those lines, or []."""
     said = [line.strip() for line in lines if line.strip()]
-    if reading.exception or len(said) < 3 or not all(_NAN_VALUE.search(line) for line in said[-2:]):
+    if reading.exception or len(said) < 3:
+        return []
+    # a closing table of metrics, one per line ("train/fake     : nan"): a third or more of them not finite
+    table = list(itertools.takewhile(_METRIC_LINE.match, reversed(said)))
+    gone = [line for line in table if _NOT_FINITE_VALUE.search(line)]
+    if len(gone) >= 3 and 3 * len(gone) >= len(table):
+        return gone[:3][::-1]
+    if not all(_NAN_VALUE.search(line) for line in said[-2:]):
         return []
     before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
     return said[-2:] if before and re.search(r"\d+\.\d+|\bloss\b", before[-1], re.IGNORECASE) else []

@@ -335,3 +335,14 @@ def test_a_distributed_part_without_a_process_group_is_a_configuration_error():
     log = ("RuntimeError: Default process group has not been initialized, please make sure to call "
            "init_process_group.\n")
     assert diagnose_text(log).category == "missing_config"
+
+
+def test_a_closing_table_of_metrics_gone_nan_is_a_nan_loss():
+    # batch 37: StarGANv2-VC prints one metric a line at each epoch's end; most are nan/inf
+    table = ["--- epoch 43 ---", "train/real     : nan", "train/fake     : nan", "train/reg      : inf",
+             "train/ds       : 0.0005", "train/asr      : 0.3035", "eval/real      : nan", "eval/adv_cls   : 0.0000"]
+    assert diagnose_text("\n".join(table) + "\n").category == "nan_loss"
+    # one metric not finite among many finite ones (a metric undefined for this epoch) is no evidence
+    finite = ["--- epoch 3 ---", "train/real : 0.51", "train/fake : 0.49", "train/reg : 0.01", "eval/f0 : nan",
+              "eval/asr : 0.31", "eval/ds : 0.02"]
+    assert diagnose_text("\n".join(finite) + "\n").category == "unknown"
