@@ -473,6 +473,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"
          r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"
+         # TensorFlow's gather (an embedding lookup) given an id past the table: "indices[61,19] = 33741 is not in
+         # [0, 33708)"
+         r"indices\[[\d,]+\] = -?\d+ is not in \[0, \d+\)|"
          # THNN's class-index check on the CPU (on the GPU the same check is a device-side assert)
          r"cur_target >= 0 && cur_target < n_classes|"
          # ultralytics YOLOv3/v5/v7 train.py: a label's class id beyond the data set's class count (nc)
@@ -610,7 +613,9 @@ EXCEPTION_FAMILIES = _families(
     # and heads): a check of the configuration
     ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
-    ("missing_config", r"^(?:[\w.]+\.)?\w*(?:Argument|Option)(?:Type|Value|Key)?(?:Error|Exception)\b|"
+    # (not TensorFlow's InvalidArgumentError: an op given a tensor it cannot take, at run time)
+    ("missing_config", r"^(?:[\w.]+\.)?(?!InvalidArgumentError)\w*(?:Argument|Option)(?:Type|Value|Key)?"
+                       r"(?:Error|Exception)\b|"
                        r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
                        r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
                        r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),

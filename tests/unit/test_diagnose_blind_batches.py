@@ -346,3 +346,15 @@ def test_a_closing_table_of_metrics_gone_nan_is_a_nan_loss():
     finite = ["--- epoch 3 ---", "train/real : 0.51", "train/fake : 0.49", "train/reg : 0.01", "eval/f0 : nan",
               "eval/asr : 0.31", "eval/ds : 0.02"]
     assert diagnose_text("\n".join(finite) + "\n").category == "unknown"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 35: TensorFlow's embedding lookup given an id past the vocabulary; its InvalidArgumentError is an op's
+    # run-time refusal, not an argument of the configuration
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: indices[61,19] = 33741 is not in [0, 33708)",
+     "data_shape"),
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Matrix size-incompatible: In[0]: [8,3], "
+     "In[1]: [4,1]", "unknown"),
+])
+def test_batch_35_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
