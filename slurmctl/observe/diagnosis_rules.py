@@ -110,7 +110,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # ROCm's words for it (the HSA runtime's page fault report on AMD GPUs)
          r"Memory access fault by GPU node-\d+|"
          r"device-side assert(?:ion)? triggered|misaligned address|an illegal instruction was encountered|"
-         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR|"
+         # (not cuDNN's EXECUTION_FAILED: a kernel of another architecture fails the same way, as on an RTX 3090
+         # under CUDA 10)
+         r"CUBLAS_STATUS_EXECUTION_FAILED|CUDNN_STATUS_MAPPING_ERROR|"
          r"\.cu:\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion",
          "A CUDA kernel touched memory it should not (illegal access or a device-side assert).",
          "Rerun on a small config with CUDA_LAUNCH_BLOCKING=1 to find the op; check indices/labels are in range "
@@ -143,16 +145,21 @@ SIGNATURES: tuple[Signature, ...] = (
          "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
          "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
          "if /dev/shm or a shared path is not writable by you on the nodes."),
+    # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails with ENOSPC on a small
+    # /dev/shm (a container's 64 MB): the collectors of two batches, and the vocabulary, call that /dev/shm full
+    _sig("disk_full", r"NCCL WARN Call to posix_fallocate failed\s*:\s*No space left on device",
+         "The shared-memory filesystem (/dev/shm) is full: NCCL could not create its shared-memory segments "
+         "(No space left on device).",
+         "Give the job a larger /dev/shm (containers: `--shm-size` or `--ipc=host`; the platform team sets it for "
+         "the nodes), free what other jobs left in /dev/shm, or set NCCL_SHM_DISABLE=1 to go through the network."),
     _sig("nccl_setup",
          r"\bibv_\w+\b.{0,80}(?:fail|error|Cannot allocate memory)|(?:fail|error).{0,80}\bibv_\w+|"
-         r"\bmemlock\b|NET/IB\s*:.{0,80}(?:fail|No device found|Unable)|Bootstrap : no socket interface found|"
+         # (not "--ulimit memlock=-1" on a docker command line: that is the setting that avoids it)
+         r"\bmemlock\b(?!=)|NET/IB\s*:.{0,80}(?:fail|No device found|Unable)|Bootstrap : no socket interface found|"
          r"no usable (?:listening )?(?:network )?interface|No socket interface found|NCCL_SOCKET_IFNAME|"
          r"Could not find interface|failed to extend /dev/shm|Failed to open libibverbs|"
          r"no userspace device-specific driver found|"
          r"(?:Error while creating|Unable to allocate|failed to create) shared memory segment (?:/dev/shm|nccl-shm)|"
-         # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails on a small
-         # /dev/shm (a container's 64 MB) with ENOSPC: a transport set-up failure, not a full disk
-         r"NCCL WARN Call to posix_fallocate failed|"
          # the transport's or the bootstrap's connection refused or out of descriptors (NCCL's "Last error: Net :
          # Connect to 169.254.3.1<33323> failed : Connection refused"; AWS Neuron's CCOM words it as NCCL does);
          # a topology/graph file (NCCL_TOPO_FILE, NCCL_GRAPH_FILE) that names devices this machine does not have
@@ -276,6 +283,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"only supported on GPUs with compute capability of at least|"
          # TransformerEngine's FP8 check; Apple's MPS backend, which has no float64
          r"compute capability [\d.]+ or (?:higher|newer|above) (?:is )?required|"
+         # xformers' and flash-attention's kernels built for another architecture than the GPU's
+         r"this function is for sm_?\d+, but was built for sm_?\d+|"
          r"MPS framework doesn't support float64|"
          r"Your setup doesn't support bf16/gpu|bf16 mixed precision requires PyTorch >= [\d.]+ and a supported device|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
@@ -291,6 +300,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "for it (TORCH_CUDA_ARCH_LIST)."),
     _sig("no_gpu",
          r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
+         # docker with no NVIDIA container runtime to hand a GPU over, or too old to know --gpus
+         r"could not select device driver \"\" with capabilities: \[\[gpu\]\]|^unknown flag: --gpus\b|"
          r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
          r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
@@ -605,7 +616,9 @@ EXCEPTION_FAMILIES = _families(
     ("data_shape", r"\b(?:shape|size|dimension|length)s?\b.{0,80}\b(?:must match|do(?:es)? not match|doesn't match|"
                    r"mismatch|incompatible|not equal)\b|\bexpected (?:input|target|sequence|tensor|batch)\w* "
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
-                   r"\b(?:label|class|target|token|index)(?: id)?s?\b.{0,60}\b(?:out of (?:\w+ )?(?:range|bounds?)|"
+                   # (Python's own "list index out of range" says nothing of the data)
+                   r"\b(?:label|class|target|token|(?<!list )(?<!tuple )(?<!string )index)(?: id)?s?\b.{0,60}\b"
+                   r"(?:out of (?:\w+ )?(?:range|bounds?)|"
                    r"exceeds?)\b|"
                    r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
                    r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
