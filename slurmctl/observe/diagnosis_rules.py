@@ -138,13 +138,21 @@ SIGNATURES: tuple[Signature, ...] = (
          "Lower the per-GPU batch size (keep the global batch with gradient accumulation), enable activation "
          "checkpointing, or shard the model (FSDP/ZeRO). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps "
          "with fragmentation."),
-    _sig("permission_denied", r"Permission denied|PermissionError|\[Errno 13\]|\bEACCES\b|"
+    # Windows' commit limit (RAM + page file) reached while the process maps its libraries or workers
+    # (ERROR_COMMITMENT_LIMIT, in the system's language): host memory, whatever DLL it was loading
+    _sig("host_oom", r"\[WinError 1455\]|paging file is too small for this operation|页面文件太小",
+         "Windows ran out of commit memory (RAM plus page file) while the program loaded its libraries or "
+         "started its data-loader workers.", "Use fewer data-loader workers (each maps torch's DLLs again), or "
+         "enlarge the page file / add RAM; on a cluster node, ask for more memory per node."),
+    _sig("permission_denied", r"Permission denied|PermissionError(?!: \[WinError 32\])|\[Errno 13\]|\bEACCES\b|"
          # writing where the mount is read-only (a container image, a shared dataset); EPERM from the OS
          r"Read-only file system|\[Errno 30\]|\[Errno 1\] Operation not permitted",
          "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
          "Check who owns the path in the message and its mode (`ls -ld PATH`): write outputs and caches under "
          "your own directories (HF_HOME, TORCH_HOME, TMPDIR), make scripts executable, and ask the platform team "
-         "if /dev/shm or a shared path is not writable by you on the nodes."),
+         "if /dev/shm or a shared path is not writable by you on the nodes.",
+         # Windows' sharing violation (a file another process holds open) is not a refusal of access
+         unless=r"\[WinError 32\]"),
     # include/shm.h: NCCL sizes its shared-memory segments with posix_fallocate, which fails with ENOSPC on a small
     # /dev/shm (a container's 64 MB): the collectors of two batches, and the vocabulary, call that /dev/shm full
     _sig("disk_full", r"NCCL WARN Call to posix_fallocate failed\s*:\s*No space left on device",
@@ -277,6 +285,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
+         # torch's warning on a GPU older than its oldest build target
+         r"PyTorch no longer supports this GPU because it is too old|"
          # transformers' TrainingArguments: bf16 asked for on a GPU older than Ampere (T4, V100)
          # vLLM's check of the dtype against the GPU ("Bfloat16 is only supported on GPUs with compute capability
          # of at least 8.0")
@@ -413,6 +423,10 @@ SIGNATURES: tuple[Signature, ...] = (
          # torch_xla started with no device configured (PJRT_DEVICE / XRT_TPU_CONFIG unset); TensorFlow on a
          # TPU given a local path where the TPU workers need a bucket (gs://)
          r"Missing XLA configuration|File system scheme '\[local\]' not implemented|"
+         # torch for Windows and macOS has no NCCL (use the gloo backend); its Windows builds from 2.4 have no libuv
+         # for the TCPStore (USE_LIBUV=0)
+         r"Distributed package doesn't have NCCL (?:\"\s*\")?built in|"
+         r"use_libuv was requested but PyTorch was buil[dt] without libuv support|"
          # jsonnet (AllenNLP's configuration language) refusing the configuration file as written
          r"(?:STATIC|RUNTIME) ERROR: \S.{0,200}\.(?:jsonnet|libsonnet):\d+|"
          # LLaVA's preprocessing (and its forks') when the conversation template (--version) does not fit the
@@ -656,9 +670,7 @@ EXCEPTION_FAMILIES = _families(
                      r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
                      r"\bversion\b.{0,80}\b(?:but|while|does not match|doesn't match|differs from) .{0,40}"
                      r"\b(?:built|compiled) (?:against|with)\b|"
-                     # a build of a package without a part the program uses ("Distributed package doesn't have NCCL
-                     # built in": torch for Windows)
-                     r"\b(?:doesn't|does not) have \w+ built[- ]in\b|"
+
                      # a name a library of another version has not, or no longer has ("module 'numpy' has no
                      # attribute 'float'", transformers' "Tokenizer class X does not exist or is not currently
                      # imported"): the installed version is not the one the code was written for. Not 'torch.cuda'

@@ -377,3 +377,24 @@ def test_batch_35_wordings(log, category):
 ])
 def test_batch_36_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 39: Windows' commit limit while torch maps its DLLs in every data-loader worker (two languages)
+    ('OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading '
+     '"D:\\\\env\\\\lib\\\\site-packages\\\\torch\\\\lib\\\\shm.dll" or one of its dependencies.', "host_oom"),
+    ('OSError: [WinError 1455] 页面文件太小，无法完成操作。 Error loading "D:\\\\venv\\\\cublas64_11.dll" or '
+     'one of its dependencies.', "host_oom"),
+    # torch for Windows has no NCCL (the gloo backend is the setting), nor, from 2.4, libuv (USE_LIBUV=0)
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "missing_config"),
+    ('    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")', "missing_config"),
+    ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "missing_config"),
+    # a file another process holds open (Windows' sharing violation) is not a refusal of access
+    ("PermissionError: [WinError 32] The process cannot access the file because it is being used by another process: "
+     "'C:\\\\exp\\\\' -> 'C:\\\\exp_archived'", "unknown"),
+    # torch's warning on a GPU older than its oldest build target
+    ("    Found GPU0 GeForce GTX 960M which is of cuda capability 5.0.\n    PyTorch no longer supports this GPU "
+     "because it is too old.", "arch_mismatch"),
+])
+def test_batch_39_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category

@@ -46,12 +46,10 @@ def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "ma
     ("RuntimeError: Unimplemented: DNN library is not found.", "import_error"),
     ("RuntimeError: Found libcudnn version 8.6.0 but this build of xformers was compiled with version 8.9.2",
      "import_error"),
-    # deepspeed/ops/op_builder/builder.py assert_no_cuda_mismatch; torch/distributed/distributed_c10d.py on a build
-    # without NCCL (Windows); dgl/graphbolt/__init__.py load_graphbolt
+    # deepspeed/ops/op_builder/builder.py assert_no_cuda_mismatch; dgl/graphbolt/__init__.py load_graphbolt
     ("deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA version 12.2 "
      "does not match the version torch was compiled with 11.7, unable to compile cuda/cpp extensions without a "
      "matching cuda version.", "import_error"),
-    ("RuntimeError: Distributed package doesn't have NCCL built in", "import_error"),
     ("FileNotFoundError: Cannot find DGL C++ graphbolt library at /opt/dgl/graphbolt/libgraphbolt_pytorch_2.3.0.so",
      "import_error"),
     # flash-attn 1.x csrc/flash_attn/fmha_api.cpp (TORCH_CHECK of the GPU's architecture)
