@@ -64,6 +64,11 @@ _DATA_CODE = re.compile(r"__getitem__|getitem|pull_item|collate|annotation|get_r
                         r"get_batch|_next_data|prepare_(?:train|test)_img|get_ann_info|load_image|/datasets?/|"
                         r"dataset\w*\.py|data_?loader\w*\.py", re.IGNORECASE)
 _DATA_ERRORS = ("IndexError", "KeyError", "ValueError", "AssertionError", "NotImplementedError", "TypeError")
+# A call with another number of arguments than the callee takes ("get_metadata() takes exactly 1 argument (2 given)",
+# "takes 2 positional arguments but 3 were given"): raised inside an installed library, one library calling another
+# of a version it was not written for; never a fact about the data
+_ARITY = re.compile(r"^TypeError: \S+\(\) takes (?:exactly |at most |at least |from \d+ to )?\d+ (?:positional )?"
+                    r"arguments? (?:\(\d+ given\)|but \d+ (?:were|was) given)")
 # Where arguments and configuration are parsed and checked: a ValueError/KeyError raised there is a bad setting.
 _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/omegaconf/|/hydra/|"
                           r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
@@ -186,7 +191,7 @@ _COLLATE_CODE = re.compile(r"collate", re.IGNORECASE)
 def _raised_by_data_code(reading: LogReading) -> bool:
     if reading.exception and _STORAGE_NOT_RESIZABLE.search(reading.exception):
         return any(_COLLATE_CODE.search(frame) for frame in reading.frames)
-    return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS)
+    return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS) and not _ARITY.match(reading.exception)
                 and any(_DATA_CODE.search(frame) for frame in reading.frames))
 
 
@@ -494,6 +499,14 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
+    if sig is None and reading.exception and _ARITY.match(reading.exception) and reading.library_frame:
+        return Diagnosis(
+            "import_error", f"An installed library called another with arguments it does not take "
+            f"({reading.exception[:160]}, at {reading.library_frame}): the two are of versions that do not fit.",
+            [reading.exception, f"raised at {reading.library_frame}"],
+            "Install versions that are known to work together (the project's pinned requirements, or the versions "
+            "the failing library's release names for its dependencies) in the job's environment.",
+            rank=reading.root_rank, source="log", extra=extra)
     if sig is None and reading.while_importing and reading.exception \
             and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
         return Diagnosis(

@@ -123,6 +123,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
          r"cudaMalloc.{0,40}out of memory|THCudaCheck FAIL .{0,200}\bout of memory|"
+         # thrust (CUDA's C++ template library: XGBoost's, cuDF's GPU code) failing to allocate device memory
+         r"thrust::system::(?:system_error|detail::bad_alloc).{0,80}\bout of memory|"
          # XLA's device allocator (stream_executor: "Failed to allocate request for %s (%uB) on device ordinal %d")
          # and its BFC allocator ("Out of memory while trying to allocate %d bytes"), as JAX raises them
          r"Failed to allocate request for \S+ \(\d+B\) on device ordinal|"
@@ -213,7 +215,7 @@ SIGNATURES: tuple[Signature, ...] = (
          # cudaSuccess (2 vs. 0)  out of memory"), is the GPU's memory, in a wording cuda_oom does not know
          unless=r"\bCUDA|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device|"
                 # torch < 1.0's THC (its CUDA backend): "THCudaCheck FAIL file=.../THCStorage.cu ... out of memory"
-                r"THCudaCheck|\.cu\b"),
+                r"THCudaCheck|\.cu\b|thrust::"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
     # ("unable to write to file </torch_1_2>: No space left on device (28)"): ENOSPC, which is what users and
     # threads call it; the bus error of the worker that follows is its consequence.
@@ -287,6 +289,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
          # torch's warning on a GPU older than its oldest build target
          r"PyTorch no longer supports this GPU because it is too old|"
+         # RAPIDS (cuDF, cuML) on a GPU older than its builds (compute capability 6.0)
+         r"installation is missing the necessary PTX files|"
          # transformers' TrainingArguments: bf16 asked for on a GPU older than Ampere (T4, V100)
          # vLLM's check of the dtype against the GPU ("Bfloat16 is only supported on GPUs with compute capability
          # of at least 8.0")
@@ -614,7 +618,10 @@ EXCEPTION_FAMILIES = _families(
     ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
                r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
                r"\b(?:GPU|CUDA device|NVIDIA (?:GPU|driver))s?\s+(?:\w+\s+){0,2}(?:not (?:found|available|detected|"
-               r"visible)|unavailable)\b"),
+               r"visible)|unavailable)\b|"
+               # a package installed without its GPU part ("No CUDA extension has been built, can't train on GPU");
+               # transformers' Trainer asked for fp16 where it sees no GPU
+               r"\b(?:can't|cannot|unable to) (?:train|run) on (?:the )?GPU\b|can only be used on CUDA devices\b"),
     ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
                  rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
                  r"\b(?:host|CPU|RAM|system) memory|"

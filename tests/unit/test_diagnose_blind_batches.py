@@ -398,3 +398,35 @@ def test_batch_36_wordings(log, category):
 ])
 def test_batch_39_wordings(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_a_library_calling_another_with_the_wrong_arguments_is_a_version_conflict():
+    # batch 38: petastorm calling pyarrow 0.15's get_metadata as older pyarrow took it
+    log = """Traceback (most recent call last):
+  File "/work/train.py", line 12, in <module>
+    with make_batch_reader(url, schema_fields=fields) as reader:
+  File "/opt/venv/lib/python3.7/site-packages/petastorm/reader.py", line 360, in __init__
+    stored_schema = infer_or_load_unischema(self.dataset)
+  File "/opt/venv/lib/python3.7/site-packages/petastorm/unischema.py", line 251, in from_arrow_schema
+    meta = parquet_dataset.pieces[0].get_metadata(parquet_dataset.fs.open)
+TypeError: get_metadata() takes exactly 1 argument (2 given)
+"""
+    assert diagnose_text(log).category == "import_error"
+    # the same error in the program's own code is its own bug: nothing is named
+    own = log.replace("/opt/venv/lib/python3.7/site-packages/petastorm/", "/work/data/")
+    assert diagnose_text(own).category == "unknown"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    # batch 38: thrust (XGBoost's GPU code) out of device memory; RAPIDS on a GPU older than its builds; a package
+    # installed without its GPU part
+    ("terminate called after throwing an instance of 'thrust::system::system_error' what(): parallel_for failed: "
+     "out of memory Aborted", "cuda_oom"),
+    ("RuntimeError: This cuDF installation is missing the necessary PTX files that are <=50.", "arch_mismatch"),
+    ("ValueError: No CUDA extension has been built, can't train on GPU.", "no_gpu"),
+    # batch 40: transformers' Trainer with --fp16 on a Colab runtime without a GPU
+    ("ValueError: Mixed precision training with AMP or APEX (`--fp16`) and FP16 evaluation can only be used on CUDA "
+     "devices.", "no_gpu"),
+])
+def test_batch_38_and_40_wordings(log, category):
+    assert diagnose_text(log + "\n").category == category
