@@ -199,6 +199,18 @@ def _raised_by_data_code(reading: LogReading) -> bool:
 _AUTO_CONFIG_FRAME = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py")
 
 
+def _version_conflict(reading: LogReading) -> str | None:
+    """What an installed library did that shows it does not fit another installed library, or None: it called
+    another with arguments that one does not take, or it failed while the program was still importing it."""
+    if not reading.exception:
+        return None
+    if _ARITY.match(reading.exception) and reading.library_frame:
+        return "An installed library called another with arguments it does not take"
+    if reading.while_importing and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
+        return "An installed library failed while it was being imported"
+    return None
+
+
 def _unknown_model_type(reading: LogReading) -> bool:
     return bool(reading.exception and reading.exception.startswith("KeyError: '") and reading.raising_frame
                 and _AUTO_CONFIG_FRAME.search(reading.raising_frame))
@@ -499,19 +511,11 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
-    if sig is None and reading.exception and _ARITY.match(reading.exception) and reading.library_frame:
+    conflict = _version_conflict(reading) if sig is None else None
+    if conflict is not None:
         return Diagnosis(
-            "import_error", f"An installed library called another with arguments it does not take "
-            f"({reading.exception[:160]}, at {reading.library_frame}): the two are of versions that do not fit.",
-            [reading.exception, f"raised at {reading.library_frame}"],
-            "Install versions that are known to work together (the project's pinned requirements, or the versions "
-            "the failing library's release names for its dependencies) in the job's environment.",
-            rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and reading.while_importing and reading.exception \
-            and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
-        return Diagnosis(
-            "import_error", f"An installed library failed while it was being imported ({reading.exception[:160]}, at "
-            f"{reading.raising_frame}): it does not fit the version of another installed library it uses.",
+            "import_error", f"{conflict} ({reading.exception[:160]}, at {reading.raising_frame}): the installed "
+            "libraries are of versions that do not fit each other.",
             [reading.exception, f"raised at {reading.raising_frame}"],
             "Install versions that are known to work together (the project's pinned requirements, or the versions "
             "the failing library's release names for its dependencies) in the job's environment.",
