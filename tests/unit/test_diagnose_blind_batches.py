@@ -144,48 +144,6 @@ def test_wordings_met_in_blind_batches(log, category):
     assert diagnose_text(log + "\n").category == category
 
 
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 29: a Keras progress bar with no newline before the shell's "Killed"
-    ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
-    # Windows' ERROR_DISK_FULL through TensorFlow's dataset cache
-    ("(0) Unknown: Failed to WriteFile: cache/training_0.data-00000-of-00001.tempstate1288 : There is not enough "
-     "space on the disk.", "disk_full"),
-    # torch_xla with no device configured; TensorFlow on a TPU writing to a local path
-    ("  what():  tensorflow/compiler/xla/xla_client/computation_client.cc:273 : Missing XLA configuration",
-     "missing_config"),
-    ("File system scheme '[local]' not implemented (file: 'bert_model_output/model.ckpt-0_temp_f8ab')",
-     "missing_config"),
-    # PaddlePaddle's load_params: pretrained weights for 80 classes into a model built for fewer
-    ("RuntimeError: Shape not matching: the Program requires a parameter with a shape of ((27, 256, 1, 1)), while the "
-     "loaded parameter (namely [ conv094.conv.weights ]) has a shape of  ((255, 256, 1, 1)).", "checkpoint_mismatch"),
-    # Keras 2's check of the labels against the model's output
-    ("ValueError: Error when checking target: expected dense_2 to have shape (None, 4) but got array with shape (1, 1)",
-     "data_shape"),
-    # TensorFlow restoring from its `checkpoint` index file: the wrong path, not a corrupt checkpoint
-    ("DataLossError (see above for traceback): Unable to open table file /home/u/out/checkpoint: Data loss: not an "
-     "sstable (bad magic number): perhaps your file is in a different file format", "missing_config"),
-    # a rename in a cache several DDP processes write (torchinductor's codecache): not a path the run was given
-    ("FileNotFoundError: [Errno 2] No such file or directory: '/tmp/torchinductor_u/hb/c.py.1571306751' -> "
-     "'/tmp/torchinductor_u/hb/c.py'", "unknown"),
-])
-def test_batch_29_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 27: the NVIDIA container toolkit refusing a CUDA 12.1 image on an older driver
-    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.1, please update your driver to a "
-     "newer version, or use an earlier cuda container: unknown.", "driver_mismatch"),
-    # Ray's monitor (older Ray says "monitor", newer "detector")
-    ("The node with client ID 1eadc9db2f07 has been marked dead because the monitor has missed too many heartbeats "
-     "from it.", "node_lost"),
-    # submitit with no Slurm around: its LocalExecutor runs one node only
-    ("ValueError: LocalExecutor can use only one node. Use nodes=1", "missing_config"),
-])
-def test_batch_27_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
 def test_a_model_type_autoconfig_does_not_know_is_an_old_transformers():
     # batch 26: Qwen2 loaded with transformers 4.32 (AutoConfig's mapping has no 'qwen2')
     log = """Traceback (most recent call last):
@@ -202,65 +160,6 @@ KeyError: 'qwen2'
     # a KeyError in the user's own configuration code is still a setting rejected
     assert diagnose_text(log.replace("transformers/models/auto/configuration_auto.py",
                                      "proj/configuration_utils.py")).category == "missing_config"
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 26: transformers' TrainingArguments with bf16 on a T4
-    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
-     "arch_mismatch"),
-    # peft's LoraConfig for an architecture it has no default target modules for
-    ("ValueError: Please specify `target_modules` in `peft_config`", "missing_config"),
-    # the TPU runtime's allocator (torch_xla on a v2-32 pod)
-    ("2020-10-22 02:48:58 10.128.0.33 [3]   (1) Resource exhausted: Attempting to allocate 180.59M. That was not "
-     "possible. There are 142.58M free.; (0x3x0_HBM1)", "cuda_oom"),
-])
-def test_batch_26_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 28: accelerate's bf16 check on a T4 (kohya's LoRA trainer on Colab)
-    ("bf16 mixed precision requires PyTorch >= 1.10 and a supported device.", "arch_mismatch"),
-    # torch < 1.6 has no torch.cuda.amp.autocast: a submodule of a package missing a name of a newer version
-    ("AttributeError: module 'torch.cuda.amp' has no attribute 'autocast'", "import_error"),
-    # YOLOv5's banner naming a CPU-only build of torch, and nothing else going wrong
-    ("YOLOv5  2022-4-22 torch 1.11.0+cpu CPU", "no_gpu"),
-    # the same build named beside an error that is not about a device says nothing of it
-    ("PyTorch version: 2.0.0+cpu\nKeyError: 'instruction'", "unknown"),
-])
-def test_batch_28_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 32: DGL's RPC server binding an address of another machine (errno 99)
-    ("/opt/dgl/src/rpc/network/tcp_socket.cc: 69: Failed bind on 10.0.0.7:30050, errno=99", "rendezvous_failure"),
-    # stable-baselines' PPO2: the batch must split into the minibatches asked for
-    ("    assert self.n_batch % self.nminibatches == 0\nAssertionError", "missing_config"),
-    # dargs (DeePMD-kit's input checker): a value the schema does not allow
-    ("dargs.dargs.ArgumentValueError: [at location `model/descriptor/list/1`] get invalid choice `se_uni` for flag "
-     "key `type`.", "missing_config"),
-    # numpy refusing an array larger than the address space (a replay memory sized for more RAM)
-    ("    self.screens = np.empty((self.size, 84, 84), dtype = np.uint8)\nValueError: array is too big.", "host_oom"),
-])
-def test_batch_32_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 31: Lightning 2 dropped Trainer(gpus=); Hydra < 1.2 has no version_base= (and batch 26's older
-    # DeepSpeed zero.Init): a library called as another version of it takes
-    ("TypeError: Trainer.__init__() got an unexpected keyword argument 'gpus'", "import_error"),
-    ("TypeError: main() got an unexpected keyword argument 'version_base'", "import_error"),
-    # torch < 1.0's CUDA backend running out of GPU memory is not the host's
-    ("THCudaCheck FAIL file=/py/conda-bld/pytorch_1493680494901/work/torch/lib/THC/generic/THCStorage.cu line=66 "
-     "error=2 : out of memory", "cuda_oom"),
-    # jsonnet (AllenNLP's configuration language) refusing the file as written
-    ("RuntimeError: STATIC ERROR: /content/drive/My data/declutr.jsonnet:81:44: Could not lex the character code 194",
-     "missing_config"),
-])
-def test_batch_31_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
 
 
 def test_a_library_that_fails_while_it_is_imported_is_a_version_conflict():
@@ -292,45 +191,6 @@ def test_a_nan_loss_a_bare_progress_bar_follows_is_still_a_nan_loss():
     assert diagnose_text(log.replace(bar, bar + "{'loss': 1.25, 'reward': 0.3}")).category == "unknown"
 
 
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 30: vLLM's dtype check on a V100
-    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
-     "V100-SXM2-32GB GPU has compute capability 7.0.", "arch_mismatch"),
-    # LLaVA's preprocessing when the conversation template (--version) does not fit the tokenizer
-    ("WARNING: tokenization mismatch: 57 vs. 56. (ignored)\nWARNING: tokenization mismatch: 58 vs. 57. (ignored)",
-     "missing_config"),
-    # bash on macOS, after a progress bar without a newline
-    ("| 15/20 [1:58:20<48:37, 583.49s/it]./run_rl_swarm.sh: line 142: 33551 Killed: 9               python -m "
-     "hivemind_exp.gsm8k.train_single_gpu", "host_oom"),
-    # transformers' lazy module words it without quotes
-    ("AttributeError: module trl has no attribute GRPOConfig. Did you mean: 'ORPOConfig'?", "import_error"),
-])
-def test_batch_30_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 33: ROCm's page fault report; TransformerEngine's FP8 check on an RTX 3090; MPS has no float64
-    ("Memory access fault by GPU node-1 on address 0x1e4000. Reason: Page not present or supervisor privilege.",
-     "cuda_illegal_access"),
-    ("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.", "arch_mismatch"),
-    ("TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. Please "
-     "use float32 instead.", "arch_mismatch"),
-    # NCCL's transport connection refused (a link-local address the nodes cannot reach); a graph file for another
-    # machine size; the bootstrap out of file descriptors (AWS Neuron's CCOM)
-    ("ncclInternalError: Internal check failed.\nLast error:\nNet : Connect to 169.254.3.1<33323> failed : "
-     "Connection refused", "nccl_setup"),
-    ("::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.", "nccl_setup"),
-    ("2023-Aug-01 16:12:43.0204 332066:332417 [18] bootstrap.cc:106 CCOM WARN Call to accept failed : Too many open "
-     "files", "nccl_setup"),
-    # Habana Gaudi's device memory
-    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::268435456 (256)MB",
-     "cuda_oom"),
-])
-def test_batch_33_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
 def test_a_distributed_part_without_a_process_group_is_a_configuration_error():
     # batch 34: SyncBN in the decode head of a segmentation model trained on one process
     log = ("RuntimeError: Default process group has not been initialized, please make sure to call "
@@ -347,57 +207,6 @@ def test_a_closing_table_of_metrics_gone_nan_is_a_nan_loss():
     finite = ["--- epoch 3 ---", "train/real : 0.51", "train/fake : 0.49", "train/reg : 0.01", "eval/f0 : nan",
               "eval/asr : 0.31", "eval/ds : 0.02"]
     assert diagnose_text("\n".join(finite) + "\n").category == "unknown"
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 35: TensorFlow's embedding lookup given an id past the vocabulary; its InvalidArgumentError is an op's
-    # run-time refusal, not an argument of the configuration
-    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: indices[61,19] = 33741 is not in [0, 33708)",
-     "data_shape"),
-    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: assertion failed: [Condition x == y did not "
-     "hold element-wise:] [x (strided_slice:0) = ] [3]", "unknown"),
-])
-def test_batch_35_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 36: docker without the NVIDIA container runtime, or too old for --gpus
-    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "no_gpu"),
-    ("unknown flag: --gpus\nSee 'docker run --help'.", "no_gpu"),
-    # the docker command that avoids a memlock limit is no NCCL failure
-    ("docker run --gpus all -it --rm --shm-size=8g --ulimit \nmemlock=-1 --ulimit stack=67108864 "
-     "nvcr.io/nvidia/pytorch:21.05-py3", "unknown"),
-    # xformers built for another GPU architecture
-    ("FATAL: this function is for sm80, but was built for sm750", "arch_mismatch"),
-    # cuDNN's EXECUTION_FAILED is an illegal access or a kernel of another architecture alike
-    ("RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "unknown"),
-    # Python's own list index, reported by a sweep agent, says nothing of the data
-    ("wandb: ERROR Run 0jbbwa4t errored: IndexError('list index out of range')", "unknown"),
-])
-def test_batch_36_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
-
-
-@pytest.mark.parametrize(("log", "category"), [
-    # batch 39: Windows' commit limit while torch maps its DLLs in every data-loader worker (two languages)
-    ('OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading '
-     '"D:\\\\env\\\\lib\\\\site-packages\\\\torch\\\\lib\\\\shm.dll" or one of its dependencies.', "host_oom"),
-    ('OSError: [WinError 1455] 页面文件太小，无法完成操作。 Error loading "D:\\\\venv\\\\cublas64_11.dll" or '
-     'one of its dependencies.', "host_oom"),
-    # torch for Windows has no NCCL (the gloo backend is the setting), nor, from 2.4, libuv (USE_LIBUV=0)
-    ("RuntimeError: Distributed package doesn't have NCCL built in", "missing_config"),
-    ('    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")', "missing_config"),
-    ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "missing_config"),
-    # a file another process holds open (Windows' sharing violation) is not a refusal of access
-    ("PermissionError: [WinError 32] The process cannot access the file because it is being used by another process: "
-     "'C:\\\\exp\\\\' -> 'C:\\\\exp_archived'", "unknown"),
-    # torch's warning on a GPU older than its oldest build target
-    ("    Found GPU0 GeForce GTX 960M which is of cuda capability 5.0.\n    PyTorch no longer supports this GPU "
-     "because it is too old.", "arch_mismatch"),
-])
-def test_batch_39_wordings(log, category):
-    assert diagnose_text(log + "\n").category == category
 
 
 def test_a_library_calling_another_with_the_wrong_arguments_is_a_version_conflict():
@@ -417,7 +226,133 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     assert diagnose_text(own).category == "unknown"
 
 
+# Libraries' own wordings met in batches 26 to 41, each with the batch that met it
 @pytest.mark.parametrize(("log", "category"), [
+    # batch 29: a Keras progress bar with no newline before the shell's "Killed"
+    ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
+    # Windows' ERROR_DISK_FULL through TensorFlow's dataset cache
+    ("(0) Unknown: Failed to WriteFile: cache/training_0.data-00000-of-00001.tempstate1288 : There is not enough "
+     "space on the disk.", "disk_full"),
+    # torch_xla with no device configured; TensorFlow on a TPU writing to a local path
+    ("  what():  tensorflow/compiler/xla/xla_client/computation_client.cc:273 : Missing XLA configuration",
+     "missing_config"),
+    ("File system scheme '[local]' not implemented (file: 'bert_model_output/model.ckpt-0_temp_f8ab')",
+     "missing_config"),
+    # PaddlePaddle's load_params: pretrained weights for 80 classes into a model built for fewer
+    ("RuntimeError: Shape not matching: the Program requires a parameter with a shape of ((27, 256, 1, 1)), while the "
+     "loaded parameter (namely [ conv094.conv.weights ]) has a shape of  ((255, 256, 1, 1)).", "checkpoint_mismatch"),
+    # Keras 2's check of the labels against the model's output
+    ("ValueError: Error when checking target: expected dense_2 to have shape (None, 4) but got array with shape (1, 1)",
+     "data_shape"),
+    # TensorFlow restoring from its `checkpoint` index file: the wrong path, not a corrupt checkpoint
+    ("DataLossError (see above for traceback): Unable to open table file /home/u/out/checkpoint: Data loss: not an "
+     "sstable (bad magic number): perhaps your file is in a different file format", "missing_config"),
+    # a rename in a cache several DDP processes write (torchinductor's codecache): not a path the run was given
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/tmp/torchinductor_u/hb/c.py.1571306751' -> "
+     "'/tmp/torchinductor_u/hb/c.py'", "unknown"),
+    # batch 27: the NVIDIA container toolkit refusing a CUDA 12.1 image on an older driver
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.1, please update your driver to a "
+     "newer version, or use an earlier cuda container: unknown.", "driver_mismatch"),
+    # Ray's monitor (older Ray says "monitor", newer "detector")
+    ("The node with client ID 1eadc9db2f07 has been marked dead because the monitor has missed too many heartbeats "
+     "from it.", "node_lost"),
+    # submitit with no Slurm around: its LocalExecutor runs one node only
+    ("ValueError: LocalExecutor can use only one node. Use nodes=1", "missing_config"),
+    # batch 26: transformers' TrainingArguments with bf16 on a T4
+    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "arch_mismatch"),
+    # peft's LoraConfig for an architecture it has no default target modules for
+    ("ValueError: Please specify `target_modules` in `peft_config`", "missing_config"),
+    # the TPU runtime's allocator (torch_xla on a v2-32 pod)
+    ("2020-10-22 02:48:58 10.128.0.33 [3]   (1) Resource exhausted: Attempting to allocate 180.59M. That was not "
+     "possible. There are 142.58M free.; (0x3x0_HBM1)", "cuda_oom"),
+    # batch 28: accelerate's bf16 check on a T4 (kohya's LoRA trainer on Colab)
+    ("bf16 mixed precision requires PyTorch >= 1.10 and a supported device.", "arch_mismatch"),
+    # torch < 1.6 has no torch.cuda.amp.autocast: a submodule of a package missing a name of a newer version
+    ("AttributeError: module 'torch.cuda.amp' has no attribute 'autocast'", "import_error"),
+    # YOLOv5's banner naming a CPU-only build of torch, and nothing else going wrong
+    ("YOLOv5  2022-4-22 torch 1.11.0+cpu CPU", "no_gpu"),
+    # the same build named beside an error that is not about a device says nothing of it
+    ("PyTorch version: 2.0.0+cpu\nKeyError: 'instruction'", "unknown"),
+    # batch 32: DGL's RPC server binding an address of another machine (errno 99)
+    ("/opt/dgl/src/rpc/network/tcp_socket.cc: 69: Failed bind on 10.0.0.7:30050, errno=99", "rendezvous_failure"),
+    # stable-baselines' PPO2: the batch must split into the minibatches asked for
+    ("    assert self.n_batch % self.nminibatches == 0\nAssertionError", "missing_config"),
+    # dargs (DeePMD-kit's input checker): a value the schema does not allow
+    ("dargs.dargs.ArgumentValueError: [at location `model/descriptor/list/1`] get invalid choice `se_uni` for flag "
+     "key `type`.", "missing_config"),
+    # numpy refusing an array larger than the address space (a replay memory sized for more RAM)
+    ("    self.screens = np.empty((self.size, 84, 84), dtype = np.uint8)\nValueError: array is too big.", "host_oom"),
+    # batch 31: Lightning 2 dropped Trainer(gpus=); Hydra < 1.2 has no version_base= (and batch 26's older
+    # DeepSpeed zero.Init): a library called as another version of it takes
+    ("TypeError: Trainer.__init__() got an unexpected keyword argument 'gpus'", "import_error"),
+    ("TypeError: main() got an unexpected keyword argument 'version_base'", "import_error"),
+    # torch < 1.0's CUDA backend running out of GPU memory is not the host's
+    ("THCudaCheck FAIL file=/py/conda-bld/pytorch_1493680494901/work/torch/lib/THC/generic/THCStorage.cu line=66 "
+     "error=2 : out of memory", "cuda_oom"),
+    # jsonnet (AllenNLP's configuration language) refusing the file as written
+    ("RuntimeError: STATIC ERROR: /content/drive/My data/declutr.jsonnet:81:44: Could not lex the character code 194",
+     "missing_config"),
+    # batch 30: vLLM's dtype check on a V100
+    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
+     "V100-SXM2-32GB GPU has compute capability 7.0.", "arch_mismatch"),
+    # LLaVA's preprocessing when the conversation template (--version) does not fit the tokenizer
+    ("WARNING: tokenization mismatch: 57 vs. 56. (ignored)\nWARNING: tokenization mismatch: 58 vs. 57. (ignored)",
+     "missing_config"),
+    # bash on macOS, after a progress bar without a newline
+    ("| 15/20 [1:58:20<48:37, 583.49s/it]./run_rl_swarm.sh: line 142: 33551 Killed: 9               python -m "
+     "hivemind_exp.gsm8k.train_single_gpu", "host_oom"),
+    # transformers' lazy module words it without quotes
+    ("AttributeError: module trl has no attribute GRPOConfig. Did you mean: 'ORPOConfig'?", "import_error"),
+    # batch 33: ROCm's page fault report; TransformerEngine's FP8 check on an RTX 3090; MPS has no float64
+    ("Memory access fault by GPU node-1 on address 0x1e4000. Reason: Page not present or supervisor privilege.",
+     "cuda_illegal_access"),
+    ("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.", "arch_mismatch"),
+    ("TypeError: Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. Please "
+     "use float32 instead.", "arch_mismatch"),
+    # NCCL's transport connection refused (a link-local address the nodes cannot reach); a graph file for another
+    # machine size; the bootstrap out of file descriptors (AWS Neuron's CCOM)
+    ("ncclInternalError: Internal check failed.\nLast error:\nNet : Connect to 169.254.3.1<33323> failed : "
+     "Connection refused", "nccl_setup"),
+    ("::16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.", "nccl_setup"),
+    ("2023-Aug-01 16:12:43.0204 332066:332417 [18] bootstrap.cc:106 CCOM WARN Call to accept failed : Too many open "
+     "files", "nccl_setup"),
+    # Habana Gaudi's device memory
+    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::268435456 (256)MB",
+     "cuda_oom"),
+    # batch 35: TensorFlow's embedding lookup given an id past the vocabulary; its InvalidArgumentError is an op's
+    # run-time refusal, not an argument of the configuration
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: indices[61,19] = 33741 is not in [0, 33708)",
+     "data_shape"),
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: assertion failed: [Condition x == y did not "
+     "hold element-wise:] [x (strided_slice:0) = ] [3]", "unknown"),
+    # batch 36: docker without the NVIDIA container runtime, or too old for --gpus
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "no_gpu"),
+    ("unknown flag: --gpus\nSee 'docker run --help'.", "no_gpu"),
+    # the docker command that avoids a memlock limit is no NCCL failure
+    ("docker run --gpus all -it --rm --shm-size=8g --ulimit \nmemlock=-1 --ulimit stack=67108864 "
+     "nvcr.io/nvidia/pytorch:21.05-py3", "unknown"),
+    # xformers built for another GPU architecture
+    ("FATAL: this function is for sm80, but was built for sm750", "arch_mismatch"),
+    # cuDNN's EXECUTION_FAILED is an illegal access or a kernel of another architecture alike
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "unknown"),
+    # Python's own list index, reported by a sweep agent, says nothing of the data
+    ("wandb: ERROR Run 0jbbwa4t errored: IndexError('list index out of range')", "unknown"),
+    # batch 39: Windows' commit limit while torch maps its DLLs in every data-loader worker (two languages)
+    ('OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading '
+     '"D:\\\\env\\\\lib\\\\site-packages\\\\torch\\\\lib\\\\shm.dll" or one of its dependencies.', "host_oom"),
+    ('OSError: [WinError 1455] 页面文件太小，无法完成操作。 Error loading "D:\\\\venv\\\\cublas64_11.dll" or '
+     'one of its dependencies.', "host_oom"),
+    # torch for Windows has no NCCL (the gloo backend is the setting), nor, from 2.4, libuv (USE_LIBUV=0)
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "missing_config"),
+    ('    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")', "missing_config"),
+    ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support", "missing_config"),
+    # a file another process holds open (Windows' sharing violation) is not a refusal of access
+    ("PermissionError: [WinError 32] The process cannot access the file because it is being used by another process: "
+     "'C:\\\\exp\\\\' -> 'C:\\\\exp_archived'", "unknown"),
+    # torch's warning on a GPU older than its oldest build target
+    ("    Found GPU0 GeForce GTX 960M which is of cuda capability 5.0.\n    PyTorch no longer supports this GPU "
+     "because it is too old.", "arch_mismatch"),
     # batch 38: thrust (XGBoost's GPU code) out of device memory; RAPIDS on a GPU older than its builds; a package
     # installed without its GPU part
     ("terminate called after throwing an instance of 'thrust::system::system_error' what(): parallel_for failed: "
@@ -428,5 +363,5 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     ("ValueError: Mixed precision training with AMP or APEX (`--fp16`) and FP16 evaluation can only be used on CUDA "
      "devices.", "no_gpu"),
 ])
-def test_batch_38_and_40_wordings(log, category):
+def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
