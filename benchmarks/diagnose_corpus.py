@@ -19,7 +19,7 @@ A case labelled `success` (the job did not fail of its training) is right when n
 
 Old batches are studied once scored, so their rescores say little about the next batch. The leave-one-batch-out
 estimate takes each batch out in turn: every alternative of a signature's pattern, or of a family's words
-(diagnosis_rules.EXCEPTION_FAMILIES, SCHEDULER_FAMILIES), that matches a line of that batch's cases and of no
+(diagnosis_families.EXCEPTION_FAMILIES, SCHEDULER_FAMILIES), that matches a line of that batch's cases and of no
 other batch's (nor of a corpus case from no batch) was written for it, and is dropped while that batch is scored.
 What the rest of the rules (the structural reading, the families' words and the wordings met in other batches)
 get right is an estimate of first sight; a change that generalises raises it. A change to the structural reading

@@ -13,7 +13,8 @@ the root error was raised (loading a checkpoint, parsing arguments, reading the 
 the root error, its rank, the user's frame and where to look: a wrong category costs more than none. A job
 Slurm recorded COMPLETED with exit code 0, or a training that finished before what failed, is ``success``.
 
-The category vocabulary and the known wordings are observe/diagnosis_rules.py; the vocabulary is a
+The category vocabulary and the known wordings are observe/diagnosis_rules.py, the families of words read when
+no wording matched observe/diagnosis_families.py; the vocabulary is a
 public contract (``slurmctl diagnose --json``). The rules are scored at first
 sight on blind batches of real logs from public issue threads, then kept as a regression corpus, by
 ``benchmarks/diagnose_corpus.py`` (tests/fixtures/diagnose_corpus/).
@@ -28,15 +29,8 @@ import itertools
 import re
 from dataclasses import asdict, dataclass, field
 
-from slurmctl.observe.diagnosis_rules import (
-    CATEGORY_RANK,
-    EXCEPTION_FAMILIES,
-    HOST_OOM_HINT,
-    NCCL_HINT,
-    NOT_A_FAMILY,
-    SCHEDULER_FAMILIES,
-    SIGNATURES,
-)
+from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES
+from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,

@@ -1,0 +1,112 @@
+"""The families of words a failure is read by when no known wording (observe/diagnosis_rules.SIGNATURES)
+matched: the root exception's class and message, and a scheduler's own record, in any library's or scheduler's
+words. observe/diagnose.py reads them after the signatures."""
+
+from __future__ import annotations
+
+import re
+
+
+def _families(*pairs: tuple[str, str]) -> tuple[tuple[str, re.Pattern], ...]:
+    return tuple((category, re.compile(rx, re.IGNORECASE)) for category, rx in pairs)
+
+
+# --- exception families --------------------------------------------------------------------------------------
+# When no signature matched, the root error is read by its family: the exception's class and the words of its
+# message (two words near each other, not one library's sentence), so a wording nobody has met yet still lands in
+# its category. Each family names its cause only when the message itself says it; anything else stays `unknown`.
+# Order matters: a GPU's memory before the host's, a checkpoint's shape before a tensor's shape.
+_GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device)"
+EXCEPTION_FAMILIES = _families(
+    ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|"
+                 r"memory (?:is )?exhausted)|\b(?:RESOURCE_EXHAUSTED|failed to allocate)\b.{0,80}\bon (?:the )?"
+                 r"(?:GPU|device)\b|"
+                 rf"\b(?:out of memory|OUT_OF_MEMORY|not enough memory)\b.{{0,80}}{_GPU_WORDS}"),
+    ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
+               r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
+               r"\b(?:GPU|CUDA device|NVIDIA (?:GPU|driver))s?\s+(?:\w+\s+){0,2}(?:not (?:found|available|detected|"
+               r"visible)|unavailable)\b|"
+               # a package installed without its GPU part ("No CUDA extension has been built, can't train on GPU");
+               # transformers' Trainer asked for fp16 where it sees no GPU
+               r"\b(?:can't|cannot|unable to) (?:train|run) on (?:the )?GPU\b|can only be used on CUDA devices\b"),
+    ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
+                 rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
+                 r"\b(?:host|CPU|RAM|system) memory|"
+                 r"\b(?:host|system|node|CPU|RAM)(?: memory)? (?:ran|runs|running) (?:out|low)|posix_memalign"),
+    ("checkpoint_corrupt", r"\b(?:checkpoint|ckpt|state_dict|weights|archive|pickle|\w+\.(?:pth?|ckpt|bin|safetensors|"
+                           r"h5|pkl))\b.{0,80}\b(?:corrupt\w*|truncated|unexpected end|unexpected EOF|checksum|"
+                           r"bad magic|invalid magic)|\b(?:corrupt\w*|truncated)\b.{0,40}\b(?:checkpoint|ckpt|weights|"
+                           r"state_dict)\b"),
+    ("checkpoint_mismatch", r"\b(?:checkpoint|ckpt|state_dict|state dict|saved (?:model|weights)|pretrained weights)"
+                            r"\b.{0,120}\b(?:missing|unexpected|mismatch\w*|shape|size|does(?: not|n't) match|"
+                            r"incompatible|not found)\b|\b(?:missing|unexpected|mismatch\w*|shape|size|incompatible)"
+                            r"\b.{0,120}\b(?:in|from|of) (?:the )?(?:checkpoint|ckpt|state_dict|saved weights)\b"),
+    ("data_shape", r"\b(?:shape|size|dimension|length)s?\b.{0,80}\b(?:must match|do(?:es)? not match|doesn't match|"
+                   r"mismatch|incompatible|not equal)\b|\bexpected (?:input|target|sequence|tensor|batch)\w* "
+                   r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
+                   # (Python's own "list index out of range" says nothing of the data)
+                   r"\b(?:label|class|target|token|(?<!list )(?<!tuple )(?<!string )index)(?: id)?s?\b.{0,60}\b"
+                   r"(?:out of (?:\w+ )?(?:range|bounds?)|"
+                   r"exceeds?)\b|"
+                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
+                   r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
+    # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
+    # and heads): a check of the configuration
+    ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
+    # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
+    # (not TensorFlow's InvalidArgumentError: an op given a tensor it cannot take, at run time)
+    ("missing_config", r"^(?:[\w.]+\.)?(?!InvalidArgumentError)\w*(?:Argument|Option)(?:Type|Value|Key)?"
+                       r"(?:Error|Exception)\b|"
+                       r"\b(?:unknown|invalid|unrecognized|unrecognised|missing|required|unsupported) "
+                       r"(?:config(?:uration)? )?(?:argument|option|config(?:uration)? (?:key|value|file)|setting|"
+                       r"command[- ]line (?:argument|option)|flag)s?\s*:?\s*['\"`-]"),
+    ("arch_mismatch", r"\bunsupported (?:gpu |cuda )?arch(?:itecture)?\b|\b(?:compute capability|CUDA capability|"
+                      r"sm_\d+)\b.{0,60}\b(?:not (?:supported|compatible)|unsupported|too (?:old|low))\b|"
+                      # a check of the GPU's architecture that failed (torch's TORCH_CHECK words: "Expected is_sm8x
+                      # || is_sm75 to be true, but got false")
+                      r"\bis_sm_?\d+\w*\b.{0,60}\bbut got false\b"),
+    # a path the job was given (a container's bind or mount source, a path a configuration file names) that is
+    # not there
+    ("missing_config", r"\b(?:mount|bind)(?: source| path| point)?\b.{0,80}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b|"
+                       r"\S\.(?:conf|ya?ml|json|toml|ini|cfg)\b.{0,60}\b(?:does not exist|doesn't exist|"
+                       r"No such file or directory)\b|"
+                       r"\b(?:cannot|can't|could not|couldn't|unable to) (?:find|locate|open) (?:the )?"
+                       r"config(?:uration)? file\b"),
+    ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
+    # the driver named as too old is the driver's, before any library version in the same message
+    ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
+    # a library the program needs is absent, or is another version than the one it was built against
+    ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
+                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"
+                     r"\b(?:library|shared object|installation)\b|"
+                     r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"
+                     r"\bversion\b.{0,80}\b(?:but|while|does not match|doesn't match|differs from) .{0,40}"
+                     r"\b(?:built|compiled) (?:against|with)\b|"
+
+                     # a name a library of another version has not, or no longer has ("module 'numpy' has no
+                     # attribute 'float'", transformers' "Tokenizer class X does not exist or is not currently
+                     # imported"): the installed version is not the one the code was written for. Not 'torch.cuda'
+                     # itself nor a private module ('torch._C'): what they hold depends on the build (a CPU-only
+                     # one), not only on the version
+                     r"\bmodule '?(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
+                     r"accelerate|deepspeed|peft|trl|datasets|huggingface_hub|torchvision|torchaudio|scipy|pandas|"
+                     r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|setuptools|pkg_resources|"
+                     r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?'? has no attribute\b|"
+                     r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
+)
+# The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
+# code written for another version of a library).
+NOT_A_FAMILY = re.compile(r"keyword argument|positional argument", re.IGNORECASE)
+
+
+# A scheduler's or a node's own record, in any scheduler's words: a limit the job ran into or a node it lost.
+SCHEDULER_FAMILIES = _families(
+    ("node_lost", r"\bnode (?:failure|failed)\b|\bnode \S+ (?:is )?(?:down|not responding|unreachable)\b"),
+    ("time_limit", r"\b(?:wall ?(?:clock|time)|run ?time|time ?limit)\b.{0,40}\b(?:exceeded|reached)|"
+                   r"\b(?:exceeded|reached|reaching|exceeding)\b.{0,40}"
+                   r"\b(?:wall ?(?:clock|time)|run ?time|time) limit\b"),
+    ("preempted", r"\b(?:job|task|node|instance|allocation)s?(?: [\w.\[\]-]+)? (?:was |were |has been |got )?"
+                  r"preempted\b"),
+)
