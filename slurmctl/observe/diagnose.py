@@ -25,12 +25,30 @@ watchdog) is observe/run_diagnosis.py's.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import asdict, dataclass, field
 
 from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES
 from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
+from slurmctl.observe.failure_structure import (
+    CANCELLED_LINE,
+    DEVICE_WORDS,
+    MISSING_PATH,
+    REGISTRY_CODE,
+    WEAK_NO_GPU,
+    WORKER_EXITED,
+    bus_error_in_nccl,
+    drop_recovered_nan,
+    ends_in_nan,
+    killed_from_outside,
+    launcher_said_sigkill,
+    raised_by_config_code,
+    raised_by_data_code,
+    raised_forming_the_group,
+    raised_loading_a_checkpoint,
+    unknown_model_type,
+    version_conflict,
+)
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
     ROOT_CAUSE,
@@ -52,59 +70,6 @@ _SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL":
 # Errors a finished training's teardown prints (a peer's store closed, destroy_process_group on a gone
 # peer): after the training's last step they are not a failure of the training.
 _TEARDOWN_CATEGORIES = {"rendezvous_failure", "nccl_error", "nccl_timeout", "unknown"}
-# Where a data set's samples are read and batched (a Dataset's __getitem__, a collate, the data loader's
-# _next_data every worker's error passes through): an index, key or value error raised there is the data's.
-_DATA_CODE = re.compile(r"__getitem__|getitem|pull_item|collate|annotation|get_random_data|load_data|read_data|"
-                        r"get_batch|_next_data|prepare_(?:train|test)_img|get_ann_info|load_image|/datasets?/|"
-                        r"dataset\w*\.py|data_?loader\w*\.py", re.IGNORECASE)
-_DATA_ERRORS = ("IndexError", "KeyError", "ValueError", "AssertionError", "NotImplementedError", "TypeError")
-# A call with another number of arguments than the callee takes ("get_metadata() takes exactly 1 argument (2 given)",
-# "takes 2 positional arguments but 3 were given"): raised inside an installed library, one library calling another
-# of a version it was not written for; never a fact about the data
-_ARITY = re.compile(r"^TypeError: \S+\(\) takes (?:exactly |at most |at least |from \d+ to )?\d+ (?:positional )?"
-                    r"arguments? (?:\(\d+ given\)|but \d+ (?:were|was) given)")
-# Where arguments and configuration are parsed and checked: a ValueError/KeyError raised there is a bad setting.
-_CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/omegaconf/|/hydra/|"
-                          r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
-                          re.IGNORECASE)
-_CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
-# A registry building the class a configuration names (mmengine/mmcv's build_from_cfg, fvcore/detectron2's
-# Registry.get): a KeyError there is a name nothing registered, because the package or module that defines it was
-# not installed or imported (the same cause as its full wording, "X is not in the model registry").
-_REGISTRY_CODE = re.compile(r"[\\/]registry[\\/]|registry\.py|\bbuild_from_cfg\b", re.IGNORECASE)
-# Where a checkpoint is loaded into the model: a key, shape or size complaint raised there is a checkpoint that
-# does not fit (a corrupt file has its own signatures above).
-_CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state_dict|load_model|resume|"
-                              r"from_pretrained|checkpoint\w*\.py|/checkpoint(?:ing)?/", re.IGNORECASE)
-_CHECKPOINT_ERRORS = ("KeyError", "RuntimeError", "ValueError", "AssertionError")
-_CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpected|world size", re.IGNORECASE)
-# The source line a KeyError was raised on, indexing a loaded checkpoint (`checkpoint["optimizer"]`) or a
-# configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
-_CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict|param_dict)\w*(?:\(\))?\s*\[|"
-                                r"torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
-_CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
-# A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
-# 'nvcc' or 'ninja' (a missing toolchain).
-# not a shared library, a bare program name, nor a rename (os.rename/replace "'src' -> 'dst'": a file another
-# process or a cleanup removed, as in a cache several ranks write)
-_MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
-                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)(?!.*' -> ')")
-# Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
-# slurmstepd's line for a job or step cancelled on request (scancel); a time limit or a preemption adds
-# "DUE TO ..." after the time.
-_CANCELLED_LINE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ \*\*\*\s*$")
-_ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re.IGNORECASE)
-# Weak evidence, used only when nothing more specific was found and the error (if any) is about a device:
-# torch.utils.cpp_extension logs the first whenever CUDA_HOME is set but torch.cuda.is_available() is False,
-# Lightning's Trainer prints the second at start, torch.utils.collect_env the third; a CPU-only build of torch
-# named in a banner or an environment printout ("torch 1.11.0+cpu CPU", "PyTorch version: 2.0.0+cpu").
-_WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
-                          r"^\s*Is CUDA available: False\s*$|"
-                          r"\b(?:torch|PyTorch version:?)[ =-]?v?\d+\.\d+(?:\.\d+)?\+cpu\b")
-_WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
-_DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
-
-
 @dataclass
 class Diagnosis:
     category: str
@@ -147,130 +112,6 @@ def excerpt(diagnosis: dict, lines: int = 3) -> list[str]:
     if not error or error in evidence[:lines]:
         return evidence[:lines]
     return [*evidence[:lines - 1], error]
-
-
-def _raised_loading_a_checkpoint(reading: LogReading) -> bool:
-    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
-            and _CHECKPOINT_LOOKUP.search(reading.raising_code):
-        return True
-    return bool(reading.exception and reading.exception.startswith(_CHECKPOINT_ERRORS)
-                and (reading.exception.startswith("KeyError") or _CHECKPOINT_WORDS.search(reading.exception))
-                and any(_CHECKPOINT_CODE.search(frame) for frame in reading.frames[-3:]))
-
-
-def _killed_from_outside(reading: LogReading, root: dict | None, lines: list[str]) -> bool:
-    """SIGKILL without a message of its own (a bare "Killed", exit -9/137, torchrun's SIGKILL) and nothing
-    saying Slurm or a person ended the job."""
-    if root and root.get("exitcode") is not None and root.get("signal") != "SIGKILL":
-        return False  # the launcher's first failure is not the kill: the -9s are peers it ended after it
-    killed = bool(root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None \
-        or reading.sigkill is not None
-    # the launcher's own exception may be the kill itself (accelerate: "CalledProcessError: ... died with
-    # <Signals.SIGKILL: 9>"); any other exception is the program's own error
-    own_error = reading.exception and reading.exception_line != reading.sigkill
-    return killed and not own_error and not any(_ENDED_BY_SLURM.search(line) for line in lines)
-
-
-def _launcher_said_sigkill(reading: LogReading) -> bool:
-    """A launcher's or shell's line says the process died of SIGKILL, and it is the only error there is."""
-    return reading.sigkill is not None and (not reading.exception or reading.exception_line == reading.sigkill)
-
-
-# torch's collate stacking a worker's samples into shared memory, when they differ in size; the same words come
-# from loading a checkpoint whose storages do not fit (FSDP's sharded state dicts): only the frames tell them apart
-_STORAGE_NOT_RESIZABLE = re.compile(r"Trying to resize storage that is not resizable")
-_COLLATE_CODE = re.compile(r"collate", re.IGNORECASE)
-
-
-def _raised_by_data_code(reading: LogReading) -> bool:
-    if reading.exception and _STORAGE_NOT_RESIZABLE.search(reading.exception):
-        return any(_COLLATE_CODE.search(frame) for frame in reading.frames)
-    return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS) and not _ARITY.match(reading.exception)
-                and any(_DATA_CODE.search(frame) for frame in reading.frames))
-
-
-# transformers' AutoConfig looking a checkpoint's model_type up in its mapping (models/auto/configuration_auto.py)
-_AUTO_CONFIG_FRAME = re.compile(r"transformers[/\\]models[/\\]auto[/\\]configuration_auto\.py")
-
-
-def _version_conflict(reading: LogReading) -> str | None:
-    """What an installed library did that shows it does not fit another installed library, or None: it called
-    another with arguments that one does not take, or it failed while the program was still importing it."""
-    if not reading.exception:
-        return None
-    if _ARITY.match(reading.exception) and reading.library_frame:
-        return "An installed library called another with arguments it does not take"
-    if reading.while_importing and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
-        return "An installed library failed while it was being imported"
-    return None
-
-
-def _unknown_model_type(reading: LogReading) -> bool:
-    return bool(reading.exception and reading.exception.startswith("KeyError: '") and reading.raising_frame
-                and _AUTO_CONFIG_FRAME.search(reading.raising_frame))
-
-
-# a value that is NaN in a line of numbers (a metrics line, a loss printout)
-_NAN_VALUE = re.compile(r"(?<![\w.])[-+]?nan(?![\w.(])", re.IGNORECASE)
-
-
-_METRIC_LINE = re.compile(r"^[\w/.\- ]{1,60}?\s*[:=]\s*[-+]?(?:\d[\d.e+-]*|nan|inf)\s*$", re.IGNORECASE)
-_NOT_FINITE_VALUE = re.compile(r"[:=]\s*[-+]?(?:nan|inf)\s*$", re.IGNORECASE)
-
-
-def _ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
-    """A log without an error of its own whose last lines print NaN values where the lines before printed numbers:
-    the training diverged and went on printing NaN until it was stopped. Those lines, or []."""
-    said = [line.strip() for line in lines if line.strip()]
-    if reading.exception or len(said) < 3:
-        return []
-    # a closing table of metrics, one per line ("train/fake     : nan"): a third or more of them not finite
-    table = list(itertools.takewhile(_METRIC_LINE.match, reversed(said)))
-    gone = [line for line in table if _NOT_FINITE_VALUE.search(line)]
-    if len(gone) >= 3 and 3 * len(gone) >= len(table):
-        return gone[:3][::-1]
-    if not all(_NAN_VALUE.search(line) for line in said[-2:]):
-        return []
-    before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
-    return said[-2:] if before and re.search(r"\d+\.\d+|\bloss\b", before[-1], re.IGNORECASE) else []
-
-
-def _raised_by_config_code(reading: LogReading) -> bool:
-    if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
-            and _CONFIG_LOOKUP.search(reading.raising_code):
-        return True
-    return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
-                and _CONFIG_CODE.search(reading.raising_frame))
-
-
-# torch.distributed forming the group: the env:// / tcp:// rendezvous handlers and the store they open
-_GROUP_FORMING_CODE = re.compile(r"torch[\\/]distributed[\\/](?:rendezvous\.py|elastic[\\/]rendezvous[\\/])")
-_GROUP_FORMING_ERRORS = ("ValueError", "RuntimeError", "TimeoutError", "ConnectionError", "OSError",
-                         "torch.distributed", "DistNetworkError", "DistStoreError")
-
-
-def _raised_forming_the_group(reading: LogReading) -> bool:
-    """The root error was raised by torch's rendezvous itself (MASTER_ADDR unset, its host not resolving, the
-    store not answering) before any training step: the processes never formed their group."""
-    return bool(reading.exception and reading.first_progress is None and reading.raising_frame
-                and _GROUP_FORMING_CODE.search(reading.raising_frame)
-                and reading.exception.startswith(_GROUP_FORMING_ERRORS))
-
-
-_SIGBUS = re.compile(r"Caught signal 7 \(Bus error|signal 7 \(SIGBUS\)|\bSIGBUS\b")
-_NCCL_FRAME = re.compile(r"\bnccl[A-Z]\w*\(\)|libnccl\.so")
-
-
-def _bus_error_in_nccl(lines: list[str]) -> list[str]:
-    """A SIGBUS whose backtrace (the next lines UCX/libunwind print) runs through NCCL: NCCL touching a
-    shared-memory segment it could not back, i.e. a /dev/shm too small (a container's 64 MB) or a locked
-    memory limit too low. The evidence lines, or [] when the log has no such crash."""
-    for i, line in enumerate(lines):
-        if _SIGBUS.search(line):
-            frame = next((f for f in lines[i + 1:i + 40] if _NCCL_FRAME.search(f)), None)
-            if frame is not None:
-                return [line.strip(), frame.strip()]
-    return []
 
 
 # A line that warns (Python warnings, glog's W, c10's [W ...]): the program went on after it.
@@ -330,9 +171,9 @@ def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
 
 
 def _unknown_hint(reading: LogReading, root: dict | None) -> str:
-    if reading.exception and not _launcher_said_sigkill(reading):
+    if reading.exception and not launcher_said_sigkill(reading):
         return "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks."
-    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None or _launcher_said_sigkill(reading):
+    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None or launcher_said_sigkill(reading):
         return ("Compare the memory peak with the limit (`slurmctl status RUN`; `sacct -j JOB -o State,MaxRSS,ReqMem`) "
                 "and ask the platform team for the node's kernel log at that time; if it was memory, use fewer "
                 "data-loader workers or ask for more memory per node.")
@@ -349,7 +190,7 @@ def _where_to_look(reading: LogReading) -> str:
 
 def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slurm_state: str = "") -> str:
     summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
-    killed = (bool(root and root.get("signal") == "SIGKILL") or _launcher_said_sigkill(reading)
+    killed = (bool(root and root.get("signal") == "SIGKILL") or launcher_said_sigkill(reading)
               or (reading.bare_kill is not None and not reading.exception))
     if root and root.get("rank") is not None:
         how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
@@ -368,7 +209,7 @@ def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slu
             summary += (": often the kernel's out-of-memory killer, but the log does not say so: look at Slurm's "
                         "record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory peak) "
                         "or the node's kernel log before calling it host OOM")
-    if reading.exception and _WORKER_EXITED.search(reading.exception):
+    if reading.exception and WORKER_EXITED.search(reading.exception):
         # torch's data loader saw a worker die without an error of its own: memory (RAM or /dev/shm) in half
         # the threads scored, the other half never showed it in the log, so it is a lead, not a verdict
         summary += ("; a data-loader worker died without a Python error of its own: often memory (host RAM or a "
@@ -417,24 +258,6 @@ def diagnose_text(text: str, slurm_state: str = "", exit_code: str = "") -> Diag
     return result
 
 
-_NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
-# a line that prints a loss value (a bare progress bar, "27/860 [02:08<1:05:33]", shows no value to be finite)
-_LOSS_VALUE = re.compile(r"loss\w*['\"]?\s*[:=]?\s*[-+]?\d", re.IGNORECASE)
-
-
-def _drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:
-    """A NaN/Inf that training went on past (a later step's progress line, all of its values finite: a skipped
-    mixed-precision step, one bad batch) is noise, not a loss that blew up: its lines are no evidence."""
-    nan = [n for n in hits if SIGNATURES[n].category == "nan_loss"]
-    last_nan = max((i for n in nan for i in hits[n]), default=None)
-    if last_nan is None or reading.last_progress is None or reading.last_progress <= last_nan \
-            or _NON_FINITE.search(lines[reading.last_progress]) \
-            or not any(_LOSS_VALUE.search(line) for line in lines[last_nan + 1:reading.last_progress + 1]):
-        return
-    for n in nan:
-        del hits[n]
-
-
 def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_state: str,
             exit_code: str, index: LineIndex | None = None) -> Diagnosis:
     lines = [t for t, _ in cleaned]
@@ -451,7 +274,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             hits[n] = [i for i in hits[n] if i <= cutoff]
             if not hits[n]:
                 del hits[n]
-    _drop_recovered_nan(hits, lines, reading)
+    drop_recovered_nan(hits, lines, reading)
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     extra = {"reading": reading.to_dict()}
@@ -471,7 +294,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         category = sig.category
     else:
         category, sig, source = "unknown", None, "none"
-    cancel = next((i for i, line in enumerate(lines) if _CANCELLED_LINE.search(line)), None)
+    cancel = next((i for i, line in enumerate(lines) if CANCELLED_LINE.search(line)), None)
     if (state == "CANCELLED" or (not state and cancel is not None)) and (category == "unknown" or (
             cancel is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
                 i > cancel for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx))):
@@ -505,7 +328,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
     if said is not None:
         return Diagnosis(said[0], SIGNATURES[CATEGORY_RANK[said[0]]].summary, [said[1]],
                          SIGNATURES[CATEGORY_RANK[said[0]]].hint, source="log", extra=extra)
-    conflict = _version_conflict(reading) if sig is None else None
+    conflict = version_conflict(reading) if sig is None else None
     if conflict is not None:
         return Diagnosis(
             "import_error", f"{conflict} ({reading.exception[:160]}, at {reading.raising_frame}): the installed "
@@ -514,7 +337,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Install versions that are known to work together (the project's pinned requirements, or the versions "
             "the failing library's release names for its dependencies) in the job's environment.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _unknown_model_type(reading):  # AutoConfig's own file: before the configuration code's rule
+    if sig is None and unknown_model_type(reading):  # AutoConfig's own file: before the configuration code's rule
         return Diagnosis(
             "import_error", f"The installed transformers does not know the model type {reading.exception[9:]} "
             "(its AutoConfig has no entry for it): the model is newer than the library.",
@@ -523,7 +346,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "version in the project's requirements) in the job's environment, or load it with "
             "`trust_remote_code=True` where the model ships its own code.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _raised_by_config_code(reading):
+    if sig is None and raised_by_config_code(reading):
         return Diagnosis(
             "missing_config", f"A setting was rejected while the arguments/configuration were parsed and checked "
             f"(at {reading.raising_frame}).",
@@ -533,7 +356,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and reading.exception and reading.exception.startswith("KeyError") and reading.raising_frame \
-            and _REGISTRY_CODE.search(reading.raising_frame):
+            and REGISTRY_CODE.search(reading.raising_frame):
         return Diagnosis(
             "import_error", f"A class the configuration names is not in the registry that builds it (at "
             f"{reading.raising_frame}): the package or module that defines it was not installed or not imported.",
@@ -541,14 +364,14 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             SIGNATURES[CATEGORY_RANK["import_error"]].hint + " Check the type name in the config too (a typo reads "
             "the same), and that the config imports the module that registers it (mmengine: `custom_imports`, "
             "`default_scope`).", rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _raised_loading_a_checkpoint(reading):
+    if sig is None and raised_loading_a_checkpoint(reading):
         return Diagnosis(
             "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "
             "or shapes are not the model's.",
             [reading.exception, f"raised at {reading.raising_frame}"],
             SIGNATURES[CATEGORY_RANK["checkpoint_mismatch"]].hint,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _raised_forming_the_group(reading):
+    if sig is None and raised_forming_the_group(reading):
         rendezvous = SIGNATURES[CATEGORY_RANK["rendezvous_failure"]]
         return Diagnosis(
             "rendezvous_failure", f"{rendezvous.summary} The error was raised by torch's rendezvous itself (at "
@@ -558,7 +381,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "script started by plain srun sets them from SLURM_* itself) and MASTER_ADDR must resolve and be "
             "reachable from every node. " + rendezvous.hint,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and (bus := _bus_error_in_nccl(lines)):
+    if sig is None and (bus := bus_error_in_nccl(lines)):
         nccl_setup = SIGNATURES[CATEGORY_RANK["nccl_setup"]]
         return Diagnosis(
             "nccl_setup", "A process crashed with a bus error (SIGBUS) inside NCCL while it set up its transport: "
@@ -575,11 +398,11 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
             f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], NCCL_HINT,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and (nan := _ends_in_nan(lines, reading)):
+    if sig is None and (nan := ends_in_nan(lines, reading)):
         nan_loss = SIGNATURES[CATEGORY_RANK["nan_loss"]]
         return Diagnosis("nan_loss", nan_loss.summary + " The log's last lines print NaN where the lines before "
                          "printed numbers.", nan, nan_loss.hint, rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and _raised_by_data_code(reading):
+    if sig is None and raised_by_data_code(reading):
         return Diagnosis(
             "data_shape", f"An {reading.exception.split(':')[0]} was raised while reading or batching the data "
             f"(at {reading.raising_frame}): a sample, annotation or label is not what the code expects.",
@@ -588,7 +411,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
             "causes; filter or fix them in the data set.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and reading.exception and _MISSING_PATH.search(reading.exception):
+    if sig is None and reading.exception and MISSING_PATH.search(reading.exception):
         return Diagnosis(
             "missing_config", "A path the run was given (in its arguments or configuration: a data set, a config or "
             "an output directory) does not exist where the job ran.",
@@ -597,7 +420,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "job's working directory, and the file must be on a filesystem the compute nodes mount.",
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and not (slurm_state or exit_code) and reading.bare_kill is not None \
-            and _killed_from_outside(reading, root, lines):
+            and killed_from_outside(reading, root, lines):
         # No Slurm record to read (a pasted log) and the shell itself said "Killed": a program run by hand that
         # nothing else kills; in the scored threads it was the kernel's OOM killer every time (5 of 5).
         # A launcher's exit -9 alone (torchrun, DeepSpeed, exit 137) is not enough: 2 of 6 such threads never
@@ -610,12 +433,12 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "kernel log (`dmesg`: \"Out of memory: Killed process\") or Slurm's record "
             "(`sacct -j JOB -o State,MaxRSS,ReqMem`).",
             _unknown_evidence(lines, reading), HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and any(_WEAK_NO_GPU.search(line) for line in lines) and (
-            not reading.exception or _DEVICE_WORDS.search(reading.exception)):
+    if sig is None and any(WEAK_NO_GPU.search(line) for line in lines) and (
+            not reading.exception or DEVICE_WORDS.search(reading.exception)):
         no_gpu = SIGNATURES[CATEGORY_RANK["no_gpu"]]
         return Diagnosis(
             "no_gpu", "PyTorch found no usable GPU (torch.cuda.is_available() was False) and nothing more specific "
-            "failed.", [line.strip() for line in lines if _WEAK_NO_GPU.search(line)][:1] + _unknown_evidence(
+            "failed.", [line.strip() for line in lines if WEAK_NO_GPU.search(line)][:1] + _unknown_evidence(
                 lines, reading)[-3:], no_gpu.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
