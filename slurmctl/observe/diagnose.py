@@ -421,8 +421,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and not (slurm_state or exit_code) and reading.bare_kill is not None \
             and killed_from_outside(reading, root, lines):
-        # No Slurm record to read (a pasted log) and the shell itself said "Killed": a program run by hand that
-        # nothing else kills; in the scored threads it was the kernel's OOM killer every time (5 of 5).
+        # No Slurm record to read (a pasted log) and the shell (or an IDE's run window) itself said "Killed": a
+        # program run by hand that nothing else kills; in the scored threads the kernel's OOM killer in 18 of 19.
         # A launcher's exit -9 alone (torchrun, DeepSpeed, exit 137) is not enough: 2 of 6 such threads never
         # found who killed it, so that stays unknown with the kill named. With Slurm's record
         # (`diagnose RUN`, status, notifications), its verdict decides: FAILED, not OUT_OF_MEMORY, stays unknown.

@@ -53,6 +53,8 @@ EXCEPTION_FAMILIES = _families(
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
     ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
+    # a setting's value that the code has no branch for ("Invalid launcher type: none")
+    ("missing_config", r"\binvalid (?:\w+ ){0,2}(?:type|mode|choice|backend|launcher|strategy)\s*:\s*['\"`]?\w"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
     # (not TensorFlow's InvalidArgumentError: an op given a tensor it cannot take, at run time)
     ("missing_config", r"^(?:[\w.]+\.)?(?!InvalidArgumentError)\w*(?:Argument|Option)(?:Type|Value|Key)?"
@@ -73,12 +75,15 @@ EXCEPTION_FAMILIES = _families(
                        r"No such file or directory)\b|"
                        r"\b(?:cannot|can't|could not|couldn't|unable to) (?:find|locate|open) (?:the )?"
                        r"config(?:uration)? file\b"),
+    # a tensor the message prints that holds NaN ("incorrect boxes, boxes1 tensor([[nan, nan, ...")
+    ("nan_loss", r"\btensor\(\[+\s*[-+]?nan\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
     # the driver named as too old is the driver's, before any library version in the same message
     ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
     # a library the program needs is absent, or is another version than the one it was built against
     ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
-                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load)\b|"
+                     r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load|"
+                     r"(?:is )?not (?:installed|configured) (?:correctly|properly))\b|"
                      r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"
                      r"\b(?:library|shared object|installation)\b|"
                      r"\b(?:built|compiled) (?:against|with)\b.{0,60}\bversion\b|"

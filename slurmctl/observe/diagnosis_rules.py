@@ -261,7 +261,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # text index of the checkpoints (the missing_config wording above): the wrong path, not a corrupt file
          unless=r"invalid load key, '\{'|Unable to open table file \S*[/\\]checkpoint\b:? .{0,40}not an sstable"),
     _sig("checkpoint_mismatch",
-         r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|Missing key\(s\) in state_dict|"
+         r"size mismatch for \S+: copying a param|Error\(s\) in loading state_dict|"
+         r"Missing key\(s\) (?:in state_dict|when loading)|"
          r"Unexpected key\(s\) in state_dict|(?:unexpected|missing) key \"[^\"]+\" in state_dict|"
          r"While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
@@ -302,7 +303,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"MPS framework doesn't support float64|"
          r"Your setup doesn't support bf16/gpu|bf16 mixed precision requires PyTorch >= [\d.]+ and a supported device|"
          r"cudaErrorNoKernelImageForDevice|Exec format error|"
-         r"Unsupported gpu architecture '?compute_\d+|CUDA error: invalid device function|"
+         r"Unsupported gpu architecture '?compute_\d+|"
+         # cudaErrorInvalidDeviceFunction: "the requested device function does not exist or is not compiled for the
+         # proper device architecture" (torch 0.x: "cuda runtime error (8) : invalid device function")
+         r"\binvalid device function\b|"
          # flash-attn's csrc check for sm_80+
          r"FlashAttention only supports Ampere GPUs or newer|"
          # a kernel that needs a newer GPU than this one ("FlashAttention backward for head dim > 64 requires A100 or
@@ -319,6 +323,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
          r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
+         # a package built without its GPU part: MXNet ("Please compile with CUDA enabled"), a CPU-only DGL wheel
+         r"\bcompile with CUDA enabled|Device API (?:cuda|gpu) is not enabled|"
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
          r"(?:GPU|CUDA) (?:is )?not available|requires? (?:a |at least one )?(?:CUDA )?GPU|no GPUs found|"
          r"NCCL is only supported with GPUs|device >= 0 && device < num_gpus|accelerator is not available|"
@@ -386,7 +392,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # torchvision built for another torch (torchvision/extension.py, its C++ ops not registered);
          # a script named like the package it imports
          r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
-         r"most likely due to a circular import",
+         r"most likely due to a circular import|"
+         # Paddle's loader of the CUDA libraries it links at run time (libnccl.so, libcudnn.so)
+         r"The third-party dynamic library \([^)]+\) that Paddle depends on is not configured correctly",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
          "Install the package in the environment the job uses (`python:` in run.yaml / the image), "
          "then resubmit; try `slurmctl submit --dry-run` first.",
@@ -445,12 +453,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\bassert\b[^\n]{0,80}\S\s*%\s*[\w.()\[\]]+\s*==\s*0\b|"
          # a distributed-only part (SyncBatchNorm, DDP, a collective) in a program started without a process group
          # (run with python instead of its launcher, or a config that asks for SyncBN on one process)
-         r"Default process group has not been initialized|"
+         r"Default process group (?:has not been|is not) initialized|"
          # DDP set up for every parameter to take part in the loss (find_unused_parameters=False, its default)
          r"Expected to have finished reduction in the prior iteration|"
          r"yaml\.(?:scanner|parser|constructor|composer)\.\w+Error|"
          r"Config file .{0,120}(?:not found|does not exist)|Requested node configuration is not available|"
-         r"\b\w*Config(?:uration)?Error\b|not used by the HfArgumentParser|Check batch related parameters|"
+         r"\b\w*Config\w*(?:Error|Exception)\b|"
+         # OpenMMLab's config files inheriting a key from two bases (mmengine/mmcv Config)
+         r"Duplicate keys? (?:is )?not allowed among bases|"
+         r"not used by the HfArgumentParser|Check batch related parameters|"
          r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
          # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
          # does not exist
@@ -482,6 +493,14 @@ SIGNATURES: tuple[Signature, ...] = (
          "shared filesystem (list it under `config_files:` in run.yaml so submit checks it); for a hydra/omegaconf "
          "key or interpolation, compare the override in `args:` with the config's keys (full_key names it) and set "
          "the environment variables it reads; for argparse, compare `args:` with the script's --help."),
+    _sig("missing_config",
+         # MuJoCo, gym or pyglet opening a window or an on-screen GL context on a node that has no display
+         r"gladLoadGL error|Failed to initialize (?:GLFW|OpenGL)|NoSuchDisplayException|cannot connect to X server|"
+         r"GLFWError: \(\d+\) X11: |Could not initialize (?:GLFW|EGL|OSMesa)",
+         "The program tried to render with an on-screen OpenGL context (a simulator or gym environment), and the "
+         "compute node has no display.",
+         "Render off-screen: set `MUJOCO_GL=egl` and `PYOPENGL_PLATFORM=egl` in `env:` (run.yaml) on GPU nodes, or "
+         "`osmesa` where there is no GPU; pass `render_mode=\"rgb_array\"` instead of \"human\" to the environment."),
     _sig("data_shape",
          r"stack expects each tensor to be equal size|expected sequence of length \d+ at dim \d+ \(got \d+\)|"
 
@@ -552,7 +571,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"invalid multinomial distribution|probability tensor contains either `?inf`?, `?nan`? or element < 0|"
          # torch.distributions validating a parameter or a sample against Real(): only NaN or Inf fail it (a policy's
          # or an encoder's output gone NaN)
-         r"(?:constraint|support) \(?Real\(\)\)?.{0,200}but found invalid values",
+         r"(?:constraint|support) [\w(]{0,40}Real\(\).{0,200}but found invalid values",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
          "the data for bad samples; resume from a checkpoint before the blow-up."),

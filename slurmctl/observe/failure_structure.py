@@ -22,6 +22,9 @@ _DATA_ERRORS = ("IndexError", "KeyError", "ValueError", "AssertionError", "NotIm
 # of a version it was not written for; never a fact about the data
 _ARITY = re.compile(r"^TypeError: \S+\(\) takes (?:exactly |at most |at least |from \d+ to )?\d+ (?:positional )?"
                     r"arguments? (?:\(\d+ given\)|but \d+ (?:were|was) given)")
+# The same between an installed library and what it unpacks from another's call (gym >= 0.26's reset() returns
+# (obs, info) and step() five values; torch's LSTMCell chunking what an older caller passed)
+_UNPACK = re.compile(r"^ValueError: (?:too many|not enough) values to unpack \(expected \d+(?:, got \d+)?\)")
 # Where arguments and configuration are parsed and checked: a ValueError/KeyError raised there is a bad setting.
 _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/omegaconf/|/hydra/|"
                           r"parse_args|__post_init__|validate_args|arguments\.py|config(?:uration)?(?:_\w+)?\.py",
@@ -60,7 +63,7 @@ _ENDED_BY_SLURM = re.compile(r"CANCELLED AT|Job step aborted|DUE TO|scancel", re
 WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU available: False\b|"
                           r"^\s*Is CUDA available: False\s*$|"
                           r"\b(?:torch|PyTorch version:?)[ =-]?v?\d+\.\d+(?:\.\d+)?\+cpu\b")
-WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
+WORKER_EXITED = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) exited unexpectedly")
 DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 
 
@@ -116,6 +119,8 @@ def version_conflict(reading: LogReading) -> str | None:
         return None
     if _ARITY.match(reading.exception) and reading.library_frame:
         return "An installed library called another with arguments it does not take"
+    if _UNPACK.match(reading.exception) and reading.library_frame:
+        return "An installed library got another number of values back from a call than it was written for"
     if reading.while_importing and reading.exception.startswith(("AttributeError", "ImportError", "TypeError")):
         return "An installed library failed while it was being imported"
     return None
@@ -131,6 +136,9 @@ _NAN_VALUE = re.compile(r"(?<![\w.])[-+]?nan(?![\w.(])", re.IGNORECASE)
 
 
 _METRIC_LINE = re.compile(r"^[\w/.\- ]{1,60}?\s*[:=]\s*[-+]?(?:\d[\d.e+-]*|nan|inf)\s*$", re.IGNORECASE)
+# a loss printed with its value ("loss: nan", "train_batch_loss[ 10 ]:  nan", "Loss 7.35")
+_PRINTED_LOSS = re.compile(r"(?<![a-z])loss\w*(?:\[[^\]]*\])?['\"]?\s*[:=]?\s*[-+]?(?:nan|inf|\d[\d.e+-]*)(?![\w.])",
+                           re.IGNORECASE)
 _NOT_FINITE_VALUE = re.compile(r"[:=]\s*[-+]?(?:nan|inf)\s*$", re.IGNORECASE)
 
 
@@ -145,6 +153,10 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     gone = [line for line in table if _NOT_FINITE_VALUE.search(line)]
     if len(gone) >= 3 and 3 * len(gone) >= len(table):
         return gone[:3][::-1]
+    # the loss the log prints has been NaN for its last three printouts, whatever followed them
+    losses = [line for line in said if _PRINTED_LOSS.search(line)]
+    if len(losses) >= 3 and all(_NAN_VALUE.search(_PRINTED_LOSS.search(line)[0]) for line in losses[-3:]):
+        return losses[-3:]
     if not all(_NAN_VALUE.search(line) for line in said[-2:]):
         return []
     before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]

@@ -24,15 +24,29 @@ _PREFIX = re.compile(r"^\s*(?:\[\d+\]\s+(?=\[(?:rank|default)\d+\]:))?(?:\[(?:ra
 # "(head, rank=0, pid=4773) ...".
 _RAY_PREFIX = re.compile(r"^\s*\([^()]*\bpid=\d+[^()]*\)\s?")
 _RAY_RANK = re.compile(r"\brank=(\d+)")
-_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b.*")
+# a log pasted into an issue or a chat (`diagnose --log`): Markdown's quote markers and inline code around a line
+_MARKDOWN_QUOTE = re.compile(r"^(?:> ?)+")
+_MARKDOWN_CODE = re.compile(r"^`+([^`].*?)`+[.:]?$")
+# (not IPython's header, "TypeError      Traceback (most recent call last)", which only says that one follows)
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception|Interrupt|Exit)|RuntimeError|AssertionError)\b"
+                             r"(?!\s+Traceback \(most recent call last\)).*")
 # A C++ exception that ended the process: "terminate called after throwing ..." then "  what():  <message>".
 _WHAT_LINE = re.compile(r"^\s*what\(\):\s+(.*)")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (\S+))?')
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?|'
+                    # IPython/Jupyter (a notebook's or Colab's traceback, pasted): "path.py in func(args)", a Markdown
+                    # link "[path.py](url) in func(...)", IPython 8's "File path.py:63, in func(...)", and the
+                    # notebook's own cells ("<ipython-input-8-a1c9> in <module>", "Cell In[3], line 5")
+                    r'^\s*(?:>\s*)?(?:File )?\[?(?P<ipath>[^\s"\[\]()]+\.py|<ipython-input-[\w-]+>)\]?(?:\(\S*\))?'
+                    r'(?::(?P<iline>\d+))?,? in (?P<ifunc><[^>]*>|[\w.]+)(?:\(|\s*$)|'
+                    r'^\s*Cell (?P<cell>In ?\[\d+\]), line (?P<cline>\d+)')
+# IPython marks the line of each frame that ran with an arrow ("---> 63     model = Arguments(...)")
+_IPYTHON_CODE = re.compile(r"^\s*-+>\s*\d+\s?(.*)$")
 _ANY_FRAME = re.compile(r'(?:File ")?([^"\s]+\.py)", line (\d+)(?:, in (\S+))?')
 # An exception pasted on one line with its frame ('File "u.py", line 3, in f x = y[0] IndexError: ...').
 _INLINE_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.*)$")
 # Frames in installed libraries, the interpreter or a launcher; the last frame outside these is the user's.
-_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<|/usr/lib/|/\.?conda/|/envs/\w+/lib/")
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|<frozen |^<(?!ipython-input)|/usr/lib/|"
+                           r"/\.?conda/|/envs/\w+/lib/")
 # A traceback through these files is the launcher reporting that a rank died, not the rank's own error.
 _LAUNCHER_FRAME = re.compile(r"torch/distributed/(?:run|launch)\.py|distributed/launcher/api\.py|"
                              r"elastic/multiprocessing|accelerate/commands/launch\.py|ChildFailedError")
@@ -40,6 +54,7 @@ _LAUNCHER_FRAME = re.compile(r"torch/distributed/(?:run|launch)\.py|distributed/
 _LAUNCHER_NOISE = re.compile(r"failed to shutdown the rendezvous|Sending process \d+ closing signal|"
                              r"Received \w+ death signal, shutting down workers|"
                              r"Failed to (?:check|get) whether the rendezvous is closed", re.IGNORECASE)
+_IPYTHON_HEAD = re.compile(r"^\s*[\w.]+\s+Traceback \(most recent call last\)")
 ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|host|traceback)\s*:\s*(.*)$")
 # A training step reported (loss value, progress bar past zero): a group that trained had formed.
@@ -61,8 +76,9 @@ _BARE_KILL = re.compile(r"^\**(?:.*\bline \d+:\s+\d+\s+)?(?:Killed(?:: 9)?|å·²æ
                         r"(?:\s+.*)?$|"
                         r"^srun: error: \S+: tasks? [\d,-]+: Killed$|^.*\d(?:it/s|s/it)\]\s*Killed$|"
                         r"^\s*\d+/\d+ \[[=>.]*\].*\dKilled$|"
-                        # zsh's job control ("[1]    2843557 killed     python train.py")
-                        r"^\[\d+\]\s+\d+ killed\b")
+                        # zsh's job control ("[1]    2843557 killed     python train.py"); an IDE's run window
+                        # (PyCharm: "Process finished with exit code 137 (interrupted by signal 9: SIGKILL)")
+                        r"^\[\d+\]\s+\d+ killed\b|^Process finished with exit code 137 \(interrupted by signal 9")
 # A launcher or shell saying a process died of SIGKILL: torchrun's agent "failed (exitcode: -9) local_rank: 0",
 # the DeepSpeed launcher's "sigkill_handler] exits with return code = -9", subprocess's "died with
 # <Signals.SIGKILL: 9>", 128+9 = 137 from a shell, a container runtime or an IDE ("exit code 137 (interrupted by
@@ -203,8 +219,10 @@ class LineIndex:
 
 
 def clean_line(line: str) -> tuple[str, int | None]:
-    """Strip ANSI codes and launcher rank prefixes (repeated ones too); return (text, rank or None)."""
+    """Strip ANSI codes, Markdown quoting and launcher rank prefixes (repeated ones too); return (text, rank or
+    None)."""
     text = _ANSI.sub("", line).rstrip()
+    text = _MARKDOWN_CODE.sub(r"\1", _MARKDOWN_QUOTE.sub("", text))
     rank = None
     if m := _RAY_PREFIX.match(text):
         found = _RAY_RANK.search(m[0])
@@ -254,7 +272,8 @@ def read_tail(path: Path, max_bytes: int = TAIL_BYTES, *, nofollow: bool = True)
 
 def traceback_blocks(lines: list[str]) -> list[tuple[int, list[str]]]:
     """(start line, lines up to and including its exception line) for every Python traceback."""
-    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith(TRACEBACK_HEAD)]
+    starts = [i for i, line in enumerate(lines)
+              if line.lstrip().startswith(TRACEBACK_HEAD) or _IPYTHON_HEAD.match(line)]
     blocks = []
     for n, start in enumerate(starts):
         block = lines[start:starts[n + 1] if n + 1 < len(starts) else len(lines)]
@@ -342,15 +361,37 @@ _IMPORT_STATEMENT = re.compile(r"^\s*(?:from\s+\S+\s+)?import\s")
 def _while_importing(block: list[str]) -> bool:
     """The traceback runs from the program's own import statements into a library that raised: each frame
     outside installed libraries quotes an import as its code, and the deepest frame is a library's."""
-    quoted = [(m, block[n + 1] if n + 1 < len(block) else "") for n, line in enumerate(block)
-              if (m := _FRAME.match(line))]
-    own = [code for m, code in quoted if not _LIBRARY_PATH.search(m[1])]
-    return bool(quoted and own and _LIBRARY_PATH.search(quoted[-1][0][1])
+    quoted = [(frame, _frame_code(block, n)) for n, line in enumerate(block) if (frame := _frame(line))]
+    own = [code for frame, code in quoted if not _LIBRARY_PATH.search(frame[0])]
+    return bool(quoted and own and _LIBRARY_PATH.search(quoted[-1][0][0])
                 and all(_IMPORT_STATEMENT.match(code) for code in own))
 
 
-def _frame_text(m: re.Match) -> str:
-    return f"{m[1]}:{m[2]}" + (f" in {m[3]}" if m[3] else "")
+def _frame(line: str) -> tuple[str, str | None, str | None] | None:
+    """(file, line number, function) of a traceback frame line, Python's or IPython's; None for other lines."""
+    m = _FRAME.match(line)
+    if m is None:
+        return None
+    if m["path"]:
+        return m["path"], m["line"], m["func"]
+    if m["ipath"]:
+        return m["ipath"], m["iline"], m["ifunc"]
+    return m["cell"], m["cline"], None
+
+
+def _frame_code(block: list[str], n: int) -> str:
+    """The source line a frame quotes: the next line in Python's traceback, the arrowed one in IPython's."""
+    for line in block[n + 1:]:
+        if _FRAME.match(line):
+            break
+        if m := _IPYTHON_CODE.match(line):
+            return m[1].strip()
+    return block[n + 1] if n + 1 < len(block) else ""
+
+
+def _frame_text(frame: tuple[str, str | None, str | None]) -> str:
+    path, number, func = frame
+    return path + (f":{number}" if number else "") + (f" in {func}" if func else "")
 
 
 # Longer lines are read up to this many characters: a frame or exception pattern scanned across a
@@ -400,15 +441,15 @@ def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = No
         last = block[-1].strip()
         if _EXCEPTION_LINE.match(last):
             r.exception, r.exception_line = last, start + len(block) - 1
-        frames = [m for m in (_FRAME.match(line) for line in block) if m]
-        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        frames = [f for f in (_frame(line) for line in block) if f]
+        users = [f for f in frames if not _LIBRARY_PATH.search(f[0])]
         r.user_frame = _frame_text(users[-1]) if users else None
-        r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][1]) else None
+        r.library_frame = _frame_text(frames[-1]) if frames and _LIBRARY_PATH.search(frames[-1][0]) else None
         r.raising_frame = _frame_text(frames[-1]) if frames else None
-        r.frames = [_frame_text(m) for m in frames]
+        r.frames = [_frame_text(f) for f in frames]
         last_frame = max((n for n, line in enumerate(block) if _FRAME.match(line)), default=None)
         if last_frame is not None and last_frame + 1 < len(block) - 1:
-            r.raising_code = block[last_frame + 1].strip() or None
+            r.raising_code = _frame_code(block[:-1], last_frame).strip() or None
         r.while_importing = _while_importing(block)
         if r.root_rank is None:
             r.root_rank = cleaned[start][1]
@@ -427,12 +468,13 @@ def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = No
                     r.exception, r.exception_line = f"{m[1]}: {m[2]}".strip(), i
                     break
     if r.exception_line is not None and r.raising_frame is None:  # a traceback pasted without its header
-        frames = [m for line in lines[max(0, r.exception_line - 30):r.exception_line + 1]
-                  for m in _ANY_FRAME.finditer(line)]
-        users = [m for m in frames if not _LIBRARY_PATH.search(m[1])]
+        frames = [(m[1], m[2], m[3]) for line in lines[max(0, r.exception_line - 30):r.exception_line + 1]
+                  for m in _ANY_FRAME.finditer(line)] or [
+            f for f in (_frame(line) for line in lines[max(0, r.exception_line - 30):r.exception_line]) if f]
+        users = [f for f in frames if not _LIBRARY_PATH.search(f[0])]
         r.user_frame = r.user_frame or (_frame_text(users[-1]) if users else None)
         r.raising_frame = _frame_text(frames[-1]) if frames else None
-        r.frames = [_frame_text(m) for m in frames]
+        r.frames = [_frame_text(f) for f in frames]
     if root and (root.get("signal") or root.get("exitcode") is not None):
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
                   else f"exit code {root['exitcode']}")

@@ -226,7 +226,7 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     assert diagnose_text(own).category == "unknown"
 
 
-# Libraries' own wordings met in batches 26 to 41, each with the batch that met it
+# Libraries' own wordings met in batches 26 to 46, each with the batch that met it
 @pytest.mark.parametrize(("log", "category"), [
     # batch 29: a Keras progress bar with no newline before the shell's "Killed"
     ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
@@ -362,6 +362,86 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     # batch 40: transformers' Trainer with --fp16 on a Colab runtime without a GPU
     ("ValueError: Mixed precision training with AMP or APEX (`--fp16`) and FP16 evaluation can only be used on CUDA "
      "devices.", "no_gpu"),
+    # batch 43: SyncBN in a program started without a process group (torch < 1.8's wording); OpenMMLab's configs;
+    # Paddle's run-time loader of libnccl; DETR's box check printing NaN boxes
+    ("AssertionError: Default process group is not initialized", "missing_config"),
+    ("KeyError: \"Duplicate key is not allowed among bases. Duplicate keys: {'default_hooks'}\"", "missing_config"),
+    ("The third-party dynamic library (libnccl.so) that Paddle depends on is not configured correctly.",
+     "import_error"),
+    ("AssertionError: incorrect boxes, boxes1 tensor([[nan, nan, nan, nan],", "nan_loss"),
+    # batch 42: a launcher setting the code has no branch for
+    ("ValueError: Invalid launcher type: none", "missing_config"),
+    # batch 44: DGL and MXNet installed without their GPU part
+    ("dgl._ffi.base.DGLError: [14:00:04] /opt/dgl/src/runtime/c_runtime_api.cc:82: Check failed: allow_missing: "
+     "Device API cuda is not enabled. Please install the cuda version of dgl.", "no_gpu"),
+    ("mxnet.base.MXNetError: [16:53:11] src/storage/storage.cc:43: Please compile with CUDA enabled", "no_gpu"),
+    # batch 45: CUDA's "not compiled for this architecture" in torch 0.x's words
+    ("RuntimeError: cuda runtime error (8) : invalid device function at /work/THC/THCTensorMathPointwise.cu:246",
+     "arch_mismatch"),
+    # batch 46: sacred's configuration check; torch.distributions given NaN logits; a simulator rendering on a
+    # node without a display; a checkpoint without the buffers the policy expects
+    ("sacred.utils.ConfigAddedError: Added new config entry that is not used anywhere", "missing_config"),
+    ("ValueError: Expected parameter logits (Tensor of shape (280, 13)) of distribution Categorical(logits: "
+     "torch.Size([280, 13])) to satisfy the constraint IndependentConstraint(Real(), 1), but found invalid values:",
+     "nan_loss"),
+    ("mujoco.FatalError: gladLoadGL error", "missing_config"),
+    ("Missing key(s) when loading model: ['normalize_inputs.buffer_observation_state.mean']", "checkpoint_mismatch"),
+    # an IDE's run window saying the program it ran was SIGKILLed, with no Slurm record: the kernel's OOM killer
+    ("Epoch 3: 100%|####| 98/98 [00:41<00:00]\nProcess finished with exit code 137 (interrupted by signal 9: "
+     "SIGKILL)", "host_oom"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_the_loss_printed_nan_for_its_last_printouts_is_a_nan_loss():
+    # batch 43: NaN from the first printout on, and a line of the data loader's after it
+    log = "epoch: 1\n" + "".join(f"train_batch_loss[ {n} ]:  nan\n" for n in (10, 20, 30)) + "Corrupted image 19\n"
+    assert diagnose_text(log).category == "nan_loss"
+    # one NaN printout the training went past is not it
+    assert diagnose_text(log.replace("[ 30 ]:  nan", "[ 30 ]:  0.71")).category == "unknown"
+
+
+def test_an_installed_library_unpacking_another_number_of_values_is_a_version_conflict():
+    # batch 46: gym >= 0.26's wrappers unpacking what an env written for the older API returns
+    log = """Traceback (most recent call last):
+  File "/home/a/dreamerv2/training/trainer.py", line 41, in collect_seed_episodes
+    s, done  = env.reset(), False
+  File "/home/a/anaconda3/lib/python3.9/site-packages/gym/core.py", line 379, in reset
+    obs, info = self.env.reset(**kwargs)
+ValueError: too many values to unpack (expected 2)
+"""
+    assert diagnose_text(log).category == "import_error"
+    # the same error in the program's own code is its own bug
+    assert diagnose_text(log.replace("anaconda3/lib/python3.9/site-packages/gym", "dreamerv2/envs")).category \
+        == "unknown"
+
+
+def test_an_ipython_traceback_is_read_like_pythons():
+    # batch 46: a Colab traceback pasted with Markdown links and inline code around the exception
+    log = """> [/usr/local/lib/python3.7/dist-packages/finrl/models.py](https://x) in get_model(a)
+     62             raise NotImplementedError("NotImplementedError")
+---> 63         model = Arguments(agent=agent, env=env)
+
+`TypeError: __init__() got an unexpected keyword argument 'agent'`.
+"""
+    found = diagnose_text(log)
+    assert found.category == "import_error"
+    assert found.error_line == "TypeError: __init__() got an unexpected keyword argument 'agent'"
+    header = """RuntimeError                              Traceback (most recent call last)
+<ipython-input-8-a1c97129e4bb> in <module>()
+----> 1 trainer.train()
+
+/usr/local/lib/python3.6/dist-packages/torch/cuda/__init__.py in _lazy_init()
+    161     _check_driver()
+--> 162     torch._C._cuda_init()
+
+RuntimeError: cuda runtime error (35) : out of bounds at /pytorch/aten/src/THC/THCGeneral.cpp:51
+"""
+    found = diagnose_text(header)
+    # the root error is the exception line, not IPython's header above the frames
+    assert found.error_line.startswith("RuntimeError: cuda runtime error (35)")
+    reading = found.extra["reading"]
+    assert reading["raising_frame"] == "/usr/local/lib/python3.6/dist-packages/torch/cuda/__init__.py in _lazy_init"
+    assert reading["user_frame"] == "<ipython-input-8-a1c97129e4bb> in <module>"
+    assert reading["raising_code"] == "torch._C._cuda_init()"
