@@ -147,6 +147,21 @@ def cumulative_lines() -> list[str]:
     weak = [f"{cat} {sum(is_correct(a, b) for a, b in rows if a == cat)}/{n}" for cat, n in sorted(small)
             if sum(is_correct(a, b) for a, b in rows if a == cat) < 0.7 * n]
     out.append("  categories with >= 5 cases below 70% recall: " + (", ".join(weak) if weak else "none"))
+    out.extend(log_shows_lines([(c, c["first_sight"]) for r in records for c in r["cases"]]))
+    return out
+
+
+def log_shows_lines(rows: list[tuple[dict, str]]) -> list[str]:
+    """First sight apart on the cases whose log shows the cause the thread concluded, and those whose cause came
+    from outside the log (the collector's judgement, recorded from batch 47 on): what the rules could read."""
+    judged = [(c, said) for c, said in rows if "log_shows" in c]
+    if not judged:
+        return []
+    out = []
+    for shows, words in ((True, "shows the cause"), (False, "does not show it")):
+        part = [(c["category"], said) for c, said in judged if bool(c["log_shows"]) is shows]
+        if part:
+            out.append(f"  where the log {words} (collector's judgement): " + table(part)[0])
     return out
 
 
@@ -167,11 +182,12 @@ def score_batch(folder: Path, *, after: bool) -> int:
             print(f"{json_path} exists: first sight is scored once; use --after to rescore", file=sys.stderr)
             return 2
         json_path.write_text(json.dumps({"batch": batch, "scored_at": now, "cases": [
-            {"id": c["id"], "category": c["category"], "first_sight": got} for c, got in result["rows"]]},
+            {"id": c["id"], "category": c["category"], "first_sight": got,
+             **({"log_shows": c["log_shows"]} if "log_shows" in c else {})} for c, got in result["rows"]]},
             indent=1) + "\n", encoding="utf-8")
         text = [f"# {batch}: FIRST SIGHT, scored {now} by the rules as committed then, before any of the batch's "
-                "logs were read", "first sight: " + table(rows)[0], *table(rows)[1:], "per case (label, said):",
-                *per_case]
+                "logs were read", "first sight: " + table(rows)[0], *table(rows)[1:], *log_shows_lines(
+                    [(c, got) for c, got in result["rows"]]), "per case (label, said):", *per_case]
         txt_path.write_text("\n".join(text) + "\n", encoding="utf-8")
     else:
         record = json.loads(json_path.read_text(encoding="utf-8"))
