@@ -34,17 +34,19 @@ from slurmctl.observe.failure_structure import (
     CANCELLED_LINE,
     DEVICE_WORDS,
     MISSING_PATH,
-    REGISTRY_CODE,
     WEAK_NO_GPU,
     WORKER_EXITED,
     bus_error_in_nccl,
+    drop_process_channel_pickles,
     drop_recovered_nan,
     ends_in_nan,
     killed_from_outside,
     launcher_said_sigkill,
+    not_in_a_registry,
     raised_by_config_code,
     raised_by_data_code,
     raised_forming_the_group,
+    raised_in_process_channel,
     raised_loading_a_checkpoint,
     unknown_model_type,
     version_conflict,
@@ -275,6 +277,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             if not hits[n]:
                 del hits[n]
     drop_recovered_nan(hits, lines, reading)
+    drop_process_channel_pickles(hits, lines)
     root = launcher_root_cause(lines)
     state = slurm_state.split(" ")[0].upper()
     extra = {"reading": reading.to_dict()}
@@ -308,13 +311,16 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Nothing to fix: it was stopped on purpose. To go on, a slurmctl run resumes from its newest checkpoint "
             "(`slurmctl resume`); a plain sbatch job is submitted again.",
             source="slurm" if state == "CANCELLED" else "log", extra=extra)
-    if reading.finished is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and all(
+    nan = ends_in_nan(lines, reading) if sig is None else []
+    if reading.finished is not None and category in _TEARDOWN_CATEGORIES and source != "slurm" and not nan and all(
             i > reading.finished for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx):
         after = [lines[reading.exception_line].strip()] if reading.exception_line is not None else []
         return _success("The training finished (it said so) before anything failed: what came after its last step "
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
     family = exception_family(reading.exception) if sig is None else None
+    if family == "checkpoint_corrupt" and raised_in_process_channel(reading):
+        family = None
     if family is not None:
         # the message itself says what went wrong: stronger evidence than where it was raised
         return Diagnosis(
@@ -355,15 +361,19 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Read the message: it names the setting and what it must be. Fix it in `args:` (run.yaml) or the config "
             "file, and compare with the script's --help / the framework version the script was written for.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and reading.exception and reading.exception.startswith("KeyError") and reading.raising_frame \
-            and REGISTRY_CODE.search(reading.raising_frame):
+    if sig is None and not_in_a_registry(reading):
+        # in the scored threads as often a package not installed or imported as a config or script meant for
+        # another model: a lead with both, no category
         return Diagnosis(
-            "import_error", f"A class the configuration names is not in the registry that builds it (at "
-            f"{reading.raising_frame}): the package or module that defines it was not installed or not imported.",
-            [reading.exception, f"raised at {reading.raising_frame}"],
-            SIGNATURES[CATEGORY_RANK["import_error"]].hint + " Check the type name in the config too (a typo reads "
-            "the same), and that the config imports the module that registers it (mmengine: `custom_imports`, "
-            "`default_scope`).", rank=reading.root_rank, source="log", extra=extra)
+            "unknown", f"A class the configuration names is not in the registry that builds it (`"
+            f"{reading.exception[:200]}`" + (f", at {reading.raising_frame}" if reading.raising_frame else "")
+            + "): either the package or module that defines it was not installed or not imported, or the config "
+            "(or the training script given it) is meant for another kind of model.",
+            [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
+            "Check that the config is the one the project's README gives for this script (a recognizer's config "
+            "with a detector's train script fails the same way), that the type name is spelled as the code "
+            "registers it, and that the module that registers it is installed and imported (mmengine: "
+            "`custom_imports`, `default_scope`).", rank=reading.root_rank, source="log", extra=extra)
     if sig is None and raised_loading_a_checkpoint(reading):
         return Diagnosis(
             "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "
@@ -398,7 +408,7 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "nccl_error", "NCCL (the GPU-to-GPU communication library) warned before the job failed: "
             f"{reading.nccl_warn[-1][:200]}", reading.nccl_warn[-3:], NCCL_HINT,
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and (nan := ends_in_nan(lines, reading)):
+    if sig is None and nan:
         nan_loss = SIGNATURES[CATEGORY_RANK["nan_loss"]]
         return Diagnosis("nan_loss", nan_loss.summary + " The log's last lines print NaN where the lines before "
                          "printed numbers.", nan, nan_loss.hint, rank=reading.root_rank, source="log", extra=extra)

@@ -119,7 +119,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "and custom kernels/extensions match this torch version."),
     _sig("cuda_oom",
          r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|OOM when allocating tensor|"
+         r"Cuda failure '?out of memory|CUDA error: out of memory|HIP out of memory|"
+         r"OOM when allocating tensor(?!.{0,200}device:CPU:\d)|"
+         # the gpuErrchk macro of CUDA's samples, copied into many extensions ("GPUassert: out of memory file.cu 103")
+         r"GPUassert: out of memory|"
          r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
          r"cudaMalloc.{0,40}out of memory|THCudaCheck FAIL .{0,200}\bout of memory|"
@@ -201,7 +204,11 @@ SIGNATURES: tuple[Signature, ...] = (
          "Use fewer data-loader workers or smaller prefetch, avoid loading the whole dataset into RAM, or ask for "
          "more memory per node (the platform team sets it per partition); `slurmctl status RUN` shows the peak."),
     _sig("host_oom",
-         r"Out Of Memory|Killed process \d+ .*out of memory|\bMemoryError\b|"
+         # Slurm's "task 0: Out Of Memory" and the kernel's "Out of memory: Killed process"; a bare "out of memory"
+         # names no memory (a GPU library's allocator says it the same way)
+         r"(?-i:Out Of Memory)|Out of memory: Kill(?:ed)? process|Killed process \d+ .*out of memory|\bMemoryError\b|"
+         # TensorFlow's allocator on the host ("OOM when allocating tensor ... on .../device:CPU:0 by allocator cpu")
+         r"OOM when allocating tensor.{0,200}device:CPU:\d|"
          r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|Cannot allocate memory|std::bad_alloc|"
          r"Unable to allocate [\d.]+ [KMGT]i?B for an array|node running low on memory|Memory cgroup out of memory|"
          # c10/core/CPUAllocator.cpp (Windows words it "not enough memory")
@@ -213,7 +220,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "The node ran out of host (CPU) memory and the kernel killed a process.", HOST_OOM_HINT,
          # "out of memory" in a line that names the GPU, or a CUDA call's status (Caffe's "Check failed: error ==
          # cudaSuccess (2 vs. 0)  out of memory"), is the GPU's memory, in a wording cuda_oom does not know
-         unless=r"\bCUDA|\bGPU\b|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device|"
+         unless=r"\bCUDA|\bGPU|cuDNN|\bHIP\b|\bVRAM\b|\bHBM\b|device memory|on device|"
                 # torch < 1.0's THC (its CUDA backend): "THCudaCheck FAIL file=.../THCStorage.cu ... out of memory"
                 r"THCudaCheck|\.cu\b|thrust::"),
     # aten/src/ATen/MapAllocator.cpp: a tensor handed between processes through /dev/shm when it is full
@@ -316,13 +323,19 @@ SIGNATURES: tuple[Signature, ...] = (
          "The software was built for a different GPU/CPU architecture than this node has.",
          "Use a torch/CUDA build that supports this GPU (e.g. sm_90 for H100), or rebuild the image/extension "
          "for it (TORCH_CUDA_ARCH_LIST)."),
+    _sig("missing_config", r"invalid device ordinal",
+         "The program asked for a GPU index this node does not have: more processes per node than GPUs the job was "
+         "given, or a GPU id fixed in the configuration (gpu_idx=5, cuda:3) on a node with fewer GPUs.",
+         "Start one process per GPU the job has (torchrun --nproc_per_node, Lightning devices=, `gpus:` in run.yaml) "
+         "and let each use its LOCAL_RANK (cuda:LOCAL_RANK); remove fixed GPU ids from the config and arguments, "
+         "and do not set CUDA_VISIBLE_DEVICES yourself: Slurm sets it to the GPUs the job was given."),
     _sig("no_gpu",
          r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected|"
          # docker with no NVIDIA container runtime to hand a GPU over, or too old to know --gpus
          r"could not select device driver \"\" with capabilities: \[\[gpu\]\]|^unknown flag: --gpus\b|"
          r"cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|torch\.cuda\.is_available\(\)(?: is|:)\s*False|"
          r"Torch not compiled with CUDA enabled|NVIDIA-SMI has failed because it couldn't communicate with the "
-         r"NVIDIA driver|invalid device ordinal|CUDA driver initialization failed|"
+         r"NVIDIA driver|CUDA driver initialization failed|"
          # a package built without its GPU part: MXNet ("Please compile with CUDA enabled"), a CPU-only DGL wheel
          r"\bcompile with CUDA enabled|Device API (?:cuda|gpu) is not enabled|"
          r"You requested gpu.{0,60}not available|No supported gpu backend found|"
@@ -362,7 +375,7 @@ SIGNATURES: tuple[Signature, ...] = (
          "container pass the GPUs through."),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
-         r"Error locating target '|is not in the \w+ registry|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
+         r"Error locating target '|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
          r"CUDA Setup failed despite GPU being available|"
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
          # jax/_src/lib/__init__.py checking the CUDA libraries against those jaxlib was built with
@@ -574,7 +587,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:constraint|support) [\w(]{0,40}Real\(\).{0,200}but found invalid values",
          "The loss became NaN/Inf, so training stopped making sense.",
          "Lower the learning rate or add warm-up, enable gradient clipping, use bf16 instead of fp16, and check "
-         "the data for bad samples; resume from a checkpoint before the blow-up."),
+         "the data for bad samples; resume from a checkpoint before the blow-up.",
+         # TensorBoard's writer warning that one logged value was not finite: which value, the line does not say
+         unless=r"NaN or Inf found in input tensor"),
     _sig("nan_loss",
          r"loss scale already at minimum|cannot decrease (?:loss )?scale anymore|"
          r"reducing (?:loss )?scale to (?:0(?:\.0)?\b|1(?:\.0)?\b|0\.\d+|\d(?:\.\d+)?e-\d+)|"

@@ -31,9 +31,9 @@ _CONFIG_CODE = re.compile(r"argparse\.py|hf_argparser\.py|training_args\.py|/ome
                           re.IGNORECASE)
 _CONFIG_ERRORS = ("ValueError", "KeyError", "TypeError", "AttributeError", "AssertionError")
 # A registry building the class a configuration names (mmengine/mmcv's build_from_cfg, fvcore/detectron2's
-# Registry.get): a KeyError there is a name nothing registered, because the package or module that defines it was
-# not installed or imported (the same cause as its full wording, "X is not in the model registry").
-REGISTRY_CODE = re.compile(r"[\\/]registry[\\/]|registry\.py|\bbuild_from_cfg\b", re.IGNORECASE)
+# Registry.get): a KeyError there is a name nothing registered (its full wording: "X is not in the model registry").
+_REGISTRY_CODE = re.compile(r"[\\/]registry[\\/]|registry\.py|\bbuild_from_cfg\b", re.IGNORECASE)
+_NOT_REGISTERED = re.compile(r"\bis not in the \w+ registry\b")
 # Where a checkpoint is loaded into the model: a key, shape or size complaint raised there is a checkpoint that
 # does not fit (a corrupt file has its own signatures above).
 _CHECKPOINT_CODE = re.compile(r"load_checkpoint|load_state_dict|_load_from_state_dict|load_model|resume|"
@@ -66,6 +66,12 @@ WEAK_NO_GPU = re.compile(r"No CUDA runtime is found, using CUDA_HOME=|^\s*GPU av
 WORKER_EXITED = re.compile(r"DataLoader worker \(pid(?:\(s\))? [\d, ]+\) exited unexpectedly")
 DEVICE_WORDS = re.compile(r"cuda|gpu|device|nccl|cudnn|nvidia", re.IGNORECASE)
 
+
+
+def not_in_a_registry(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.exception.startswith("KeyError") and (
+        _NOT_REGISTERED.search(reading.exception)
+        or (reading.raising_frame and _REGISTRY_CODE.search(reading.raising_frame))))
 
 
 def raised_loading_a_checkpoint(reading: LogReading) -> bool:
@@ -144,19 +150,27 @@ _NOT_FINITE_VALUE = re.compile(r"[:=]\s*[-+]?(?:nan|inf)\s*$", re.IGNORECASE)
 
 def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     """A log without an error of its own whose last lines print NaN values where the lines before printed numbers:
-    the training diverged and went on printing NaN until it was stopped. Those lines, or []."""
-    said = [line.strip() for line in lines if line.strip()]
+    the training diverged and went on printing NaN until it was stopped (or until it said it had finished: a training
+    that "completed" with NaN metrics learnt nothing). Those lines, or []."""
+    last = len(lines)
+    if reading.finished is not None and sum(bool(line.strip()) for line in lines[reading.finished + 1:]) <= 2:
+        last = reading.finished  # the training's own "finished" and its last words are not metrics
+    said = [line.strip() for line in lines[:last] if line.strip()]
     if reading.exception or len(said) < 3:
         return []
+    # rows of metrics each holding two or more NaN values ("epoch, 0199, nan, nan, nan, nan")
+    if all(len(_NAN_VALUE.findall(line)) >= 2 for line in said[-3:]):
+        return said[-3:]
     # a closing table of metrics, one per line ("train/fake     : nan"): a third or more of them not finite
     table = list(itertools.takewhile(_METRIC_LINE.match, reversed(said)))
     gone = [line for line in table if _NOT_FINITE_VALUE.search(line)]
     if len(gone) >= 3 and 3 * len(gone) >= len(table):
         return gone[:3][::-1]
-    # the loss the log prints has been NaN for its last three printouts, whatever followed them
-    losses = [line for line in said if _PRINTED_LOSS.search(line)]
-    if len(losses) >= 3 and all(_NAN_VALUE.search(_PRINTED_LOSS.search(line)[0]) for line in losses[-3:]):
-        return losses[-3:]
+    # the losses the log prints were NaN in its last three printouts (one line's "loss_hm=nan, loss=nan" counts for
+    # each), whatever followed them
+    losses = [(line, m[0]) for line in said for m in _PRINTED_LOSS.finditer(line)]
+    if len(losses) >= 3 and all(_NAN_VALUE.search(value) for _, value in losses[-3:]):
+        return list(dict.fromkeys(line for line, _ in losses[-3:]))
     if not all(_NAN_VALUE.search(line) for line in said[-2:]):
         return []
     before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
@@ -205,6 +219,24 @@ def bus_error_in_nccl(lines: list[str]) -> list[str]:
 _NON_FINITE = re.compile(r"\b[-+]?(?:nan|inf)\b", re.IGNORECASE)
 # a line that prints a loss value (a bare progress bar, "27/860 [02:08<1:05:33]", shows no value to be finite)
 _LOSS_VALUE = re.compile(r"loss\w*['\"]?\s*[:=]?\s*[-+]?\d", re.IGNORECASE)
+
+
+# multiprocessing's child reading what its parent sent it (spawn's preparation data, a queue's item): a pickle
+# that breaks there is the channel between processes (the parent died, a pipe closed), not a file on disk
+_PROCESS_CHANNEL = re.compile(r"multiprocessing[\\/](?:spawn|reduction|connection|queues)\.py")
+
+
+def drop_process_channel_pickles(hits: dict[int, list[int]], lines: list[str]) -> None:
+    """A corrupt-checkpoint wording raised where multiprocessing unpickles what another process sent is no
+    evidence of a checkpoint."""
+    for n in [n for n in hits if SIGNATURES[n].category == "checkpoint_corrupt"]:
+        hits[n] = [i for i in hits[n] if not any(_PROCESS_CHANNEL.search(line) for line in lines[max(0, i - 3):i])]
+        if not hits[n]:
+            del hits[n]
+
+
+def raised_in_process_channel(reading: LogReading) -> bool:
+    return bool(reading.raising_frame and _PROCESS_CHANNEL.search(reading.raising_frame))
 
 
 def drop_recovered_nan(hits: dict[int, list[int]], lines: list[str], reading: LogReading) -> None:

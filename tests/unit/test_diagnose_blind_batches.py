@@ -445,3 +445,58 @@ RuntimeError: cuda runtime error (35) : out of bounds at /pytorch/aten/src/THC/T
     assert reading["raising_frame"] == "/usr/local/lib/python3.6/dist-packages/torch/cuda/__init__.py in _lazy_init"
     assert reading["user_frame"] == "<ipython-input-8-a1c97129e4bb> in <module>"
     assert reading["raising_code"] == "torch._C._cuda_init()"
+
+
+def test_a_class_not_in_a_registry_is_a_lead_with_both_causes_not_a_category():
+    # batches 43, 47, 50 and older ones: OpenMMLab's "X is not in the models registry" was a package not installed
+    # or imported in three threads, a config or train script meant for another model in two
+    for log in ("KeyError: 'TSN2D is not in the detector registry'\n",
+                """Traceback (most recent call last):
+  File "/home/u/proj/train.py", line 9, in main
+    runner = Runner.from_cfg(cfg)
+  File "C:\\envs\\yolo\\lib\\site-packages\\mmengine\\registry\\build_functions.py", line 100, in build_from_cfg
+    raise KeyError(
+KeyError: 'YOLODetector is not'
+"""):
+        found = diagnose_text(log)
+        assert found.category == "unknown", found
+        assert "not installed or not imported" in found.summary and "another kind of model" in found.summary
+
+
+def test_a_pickle_broken_between_processes_is_no_checkpoint():
+    # batch 48: spawn's child reading what its parent sent, after the parent died of a network error
+    log = """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/usr/lib/python3.6/multiprocessing/spawn.py", line 115, in _main
+    self = reduction.pickle.load(from_parent)
+_pickle.UnpicklingError: pickle data was truncated
+"""
+    assert diagnose_text(log).category == "unknown"
+    assert diagnose_text(log.replace("/usr/lib/python3.6/multiprocessing/spawn.py", "/w/train.py")).category \
+        == "checkpoint_corrupt"
+
+
+def test_memory_words_say_which_memory():
+    assert diagnose_text("GPUassert: out of memory pcdet/ops/iou3d_nms/src/iou3d_nms.cpp 103\n").category \
+        == "cuda_oom"
+    # TensorFlow's allocator on the host is the host's memory
+    assert diagnose_text("Resource exhausted: OOM when allocating tensor with shape[1024,50257] and type float on "
+                         "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n").category == "host_oom"
+    # a bare "out of memory" names no memory; Slurm's own wording and the kernel's do
+    assert diagnose_text("Runtime error: out of memory /opt/HugeCTR/include/general_buffer.hpp:64\n").category \
+        == "unknown"
+    assert diagnose_text("srun: error: n1: task 0: Out Of Memory\n").category == "host_oom"
+    assert diagnose_text("[12.3] Out of memory: Killed process 4242 (python)\n").category == "host_oom"
+
+
+def test_a_gpu_index_the_node_has_not_is_a_configuration_error():
+    found = diagnose_text("RuntimeError: CUDA error: invalid device ordinal\n")
+    assert found.category == "missing_config" and "nproc_per_node" in found.hint
+
+
+def test_a_training_that_completed_with_nan_metrics_is_a_nan_loss():
+    # batch 47: every epoch's metrics NaN, then the script's own "Training completed!"
+    log = "".join(f"INFO: 2022-03-11 14:18:54,833, epoch, {n:04d}, nan, nan, nan, nan\n" for n in (198, 199, 200))
+    assert diagnose_text(log + "DEBUG: 2022-03-11 14:23:56,727, Training completed!\n").category == "nan_loss"
+    # TensorBoard's warning that a logged value was not finite says nothing of the loss
+    assert diagnose_text(" WARNING NaN or Inf found in input tensor\n").category == "unknown"

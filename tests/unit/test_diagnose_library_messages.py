@@ -264,10 +264,6 @@ def _traceback(frames: list[tuple[str, str]], error: str) -> str:
     # a site's job_submit plugin refusing the request, as sbatch prints the plugin's words
     ("sbatch: error: *** Error partition 'h200_courant' is not valid for this job\n"
      "sbatch: error: *** Error: CPU job setup is not valid", "missing_config"),
-    # mmengine/registry/build_functions.py build_from_cfg: "X is not in the model registry", cut where pasted
-    (_traceback([("/home/u/proj/train.py", "runner = Runner.from_cfg(cfg)"),
-                 ("C:\\envs\\yolo\\lib\\site-packages\\mmengine\\registry\\build_functions.py",
-                  "raise KeyError(")], "KeyError: 'YOLODetector is not"), "import_error"),
     # NCCL's last word before the job stopped (graph/topo.h)
     ("All distributed processes registered. Starting with 32 processes\n"
      "n1:52:52 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
