@@ -46,13 +46,13 @@ EXCEPTION_FAMILIES = _families(
                    r"(?:\w+ ){0,3}(?:shape|size|length|of length|dimension)|"
                    # (Python's own "list index out of range" says nothing of the data)
                    r"\b(?:label|class|target|token|(?<!list )(?<!tuple )(?<!string )index)(?: id)?s?\b.{0,60}\b"
-                   r"(?:out of (?:\w+ )?(?:range|bounds?)|"
+                   r"(?:out of (?:\w+ )?(?:range|bounds?)|outside (?:of )?the (?:\w+ )?range|"
                    r"exceeds?)\b|"
-                   r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
+                   r"\bincompatible (?:input )?shapes?\b|\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
                    r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
-    ("missing_config", r"\bmust be (?:evenly |exactly )?divisible by\b"),
+    ("missing_config", r"\bmust\s+be\s+(?:evenly\s+|exactly\s+)?divisible\s+by\b"),
     # a setting's value that the code has no branch for ("Invalid launcher type: none")
     ("missing_config", r"\binvalid (?:\w+ ){0,2}(?:type|mode|choice|backend|launcher|strategy)\s*:\s*['\"`]?\w"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
@@ -81,7 +81,7 @@ EXCEPTION_FAMILIES = _families(
     # the driver named as too old is the driver's, before any library version in the same message
     ("driver_mismatch", r"\bdriver\b.{0,60}\b(?:is too old|too old|insufficient|is older than|older than)\b"),
     # a library the program needs is absent, or is another version than the one it was built against
-    ("import_error", r"\b(?:library|module|package|extension|shared object)\b.{0,40}\b(?:is not found|not found|"
+    ("import_error", r"\b(?:library|module|package|extension|plugin|shared object)\b.{0,40}\b(?:is not found|not found|"
                      r"not installed|cannot be (?:found|loaded)|could not be (?:found|loaded)|failed to load|"
                      r"(?:is )?not (?:installed|configured) (?:correctly|properly))\b|"
                      r"\b(?:cannot|can't|could not|couldn't|unable to|failed to) (?:find|locate)\b.{0,40}"

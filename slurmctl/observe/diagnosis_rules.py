@@ -260,7 +260,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"SafetensorError: Error while deserializing|MetadataIncompleteBuffer|EOFError: Ran out of input|"
          r"unexpected EOF.*(?:checkpoint|\.pt)|Unable to load weights from pytorch checkpoint file|HeaderTooLarge|"
          r"invalid header or archive is corrupted|The file might be corrupted|unexpected EOF, expected \d+ more bytes|"
-         r"DataLossError|Checksum does not match: stored",
+         # (TensorFlow's DataLossError reading a TFRecord, "corrupted record at N", is the data's, not a checkpoint's)
+         r"DataLossError(?!.{0,40}corrupted record)|Checksum does not match: stored|"
+         # HDF5 (Keras' .h5 weights) opening a file that is not HDF5 at all: a download cut short, an LFS pointer
+         r"Unable to open file \(file signature not found\)",
          "A checkpoint file could not be read: it is truncated or corrupt (usually an interrupted save).",
          "Delete that checkpoint directory so training resumes from the previous valid one; save with "
          "`rt.checkpoints.save()` so a partial save is never marked valid.",
@@ -274,7 +277,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
-         r"in the checkpoint but \S+ in the model|Missing key in checkpoint state_dict|"
+         r"in the checkpoint but \S+ in the model|Missing key in (?:checkpoint )?state_dict|"
+         # Caffe copying a .caffemodel's weights into the net a prototxt builds (net.cpp CopyTrainedLayersFrom)
+         r"Cannot copy param \d+ weights from layer '[^']*'; shape mismatch|"
          r"checkpoint being loaded used a DP world size of \d+ but the current world size|"
          r"Assign requires shapes of both tensors to match|Key \S+ not found in checkpoint|"
          # accelerate.utils.modeling.set_module_tensor_to_device: a checkpoint tensor that does not fit its parameter
@@ -406,6 +411,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # a script named like the package it imports
          r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
          r"most likely due to a circular import|"
+         # a framework's own check of its version ("PaddlePaddle version 2.0.0 or higher is required")
+         r"\bversion v?\d+(?:\.\d+)+ or (?:higher|later|newer|above) is required\b|"
          # Paddle's loader of the CUDA libraries it links at run time (libnccl.so, libcudnn.so)
          r"The third-party dynamic library \([^)]+\) that Paddle depends on is not configured correctly",
          "Python could not import a module (missing package or mismatched library) in the job's environment.",
@@ -475,6 +482,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # OpenMMLab's config files inheriting a key from two bases (mmengine/mmcv Config)
          r"Duplicate keys? (?:is )?not allowed among bases|"
          r"not used by the HfArgumentParser|Check batch related parameters|"
+         # Caffe's solver writing snapshots under a prefix whose directory does not exist (checked at start, or
+         # failing at the first snapshot: io.cpp's WriteProtoToBinaryFile)
+         r"Cannot write to snapshot prefix|Check failed: proto\.SerializeToOstream\(&output\)|"
          r"Invalid generic resource \(gres\) specification|Invalid partition name specified|"
          # Slurm refusing the request as written (sbatch/salloc/srun); the interpreter given a script path that
          # does not exist
@@ -607,7 +617,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # launchers that start the ranks over ssh (DeepSpeed's runner, pdsh, mpirun) and cannot reach a host
          r"was not reachable via ssh|ssh: Could not resolve hostname|"
          # DGL's RPC (distributed KVStore / DistGraph servers) binding the address its ip config names
-         r"tcp_socket\.cc: \d+: Failed bind on \S+, errno=\d+",
+         r"tcp_socket\.cc: \d+: Failed bind on \S+, errno=\d+|"
+         # TensorFlow 1.x's distributed runtime: the master waiting for a ps or worker task that never answered
+         r"CreateSession still waiting for response from worker",
          "The processes of the job could not find each other at start-up (torchrun rendezvous).",
          "Usually a node or network problem, or a port clash: resubmit; if it repeats, tell the platform team "
          "(check MASTER_ADDR resolves on every node).",

@@ -226,7 +226,7 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     assert diagnose_text(own).category == "unknown"
 
 
-# Libraries' own wordings met in batches 26 to 46, each with the batch that met it
+# Libraries' own wordings met in batches 26 to 54, each with the batch that met it
 @pytest.mark.parametrize(("log", "category"), [
     # batch 29: a Keras progress bar with no newline before the shell's "Killed"
     ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
@@ -389,6 +389,30 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     # an IDE's run window saying the program it ran was SIGKILLed, with no Slurm record: the kernel's OOM killer
     ("Epoch 3: 100%|####| 98/98 [00:41<00:00]\nProcess finished with exit code 137 (interrupted by signal 9: "
      "SIGKILL)", "host_oom"),
+    # batch 52: a framework's own version check; torch's state_dict error worded without "Error(s)"
+    ("PaddlePaddle version 2.0.0 or higher is required, or a suitable develop version is satisfied as well.",
+     "import_error"),
+    ("RuntimeError:in loading state_dict for MainNet:Missing key in state_dict:...", "checkpoint_mismatch"),
+    # batch 53: Caffe's weights copied into a net of other shapes, and its snapshot directory missing; TensorFlow
+    # 1.x's sparse cross-entropy given a label beyond the classes; MXNet's shape check; CNTK's plugin DLL; HDF5
+    # weights that are not HDF5; a TF1 distributed master waiting for its tasks
+    ("F0311 16:30:12.422097 24027 net.cpp:861] Cannot copy param 0 weights from layer 'score-fr'; shape mismatch.  "
+     "Source param shape is 21 4096 1 1 (86016); target param shape is 4 4096 1 1 (16384).", "checkpoint_mismatch"),
+    ("F0513 15:45:57.349095 15471 solver.cpp:440] Cannot write to snapshot prefix './logs_end/vgg16_end'.  Make sure "
+     "that the directory exists and is writeable.", "missing_config"),
+    ("InvalidArgumentError (see above for traceback): Received a label value of 48 which is outside the valid range "
+     "of [0, 40).", "data_shape"),
+    ("mxnet.base.MXNetError: [09:41:17] src/operator/nn/concat.cc:66: Check failed: shape_assign(&(*in_shape)[i], "
+     "dshape) Incompatible input shape: expected [0,5], got [1,6]", "data_shape"),
+    ("RuntimeError: Plugin not found: 'Cntk.Deserializers.Image-2.5.dll'", "import_error"),
+    ("OSError: Unable to open file (file signature not found)", "checkpoint_corrupt"),
+    ("I tensorflow/core/distributed_runtime/master.cc:209] CreateSession still waiting for response from worker: "
+     "/job:ps/replica:0/task:0", "rendezvous_failure"),
+    # a TFRecord data file that is corrupt is not a checkpoint
+    ("tensorflow.python.framework.errors_impl.DataLossError: corrupted record at 2585605691", "unknown"),
+    # batch 54: TRL's GRPO check, its words spread by padding as the issue pasted them
+    ("ValueError: The global train batch size (1 x 1) must be evenly divisible          by the number of generations "
+     "per prompt (16).", "missing_config"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
