@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES
+from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES, TENSORS_DISAGREE
 from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
 from slurmctl.observe.failure_structure import (
     CANCELLED_LINE,
@@ -217,6 +217,10 @@ def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slu
         summary += ("; a data-loader worker died without a Python error of its own: often memory (host RAM or a "
                     "small /dev/shm), but the log does not say so; rerun with num_workers=0 to see the worker's "
                     "own error, and compare the memory peak with the limit (`slurmctl status RUN`)")
+    if reading.exception and TENSORS_DISAGREE.search(reading.exception):
+        summary += ("; two tensors inside the model disagree in size: look at what sizes them (the data's shapes, a "
+                    "setting such as the image size, number of classes or sequence length, a checkpoint loaded into "
+                    "the model) and at the code where they meet")
     if any("memory limit at some point" in line for line in reading.slurm):
         summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
                     "swapped, nothing was killed for it): if the job failed, memory is the first suspect "

@@ -101,9 +101,15 @@ EXCEPTION_FAMILIES = _families(
                      r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?'? has no attribute\b|"
                      r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
 )
+# Two tensors inside the model that disagree in size (an elementwise op, a concatenation, a view): in the scored
+# threads the data, a setting that sizes the model, a checkpoint or the project's own code about as often each,
+# so no category is named from these words; where it was raised may still say (data code: the data's).
+TENSORS_DISAGREE = re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b|"
+                              r"Sizes of tensors must match except in dimension|"
+                              r"shape '\[[^\]]*\]' is invalid for input of size", re.IGNORECASE)
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
-# code written for another version of a library).
-NOT_A_FAMILY = re.compile(r"keyword argument|positional argument", re.IGNORECASE)
+# code written for another version of a library), or a disagreement of the model's own tensors.
+NOT_A_FAMILY = re.compile(r"keyword argument|positional argument|" + TENSORS_DISAGREE.pattern, re.IGNORECASE)
 
 
 # A scheduler's or a node's own record, in any scheduler's words: a limit the job ran into or a node it lost.

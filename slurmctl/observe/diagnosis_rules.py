@@ -537,10 +537,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "`collate_fn` (for text, a padding data collator); the two sizes in the message are two samples of the "
          "same batch."),
     _sig("data_shape",
-         r"shapes cannot be multiplied|size mismatch|The size of tensor a \(\d+\) must match|"
+         r"shapes cannot be multiplied|size mismatch|"
          # Keras 2's check of the arrays given to fit/evaluate against the model's inputs and outputs
          r"Error when checking (?:model )?(?:input|target): expected \S+ to have|"
-         r"Sizes of tensors must match|Expected input batch_size|shape '\[[^\]]*\]' is invalid for input of size|"
+         r"Expected input batch_size|"
          r"Expected .* to have \d+ channels|Target size .* must be the same as input size|"
          r"The expanded size of the tensor \(\d+\) must match|"
          r"index out of range in self|Target -?\d+ is out of bounds|too many indices for (?:array|tensor)|"

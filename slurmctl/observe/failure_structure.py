@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 
+from slurmctl.observe.diagnosis_families import TENSORS_DISAGREE
 from slurmctl.observe.diagnosis_rules import SIGNATURES
 from slurmctl.observe.log_reading import LogReading
 
@@ -110,8 +111,9 @@ _COLLATE_CODE = re.compile(r"collate", re.IGNORECASE)
 def raised_by_data_code(reading: LogReading) -> bool:
     if reading.exception and _STORAGE_NOT_RESIZABLE.search(reading.exception):
         return any(_COLLATE_CODE.search(frame) for frame in reading.frames)
-    return bool(reading.exception and reading.exception.startswith(_DATA_ERRORS) and not _ARITY.match(reading.exception)
-                and any(_DATA_CODE.search(frame) for frame in reading.frames))
+    return bool(reading.exception and not _ARITY.match(reading.exception) and (
+        reading.exception.startswith(_DATA_ERRORS) or TENSORS_DISAGREE.search(reading.exception))
+        and any(_DATA_CODE.search(frame) for frame in reading.frames))
 
 
 # transformers' AutoConfig looking a checkpoint's model_type up in its mapping (models/auto/configuration_auto.py)

@@ -524,3 +524,26 @@ def test_a_training_that_completed_with_nan_metrics_is_a_nan_loss():
     assert diagnose_text(log + "DEBUG: 2022-03-11 14:23:56,727, Training completed!\n").category == "nan_loss"
     # TensorBoard's warning that a logged value was not finite says nothing of the loss
     assert diagnose_text(" WARNING NaN or Inf found in input tensor\n").category == "unknown"
+
+
+def test_two_tensors_of_the_model_disagreeing_in_size_is_a_lead_not_a_category():
+    # batches 26-54 at first sight: "The size of tensor a must match the size of tensor b", a view's "shape is
+    # invalid for input of size" and a concatenation's "Sizes of tensors must match" were the data's in 4 threads
+    # of 11, a setting's, a checkpoint's or the project's own code in the others
+    for message in ("RuntimeError: The size of tensor a (91) must match the size of tensor b (2) at non-singleton "
+                    "dimension 0",
+                    "RuntimeError: shape '[1, 5]' is invalid for input of size 25",
+                    "RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 13 but got size "
+                    "10 for tensor number 1 in the list."):
+        found = diagnose_text(message + "\n")
+        assert found.category == "unknown", found
+        assert "two tensors inside the model disagree in size" in found.summary
+    # raised where the data set's samples are read, it is the data's
+    in_data = """Traceback (most recent call last):
+  File "/w/train.py", line 80, in <module>
+    for batch in loader:
+  File "/w/datasets/kitti.py", line 41, in __getitem__
+    points = points.view(-1, 4)
+RuntimeError: shape '[-1, 4]' is invalid for input of size 1023
+"""
+    assert diagnose_text(in_data).category == "data_shape"
