@@ -48,6 +48,7 @@ from slurmctl.observe.failure_structure import (
     raised_forming_the_group,
     raised_in_process_channel,
     raised_loading_a_checkpoint,
+    raised_reading_a_checkpoint,
     unknown_model_type,
     version_conflict,
 )
@@ -378,6 +379,13 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "with a detector's train script fails the same way), that the type name is spelled as the code "
             "registers it, and that the module that registers it is installed and imported (mmengine: "
             "`custom_imports`, `default_scope`).", rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and raised_reading_a_checkpoint(reading):
+        corrupt = SIGNATURES[CATEGORY_RANK["checkpoint_corrupt"]]
+        return Diagnosis(
+            "checkpoint_corrupt", f"torch.load could not read the checkpoint file itself ({reading.exception[:120]} at "
+            f"{reading.raising_frame}): it is empty or cut short.", [reading.exception,
+                                                                     f"raised at {reading.raising_frame}"],
+            corrupt.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None and raised_loading_a_checkpoint(reading):
         return Diagnosis(
             "checkpoint_mismatch", f"Loading a checkpoint into the model failed (at {reading.raising_frame}): its keys "

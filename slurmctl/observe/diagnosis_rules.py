@@ -411,6 +411,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # a script named like the package it imports
          r"Couldn't load custom C\+\+ ops|operator torchvision::\w+ does not exist|"
          r"most likely due to a circular import|"
+         # a compiled or scripted op calling an aten op with the schema of another torch version
+         r"aten::\w+\(\) is missing value for argument|"
          # a framework's own check of its version ("PaddlePaddle version 2.0.0 or higher is required")
          r"\bversion v?\d+(?:\.\d+)+ or (?:higher|later|newer|above) is required\b|"
          # Paddle's loader of the CUDA libraries it links at run time (libnccl.so, libcudnn.so)
@@ -482,6 +484,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # OpenMMLab's config files inheriting a key from two bases (mmengine/mmcv Config)
          r"Duplicate keys? (?:is )?not allowed among bases|"
          r"not used by the HfArgumentParser|Check batch related parameters|"
+         # torchvision's ImageFolder given a directory without one sub-folder of images per class
+         r"Found 0 (?:files|images) in subfolders of|Couldn't find any class folder in|"
          # Caffe's solver writing snapshots under a prefix whose directory does not exist (checked at start, or
          # failing at the first snapshot: io.cpp's WriteProtoToBinaryFile)
          r"Cannot write to snapshot prefix|Check failed: proto\.SerializeToOstream\(&output\)|"

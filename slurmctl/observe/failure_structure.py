@@ -51,7 +51,9 @@ _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts
 # not a shared library, a bare program name, nor a rename (os.rename/replace "'src' -> 'dst'": a file another
 # process or a cleanup removed, as in a cache several ranks write)
 MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
-                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)(?!.*' -> ')")
+                           r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)(?!.*' -> ')|"
+                           # a loader's own check of the directory it was given (pix2pix/pix2pixHD's make_dataset)
+                           r"^(?:AssertionError|ValueError|OSError|IOError): \S+ is not a valid (?:directory|dir|path)\b")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
 # slurmstepd's line for a job or step cancelled on request (scancel); a time limit or a preemption adds
 # "DUE TO ..." after the time.
@@ -158,7 +160,14 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     if reading.finished is not None and sum(bool(line.strip()) for line in lines[reading.finished + 1:]) <= 2:
         last = reading.finished  # the training's own "finished" and its last words are not metrics
     said = [line.strip() for line in lines[:last] if line.strip()]
-    if reading.exception or len(said) < 3:
+    if reading.exception:
+        return []
+    # the losses the log prints were NaN in its last three printouts (one line's "loss_hm=nan, loss=nan" counts for
+    # each), whatever followed them
+    losses = [(line, m[0]) for line in said for m in _PRINTED_LOSS.finditer(line)]
+    if len(losses) >= 3 and all(_NAN_VALUE.search(value) for _, value in losses[-3:]):
+        return list(dict.fromkeys(line for line, _ in losses[-3:]))
+    if len(said) < 3:
         return []
     # rows of metrics each holding two or more NaN values ("epoch, 0199, nan, nan, nan, nan")
     if all(len(_NAN_VALUE.findall(line)) >= 2 for line in said[-3:]):
@@ -168,11 +177,6 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     gone = [line for line in table if _NOT_FINITE_VALUE.search(line)]
     if len(gone) >= 3 and 3 * len(gone) >= len(table):
         return gone[:3][::-1]
-    # the losses the log prints were NaN in its last three printouts (one line's "loss_hm=nan, loss=nan" counts for
-    # each), whatever followed them
-    losses = [(line, m[0]) for line in said for m in _PRINTED_LOSS.finditer(line)]
-    if len(losses) >= 3 and all(_NAN_VALUE.search(value) for _, value in losses[-3:]):
-        return list(dict.fromkeys(line for line, _ in losses[-3:]))
     if not all(_NAN_VALUE.search(line) for line in said[-2:]):
         return []
     before = [line for line in said[:-2] if not _NAN_VALUE.search(line)]
@@ -235,6 +239,17 @@ def drop_process_channel_pickles(hits: dict[int, list[int]], lines: list[str]) -
         hits[n] = [i for i in hits[n] if not any(_PROCESS_CHANNEL.search(line) for line in lines[max(0, i - 3):i])]
         if not hits[n]:
             del hits[n]
+
+
+# torch.load reading the file itself (serialization.py's _load, its pickle_module.load): an end of file or an
+# unpickling error there is the checkpoint's bytes (empty, cut short), whatever few words the exception has
+_TORCH_LOAD = re.compile(r"torch[\\/]serialization\.py")
+_READ_ERRORS = ("EOFError", "UnpicklingError", "_pickle.UnpicklingError", "pickle.UnpicklingError")
+
+
+def raised_reading_a_checkpoint(reading: LogReading) -> bool:
+    return bool(reading.exception and reading.exception.startswith(_READ_ERRORS) and reading.raising_frame
+                and _TORCH_LOAD.search(reading.raising_frame))
 
 
 def raised_in_process_channel(reading: LogReading) -> bool:

@@ -226,7 +226,7 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     assert diagnose_text(own).category == "unknown"
 
 
-# Libraries' own wordings met in batches 26 to 54, each with the batch that met it
+# Libraries' own wordings met in batches 26 to 55, each with the batch that met it
 @pytest.mark.parametrize(("log", "category"), [
     # batch 29: a Keras progress bar with no newline before the shell's "Killed"
     ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed", "host_oom"),
@@ -413,6 +413,13 @@ TypeError: get_metadata() takes exactly 1 argument (2 given)
     # batch 54: TRL's GRPO check, its words spread by padding as the issue pasted them
     ("ValueError: The global train batch size (1 x 1) must be evenly divisible          by the number of generations "
      "per prompt (16).", "missing_config"),
+    # batch 55: torchvision's ImageFolder on a directory without class folders; pix2pixHD's check of a directory
+    # its options imply; a compiled op calling aten with another torch version's schema; two NaN printouts
+    ("RuntimeError: Found 0 files in subfolders of: data/train", "missing_config"),
+    ("AssertionError: ./datasets/liberty/train_inst is not a valid directory", "missing_config"),
+    ("RuntimeError: aten::grid_sampler_2d_backward() is missing value for argument 'output_mask'.", "import_error"),
+    ("[0] epoch 0, 0/186, g_loss nan d_fake_loss 0.00000 d_real_loss 0.00000\n"
+     "[10] epoch 0, 10/186, g_loss nan d_fake_loss nan d_real_loss nan", "nan_loss"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
@@ -547,3 +554,18 @@ def test_two_tensors_of_the_model_disagreeing_in_size_is_a_lead_not_a_category()
 RuntimeError: shape '[-1, 4]' is invalid for input of size 1023
 """
     assert diagnose_text(in_data).category == "data_shape"
+
+
+def test_an_end_of_file_where_torch_load_reads_the_checkpoint_is_a_corrupt_checkpoint():
+    # batch 55: an empty checkpoint file; Python 2's bare EOFError says nothing else
+    log = """Traceback (most recent call last):
+  File "/disk/code/trainer.py", line 132, in load_network
+    state_dict = torch.load(cfg.TRAIN.NET_G)
+  File "/usr/local/lib/python2.7/dist-packages/torch/serialization.py", line 531, in _load
+    magic_number = pickle_module.load(f)
+EOFError
+"""
+    assert diagnose_text(log).category == "checkpoint_corrupt"
+    # the same error where the program reads its own files is not a checkpoint
+    assert diagnose_text(log.replace("/usr/local/lib/python2.7/dist-packages/torch/serialization.py", "/disk/io.py")
+                         ).category == "unknown"
