@@ -107,7 +107,10 @@ def test_six_element_sweep_with_a_preempted_element_resumes_and_reads_as_one(wor
     assert [s["restart_count"] for s in starts] == [0, 1] and starts[1]["resume_step"] == end["checkpoint_step"]
     assert starts[0]["job_id"] == starts[1]["job_id"] != array  # the task's own id, kept across its requeue
 
-    status = slurmctl_json("status", sweep["sweep_id"])
+    # an element's end event comes before Slurm has finished the job (COMPLETING, "finishing", while its epilog
+    # runs): on a loaded controller that takes seconds
+    status = wait_until(lambda: (got := slurmctl_json("status", sweep["sweep_id"])) and not any(
+        e["phase"] == "finishing" for e in got["elements"]) and got, 60, "every element out of COMPLETING")
     assert [e["phase"] for e in status["elements"]] == ["finished"] * 6, status
     assert [e["step"] for e in status["elements"]] == [79] * 6
     assert status["elements"][0]["requeues"] == 1 and len({e["job_id"] for e in status["elements"]}) == 6
