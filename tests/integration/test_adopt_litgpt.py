@@ -168,15 +168,23 @@ def test_litgpt_adopted_preempted_cancelled_and_resumed(workdir, alice, trainers
         node = alice.run(["scontrol", "show", "hostnames", saved["nodes"]]).stdout.split()[-1]
         preemptor = bob.sbatch("-p", "h100-ondemand", "-w", node, "-c", str(_cpus_not_on_demand(bob, node)), "-t", "1",
                                "-J", "adopt-preemptor", "-o", "/dev/null", "--wrap", "sleep 2")
-        waiting = _wait("the requeue", lambda: (s := _status(run_id))["state"] == "PENDING" and s, timeout=120)
-        assert waiting["phase"].startswith("requeued") and waiting["requeues"] >= 1, waiting
-        assert "preempt" in " ".join([waiting["why"], *waiting["history"]]), waiting
+        # the run's own requeue expediter may start the job again seconds after Slurm requeued it, before a
+        # status call on a loaded machine sees it wait: the requeue is its restart count, or the job waiting
+        waiting = _wait("the requeue", lambda: ((s := _status(run_id))["state"] == "PENDING" or s["requeues"] >= 1)
+                        and s, timeout=120)
+        assert waiting["requeues"] >= 1, waiting
+        if waiting["state"] == "PENDING":
+            assert waiting["phase"].startswith("requeued"), waiting
+            assert "preempt" in " ".join([waiting["why"], *waiting["history"]]), waiting
         kept = waiting["latest_checkpoint_step"]
         assert kept >= saved["latest_checkpoint_step"], waiting
         bob.scancel(preemptor)
         start_requeued_now(job_id)
         restored = _wait("litgpt resuming itself", lambda: _resumed_from(run_id, job_id), timeout=150)
-        assert restored.parent.name == f"step-{kept:08d}", (restored, kept)
+        # its own newest checkpoint when it restarted: the one status showed, or one it saved in between
+        assert restored.parent.name.startswith("step-"), restored
+        assert saved["latest_checkpoint_step"] <= int(restored.parent.name[5:]) <= kept, (restored, kept)
+        assert "preempt" in " ".join(_status(run_id)["history"]), _status(run_id)
         resumed = _wait("steps past that checkpoint", lambda: (s := _status(run_id))["state"] == "RUNNING"
                         and (s["last_step"] or 0) > kept and s, timeout=120)
         assert resumed["attempts"] >= 2 or resumed["requeues"] >= 1, resumed
