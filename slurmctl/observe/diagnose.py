@@ -28,20 +28,18 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES, TENSORS_DISAGREE
+from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES
 from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
 from slurmctl.observe.failure_structure import (
     CANCELLED_LINE,
     DEVICE_WORDS,
     MISSING_PATH,
     WEAK_NO_GPU,
-    WORKER_EXITED,
     bus_error_in_nccl,
     drop_process_channel_pickles,
     drop_recovered_nan,
     ends_in_nan,
     killed_from_outside,
-    launcher_said_sigkill,
     not_in_a_registry,
     raised_by_config_code,
     raised_by_data_code,
@@ -54,18 +52,14 @@ from slurmctl.observe.failure_structure import (
 )
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
-    ROOT_CAUSE,
-    ROOT_FIELD,
     TRACEBACK_HEAD,
     LineIndex,
     LogReading,
     clean_line,
-    is_launcher_block,
-    last_traceback,
     launcher_root_cause,
     read_log,
-    traceback_blocks,
 )
+from slurmctl.observe.unknown_verdict import unknown_evidence, unknown_hint, unknown_summary
 
 # Slurm's verdict outranks the log for causes outside the training.
 _SLURM_STATES = {"TIMEOUT": "time_limit", "PREEMPTED": "preempted", "NODE_FAIL": "node_lost",
@@ -154,82 +148,6 @@ def exception_family(exception: str | None) -> str | None:
         return None
     said = [category for category, rx in EXCEPTION_FAMILIES if rx.search(exception)]
     return said[0] if said else None
-
-
-def _unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
-    """The rank's own traceback; without one (a kill, a signal), what the log does say: the last training
-    progress, the launcher's verdict on the failed rank, Slurm's and the kernel's lines."""
-    blocks = [b for _, b in traceback_blocks(lines) if not is_launcher_block(b)]
-    if blocks or reading.exception:
-        # ranks in the log: the failing rank's own traceback, not a later one of a peer it left hanging
-        return last_traceback(lines, ending_at=reading.exception_line if reading.root_rank is not None else None)
-    said = [lines[reading.last_progress].strip()] if reading.last_progress is not None else []
-    for i, line in enumerate(lines):
-        if ROOT_CAUSE.search(line):
-            said += [f.strip() for f in lines[i + 1:i + 10] if ROOT_FIELD.match(f)]
-    said += reading.slurm + reading.kernel
-    if reading.bare_kill is not None:
-        said.append(lines[reading.bare_kill].strip())
-    return list(dict.fromkeys(said))[:10] or last_traceback(lines)
-
-
-def _unknown_hint(reading: LogReading, root: dict | None) -> str:
-    if reading.exception and not launcher_said_sigkill(reading):
-        return "Read the root error above; `slurmctl logs RUN --rank N` shows other ranks."
-    if (root and root.get("signal") == "SIGKILL") or reading.bare_kill is not None or launcher_said_sigkill(reading):
-        return ("Compare the memory peak with the limit (`slurmctl status RUN`; `sacct -j JOB -o State,MaxRSS,ReqMem`) "
-                "and ask the platform team for the node's kernel log at that time; if it was memory, use fewer "
-                "data-loader workers or ask for more memory per node.")
-    return "The log shows no error of its own: read every rank's output with `slurmctl logs RUN --rank all`."
-
-
-def _where_to_look(reading: LogReading) -> str:
-    if reading.user_frame:
-        return f"the error was raised from your code at {reading.user_frame}: start there"
-    if reading.library_frame:
-        return f"it was raised inside a library ({reading.library_frame}): check what your code passed to it"
-    return "the log shows no traceback: rerun with the full output of every rank (`slurmctl logs RUN --rank N`)"
-
-
-def _unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slurm_state: str = "") -> str:
-    summary = "slurmctl does not recognise this failure" + (f" (exit code {exit_code})" if exit_code else "")
-    killed = (bool(root and root.get("signal") == "SIGKILL") or launcher_said_sigkill(reading)
-              or (reading.bare_kill is not None and not reading.exception))
-    if root and root.get("rank") is not None:
-        how = f"exit code {root['exitcode']}" if root.get("exitcode") is not None else "an error"
-        if root.get("signal"):
-            how = root["signal"]
-        summary += f"; torchrun reports rank {root['rank']} failed first, with {how}"
-    if killed:
-        summary += ("; the process was killed without a message (SIGKILL from outside the program"
-                    + (", after normal training progress" if reading.last_progress is not None else "") + ")")
-        if slurm_state:
-            # Slurm's verdict is the record: OUT_OF_MEMORY would have been named host_oom before this point
-            summary += (f": Slurm recorded {slurm_state.split(' ')[0]}, not OUT_OF_MEMORY, so the job's memory limit "
-                        "did not kill it; look for who sent SIGKILL (the node's kernel log for the system OOM "
-                        "killer, a watchdog, a `kill -9`)")
-        else:
-            summary += (": often the kernel's out-of-memory killer, but the log does not say so: look at Slurm's "
-                        "record (`sacct -j JOB -o State,MaxRSS,ReqMem`; `slurmctl status RUN` shows the memory peak) "
-                        "or the node's kernel log before calling it host OOM")
-    if reading.exception and WORKER_EXITED.search(reading.exception):
-        # torch's data loader saw a worker die without an error of its own: memory (RAM or /dev/shm) in half
-        # the threads scored, the other half never showed it in the log, so it is a lead, not a verdict
-        summary += ("; a data-loader worker died without a Python error of its own: often memory (host RAM or a "
-                    "small /dev/shm), but the log does not say so; rerun with num_workers=0 to see the worker's "
-                    "own error, and compare the memory peak with the limit (`slurmctl status RUN`)")
-    if reading.exception and TENSORS_DISAGREE.search(reading.exception):
-        summary += ("; two tensors inside the model disagree in size: look at what sizes them (the data's shapes, a "
-                    "setting such as the image size, number of classes or sequence length, a checkpoint loaded into "
-                    "the model) and at the code where they meet")
-    if any("memory limit at some point" in line for line in reading.slurm):
-        summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
-                    "swapped, nothing was killed for it): if the job failed, memory is the first suspect "
-                    "(`sacct -j JOB -o State,MaxRSS,ReqMem`)")
-    if reading.exception:
-        on = f" on rank {reading.root_rank}" if reading.root_rank is not None else ""
-        summary += f"; the root error{on} is `{reading.exception[:300]}`; {_where_to_look(reading)}"
-    return summary + "."
 
 
 def _success(summary: str, evidence: list[str], source: str, reading: LogReading, exited_0: bool = False) -> Diagnosis:
@@ -454,18 +372,18 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             + "): almost always the kernel's out-of-memory killer taking back host RAM. Confirm with the node's "
             "kernel log (`dmesg`: \"Out of memory: Killed process\") or Slurm's record "
             "(`sacct -j JOB -o State,MaxRSS,ReqMem`).",
-            _unknown_evidence(lines, reading), HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
+            unknown_evidence(lines, reading), HOST_OOM_HINT, rank=reading.root_rank, source="log", extra=extra)
     if sig is None and any(WEAK_NO_GPU.search(line) for line in lines) and (
             not reading.exception or DEVICE_WORDS.search(reading.exception)):
         no_gpu = SIGNATURES[CATEGORY_RANK["no_gpu"]]
         return Diagnosis(
             "no_gpu", "PyTorch found no usable GPU (torch.cuda.is_available() was False) and nothing more specific "
-            "failed.", [line.strip() for line in lines if WEAK_NO_GPU.search(line)][:1] + _unknown_evidence(
+            "failed.", [line.strip() for line in lines if WEAK_NO_GPU.search(line)][:1] + unknown_evidence(
                 lines, reading)[-3:], no_gpu.hint, rank=reading.root_rank, source="log", extra=extra)
     if sig is None:
         return Diagnosis(
-            "unknown", _unknown_summary(exit_code, root, reading, slurm_state), _unknown_evidence(lines, reading),
-            _unknown_hint(reading, root),
+            "unknown", unknown_summary(exit_code, root, reading, slurm_state), unknown_evidence(lines, reading),
+            unknown_hint(reading, root),
             rank=reading.root_rank, source="none", extra=extra)
     found = sorted({i for n, idx in hits.items() if SIGNATURES[n].category == category for i in idx})
     # the message itself before the source line that raised it; the launcher's first failure leads

@@ -333,7 +333,8 @@ def job_cost(job: Job, site, elapsed_seconds: int | None, now: datetime | None =
 # diagnosis is read without importing (and compiling the rules of) the diagnosis modules at all.
 _DIAGNOSIS_CODE = tuple(Path(__file__).with_name(name) for name in ("diagnose.py", "diagnosis_rules.py",
                                                                      "diagnosis_families.py", "failure_structure.py",
-                                                                     "log_reading.py", "run_diagnosis.py"))
+                                                                     "log_reading.py", "run_diagnosis.py",
+                                                                     "unknown_verdict.py"))
 
 
 def _diagnosis(run: Run, job: Job) -> tuple[dict, str]:
