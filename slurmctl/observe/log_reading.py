@@ -36,7 +36,7 @@ _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<
                     # IPython/Jupyter (a notebook's or Colab's traceback, pasted): "path.py in func(args)", a Markdown
                     # link "[path.py](url) in func(...)", IPython 8's "File path.py:63, in func(...)", and the
                     # notebook's own cells ("<ipython-input-8-a1c9> in <module>", "Cell In[3], line 5")
-                    r'^\s*(?:>\s*)?(?:File )?\[?(?P<ipath>[^\s"\[\]()]+\.py|<ipython-input-[\w-]+>)\]?(?:\(\S*\))?'
+                    r'^\s*(?:File )?\[?(?P<ipath>[^\s"\[\]()]+\.py|<ipython-input-[\w-]+>)\]?(?:\(\S*\))?'
                     r'(?::(?P<iline>\d+))?,? in (?P<ifunc><[^>]*>|[\w.]+)(?:\(|\s*$)|'
                     r'^\s*Cell (?P<cell>In ?\[\d+\]), line (?P<cline>\d+)')
 # IPython marks the line of each frame that ran with an arrow ("---> 63     model = Arguments(...)")
