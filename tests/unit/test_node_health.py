@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from pathlib import Path
 
 from slurmctl.ops.health import blame, checks, reasons
 from slurmctl.ops.health.agent import verify_command
@@ -191,12 +193,23 @@ def test_failure_records_keep_user_and_nodes_and_old_records_still_read(tmp_path
     assert len(blame.read(spool)) == 2  # the mark is no failure record
 
 
+def _wait_until_exec(children, argv0: bytes, timeout_s: float = 10.0) -> None:
+    """Popen returns once the child is forked, before it has exec'd: until then its environment is still this
+    process's own (without the job's variables), so a scan on a loaded machine could miss it."""
+    deadline = time.monotonic() + timeout_s
+    for child in children:
+        while Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0")[0] != argv0:
+            assert time.monotonic() < deadline, f"child {child.pid} did not exec {argv0!r} in {timeout_s} s"
+            time.sleep(0.01)
+
+
 def test_the_prologs_leftover_scan_reads_a_bounded_number_of_processes():
     from slurmctl.ops.hooks import procs
 
     env = {"SLURM_JOB_ID": "424242", "SLURMD_NODENAME": "unit-leftover-node", "PATH": "/usr/bin:/bin"}
     children = [subprocess.Popen(["/bin/sleep", "60"], env=env) for _ in range(20)]
     try:
+        _wait_until_exec(children, b"/bin/sleep")
         found = procs.job_processes(node="unit-leftover-node")
         assert {p.pid for p in found} == {c.pid for c in children}
         assert all(p.job_id == 424242 and p.node == "unit-leftover-node" for p in found)
