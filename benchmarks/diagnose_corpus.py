@@ -16,6 +16,7 @@ A case labelled `success` (the job did not fail of its training) is right when n
     .venv/bin/python benchmarks/diagnose_corpus.py --batch DIR --after   rescore it after rule changes
     .venv/bin/python benchmarks/diagnose_corpus.py --split tune --cases
     .venv/bin/python benchmarks/diagnose_corpus.py --leave-one-batch-out DIR DIR ...
+    .venv/bin/python benchmarks/diagnose_corpus.py --log-only-expert   the rules beside an expert reading the log
 
 Old batches are studied once scored, so their rescores say little about the next batch. The leave-one-batch-out
 estimate takes each batch out in turn: every alternative of a signature's pattern, or of a family's words
@@ -202,6 +203,42 @@ def score_batch(folder: Path, *, after: bool) -> int:
     return 0
 
 
+# --- an expert who reads only the log ----------------------------------------------------------------------
+EXPERT = ROOT / "benchmarks" / "diagnose_batches" / "log_only_expert"
+
+
+def log_only_expert_lines() -> list[str]:
+    """The rules beside an expert who saw only each log (log_only_expert/README.md), on the batches it answered:
+    what a reader of the log alone reaches, so what first sight could reach."""
+    first = {r["batch"]: {c["id"]: c for c in r["cases"]} for r in first_sight_records()}
+    rows, batches = [], []  # rows: (case record, expert's label, first sight, the rules now)
+    for path in sorted(EXPERT.glob("batch-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
+        answers = json.loads(path.read_text(encoding="utf-8"))
+        batches.append(answers["batch"])
+        folder = ROOT / "benchmarks" / "diagnose_batches" / answers["batch"]
+        for answer in answers["cases"]:
+            case = first[answers["batch"]][answer["id"]]
+            now = diagnose_text((folder / f"{answer['id']}.log").read_text(encoding="utf-8", errors="replace"))
+            rows.append((case, answer["label"], case["first_sight"], now.category))
+    if not rows:
+        return ["log-only expert: no batch answered yet"]
+    out = [f"AN EXPERT WHO READS ONLY THE LOG, beside the rules, on {len(rows)} cases ({', '.join(batches)})"]
+    parts = [("all cases", rows), *((f"the log {words}", [r for r in rows if r[0].get("log_shows") is shows])
+                                    for shows, words in ((True, "shows the cause"), (False, "does not show it")))]
+    for name, part in parts:
+        if not part:
+            continue
+        out.append(f"  {name} ({len(part)}):")
+        for who, k in (("expert, log only", 1), ("rules at first sight", 2), ("rules now (studied)", 3)):
+            t = tally([(r[0]["category"], r[k]) for r in part])
+            out.append(f"    {who:22} {t['correct']:>4} right ({_pct(t['correct'], t['n'])}), "
+                       f"confidently wrong {t['confident_wrong']} ({_pct(t['confident_wrong'], t['n'])})")
+    both = Counter((is_correct(r[0]["category"], r[1]), is_correct(r[0]["category"], r[2])) for r in rows)
+    out.append(f"  expert right where first sight was not: {both[(True, False)]}; first sight right where the "
+               f"expert was not: {both[(False, True)]}; both wrong: {both[(False, False)]}")
+    return out
+
+
 # --- leave one batch out ---------------------------------------------------------------------------------
 def alternatives(regex: str) -> list[str]:
     """The top-level alternatives of a pattern (`|` outside groups and character classes)."""
@@ -290,9 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", action="store_true", help="one line per case (use on tune only while tuning)")
     parser.add_argument("--batch", type=Path, help="a collector's batch directory (index.json + <id>.log)")
     parser.add_argument("--after", action="store_true", help="with --batch: rescore after rule changes")
+    parser.add_argument("--log-only-expert", action="store_true",
+                        help="the rules beside an expert who saw only the logs (diagnose_batches/log_only_expert)")
     parser.add_argument("--leave-one-batch-out", type=Path, nargs="+", metavar="DIR",
                         help="scored batch directories: estimate first sight with each batch's own rules left out")
     args = parser.parse_args(argv)
+    if args.log_only_expert:
+        print("\n".join(log_only_expert_lines()))
+        return 0
     if args.leave_one_batch_out:
         print("\n".join(leave_one_batch_out(args.leave_one_batch_out)))
         return 0

@@ -79,3 +79,15 @@ def test_leave_one_batch_out_splits_patterns_at_their_top_level_alternatives():
         assert "|".join(parts) == sig.regex
         for part in parts:
             re.compile(part)
+
+
+def test_the_log_only_experts_answer_every_case_of_their_batches_in_the_vocabulary():
+    """Each expert file answers one scored batch whole, with the batch's case ids, in the labels the rules use."""
+    for path in sorted(diagnose_corpus.EXPERT.glob("batch-*.json")):
+        answers = json.loads(path.read_text(encoding="utf-8"))
+        assert answers["batch"] == path.stem
+        scored = json.loads((diagnose_corpus.RESULTS / f"diagnose_firstsight_{path.stem}.json").read_text())
+        assert [c["id"] for c in answers["cases"]] == [c["id"] for c in scored["cases"]], path
+        assert all(c["label"] in CATEGORIES for c in answers["cases"]), path
+    headline = diagnose_corpus.log_only_expert_lines()[0]
+    assert headline.startswith("AN EXPERT WHO READS ONLY THE LOG") or headline.startswith("log-only expert: no batch")
