@@ -130,13 +130,32 @@ _ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exc
                           r": [EF] \S+:\d+\]", re.IGNORECASE)
 
 
+# A line that starts a record of its own (a timestamp, a severity, a traceback's parts), so it does not go on
+# with the line before it
+_OWN_RECORD = re.compile(r"^\s*(?:\[?\d{4}-\d\d-\d\d|\[?\d\d:\d\d:\d\d|[IWEF]\d{4} |\[[A-Za-z]|"
+                         r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|Traceback|During handling|The above exception|"
+                         r"File \"|[\w.]+(?:Error|Exception|Warning)\b)")
+
+
+def continued(lines: list[str], i: int, text: str | None = None, most: int = 2) -> str:
+    """Line i (or `text`, its reading) with the lines a terminal or an issue tracker wrapped it onto ("...failed:
+    Resource exhausted: Out" / "of memory while trying to allocate 5520758552 bytes."): up to `most` lines that
+    follow it, neither blank nor records of their own."""
+    parts = [(text if text is not None else lines[i]).strip()]
+    for line in lines[i + 1:i + 1 + most]:
+        if not line.strip() or _OWN_RECORD.match(line):
+            break
+        parts.append(line.strip())
+    return " ".join(parts)
+
+
 def error_line_family(lines: list[str], noise: set[int]) -> tuple[str, str] | None:
     """A log without a Python exception (a C++ program, a launcher, a container runtime): (category, line) when
     the lines that say error all read as one family."""
     said = {}
     for i, line in enumerate(lines):
         if i not in noise and _ERROR_WORDS.search(line) and not _WARNING_LINE.search(line):
-            category = exception_family(line.strip())
+            category = exception_family(line.strip()) or exception_family(continued(lines, i))
             if category is not None:
                 said.setdefault(category, line.strip())
     return next(iter(said.items())) if len(said) == 1 else None
@@ -242,6 +261,8 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
                         "is the launcher's or the process group's teardown, not a failure of the training.",
                         [lines[reading.finished].strip(), *after], source, reading)
     family = exception_family(reading.exception) if sig is None else None
+    if family is None and sig is None and reading.exception_line is not None:
+        family = exception_family(continued(lines, reading.exception_line, reading.exception))
     if family == "checkpoint_corrupt" and raised_in_process_channel(reading):
         family = None
     if family is not None:

@@ -16,19 +16,29 @@ def _families(*pairs: tuple[str, str]) -> tuple[tuple[str, re.Pattern], ...]:
 # message (two words near each other, not one library's sentence), so a wording nobody has met yet still lands in
 # its category. Each family names its cause only when the message itself says it; anything else stays `unknown`.
 # Order matters: a GPU's memory before the host's, a checkpoint's shape before a tensor's shape.
-_GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device)"
+_GPU_WORDS = r"(?:CUDA|GPU|cuDNN|cuBLAS|HBM|VRAM|device memory|on device|METAL|MPS)"
 EXCEPTION_FAMILIES = _families(
-    ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|"
+    ("cuda_oom", rf"{_GPU_WORDS}.{{0,80}}(?:out of memory|OUT_OF_MEMORY|\bOOM\b|not enough memory|insufficient memory|"
                  r"memory (?:is )?exhausted)|\b(?:RESOURCE_EXHAUSTED|failed to allocate)\b.{0,80}\bon (?:the )?"
                  r"(?:GPU|device)\b|"
+                 # XLA's allocator on the accelerator ("Execution of replica 0 failed: Resource exhausted: Out of
+                 # memory while trying to allocate ..."; TensorFlow's CPU allocator says "OOM when allocating")
+                 r"\bResource exhausted: Out of memory\b|"
                  rf"\b(?:out of memory|OUT_OF_MEMORY|not enough memory)\b.{{0,80}}{_GPU_WORDS}"),
+    # a job or trial that asks for more than the whole cluster has ("trial requested 22 CPUs, 0 GPUs but the cluster
+    # has only 8 CPUs"): the request is the setting to change. Before no_gpu: such a message can say "0 GPUs"
+    ("missing_config", r"\bInsufficient cluster resources\b|\b(?:requested|requests|asked for|asks for) \d+ "
+                       r"(?:CPU|GPU|core|node)s?\b.{0,80}\bbut\b.{0,40}\bonly\b"),
     ("no_gpu", r"\b(?:no|zero|0|cannot find|can't find|could not find|couldn't find|unable to find|without)\s+"
                r"(?:\w+\s+){0,2}(?:GPU|CUDA device|CUDA-capable device|NVIDIA (?:GPU|device|driver))s?\b|"
                r"\b(?:GPU|CUDA device|NVIDIA (?:GPU|driver))s?\s+(?:\w+\s+){0,2}(?:not (?:found|available|detected|"
                r"visible)|unavailable)\b|"
                # a package installed without its GPU part ("No CUDA extension has been built, can't train on GPU");
                # transformers' Trainer asked for fp16 where it sees no GPU
-               r"\b(?:can't|cannot|unable to) (?:train|run) on (?:the )?GPU\b|can only be used on CUDA devices\b"),
+               r"\b(?:can't|cannot|unable to) (?:train|run) on (?:the )?GPU\b|can only be used on CUDA devices\b|"
+               # a GPU-only setting refused because the job found itself on the CPU ("Precision.AMP_BF16 is not
+               # supported for CPU training")
+               r"\bnot supported for CPU training\b"),
     ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
                  rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
                  r"\b(?:host|CPU|RAM|system) memory|"
@@ -48,11 +58,18 @@ EXCEPTION_FAMILIES = _families(
                    r"\b(?:label|class|target|token|(?<!list )(?<!tuple )(?<!string )index)(?: id)?s?\b.{0,60}\b"
                    r"(?:out of (?:\w+ )?(?:range|bounds?)|outside (?:of )?the (?:\w+ )?range|"
                    r"exceeds?)\b|"
-                   r"\bincompatible (?:input )?shapes?\b|\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|"
+                   r"\bincompatible (?:input )?shapes?\b|\bCannot add tensor to the batch\b|"
                    r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
     ("missing_config", r"\bmust\s+be\s+(?:evenly\s+|exactly\s+)?divisible\s+by\b"),
+    # a dataset that holds nothing: in the scored threads, every time a data path in the configuration or the
+    # arguments that points at the wrong folder
+    ("missing_config", r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|\bFound 0 (?:files|images|samples)\b|"
+                       r"\b(?:training|train|validation|eval) (?:set|data|dataset) (?:was )?not found or empty\b|"
+                       r"\bNo (?:training )?data found\b"),
+    # a setting the code checks and finds wrong ("TPUConfig.num_shards is not set correctly")
+    ("missing_config", r"\b(?:is|are) not set (?:correctly|properly)\b"),
     # a setting's value that the code has no branch for ("Invalid launcher type: none")
     ("missing_config", r"\binvalid (?:\w+ ){0,2}(?:type|mode|choice|backend|launcher|strategy)\s*:\s*['\"`]?\w"),
     # a setting is named (quoted, or a flag) after the words: "Invalid argument" alone is errno EINVAL
@@ -97,9 +114,21 @@ EXCEPTION_FAMILIES = _families(
                      # one), not only on the version
                      r"\bmodule '?(?:torch|numpy|np|transformers|tensorflow|tf|keras|jax|jaxlib|flax|optax|"
                      r"accelerate|deepspeed|peft|trl|datasets|huggingface_hub|torchvision|torchaudio|scipy|pandas|"
-                     r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|setuptools|pkg_resources|"
-                     r"google\.protobuf|protobuf)(?:\.(?!cuda'|_)[\w.]+)?'? has no attribute\b|"
-                     r"\bTokenizer class \w+ does not exist or is not currently imported\b"),
+                     r"PIL|cv2|triton|apex|timm|lightning|pytorch_lightning|mmcv|mmengine|mmdet|setuptools|"
+                     r"pkg_resources|google\.protobuf|protobuf|keras_tuner|kerastuner|optuna|ray|wandb|mlflow|hydra|"
+                     r"omegaconf|sklearn|skimage|albumentations|detectron2|fairseq|tokenizers|sentencepiece|"
+                     r"bitsandbytes|xformers|flash_attn|diffusers|einops|torchtext|torchmetrics|gym|gymnasium|"
+                     r"stable_baselines3|dgl|torch_geometric|spacy|librosa|tensorboard|tensorboardX|orbax|"
+                     r"haiku|equinox|mlx)(?:\.(?!cuda'|_)[\w.]+)?'? has no attribute\b|"
+                     r"\bTokenizer class \w+ does not exist or is not currently imported\b|"
+                     # an API the installed version has dropped ("The `on_init_start` callback hook was deprecated in
+                     # v1.6 and is no longer supported as of v1.8")
+                     r"\b(?:deprecated|renamed)\b.{0,80}\b(?:no longer (?:supported|available)|"
+                     r"(?:was|were|has been|have been) removed)\b|"
+                     r"\b(?:was|were|has been|have been) removed in (?:v|version )?\d|"
+                     # the dynamic loader's words for a library of another version ("cudaGetErrorString symbol not
+                     # found")
+                     r"\bsymbol not found\b"),
 )
 # Two tensors inside the model that disagree in size (an elementwise op, a concatenation, a view): in the scored
 # threads the data, a setting that sizes the model, a checkpoint or the project's own code about as often each,

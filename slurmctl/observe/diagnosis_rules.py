@@ -137,6 +137,8 @@ SIGNATURES: tuple[Signature, ...] = (
          # the TPU runtime's allocator (torch_xla, TensorFlow on TPU): "Attempting to allocate 180.59M. That was
          # not possible. There are 142.58M free."
          r"Attempting to allocate \S+\. That was not possible\. There are \S+ free|"
+         # XLA's report of what a program that did not fit needed of the TPU's memory
+         r"Total hbm usage >=|Program hbm requirement|"
          # Habana Gaudi's device memory (the HPU's PT_DEVMEM module)
          r"MODULE:PT_DEVMEM Allocation failed",
          "A GPU ran out of memory.",
@@ -150,6 +152,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "started its data-loader workers.", "Use fewer data-loader workers (each maps torch's DLLs again), or "
          "enlarge the page file / add RAM; on a cluster node, ask for more memory per node."),
     _sig("permission_denied", r"Permission denied|PermissionError(?!: \[WinError 32\])|\[Errno 13\]|\bEACCES\b|"
+         # TensorFlow's and gRPC's status name; a cloud bucket's IAM refusal ("does not have storage.objects.create
+         # access to")
+         r"\bPermissionDenied(?:Error)?\b|\bdoes not have [\w.]+ access to\b|"
          # writing where the mount is read-only (a container image, a shared dataset); EPERM from the OS
          r"Read-only file system|\[Errno 30\]|\[Errno 1\] Operation not permitted",
          "The job was refused access to a file, directory, socket or shared memory (/dev/shm): permission denied.",
@@ -380,6 +385,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "container pass the GPUs through."),
     _sig("import_error",
          r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
+         # DeepSpeed's compiled CPU Adam that was never built or could not be loaded
+         r"object has no attribute 'ds_opt_adam'|"
          r"Error locating target '|GLIBC(?:XX)?_\S+' not found|DLL load failed|"
          r"CUDA Setup failed despite GPU being available|"
          r"Loaded runtime CuDNN library.{0,60}but source was compiled with|DNN library is not found|"
@@ -557,7 +564,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Label class \S+ exceeds nc=\d+|"
          r"Expected \d+-dimensional input for \d+-dimensional weight|Given groups=\d+, weight of size|"
          r"Dimension out of range|index \d+ is out of bounds for (?:axis|dimension)|"
-         r"num_samples should be a positive integer value, but got num_samples=0|Expected target size|"
+         r"Expected target size|"
          r"shape mismatch: value tensor of shape|operands could not be broadcast together with shapes|"
          r"Input to reshape is a tensor with \d+ values|Incompatible shapes: \[|Dimensions must be equal|"
          r"is incompatible with the layer: expected|"

@@ -338,6 +338,45 @@ def test_wordings_met_in_blind_batches(log, category):
     ("RuntimeError: aten::grid_sampler_2d_backward() is missing value for argument 'output_mask'.", "import_error"),
     ("[0] epoch 0, 0/186, g_loss nan d_fake_loss 0.00000 d_real_loss 0.00000\n"
      "[10] epoch 0, 10/186, g_loss nan d_fake_loss nan d_real_loss nan", "nan_loss"),
+    # batch 56: a GPU-only precision refused because the job found itself on the CPU
+    ("ValueError: Precision.AMP_BF16 is not supported for CPU training.", "no_gpu"),
+    # batch 57: Ray Tune trials that ask more than the cluster has; Lightning dropped a hook Optuna's callback used;
+    # keras_tuner of another version
+    ("ray.tune.error.TuneError: Insufficient cluster resources to launch trial: trial requested 22 CPUs, 0 GPUs but "
+     "the cluster has only 8 CPUs, 2 GPUs.", "missing_config"),
+    ("RuntimeError: The `on_init_start` callback hook was deprecated in v1.6 and is no longer supported as of v1.8.",
+     "import_error"),
+    ("AttributeError: module 'keras_tuner.oracles' has no attribute 'BayesianOptimization'", "import_error"),
+    # batch 58: Apple's Metal out of GPU memory; XLA's TPU memory report; a bucket's IAM refusal; an empty training
+    # set (a data path pointing elsewhere); a setting the code checks
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer execution "
+     "failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)", "cuda_oom"),
+    ("Total hbm usage >= 9.50G:\n    reserved        530.00M\nProgram hbm requirement 8.98G:", "cuda_oom"),
+    ("PermissionDeniedError: Error executing an HTTP request: HTTP response code 403 with body '{",
+     "permission_denied"),
+    ("ValueError: Training set not found or empty. Must provide training set for fine-tuning.", "missing_config"),
+    ("    ValueError: TPUConfig.num_shards is not set correctly ....", "missing_config"),
+    # batch 59: tf.data batching samples of unequal length; DeepSpeed's CPU Adam never built; the loader's words
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Cannot add tensor to the batch: number of "
+     "elements does not match. Shapes are: [tensor]: [2516], [batch]: [2337]", "data_shape"),
+    ("AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'", "import_error"),
+    ("INTERNAL: CustomCall failed: jaxlib/gpu/prng_kernels.cc:33: operation gpuGetLastError() failed: "
+     "cudaGetErrorString symbol not found.", "import_error"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
+
+
+def test_a_message_wrapped_onto_the_next_line_is_read_whole():
+    """A terminal or an issue tracker breaks a long message mid-phrase; the family is read across the break, but a
+    line that starts a record of its own (a timestamp, another exception) is not part of it."""
+    xla = ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 12.50MiB "
+           "(13107200\nB) on device ordinal 0: while running replica 0 and partition 0 of a replicated computation\n")
+    assert diagnose_text(xla).category == "cuda_oom"
+    glog = ("2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] "
+            "Execution of replica 0 failed: Resource exhausted: Out\nof memory while trying to allocate 5520758552 "
+            "bytes.\n")
+    assert diagnose_text(glog).category == "cuda_oom"
+    # the next record is not the message's continuation
+    assert diagnose_text("ValueError: the request of\n2026-12-01 10:00:00 WARNING GPU out of memory soon\n").category \
+        == "unknown"

@@ -29,8 +29,9 @@ def _traceback(error: str, where: str = "/home/u/proj/train.py", code: str = "ma
     ("MemoryError", "host_oom"),
     # jcuda through jpype: the GPU's allocator, not the host's
     ("jpype._jexception.CudaExceptionPyRaisable: jcuda.CudaException: CUDA_ERROR_OUT_OF_MEMORY", "cuda_oom"),
-    # torch.utils.data.RandomSampler on an empty data set; ultralytics' label check
-    ("ValueError: num_samples should be a positive integer value, but got num_samples=0", "data_shape"),
+    # torch.utils.data.RandomSampler on an empty data set: a data path that points elsewhere (every empty data set
+    # of the scored threads was one); ultralytics' label check
+    ("ValueError: num_samples should be a positive integer value, but got num_samples=0", "missing_config"),
     ("AssertionError: Label class 15 exceeds nc=2 in data/ship.yaml. Possible class labels are 0-1", "data_shape"),
     # wordings no signature has: the family still says what it is
     ("RuntimeError: shape of the key projection does not match the query for layer 3", "data_shape"),
