@@ -169,6 +169,11 @@ def exception_family(exception: str | None) -> str | None:
     return said[0] if said else None
 
 
+def _a(noun: str) -> str:
+    """The noun with its indefinite article ("An IndexError", "A ValueError")."""
+    return ("An " if noun[:1].upper() in "AEIOU" else "A ") + noun
+
+
 def _success(summary: str, evidence: list[str], source: str, reading: LogReading, exited_0: bool = False) -> Diagnosis:
     """`exited_0`: Slurm recorded exit code 0, so nothing is left to fix, not even the exit status."""
     return Diagnosis("success", summary, evidence,
@@ -363,15 +368,6 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
         nan_loss = SIGNATURES[CATEGORY_RANK["nan_loss"]]
         return Diagnosis("nan_loss", nan_loss.summary + " The log's last lines print NaN where the lines before "
                          "printed numbers.", nan, nan_loss.hint, rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and raised_by_data_code(reading):
-        return Diagnosis(
-            "data_shape", f"An {reading.exception.split(':')[0]} was raised while reading or batching the data "
-            f"(at {reading.raising_frame}): a sample, annotation or label is not what the code expects.",
-            [reading.exception, f"raised at {reading.raising_frame}"],
-            "Find the sample that fails (print the index in the dataset's __getitem__ / the annotation it reads): "
-            "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
-            "causes; filter or fix them in the data set.",
-            rank=reading.root_rank, source="log", extra=extra)
     if sig is None and reading.exception and MISSING_PATH.search(reading.exception):
         return Diagnosis(
             "missing_config", "A path the run was given (in its arguments or configuration: a data set, a config or "
@@ -379,6 +375,15 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             [reading.exception, *([f"raised at {reading.raising_frame}"] if reading.raising_frame else [])],
             "Check the path in the message against `args:`/the config file: relative paths resolve against the "
             "job's working directory, and the file must be on a filesystem the compute nodes mount.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and raised_by_data_code(reading):
+        return Diagnosis(
+            "data_shape", f"{_a(reading.exception.split(':')[0])} was raised while reading or batching the data "
+            f"(at {reading.raising_frame}): a sample, annotation or label is not what the code expects.",
+            [reading.exception, f"raised at {reading.raising_frame}"],
+            "Find the sample that fails (print the index in the dataset's __getitem__ / the annotation it reads): "
+            "empty or malformed annotation lines, a missing column or label outside the classes are the usual "
+            "causes; filter or fix them in the data set.",
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and not (slurm_state or exit_code) and reading.bare_kill is not None \
             and killed_from_outside(reading, root, lines):

@@ -53,8 +53,8 @@ _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts
 MISSING_PATH = re.compile(r"^(?:(?:builtins\.)?FileNotFoundError\b|(?:IOError|OSError): \[Errno 2\] No such file "
                            r"or directory: )(?!.*\.(?:so|dll)\b)(?!.*: '[\w+-]+'\s*$)(?!.*' -> ')|"
                            # a loader's own check of the directory it was given (pix2pix/pix2pixHD's make_dataset)
-                           r"^(?:AssertionError|ValueError|OSError|IOError): \S+ is not a valid "
-                           r"(?:directory|dir|path)\b")
+                           r"^(?:AssertionError|ValueError|OSError|IOError): \S+ is not a (?:valid )?"
+                           r"(?:file or directory|directory|dir|path)\b")
 # Lines that say Slurm or a person ended the job: a SIGKILL that follows them is not the kernel's.
 # slurmstepd's line for a job or step cancelled on request (scancel); a time limit or a preemption adds
 # "DUE TO ..." after the time.

@@ -5,6 +5,8 @@ observe/diagnose.py decides the verdict; this module words it."""
 
 from __future__ import annotations
 
+import re
+
 from slurmctl.observe.diagnosis_families import TENSORS_DISAGREE
 from slurmctl.observe.failure_structure import WORKER_EXITED, launcher_said_sigkill
 from slurmctl.observe.log_reading import (
@@ -15,6 +17,10 @@ from slurmctl.observe.log_reading import (
     last_traceback,
     traceback_blocks,
 )
+
+_EMPTY_DIVISOR = re.compile(r"^ZeroDivisionError\b")
+# the divisor is a count of samples or batches: len(...), a size, a number of steps or iterations
+_BY_A_COUNT = re.compile(r"/\s*\(?\s*(?:len\(|\w*(?:size|count|num|steps|iters|total)\w*\b)", re.IGNORECASE)
 
 
 def unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:
@@ -83,6 +89,13 @@ def unknown_summary(exit_code: str, root: dict | None, reading: LogReading, slur
         summary += ("; two tensors inside the model disagree in size: look at what sizes them (the data's shapes, a "
                     "setting such as the image size, number of classes or sequence length, a checkpoint loaded into "
                     "the model) and at the code where they meet")
+    if reading.exception and _EMPTY_DIVISOR.search(reading.exception) and reading.raising_code \
+            and _BY_A_COUNT.search(reading.raising_code):
+        # in the scored threads a data set (or a split of it) that held nothing: too few samples for the split or
+        # the batch, or a data path that points at the wrong folder
+        summary += ("; the code divided by a count that was zero (`" + reading.raising_code[:120] + "`): usually a "
+                    "data set or a split of it that is empty; check the data path, and that the data set has more "
+                    "samples than the batch size and the validation split take")
     if any("memory limit at some point" in line for line in reading.slurm):
         summary += ("; Slurm warned that the step exceeded its memory limit at some point (memory was reclaimed or "
                     "swapped, nothing was killed for it): if the job failed, memory is the first suspect "

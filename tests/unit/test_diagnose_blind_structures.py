@@ -231,3 +231,36 @@ EOFError
     # the same error where the program reads its own files is not a checkpoint
     assert diagnose_text(log.replace("/usr/local/lib/python2.7/dist-packages/torch/serialization.py", "/disk/io.py")
                          ).category == "unknown"
+
+
+def test_a_path_that_is_not_there_is_the_configurations_even_where_the_data_is_read():
+    # batch 60: a data set's directory that a previous step was to create, checked in the data set's own code
+    log = """ValueError: Caught ValueError in DataLoader worker process 0.
+Original Traceback (most recent call last):
+  File "/envs/fs/lib/python3.10/site-packages/torch/utils/data/_utils/worker.py", line 308, in _worker_loop
+    data = fetcher.fetch(index)
+  File "/work/fish-speech/fish_speech/datasets/text.py", line 234, in init_mock_data_server
+    raise ValueError(f"{i} is not a file or directory")
+ValueError: data/protos is not a file or directory
+"""
+    assert diagnose_text(log).category == "missing_config"
+    # any other error raised there is the data's, and says which error in words
+    found = diagnose_text(log.replace("data/protos is not a file or directory", "expected 3 fields, got 2"))
+    assert found.category == "data_shape" and found.summary.startswith("A ValueError was raised"), found.summary
+    found = diagnose_text(log.replace("ValueError: data/protos is not a file or directory", "IndexError: list index "
+                                      "out of range"))
+    assert found.category == "data_shape" and found.summary.startswith("An IndexError was raised"), found.summary
+
+
+def test_a_division_by_a_count_that_was_zero_leads_to_an_empty_data_set_without_naming_a_cause():
+    # batch 60: the data sets were too small for their splits (two threads), or at a wrong path (one)
+    log = """Traceback (most recent call last):
+  File "train.py", line 133, in <module>
+    train_loss = sum_loss / len(X_train)
+ZeroDivisionError: division by zero
+"""
+    found = diagnose_text(log)
+    assert found.category == "unknown" and "data set or a split of it that is empty" in found.summary
+    # a division by anything else is only the root error
+    found = diagnose_text(log.replace("sum_loss / len(X_train)", "a / b"))
+    assert found.category == "unknown" and "empty" not in found.summary
