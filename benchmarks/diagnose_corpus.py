@@ -233,6 +233,12 @@ def log_only_expert_lines() -> list[str]:
             t = tally([(r[0]["category"], r[k]) for r in part])
             out.append(f"    {who:22} {t['correct']:>4} right ({_pct(t['correct'], t['n'])}), "
                        f"confidently wrong {t['confident_wrong']} ({_pct(t['confident_wrong'], t['n'])})")
+    out.append("  per batch: expert right / conf.wrong, rules at first sight right / conf.wrong")
+    for batch in batches:
+        part = [r for r in rows if r[0]["id"] in first[batch]]
+        e, f = (tally([(r[0]["category"], r[k]) for r in part]) for k in (1, 2))
+        out.append(f"    {batch:10} {len(part):>3}   expert {e['correct']:>3} / {e['confident_wrong']:<3}  "
+                   f"first sight {f['correct']:>3} / {f['confident_wrong']}")
     both = Counter((is_correct(r[0]["category"], r[1]), is_correct(r[0]["category"], r[2])) for r in rows)
     out.append(f"  expert right where first sight was not: {both[(True, False)]}; first sight right where the "
                f"expert was not: {both[(False, True)]}; both wrong: {both[(False, False)]}")
