@@ -45,6 +45,9 @@ _CHECKPOINT_WORDS = re.compile(r"\bkeys?\b|shape|size|mismatch|missing|unexpecte
 # configuration (`cfg["model"]`, `args.config["lr"]`): the key is missing from that checkpoint or config.
 _CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict|param_dict)\w*(?:\(\))?\s*\[|"
                                 r"torch\.load\([^)]*\)\s*\[", re.IGNORECASE)
+# an assertion whose expression reads the settings ("assert cfg.total_epochs == cfg.runner.max_epochs"): the
+# program checked the configuration and found it inconsistent
+_ASSERTS_A_SETTING = re.compile(r"^\s*assert\b.*\b(?:cfg|config|conf|hparams|opts?|args|FLAGS)\s*[.\[]")
 _CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
 # A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
 # 'nvcc' or 'ninja' (a missing toolchain).
@@ -187,6 +190,9 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
 def raised_by_config_code(reading: LogReading) -> bool:
     if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
             and _CONFIG_LOOKUP.search(reading.raising_code):
+        return True
+    if reading.exception and reading.exception.startswith("AssertionError") and reading.raising_code \
+            and _ASSERTS_A_SETTING.search(reading.raising_code):
         return True
     return bool(reading.exception and reading.raising_frame and reading.exception.startswith(_CONFIG_ERRORS)
                 and _CONFIG_CODE.search(reading.raising_frame))

@@ -264,3 +264,18 @@ ZeroDivisionError: division by zero
     # a division by anything else is only the root error
     found = diagnose_text(log.replace("sum_loss / len(X_train)", "a / b"))
     assert found.category == "unknown" and "empty" not in found.summary
+
+
+def test_an_assertion_on_the_settings_is_a_configuration_mistake():
+    # batch 65: mmdetection's train_detector checking two settings against each other
+    log = """Traceback (most recent call last):
+  File "/data/mmdetection/tools/train.py", line 185, in main
+    meta=meta)
+  File "/home/u/.conda/envs/mm/lib/python3.7/site-packages/mmdet/apis/train.py", line 100, in train_detector
+    assert cfg.total_epochs == cfg.runner.max_epochs
+AssertionError
+"""
+    assert diagnose_text(log).category == "missing_config"
+    # an assertion on anything else says nothing of the settings
+    assert diagnose_text(log.replace("cfg.total_epochs == cfg.runner.max_epochs", "x.shape[0] == y.shape[0]")
+                         ).category == "unknown"
