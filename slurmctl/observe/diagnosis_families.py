@@ -59,6 +59,7 @@ EXCEPTION_FAMILIES = _families(
                    r"(?:out of (?:\w+ )?(?:range|bounds?)|outside (?:of )?the (?:\w+ )?range|"
                    r"exceeds?)\b|"
                    r"\bincompatible (?:input )?shapes?\b|\bCannot add tensor to the batch\b|"
+                   r"\binvalid shape (?:for|of)\b|"
                    r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
@@ -91,7 +92,10 @@ EXCEPTION_FAMILIES = _families(
                        r"\S\.(?:conf|ya?ml|json|toml|ini|cfg)\b.{0,60}\b(?:does not exist|doesn't exist|"
                        r"No such file or directory)\b|"
                        r"\b(?:cannot|can't|could not|couldn't|unable to) (?:find|locate|open) (?:the )?"
-                       r"config(?:uration)? file\b"),
+                       r"config(?:uration)? file\b|"
+                       # TensorFlow's status text for a path it was given ("../train/records/x.tfrecord; Not a
+                       # directory")
+                       r"\S; (?:Not a directory|No such file or directory)\b"),
     # a tensor the message prints that holds NaN ("incorrect boxes, boxes1 tensor([[nan, nan, ...")
     ("nan_loss", r"\btensor\(\[+\s*[-+]?nan\b"),
     ("disk_full", r"\bNo space left\b|\bdisk (?:is )?full\b|\bquota exceeded\b|\bout of (?:disk )?space\b"),
@@ -128,7 +132,10 @@ EXCEPTION_FAMILIES = _families(
                      r"\b(?:was|were|has been|have been) removed in (?:v|version )?\d|"
                      # the dynamic loader's words for a library of another version ("cudaGetErrorString symbol not
                      # found")
-                     r"\bsymbol not found\b"),
+                     r"\bsymbol not found\b|"
+                     # a dependency's own check that names what to install ("ffmpeg or ffprobe could not be found!
+                     # Please install them", "MMCV==1.3.9 is used but incompatible. Please install mmcv>=...")
+                     r"\b(?:not (?:be )?found|not installed|incompatible)\b[!.]?\s{0,3}Please install\b"),
 )
 # Two tensors inside the model that disagree in size (an elementwise op, a concatenation, a view): in the scored
 # threads the data, a setting that sizes the model, a checkpoint or the project's own code about as often each,

@@ -408,6 +408,9 @@ SIGNATURES: tuple[Signature, ...] = (
          # another version than the one installed. Python raises it at the call, naming the callable
          r"^(?:TypeError: )?[\w.]*\w\(\) got an unexpected keyword argument '\w+'|"
          r"Could not find module '[^']+\.dll'|"
+         # Hydra's launcher and sweeper config groups come with their plugins (hydra-submitit-launcher, ...): one it
+         # cannot find is a plugin not installed, before the configuration rule's "Could not find '...'"
+         r"Could not find 'hydra/(?:launcher|sweeper)/[^']+'|"
          # torch.backends.cudnn's version check; torch.utils.cpp_extension building an extension
          r"cuDNN version incompatibility|mismatches the version that was used to compile|"
          r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist, unable to compile|"

@@ -21,8 +21,10 @@ _DATA_ERRORS = ("IndexError", "KeyError", "ValueError", "AssertionError", "NotIm
 # A call with another number of arguments than the callee takes ("get_metadata() takes exactly 1 argument (2 given)",
 # "takes 2 positional arguments but 3 were given"): raised inside an installed library, one library calling another
 # of a version it was not written for; never a fact about the data
-_ARITY = re.compile(r"^TypeError: \S+\(\) takes (?:exactly |at most |at least |from \d+ to )?\d+ (?:positional )?"
-                    r"arguments? (?:\(\d+ given\)|but \d+ (?:were|was) given)")
+_ARITY = re.compile(r"^TypeError: \S+\(\) (?:takes (?:exactly |at most |at least |from \d+ to )?\d+ (?:positional )?"
+                    r"arguments? (?:\(\d+ given\)|but \d+ (?:were|was) given)|"
+                    # PyYAML 6's load() without Loader= as musdb 0.3 calls it
+                    r"missing \d+ required (?:positional|keyword-only) arguments?: )")
 # The same between an installed library and what it unpacks from another's call (gym >= 0.26's reset() returns
 # (obs, info) and step() five values; torch's LSTMCell chunking what an older caller passed)
 _UNPACK = re.compile(r"^ValueError: (?:too many|not enough) values to unpack \(expected \d+(?:, got \d+)?\)")

@@ -474,6 +474,7 @@ def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = No
         users = [f for f in frames if not _LIBRARY_PATH.search(f[0])]
         r.user_frame = r.user_frame or (_frame_text(users[-1]) if users else None)
         r.raising_frame = _frame_text(frames[-1]) if frames else None
+        r.library_frame = r.raising_frame if frames and _LIBRARY_PATH.search(frames[-1][0]) else None
         r.frames = [_frame_text(f) for f in frames]
     if root and (root.get("signal") or root.get("exitcode") is not None):
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")

@@ -362,6 +362,14 @@ def test_wordings_met_in_blind_batches(log, category):
     ("AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'", "import_error"),
     ("INTERNAL: CustomCall failed: jaxlib/gpu/prng_kernels.cc:33: operation gpuGetLastError() failed: "
      "cudaGetErrorString symbol not found.", "import_error"),
+    # batch 63: a dependency's own check naming what to install; Hydra's launcher group without its plugin;
+    # TensorFlow's status text for a path; audio with two channels where the code wants one
+    ("RuntimeError: ffmpeg or ffprobe could not be found! Please install them before using stempeg", "import_error"),
+    ("In 'hydra/config': Could not find 'hydra/launcher/submitit_local'", "import_error"),
+    ("INFO:tensorflow:Error reported to Coordinator: <class 'tensorflow.python.framework.errors_impl."
+     "FailedPreconditionError'>, ../../train/records/nsynth-train.tfrecord; Not a directory", "missing_config"),
+    ("librosa.util.exceptions.ParameterError: Invalid shape for monophonic audio: ndim=2, shape=(28666, 2)",
+     "data_shape"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category

@@ -279,3 +279,16 @@ AssertionError
     # an assertion on anything else says nothing of the settings
     assert diagnose_text(log.replace("cfg.total_epochs == cfg.runner.max_epochs", "x.shape[0] == y.shape[0]")
                          ).category == "unknown"
+
+
+def test_a_library_calling_another_without_an_argument_it_now_requires_is_a_version_conflict():
+    # batch 63: musdb 0.3 calling PyYAML 6's load() without Loader=, pasted without the traceback's header
+    log = r"""  File "C:\p\Wave-U-Net\Datasets.py", line 222, in getMUSDB
+    mus = musdb.DB(root_dir=database_path, is_wav=False)
+  File "C:\p\venv\lib\site-packages\musdb\__init__.py", line 86, in __init__
+    self.setup = yaml.load(f)
+TypeError: load() missing 1 required positional argument: 'Loader'
+"""
+    assert diagnose_text(log).category == "import_error"
+    # the same words raised from the program's own code are its own call
+    assert diagnose_text(log.replace(r"venv\lib\site-packages\musdb", r"Wave-U-Net\musdb")).category != "import_error"
