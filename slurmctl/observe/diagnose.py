@@ -35,6 +35,7 @@ from slurmctl.observe.failure_structure import (
     DEVICE_WORDS,
     MISSING_PATH,
     WEAK_NO_GPU,
+    asserted_a_gpu,
     bus_error_in_nccl,
     drop_process_channel_pickles,
     drop_recovered_nan,
@@ -300,6 +301,12 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "Install the transformers version the model card names (`pip install -U transformers`, or the pinned "
             "version in the project's requirements) in the job's environment, or load it with "
             "`trust_remote_code=True` where the model ships its own code.",
+            rank=reading.root_rank, source="log", extra=extra)
+    if sig is None and asserted_a_gpu(reading):
+        no_gpu = SIGNATURES[CATEGORY_RANK["no_gpu"]]
+        return Diagnosis(
+            "no_gpu", f"The program asserted that PyTorch sees a GPU, and it saw none (at {reading.raising_frame}).",
+            [reading.raising_code, f"raised at {reading.raising_frame}"], no_gpu.hint,
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and raised_by_config_code(reading):
         return Diagnosis(

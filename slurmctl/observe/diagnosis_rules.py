@@ -123,7 +123,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"OOM when allocating tensor(?!.{0,200}device:CPU:\d)|"
          # the gpuErrchk macro of CUDA's samples, copied into many extensions ("GPUassert: out of memory file.cu 103")
          r"GPUassert: out of memory|"
-         r"ResourceExhaustedError|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+         r"ResourceExhaustedError(?!.{0,300}device:CPU:\d)|RESOURCE_EXHAUSTED: Out of memory|CUDNN_STATUS_ALLOC_FAILED|"
+         # a CUDA call's status check failing with 2, cudaErrorMemoryAllocation (Caffe's and MXNet's CHECK)
+         r"cudaSuccess \(2 vs\. 0\)|"
          r"MPS backend out of memory|Failed to get convolution algorithm\. This is probably because cuDNN failed|"
          r"cudaMalloc.{0,40}out of memory|THCudaCheck FAIL .{0,200}\bout of memory|"
          # thrust (CUDA's C++ template library: XGBoost's, cuDF's GPU code) failing to allocate device memory
@@ -282,6 +284,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"While copying the parameter named|ignore_mismatched_sizes|"
          r"copying a param (?:with|of) shape|from checkpoint, the shape in current model is|"
          r"expects \d+ weight\(s\), but the saved weights have|due to incompatible shapes|"
+         # Marian continuing from a model built with other dimensions or another vocabulary
+         r"for existing parameter '[^']+' does not match original shape|"
          r"in the checkpoint but \S+ in the model|Missing key in (?:checkpoint )?state_dict|"
          # Caffe copying a .caffemodel's weights into the net a prototxt builds (net.cpp CopyTrainedLayersFrom)
          r"Cannot copy param \d+ weights from layer '[^']*'; shape mismatch|"
@@ -451,6 +455,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "where the framework looks the latest one up (`tf.train.latest_checkpoint`)."),
     _sig("missing_config",
          r"(?:FileNotFoundError|No such file or directory).{0,200}\.(?:ya?ml|json|toml|cfg|ini|conf)\b|"
+         # the shell told to run a script at a path that is not there; a YAML file yaml-cpp cannot parse (Marian's
+         # configuration and vocabularies)
+         r"^(?:ba|z)?sh: (?:line \d+: )?\.{0,2}/\S+: No such file or directory|yaml-cpp: error at line \d+|"
          r"MissingConfigException|MissingMandatoryValue|ConfigAttributeError|ConfigKeyError|"
          r"ConfigCompositionException|InterpolationKeyError|Key '[^']+' (?:is )?not in (?:struct|'\w+')|"
          r"omegaconf\.errors\.\w+|hydra\.errors\.\w+|InterpolationResolutionError|UnsupportedInterpolationType|"

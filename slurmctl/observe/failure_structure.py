@@ -189,6 +189,16 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     return said[-2:] if before and re.search(r"\d+\.\d+|\bloss\b", before[-1], re.IGNORECASE) else []
 
 
+# an assertion that a GPU is there ("assert(torch.cuda.is_available())", "assert torch.cuda.device_count() > 0")
+_ASSERTS_A_GPU = re.compile(r"^\s*assert\W*torch\.cuda\.(?:is_available\(\)|device_count\(\))")
+
+
+def asserted_a_gpu(reading: LogReading) -> bool:
+    """The root error is a bare assertion that PyTorch sees a GPU: it saw none."""
+    return bool(reading.exception and reading.exception.startswith("AssertionError") and reading.raising_code
+                and _ASSERTS_A_GPU.search(reading.raising_code))
+
+
 def raised_by_config_code(reading: LogReading) -> bool:
     if reading.exception and reading.exception.startswith("KeyError") and reading.raising_code \
             and _CONFIG_LOOKUP.search(reading.raising_code):

@@ -370,6 +370,17 @@ def test_wordings_met_in_blind_batches(log, category):
      "FailedPreconditionError'>, ../../train/records/nsynth-train.tfrecord; Not a directory", "missing_config"),
     ("librosa.util.exceptions.ParameterError: Invalid shape for monophonic audio: ndim=2, shape=(28666, 2)",
      "data_shape"),
+    # batch 64: TensorFlow's CPU allocator (the host's memory); MXNet's CUDA status check failing with
+    # cudaErrorMemoryAllocation; Marian continuing from a model of other dimensions; a YAML file yaml-cpp cannot
+    # parse; the shell told to run a script that is not there
+    ("ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[1024,98,98] and type "
+     "float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu", "host_oom"),
+    ("Name: Check failed: err == cudaSuccess (2 vs. 0) : mxnet_generic_kernel ErrStr:out of memory", "cuda_oom"),
+    ("[2023-11-14 00:01:33] Error: Requested shape shape=1000x512 size=512000 for existing parameter 'Wemb' does not "
+     "match original shape shape=32000x1024 size=32768000", "checkpoint_mismatch"),
+    ("Error: Unhandled exception of type 'N4YAML15ParserExceptionE': yaml-cpp: error at line 8, column 1: end of map "
+     "not found", "missing_config"),
+    ("bash: ./subword-nmt/subword-nmt/apply_bpe.py: No such file or directory", "missing_config"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category

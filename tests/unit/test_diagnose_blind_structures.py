@@ -292,3 +292,17 @@ TypeError: load() missing 1 required positional argument: 'Loader'
     assert diagnose_text(log).category == "import_error"
     # the same words raised from the program's own code are its own call
     assert diagnose_text(log.replace(r"venv\lib\site-packages\musdb", r"Wave-U-Net\musdb")).category != "import_error"
+
+
+def test_an_assertion_that_pytorch_sees_a_gpu_is_no_gpu():
+    # batch 62: EnlightenGAN's define_G on a CPU-only torch
+    log = r"""Traceback (most recent call last):
+  File "train.py", line 19, in <module>
+    model = create_model(opt)
+  File "D:\EnlightenGAN-master\models\networks.py", line 86, in define_G
+    assert(torch.cuda.is_available())
+AssertionError
+"""
+    found = diagnose_text(log)
+    assert found.category == "no_gpu" and found.evidence[0] == "assert(torch.cuda.is_available())", found
+    assert diagnose_text(log.replace("torch.cuda.is_available()", "len(gpu_ids) > 0")).category == "unknown"
