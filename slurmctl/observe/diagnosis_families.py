@@ -142,7 +142,9 @@ EXCEPTION_FAMILIES = _families(
 # so no category is named from these words; where it was raised may still say (data code: the data's).
 TENSORS_DISAGREE = re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b|"
                               r"Sizes of tensors must match except in dimension|"
-                              r"shape '\[[^\]]*\]' is invalid for input of size", re.IGNORECASE)
+                              r"shape '\[[^\]]*\]' is invalid for input of size|"
+                              # torch < 1.0's wording of the same view
+                              r"size '\[[^\]]*\]' is invalid for input with \d+ elements", re.IGNORECASE)
 # The message names what the program was given, not a failure of that kind ("unexpected keyword argument" is
 # code written for another version of a library), or a disagreement of the model's own tensors.
 NOT_A_FAMILY = re.compile(r"keyword argument|positional argument|" + TENSORS_DISAGREE.pattern, re.IGNORECASE)
