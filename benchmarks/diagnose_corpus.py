@@ -239,10 +239,26 @@ def log_only_expert_lines() -> list[str]:
         e, f = (tally([(r[0]["category"], r[k]) for r in part]) for k in (1, 2))
         out.append(f"    {batch:10} {len(part):>3}   expert {e['correct']:>3} / {e['confident_wrong']:<3}  "
                    f"first sight {f['correct']:>3} / {f['confident_wrong']}")
+    out.extend(repeat_lines({r[0]["id"]: r for r in rows}))
     both = Counter((is_correct(r[0]["category"], r[1]), is_correct(r[0]["category"], r[2])) for r in rows)
     out.append(f"  expert right where first sight was not: {both[(True, False)]}; first sight right where the "
                f"expert was not: {both[(False, True)]}; both wrong: {both[(False, False)]}")
     return out
+
+
+def repeat_lines(rows: dict[str, tuple]) -> list[str]:
+    """A second expert, fresh, with the same instructions, on some batches (log_only_expert/repeat/): how much the
+    ceiling moves from one reader to the next."""
+    answers = [(rows[a["id"]], a["label"]) for path in sorted((EXPERT / "repeat").glob("batch-*.json"))
+               for a in json.loads(path.read_text(encoding="utf-8"))["cases"]]
+    if not answers:
+        return []
+    first = tally([(row[0]["category"], row[1]) for row, _ in answers])
+    second = tally([(row[0]["category"], label) for row, label in answers])
+    return [f"  a second expert on {len(answers)} of these logs: {second['correct']} right, "
+            f"{second['confident_wrong']} confidently wrong (the first: {first['correct']}, "
+            f"{first['confident_wrong']}); the same label on "
+            f"{sum(row[1] == label for row, label in answers)}"]
 
 
 # --- leave one batch out ---------------------------------------------------------------------------------

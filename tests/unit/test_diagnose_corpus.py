@@ -83,7 +83,8 @@ def test_leave_one_batch_out_splits_patterns_at_their_top_level_alternatives():
 
 def test_the_log_only_experts_answer_every_case_of_their_batches_in_the_vocabulary():
     """Each expert file answers one scored batch whole, with the batch's case ids, in the labels the rules use."""
-    for path in sorted(diagnose_corpus.EXPERT.glob("batch-*.json")):
+    expert = diagnose_corpus.EXPERT
+    for path in sorted([*expert.glob("batch-*.json"), *expert.glob("repeat/batch-*.json")]):
         answers = json.loads(path.read_text(encoding="utf-8"))
         assert answers["batch"] == path.stem
         scored = json.loads((diagnose_corpus.RESULTS / f"diagnose_firstsight_{path.stem}.json").read_text())
