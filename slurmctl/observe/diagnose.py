@@ -135,6 +135,7 @@ _ERROR_WORDS = re.compile(r"\b(?:error|fatal|failed|failure|abort(?:ed|ing)?|exc
 # with the line before it
 _OWN_RECORD = re.compile(r"^\s*(?:\[?\d{4}-\d\d-\d\d|\[?\d\d:\d\d:\d\d|[IWEF]\d{4} |\[[A-Za-z]|"
                          r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|Traceback|During handling|The above exception|"
+                         r"(?:srun|slurmstepd|sbatch|salloc|torchrun|mpirun)\b|"
                          r"File \"|[\w.]+(?:Error|Exception|Warning)\b)")
 
 

@@ -396,6 +396,12 @@ def test_a_message_wrapped_onto_the_next_line_is_read_whole():
             "Execution of replica 0 failed: Resource exhausted: Out\nof memory while trying to allocate 5520758552 "
             "bytes.\n")
     assert diagnose_text(glog).category == "cuda_oom"
-    # the next record is not the message's continuation
+    # the next record is not the message's continuation: another record, or Slurm's and the launchers' lines
+    from slurmctl.observe.diagnose import continued
+    lines = ["ValueError: the request of", "slurmstepd: error: Detected 1 oom_kill event in StepId=7.0.",
+             "srun: error: n1: task 0: Out Of Memory"]
+    assert continued(lines, 0) == "ValueError: the request of"
+    assert continued(["RESOURCE_EXHAUSTED: Failed to allocate (13107200", "B) on device ordinal 0", "", "more"], 0) \
+        == "RESOURCE_EXHAUSTED: Failed to allocate (13107200 B) on device ordinal 0"
     assert diagnose_text("ValueError: the request of\n2026-12-01 10:00:00 WARNING GPU out of memory soon\n").category \
         == "unknown"
