@@ -72,6 +72,11 @@ def submit(ctx: Context, run_spec: Path, sbatch_args: tuple[str, ...], dry_run: 
             for line in verdict.log_tail:
                 out.print(f"  | {line}", markup=False)
             return 1
+        if verdict.gate_open is False:
+            out.print(f"  code+config {verdict.code_hash} passed, but this site's gate does not see the pass yet "
+                      "(root's record or Slurm's accounting is behind): submit the full run again in a minute.",
+                      markup=False)
+            return
         out.print(f"  code+config {verdict.code_hash} recorded; a full submit of it may follow.")
         return
     out.print(f"  next: slurmctl status {result.run_id}   |   slurmctl logs {result.run_id} -f", markup=False)

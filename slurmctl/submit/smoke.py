@@ -108,6 +108,8 @@ class SmokeVerdict:
     code_hash: str
     seconds: float
     log_tail: list[str]
+    # on a site that requires a smoke test: whether its gate sees this pass (None elsewhere, or when it failed)
+    gate_open: bool | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,8 +129,25 @@ def wait_and_judge(run: Run, client: SlurmClient, job_id: int, site: SiteConfig,
         client.cancel(job_id)
         state = "TIMEOUT (smoke)"
     passed, diagnosis = judge(run, state)
+    gate_open = wait_for_gate(site, code_hash, client) if passed and site.require_smoke else None
     return SmokeVerdict(passed, state, diagnosis, run.run_id, job_id, code_hash,
-                        round(time.monotonic() - started, 1), _log_tail(run.log_path(job_id)))
+                        round(time.monotonic() - started, 1), _log_tail(run.log_path(job_id)), gate_open)
+
+
+# Root's epilog writes its verdict as the job ends, and slurmdbd records the end a moment after the controller: on a
+# loaded cluster either can trail the job's leaving the queue, and a full submit made at once would be refused.
+GATE_WAIT_SECONDS = 60.0
+
+
+def wait_for_gate(site: SiteConfig, code_hash: str, client: SlurmClient, timeout: float = GATE_WAIT_SECONDS,
+                  poll: float = 1.0) -> bool:
+    """Whether the require_smoke gate sees a passed smoke test of this code+config within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while smoke_passed(site, code_hash, client) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def _log_tail(path: Path) -> list[str]:

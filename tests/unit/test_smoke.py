@@ -129,6 +129,29 @@ def test_smoke_gate_trusts_roots_verdict_and_slurm_accounting_not_files_or_names
     assert smoke_passed(site, code_hash, Accounting([job()])) is None
 
 
+def test_a_passed_smoke_waits_until_the_gate_sees_it(local_site, tmp_path):
+    """Accounting trails the job's end on a loaded controller: `submit --smoke` says passed only with the gate's
+    view, so the full submit that follows is not refused; past the wait it says the gate does not see it yet."""
+    from slurmctl.rundir import current_user
+    from slurmctl.slurm.client import Job
+    from slurmctl.submit.smoke import wait_for_gate
+
+    me, code_hash = current_user(), "0123456789abcdef"
+    site = local_site.model_copy(update={"smoke_verdicts_dir": str(tmp_path / "verdicts")})
+    _verdict_dir(tmp_path / "verdicts", me, {f"{code_hash}.41.json": {
+        "job_id": 41, "user": me, "code_hash": code_hash, "partition": "l4-dev", "exit_code": "0:0"}})
+
+    class Lagging(Accounting):
+        def history(self, job_ids):  # RUNNING in sacct twice after the job left the queue, then its end
+            state = "RUNNING" if len(self.asked) < 2 else "COMPLETED"
+            super().history(job_ids)
+            return [Job(job_id=41, name="r", state=state, partition="l4-dev", exit_code="0:0", user=me)]
+
+    lagging = Lagging([])
+    assert wait_for_gate(site, code_hash, lagging, timeout=5, poll=0.01) and len(lagging.asked) == 3
+    assert not wait_for_gate(site, "fedcba9876543210", Accounting([]), timeout=0.05, poll=0.01)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the epilog writes root's verdicts as root")
 def test_epilog_writes_a_verdict_only_for_a_rendered_smoke_script_that_exited_0(tmp_path):
     from slurmctl.ops.hooks.config import HookConfig
