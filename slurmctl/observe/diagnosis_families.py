@@ -60,7 +60,8 @@ EXCEPTION_FAMILIES = _families(
                    r"exceeds?)\b|"
                    r"\bincompatible (?:input )?shapes?\b|\bCannot add tensor to the batch\b|"
                    r"\binvalid shape (?:for|of)\b|"
-                   r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions)\b"),
+                   r"\b(?:must|should) (?:have|be of) the same (?:shape|size|length|number of dimensions|"
+                   r"dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
     ("missing_config", r"\bmust\s+be\s+(?:evenly\s+|exactly\s+)?divisible\s+by\b"),
@@ -135,7 +136,8 @@ EXCEPTION_FAMILIES = _families(
                      r"\bsymbol not found\b|"
                      # a dependency's own check that names what to install ("ffmpeg or ffprobe could not be found!
                      # Please install them", "MMCV==1.3.9 is used but incompatible. Please install mmcv>=...")
-                     r"\b(?:not (?:be )?found|not installed|incompatible)\b[!.]?\s{0,3}Please install\b"),
+                     r"\b(?:not (?:be )?found|not installed|incompatible)\b[!.]?\s{0,3}Please install\b|"
+                     r"\bPlease (?:pip )?install \S+ to use\b"),
 )
 # Two tensors inside the model that disagree in size (an elementwise op, a concatenation, a view): in the scored
 # threads the data, a setting that sizes the model, a checkpoint or the project's own code about as often each,

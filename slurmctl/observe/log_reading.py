@@ -476,6 +476,10 @@ def read_log(cleaned: list[tuple[str, int | None]], index: LineIndex | None = No
         r.raising_frame = _frame_text(frames[-1]) if frames else None
         r.library_frame = r.raising_frame if frames and _LIBRARY_PATH.search(frames[-1][0]) else None
         r.frames = [_frame_text(f) for f in frames]
+        window = lines[max(0, r.exception_line - 30):r.exception_line]
+        last_frame = max((n for n, line in enumerate(window) if _FRAME.match(line)), default=None)
+        if last_frame is not None and last_frame + 1 < len(window):
+            r.raising_code = _frame_code(window, last_frame).strip() or None
     if root and (root.get("signal") or root.get("exitcode") is not None):
         r.exit = (f"{root['signal']} (exit code {root['exitcode']})" if root.get("signal")
                   else f"exit code {root['exitcode']}")

@@ -19,8 +19,8 @@ from slurmctl.observe.log_reading import (
 )
 
 _EMPTY_DIVISOR = re.compile(r"^ZeroDivisionError\b")
-# the divisor is a count of samples or batches: len(...), a size, a number of steps or iterations
-_BY_A_COUNT = re.compile(r"/\s*\(?\s*(?:len\(|\w*(?:size|count|num|steps|iters|total)\w*\b)", re.IGNORECASE)
+# the divisor (or modulus) is a count of samples or batches: len(...), a size, a number of steps or iterations
+_BY_A_COUNT = re.compile(r"[/%]\s*\(?\s*(?:len\(|[\w.]*(?:size|count|num|steps|iters|total)\w*\b)", re.IGNORECASE)
 
 
 def unknown_evidence(lines: list[str], reading: LogReading) -> list[str]:

@@ -381,6 +381,9 @@ def test_wordings_met_in_blind_batches(log, category):
     ("Error: Unhandled exception of type 'N4YAML15ParserExceptionE': yaml-cpp: error at line 8, column 1: end of map "
      "not found", "missing_config"),
     ("bash: ./subword-nmt/subword-nmt/apply_bpe.py: No such file or directory", "missing_config"),
+    # batch 66: a dependency named by the code that needs it; images of different sizes compared
+    ("AssertionError: Please install av to use video compression.", "import_error"),
+    ("ValueError: Input images must have the same dimensions.", "data_shape"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category

@@ -306,3 +306,18 @@ AssertionError
     found = diagnose_text(log)
     assert found.category == "no_gpu" and found.evidence[0] == "assert(torch.cuda.is_available())", found
     assert diagnose_text(log.replace("torch.cuda.is_available()", "len(gpu_ids) > 0")).category == "unknown"
+
+
+def test_a_traceback_without_its_header_still_quotes_the_raising_code():
+    # batch 66: a data set of no images (a wrong data path), pasted from its last frame on
+    log = """File "/root/Restormer-master/utils.py", line 103, in __getitem__
+    image_name = os.path.basename(self.rain_images[idx % self.num])
+ZeroDivisionError: integer division or modulo by zero
+"""
+    found = diagnose_text(log)
+    assert found.category == "unknown" and "data set or a split of it that is empty" in found.summary, found.summary
+    # batch 62: the settings looked up by key in the program's own code
+    assert diagnose_text("""  File "train.py", line 246, in _main_
+    data_load_method = config['model']['data_load_method']
+KeyError: 'data_load_method'
+""").category == "missing_config"
