@@ -39,10 +39,12 @@ EXCEPTION_FAMILIES = _families(
                # a GPU-only setting refused because the job found itself on the CPU ("Precision.AMP_BF16 is not
                # supported for CPU training")
                r"\bnot supported for CPU training\b"),
-    ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
+    ("host_oom", r"^(?:[\w.]+\.)?MemoryError\b|^(?:[\w.]+\.)?\w*(?:OutOfMemory|OOM)(?:Error|Exception)\b(?!.{0,200}"
                  rf"{_GPU_WORDS})|\b(?:cannot|can't|unable to|failed to) allocate\b.{{0,60}}"
                  r"\b(?:host|CPU|RAM|system) memory|"
-                 r"\b(?:host|system|node|CPU|RAM)(?: memory)? (?:ran|runs|running) (?:out|low)|posix_memalign"),
+                 r"\b(?:host|system|node|CPU|RAM)(?: memory)? (?:ran|runs|running) (?:out|low)|posix_memalign|"
+                 # Ray's memory monitor ("More than 95% of the memory on node is used (27.43 / 28.38 GB)")
+                 r"\bof the memory on (?:the )?node is used\b|\bnode running low on memory\b"),
     ("checkpoint_corrupt", r"\b(?:checkpoint|ckpt|state_dict|weights|archive|pickle|\w+\.(?:pth?|ckpt|bin|safetensors|"
                            r"h5|pkl))\b.{0,80}\b(?:corrupt\w*|truncated|unexpected end|unexpected EOF|checksum|"
                            r"bad magic|invalid magic)|\b(?:corrupt\w*|truncated)\b.{0,40}\b(?:checkpoint|ckpt|weights|"

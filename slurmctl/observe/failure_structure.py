@@ -50,7 +50,7 @@ _CHECKPOINT_LOOKUP = re.compile(r"\b\w*(?:checkpoint|ckpt|state_dict|param_dict)
 # an assertion whose expression reads the settings ("assert cfg.total_epochs == cfg.runner.max_epochs"): the
 # program checked the configuration and found it inconsistent
 _ASSERTS_A_SETTING = re.compile(r"^\s*assert\b.*\b(?:cfg|config|conf|hparams|opts?|args|FLAGS)\s*[.\[]")
-_CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)\s*\[", re.IGNORECASE)
+_CONFIG_LOOKUP = re.compile(r"\b\w*(?:cfg|config|conf|hparams|hyper_?params|opts?|args|params)s?\s*\[", re.IGNORECASE)
 # A path that does not exist; not a shared library or DLL (a broken install), nor a bare program name such as
 # 'nvcc' or 'ninja' (a missing toolchain).
 # not a shared library, a bare program name, nor a rename (os.rename/replace "'src' -> 'dst'": a file another

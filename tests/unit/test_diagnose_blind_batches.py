@@ -384,6 +384,11 @@ def test_wordings_met_in_blind_batches(log, category):
     # batch 66: a dependency named by the code that needs it; images of different sizes compared
     ("AssertionError: Please install av to use video compression.", "import_error"),
     ("ValueError: Input images must have the same dimensions.", "data_shape"),
+    # batch 69: Ray's memory monitor; a configuration looked up by name in a table of them
+    ("ray._private.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node is used (27.43 / 28.38 "
+     "GB).", "host_oom"),
+    ('  File "dreamerv2/train.py", line 37, in main\n    config = config.update(configs[name])\nKeyError: \'dmc\'',
+     "missing_config"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category
