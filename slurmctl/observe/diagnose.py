@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass, field
 from slurmctl.observe.diagnosis_families import EXCEPTION_FAMILIES, NOT_A_FAMILY, SCHEDULER_FAMILIES
 from slurmctl.observe.diagnosis_rules import CATEGORY_RANK, HOST_OOM_HINT, NCCL_HINT, SIGNATURES
 from slurmctl.observe.failure_structure import (
+    ASSERTED_WORDS,
     CANCELLED_LINE,
     DEVICE_WORDS,
     MISSING_PATH,
     WEAK_NO_GPU,
-    asserted_a_gpu,
     bus_error_in_nccl,
     drop_process_channel_pickles,
     drop_recovered_nan,
@@ -50,6 +50,7 @@ from slurmctl.observe.failure_structure import (
     raised_reading_a_checkpoint,
     unknown_model_type,
     version_conflict,
+    what_was_asserted,
 )
 from slurmctl.observe.log_reading import (
     MAX_LINE_CHARS,
@@ -303,11 +304,11 @@ def _decide(cleaned: list[tuple[str, int | None]], reading: LogReading, slurm_st
             "version in the project's requirements) in the job's environment, or load it with "
             "`trust_remote_code=True` where the model ships its own code.",
             rank=reading.root_rank, source="log", extra=extra)
-    if sig is None and asserted_a_gpu(reading):
-        no_gpu = SIGNATURES[CATEGORY_RANK["no_gpu"]]
+    asserted = what_was_asserted(reading) if sig is None else None
+    if asserted is not None:
         return Diagnosis(
-            "no_gpu", f"The program asserted that PyTorch sees a GPU, and it saw none (at {reading.raising_frame}).",
-            [reading.raising_code, f"raised at {reading.raising_frame}"], no_gpu.hint,
+            asserted, f"{ASSERTED_WORDS[asserted]} (at {reading.raising_frame}).",
+            [reading.raising_code, f"raised at {reading.raising_frame}"], SIGNATURES[CATEGORY_RANK[asserted]].hint,
             rank=reading.root_rank, source="log", extra=extra)
     if sig is None and raised_by_config_code(reading):
         return Diagnosis(

@@ -66,7 +66,8 @@ EXCEPTION_FAMILIES = _families(
                    r"dimensions)\b"),
     # settings that must fit each other (a batch size and the processes or generations that share it, hidden size
     # and heads): a check of the configuration
-    ("missing_config", r"\bmust\s+be\s+(?:evenly\s+|exactly\s+)?divisible\s+by\b"),
+    ("missing_config", r"\bmust\s+be\s+(?:evenly\s+|exactly\s+)?divisible\s+by\b|"
+                       r"\bmust be an? (?:integer |whole )?multiple of\b"),
     # a dataset that holds nothing: in the scored threads, every time a data path in the configuration or the
     # arguments that points at the wrong folder
     ("missing_config", r"\bnum_samples=0\b|\b(?:dataset|data set) is empty\b|\bFound 0 (?:files|images|samples)\b|"

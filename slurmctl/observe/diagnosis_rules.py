@@ -309,6 +309,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "you mean to re-initialise the mismatched layers (e.g. a new classification head)."),
     _sig("arch_mismatch",
          r"no kernel image is available for execution|is not compatible with the current PyTorch installation|"
+         # the CPU met an instruction it has not (a wheel built for AVX on an older CPU): the shell's or gdb's words
+         r"^\s*Illegal instruction(?: \(core dumped\))?\s*$|received signal SIGILL\b|"
          # torch's warning on a GPU older than its oldest build target
          r"PyTorch no longer supports this GPU because it is too old|"
          # RAPIDS (cuDF, cuML) on a GPU older than its builds (compute capability 6.0)
@@ -388,7 +390,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "the nodes' driver supports) and check `python -c 'import jax; print(jax.devices())'` lists GPUs; in a "
          "container pass the GPUs through."),
     _sig("import_error",
-         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|"
+         r"ModuleNotFoundError|ImportError|cannot open shared object file|undefined symbol:|cannot import name '[^']+' "
+         r"from '|"
          # DeepSpeed's compiled CPU Adam that was never built or could not be loaded
          r"object has no attribute 'ds_opt_adam'|"
          r"Error locating target '|GLIBC(?:XX)?_\S+' not found|DLL load failed|"

@@ -189,14 +189,27 @@ def ends_in_nan(lines: list[str], reading: LogReading) -> list[str]:
     return said[-2:] if before and re.search(r"\d+\.\d+|\bloss\b", before[-1], re.IGNORECASE) else []
 
 
-# an assertion that a GPU is there ("assert(torch.cuda.is_available())", "assert torch.cuda.device_count() > 0")
-_ASSERTS_A_GPU = re.compile(r"^\s*assert\W*torch\.cuda\.(?:is_available\(\)|device_count\(\))")
+# What a bare assertion checked, read from the source line the traceback quotes: that PyTorch sees a GPU, that a
+# path the run was given exists, that an optional package imported (the flag its import sets)
+_ASSERTED = (
+    ("no_gpu", re.compile(r"^\s*assert\W*torch\.cuda\.(?:is_available\(\)|device_count\(\))")),
+    ("missing_config", re.compile(r"^\s*assert\b.*(?:\.(?:is_dir|is_file|exists)\(\)|"
+                                  r"os\.path\.(?:exists|isdir|isfile)\()")),
+    ("import_error", re.compile(r"^\s*assert\W*(?:has_\w+|HAS_\w+|\w+_AVAILABLE|is_\w+_available\(\))\W*(?:,|$)")),
+)
+ASSERTED_WORDS = {
+    "no_gpu": "The program asserted that PyTorch sees a GPU, and it saw none",
+    "missing_config": "The program asserted that a path it was given exists, and it does not",
+    "import_error": "The program asserted that an optional package imported, and it did not (not installed, or "
+                    "installed for another version)",
+}
 
 
-def asserted_a_gpu(reading: LogReading) -> bool:
-    """The root error is a bare assertion that PyTorch sees a GPU: it saw none."""
-    return bool(reading.exception and reading.exception.startswith("AssertionError") and reading.raising_code
-                and _ASSERTS_A_GPU.search(reading.raising_code))
+def what_was_asserted(reading: LogReading) -> str | None:
+    """The category of what a failing bare assertion checked (ASSERTED_WORDS says it), or None."""
+    if not (reading.exception and reading.exception.startswith("AssertionError") and reading.raising_code):
+        return None
+    return next((category for category, rx in _ASSERTED if rx.search(reading.raising_code)), None)
 
 
 def raised_by_config_code(reading: LogReading) -> bool:

@@ -389,6 +389,13 @@ def test_wordings_met_in_blind_batches(log, category):
      "GB).", "host_oom"),
     ('  File "dreamerv2/train.py", line 37, in main\n    config = config.update(configs[name])\nKeyError: \'dmc\'',
      "missing_config"),
+    # batch 67: a name an installed package no longer has; a CPU without the instructions a wheel was built for; two
+    # settings that must divide
+    ("cannot import name 'get_num_classes' from 'torchmetrics.utilities.data' (/home/u/.local/lib/python3.8/"
+     "site-packages/torchmetrics/utilities/data.py)", "import_error"),
+    ('Thread 1 "python3" received signal SIGILL, Illegal instruction.', "arch_mismatch"),
+    ("Epoch 1/10\nIllegal instruction (core dumped)", "arch_mismatch"),
+    ("AssertionError: The number of LFW images must be an integer multiple of the LFW batch size", "missing_config"),
 ])
 def test_a_wording_met_in_a_batch_names_its_category(log, category):
     assert diagnose_text(log + "\n").category == category

@@ -2,6 +2,8 @@
 first sight, before any rule below was written from it): where the root error was raised, what the log did after
 it, and the symptoms that stay a lead rather than a category. The wordings are in test_diagnose_blind_batches.py."""
 
+import pytest
+
 from slurmctl.observe.diagnose import diagnose_text
 
 
@@ -321,3 +323,20 @@ ZeroDivisionError: integer division or modulo by zero
     data_load_method = config['model']['data_load_method']
 KeyError: 'data_load_method'
 """).category == "missing_config"
+
+
+@pytest.mark.parametrize(("asserted", "category"), [
+    ("assert normal_dir.is_dir(), \"A folder location must be provided in normal_dir.\"", "missing_config"),
+    ("assert os.path.exists(transcript_path)", "missing_config"),
+    ("assert has_apex", "import_error"),
+    ("assert(torch.cuda.is_available())", "no_gpu"),
+    ("assert len(batch) > 0", "unknown"),  # anything else an assertion checks says nothing by itself
+])
+def test_what_a_bare_assertion_checked_names_its_category(asserted, category):
+    # batch 67: anomalib's folder check, a training script that needs Apex; batch 62: a CPU-only torch
+    log = f"""Traceback (most recent call last):
+  File "/w/train.py", line 37, in <module>
+    {asserted}
+AssertionError
+"""
+    assert diagnose_text(log).category == category
