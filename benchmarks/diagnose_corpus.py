@@ -235,7 +235,8 @@ def log_only_expert_lines() -> list[str]:
                        f"confidently wrong {t['confident_wrong']} ({_pct(t['confident_wrong'], t['n'])})")
     out.append("  per batch: expert right / conf.wrong, rules at first sight right / conf.wrong")
     for batch in batches:
-        part = [r for r in rows if r[0]["id"] in first[batch]]
+        records = {id(case) for case in first[batch].values()}  # this batch's records, not a same-named case's
+        part = [r for r in rows if id(r[0]) in records]
         e, f = (tally([(r[0]["category"], r[k]) for r in part]) for k in (1, 2))
         out.append(f"    {batch:10} {len(part):>3}   expert {e['correct']:>3} / {e['confident_wrong']:<3}  "
                    f"first sight {f['correct']:>3} / {f['confident_wrong']}")
