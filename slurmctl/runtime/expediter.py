@@ -72,16 +72,26 @@ def _ignore_hangup_and_term() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+# slurmd refuses a job's credential issued in the same second as the previous attempt's revocation (whole-second
+# timestamps): the requeued job is started this long after its earlier steps were seen ended, never sooner.
+SETTLE_SECONDS = 2.0
+
+
 def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], limit: float = EXPEDITE_LIMIT_SECONDS,
-                     poll: float = 1.0, shape: tuple[int, int | None] | None = None) -> int:
+                     poll: float = 1.0, shape: tuple[int, int | None] | None = None,
+                     settle: float = SETTLE_SECONDS) -> int:
     """Take Slurm's requeue wait out: a requeued batch job goes back to PENDING with BeginTime = now +
     the credential lifetime (121 s by default), set when its epilog ends. The job's owner may move a
     pending job's begin time (and its excluded nodes): StartTime=now lets it start at the next
     scheduling pass. With `shape` (nodes, tasks) the job was shrunk and requeued held: its counts are
     set back first, then it is released. Runs as the job's owner, never root; ends when the job runs
-    again, ended, or after `limit` s. Exit code 0 when it expedited the job."""
+    again, ended, or after `limit` s. Exit code 0 when it expedited the job.
+
+    It waits until every step of the earlier attempt has ended in accounting and then `settle` s more: started
+    while a step still winds down on a node, or within the second of its end, slurmd refuses the launch ("Job
+    credential revoked") and the job ends FAILED instead of running again."""
     started, deadline, seen_pending, done = time.monotonic(), time.monotonic() + limit, False, False
-    retry_at, backoff, said = 0.0, poll, ""
+    retry_at, backoff, said, steps_gone_at = 0.0, poll, "", None
     while time.monotonic() < deadline:
         view = client.requeue_wait(job)
         if view is None or view[0] in _TERMINAL:
@@ -92,7 +102,10 @@ def expedite_requeue(client: SlurmClient, job: int | str, exclude: list[str], li
         if state == "PENDING":
             seen_pending = True
             waiting = reason == "BeginTime" or (shape is not None and "held" in reason.lower())
-            if waiting and not done and time.monotonic() >= retry_at:
+            if waiting and not done and steps_gone_at is None and not client.earlier_steps_running(job):
+                steps_gone_at = time.monotonic()
+            settled = steps_gone_at is not None and time.monotonic() - steps_gone_at >= settle
+            if waiting and not done and settled and time.monotonic() >= retry_at:
                 fields: dict[str, str | int] = {}
                 if shape:
                     fields["NumNodes"] = shape[0]

@@ -224,6 +224,17 @@ class SlurmClient(ClusterQueries):
         fields = result.stdout.strip().split("|") if result.returncode == 0 else []
         return (fields[0], fields[1], fields[2]) if len(fields) == 3 else None
 
+    def earlier_steps_running(self, job_id: int | str) -> bool:
+        """Whether a step of the job has no end in accounting yet (every attempt's: `--duplicates`): its processes
+        may still be on a node, and slurmd refuses to launch the job there again ("Job credential revoked").
+        True when sacct cannot say."""
+        result = self._run(["sacct", "-j", job_ref(job_id), "--duplicates", "-n", "-P", "-o", "JobID,End"],
+                           check=False)
+        if result.returncode != 0:
+            return True
+        steps = [line.split("|") for line in result.stdout.splitlines() if "." in line.split("|")[0]]
+        return any(len(fields) != 2 or fields[1] in ("Unknown", "") for fields in steps)
+
     def requeue_check(self, job_id: int | str) -> Job | None:
         """ONE job's state, restart count, preemption time and time limit (a sealed `squeue -O`, ~10 ms);
         None once the controller forgot it."""

@@ -35,22 +35,58 @@ def updates(runner):
 def test_start_now_once_the_requeued_job_waits_for_its_begin_time():
     runner = Sequence(["RUNNING|None|\n", "COMPLETING|None|\n", "PENDING|BeginTime|\n", "PENDING|BeginTime|\n",
                        "RUNNING|None|\n"])
-    assert expedite_requeue(SlurmClient(runner), 77, [], limit=10, poll=0) == 0
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=10, poll=0, settle=0) == 0
     assert updates(runner) == [["scontrol", "update", "JobId=77", "StartTime=now"]]
+
+
+# sacct -j of a job Slurm requeued at 20:44:41, as the local cluster answers it: the first attempt and its steps
+# (a step still running has End "Unknown"), then the pending attempt
+SACCT_STEPS = ("sacct", "-j", "77", "--duplicates", "-n", "-P", "-o", "JobID,End")
+STEPS_RUNNING = "77|2026-12-02T20:44:41\n77.batch|Unknown\n77.0|Unknown\n77|Unknown\n"
+STEPS_ENDED = "77|2026-12-02T20:44:41\n77.batch|2026-12-02T20:44:41\n77.0|2026-12-02T20:44:41\n77|Unknown\n"
+
+
+class Accounting(Sequence):
+    """squeue says PENDING|BeginTime; sacct's step records answer one after another (the last repeats)."""
+
+    def __init__(self, steps: list[str]):
+        super().__init__(["PENDING|BeginTime|\n"])
+        self.steps = list(steps)
+
+    def run(self, argv, timeout=60.0):
+        if tuple(argv) == SACCT_STEPS:
+            self.calls.append(list(argv))
+            return CommandResult(tuple(argv), 0, self.steps.pop(0) if len(self.steps) > 1 else self.steps[0], "")
+        return super().run(argv, timeout)
+
+
+def test_the_job_is_started_only_after_its_earlier_steps_ended_and_a_second_passed():
+    """Started at once (0.1 s after Slurm's requeue), the job was allocated in the second its earlier attempt's
+    credential was revoked, and slurmd killed it: "Killing non-startable batch JobId=2655: Job credential revoked"."""
+    runner = Accounting([STEPS_RUNNING, STEPS_RUNNING, STEPS_ENDED])
+    began = time.monotonic()
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=1.5, poll=0.01, settle=0.3) == 0
+    sacct = [i for i, c in enumerate(runner.calls) if tuple(c) == SACCT_STEPS]
+    update = runner.calls.index(["scontrol", "update", "JobId=77", "StartTime=now"])
+    assert len(sacct) == 3 and update > sacct[-1] and time.monotonic() - began >= 0.3
+    # steps that never end in accounting: the job is left to Slurm's own wait
+    runner = Accounting([STEPS_RUNNING])
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=0.3, poll=0.01, settle=0) == 1
+    assert updates(runner) == []
 
 
 def test_the_lost_node_joins_the_nodes_the_job_already_excludes():
     hostnames = ("scontrol", "show", "hostnames", "h100-[1,3]")
     runner = Sequence(["COMPLETING|None|h100-[1,3]\n", "PENDING|BeginTime|h100-[1,3]\n", "RUNNING|None|\n"],
                       {hostnames: "h100-1\nh100-3\n"})
-    assert expedite_requeue(SlurmClient(runner), 77, ["h100-2", "h100-3"], limit=10, poll=0) == 0
+    assert expedite_requeue(SlurmClient(runner), 77, ["h100-2", "h100-3"], limit=10, poll=0, settle=0) == 0
     assert updates(runner) == [["scontrol", "update", "JobId=77", "StartTime=now", "ExcNodeList=h100-1,h100-3,h100-2"]]
 
 
 def test_a_held_cancelled_or_forgotten_job_is_left_alone():
     for states in (["PENDING|JobHeldUser|\n"], ["CANCELLED|None|\n"], [""]):
         runner = Sequence(states)
-        assert expedite_requeue(SlurmClient(runner), 77, [], limit=0.05, poll=0.01) == 1
+        assert expedite_requeue(SlurmClient(runner), 77, [], limit=0.05, poll=0.01, settle=0) == 1
         assert updates(runner) == []
 
 
@@ -82,7 +118,7 @@ class Refusing(Sequence):
 
 def test_a_refusal_that_cannot_change_ends_it_after_one_line(capsys):
     runner = Refusing("slurm_update error: Invalid user id for job 77\n")
-    assert expedite_requeue(SlurmClient(runner), 77, [], limit=5, poll=0.01) == 1
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=5, poll=0.01, settle=0) == 1
     assert len(updates(runner)) == 1
     said = capsys.readouterr().out.splitlines()
     assert len(said) == 2 and "Invalid user id" in said[0] and "for good" in said[1], said
@@ -91,7 +127,7 @@ def test_a_refusal_that_cannot_change_ends_it_after_one_line(capsys):
 def test_another_refusal_is_retried_with_a_growing_wait_and_said_once(capsys):
     runner = Refusing("slurm_update error: Requested node configuration is not available\n")
     started = time.monotonic()
-    assert expedite_requeue(SlurmClient(runner), 77, [], limit=3.5, poll=0.01) == 1
+    assert expedite_requeue(SlurmClient(runner), 77, [], limit=3.5, poll=0.01, settle=0) == 1
     assert time.monotonic() - started >= 3.4
     assert 2 <= len(updates(runner)) <= 3  # at 0, ~1 s, ~3 s: not one per poll (350 polls)
     assert len(capsys.readouterr().out.splitlines()) == 1
@@ -131,7 +167,7 @@ def test_the_expediter_runs_none_of_the_users_python(tmp_path):
 def test_a_job_that_left_a_lost_node_gets_its_size_back_before_it_is_released():
     # `end` shrank it to its surviving node and requeued it held (squeue's words for that reason)
     runner = Sequence(["COMPLETING|None|\n", "PENDING|job requeued in held state|\n", "RUNNING|None|\n"])
-    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=10, poll=0, shape=(2, 2)) == 0
+    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=10, poll=0, shape=(2, 2), settle=0) == 0
     assert updates(runner) == [["scontrol", "update", "JobId=77", "NumNodes=2", "NumTasks=2", "StartTime=now",
                                 "ExcNodeList=h100-3"]]
     assert ["scontrol", "release", "77"] in runner.calls
@@ -141,7 +177,7 @@ def test_a_job_that_left_a_lost_node_gets_its_size_back_before_it_is_released():
 def test_a_shrunk_job_whose_size_cannot_be_given_back_stays_held(capsys):
     runner = Refusing("scontrol: error: Access/permission denied for job 77")
     runner.states = ["PENDING|job requeued in held state|\n"]
-    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=5, poll=0, shape=(2, None)) == 1
+    assert expedite_requeue(SlurmClient(runner), 77, ["h100-3"], limit=5, poll=0, shape=(2, None), settle=0) == 1
     assert not [c for c in runner.calls if c[:2] == ["scontrol", "release"]]
     assert "stays held" in capsys.readouterr().out
 
