@@ -17,6 +17,7 @@ from pathlib import Path
 from slurmctl.durations import parse_slurm_duration
 from slurmctl.errors import SlurmCommandError, SlurmUnreachable
 from slurmctl.slurm.cluster import ClusterQueries
+from slurmctl.slurm.node_admin import NodeAdministration
 from slurmctl.slurm.parsing import (
     SEP,
     JobQuery,
@@ -119,7 +120,7 @@ def job_ref_from_env(environ=os.environ) -> int | str:
         return 0
 
 
-class SlurmClient(ClusterQueries):
+class SlurmClient(ClusterQueries, NodeAdministration):
     """Jobs: submission, control, listings (this module); cluster facts: nodes, partitions, placement,
     associations and limits (slurmctl.slurm.cluster)."""
 
@@ -349,42 +350,6 @@ class SlurmClient(ClusterQueries):
         return Job(job_id=job_id, name="", state=state, reason=reason if reason not in {"None", "(null)"} else "",
                    partition=partition, elapsed_seconds=parse_slurm_duration(elapsed),
                    comment=comment if comment != "(null)" else "", user=uid, source="squeue")
-
-    def drain_node(self, node: str, reason: str, timeout: float = 60.0) -> None:
-        """Drain `node` with `reason` (shown by `sinfo -R`; Slurm keeps 250 characters or so)."""
-        self._run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"], timeout=timeout)
-
-    def node_line(self, node: str, timeout: float = 60.0) -> str:
-        """`scontrol show node -o <node>`: one Key=Value line (Reason/Comment, operators' text, come last)."""
-        return self._run(["scontrol", "show", "node", "-o", node], timeout=timeout).stdout.strip()
-
-    def resume_node(self, node: str, timeout: float = 60.0) -> None:
-        """`state=resume`: a drained node takes jobs again (a reservation on it still fences it)."""
-        self._run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=timeout)
-
-    def create_reservation(self, name: str, node: str, minutes: int | None, users: str = "root",
-                           timeout: float = 60.0) -> None:
-        """A reservation of `node` from now for `users` only, `minutes` long or (None)
-        UNLIMITED (Slurm 22.05 makes that 365 days); IGNORE_JOBS: a job still ending there does not
-        refuse it."""
-        duration = "UNLIMITED" if minutes is None else str(int(minutes))
-        self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
-                   "StartTime=now", f"Duration={duration}", f"Users={users}", "Flags=IGNORE_JOBS"],
-                  timeout=timeout)
-
-    def delete_reservation(self, name: str, timeout: float = 60.0) -> bool:
-        """False when there was none of that name."""
-        result = self._run(["scontrol", "delete", f"ReservationName={name}"], timeout=timeout, check=False)
-        return result.returncode == 0
-
-    def reservation_exists(self, name: str, timeout: float = 60.0) -> bool:
-        result = self._run(["scontrol", "show", "reservation", name], timeout=timeout, check=False)
-        return result.returncode == 0 and f"ReservationName={name} " in result.stdout
-
-    def reservation_names(self, timeout: float = 60.0) -> list[str]:
-        """Every reservation's name (operators name them; "No reservations in the system" is none)."""
-        result = self._run(["scontrol", "show", "reservation", "-o"], timeout=timeout)
-        return [m[1] for m in re.finditer(r"^ReservationName=(\S+)", result.stdout, re.MULTILINE)]
 
     def job_submit_time(self, job_id: int, timeout: float = 60.0) -> str:
         """The job's submit time, Slurm's local ISO timestamp ("" once the controller forgot it)."""
